@@ -1,0 +1,8 @@
+//! The vmdeploy deploy agent.
+//!
+//! One statically linked binary that the kernel starts as `/init` of the deploy ISO. It reads the
+//! virtual floppy, brings up the network, and then either exposes the node's disk over iSCSI
+//! (`iscsi_ilo`, `pxe_ilo`) or streams the image to disk itself (`agent_ilo`).
+
+pub mod logging;
+pub mod target;

@@ -1,0 +1,3 @@
+//! The conductor's iSCSI initiator: writes the node's disk over the network.
+
+pub mod cli;

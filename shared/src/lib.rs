@@ -1,0 +1,11 @@
+//! Wire formats and codecs shared by the vmdeploy agent and conductor.
+//!
+//! Pure code: nothing here opens a socket, a device or a file of its own, and nothing here makes a
+//! policy decision. Both ends of every protocol use these types so they cannot drift apart.
+#![warn(missing_docs)]
+
+pub mod api;
+pub mod fat;
+pub mod iscsi;
+pub mod params;
+pub mod tempurl;
