@@ -1,6 +1,86 @@
-//! `vmdeploy-image-build`: builds the deploy ISO and instance boot ISOs.
+//! `vmdeploy-image-build`: builds the images a deploy needs.
+//!
+//! Today: the virtual floppy with the deploy parameters. The deploy ISO and the instance boot
+//! ISOs come with the end-to-end issue.
 
-fn main() -> anyhow::Result<()> {
-    println!("vmdeploy-image-build {}", env!("CARGO_PKG_VERSION"));
-    Ok(())
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use vmdeploy_shared::{fat, params::Params};
+
+#[derive(Parser)]
+#[command(
+    name = "vmdeploy-image-build",
+    version,
+    about = "Builds vmdeploy images"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build the parameter floppy (FAT12, label ir-vfd-dev) from a parameters.txt or KEY=VALUE pairs.
+    Floppy {
+        /// A parameters.txt to put on the floppy (checked before it is written).
+        #[arg(long, conflicts_with = "param")]
+        params: Option<PathBuf>,
+        /// A KEY=VALUE pair; repeat for more.
+        #[arg(long)]
+        param: Vec<String>,
+        /// Output image file.
+        #[arg(long, short)]
+        out: PathBuf,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("vmdeploy-image-build: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Floppy { params, param, out } => {
+            let params = match params {
+                Some(path) => {
+                    let bytes = std::fs::read(&path)
+                        .with_context(|| format!("reading {}", path.display()))?;
+                    Params::parse(&bytes).with_context(|| format!("checking {}", path.display()))?
+                }
+                None => {
+                    let mut params = Params::new();
+                    for pair in &param {
+                        let (key, value) = pair
+                            .split_once('=')
+                            .with_context(|| format!("expected KEY=VALUE, found {pair:?}"))?;
+                        params
+                            .set(key, value)
+                            .with_context(|| format!("adding {key:?}"))?;
+                    }
+                    params
+                }
+            };
+            let text = params.render().context("rendering parameters.txt")?;
+            let image =
+                fat::build_floppy(fat::FLOPPY_LABEL, &[("parameters.txt", text.as_bytes())])
+                    .context("building the floppy image")?;
+            std::fs::write(&out, &image).with_context(|| format!("writing {}", out.display()))?;
+            eprintln!(
+                "wrote {} ({} bytes, label {}, {} parameters)",
+                out.display(),
+                image.len(),
+                fat::FLOPPY_LABEL,
+                params.len()
+            );
+            Ok(())
+        }
+    }
 }
