@@ -4,6 +4,8 @@
 //! The test command (`scripts/test`) builds every binary before the tests run; a test that cannot
 //! find one fails with a message that says how to build it.
 
+pub mod swift;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 
