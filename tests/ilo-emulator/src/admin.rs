@@ -1,0 +1,108 @@
+//! The test-only admin API of each emulated iLO, on the same port, under `/_emulator/`:
+//!
+//! - `POST /_emulator/faults` `{"kind": ..., "count": N, "seconds": S}` queues a fault for the next
+//!   N requests (optional `status`/`message` override the RIBCL status of `ribcl_error`/`busy`);
+//! - `GET /_emulator/faults` lists queued faults; `DELETE /_emulator/faults` drops them;
+//! - `GET /_emulator/state` returns the server's state as JSON.
+//!
+//! Admin requests need no credentials, are not counted and never hit a fault.
+
+use http::{Method, Request, StatusCode};
+use hyper::body::Incoming;
+use serde_json::json;
+
+use crate::fault::FaultSpec;
+use crate::http::{read_body, simple, Reply};
+use crate::server::{Server, ServerSnapshot};
+
+fn json_reply(status: StatusCode, value: &serde_json::Value) -> Reply {
+    simple(status, "application/json", format!("{value}\n"))
+}
+
+/// The state document of `GET /_emulator/state`.
+pub fn state_json(s: &ServerSnapshot) -> serde_json::Value {
+    let st = &s.state;
+    let vm = |d: crate::state::VmDevice| {
+        let v = st.vm(d);
+        json!({
+            "url": v.url,
+            "inserted": v.inserted(),
+            "connected": v.connected,
+            "boot_option": v.boot_option.ribcl(),
+            "write_protect": v.write_protect,
+            "image_size": v.image_size,
+        })
+    };
+    json!({
+        "index": s.index,
+        "address": s.address.to_string(),
+        "product": s.product,
+        "uuid": s.uuid,
+        "power": match st.power { crate::state::Power::On => "ON", crate::state::Power::Off => "OFF" },
+        "boot_mode": {
+            "current": st.boot_mode_current.ribcl(),
+            "pending": st.boot_mode_pending.ribcl(),
+            "supported": st.supported_boot_modes.ribcl(),
+        },
+        "one_time_boot": st.one_time_boot.map(|o| o.ribcl()),
+        "persistent_boot": st.persistent_boot.iter().map(|d| d.ribcl()).collect::<Vec<_>>(),
+        "vmedia": {
+            "FLOPPY": vm(crate::state::VmDevice::Floppy),
+            "CDROM": vm(crate::state::VmDevice::Cdrom),
+        },
+        "license": st.license,
+        "boots": st.boots,
+        "last_boot": st.last_boot.as_ref().map(|b| json!({
+            "device": b.device.map(|d| d.ribcl()),
+            "reason": b.reason,
+            "mode": b.mode.ribcl(),
+            "media_url": b.media_url,
+            "media_read_error": b.media_read_error,
+        })),
+        "requests": s.requests,
+        "faults_pending": s.faults_pending,
+    })
+}
+
+/// Handles a `/_emulator/...` request.
+pub async fn handle(server: &Server, req: Request<Incoming>) -> Reply {
+    let path = req.uri().path().to_owned();
+    let method = req.method().clone();
+    tracing::debug!(server = server.index, %method, %path, "admin request");
+    match (method, path.as_str()) {
+        (Method::GET, "/_emulator/state") => {
+            json_reply(StatusCode::OK, &state_json(&server.snapshot().await))
+        }
+        (Method::POST, "/_emulator/faults") => {
+            let body = match read_body(req.into_body()).await {
+                Ok(b) => b,
+                Err(reply) => return reply,
+            };
+            match serde_json::from_slice::<FaultSpec>(&body) {
+                Ok(spec) => {
+                    server.inject_fault(spec);
+                    json_reply(
+                        StatusCode::OK,
+                        &json!({ "faults_pending": server.snapshot().await.faults_pending }),
+                    )
+                }
+                Err(e) => json_reply(
+                    StatusCode::BAD_REQUEST,
+                    &json!({ "error": format!("invalid fault: {e}") }),
+                ),
+            }
+        }
+        (Method::GET, "/_emulator/faults") => json_reply(
+            StatusCode::OK,
+            &json!({ "faults_pending": server.snapshot().await.faults_pending }),
+        ),
+        (Method::DELETE, "/_emulator/faults") => {
+            server.clear_faults();
+            json_reply(StatusCode::OK, &json!({ "faults_pending": [] }))
+        }
+        _ => json_reply(
+            StatusCode::NOT_FOUND,
+            &json!({ "error": format!("no admin resource {path}") }),
+        ),
+    }
+}

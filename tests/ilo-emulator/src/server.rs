@@ -1,0 +1,418 @@
+//! One emulated server: its state, its fault queue, its backend, and the operations both
+//! protocols (RIBCL and Redfish) perform on it.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use crate::backend::{Backend, BackendError};
+use crate::config::ServerConfig;
+use crate::fault::{FaultQueue, FaultSpec};
+use crate::media_fetch::{MediaFetchError, MediaFetcher};
+use crate::state::{
+    BootDevice, BootMode, BootPlan, License, OneTimeBoot, Power, ServerState, StateError,
+    VmBootAction, VmDevice,
+};
+
+/// Redfish sessions kept per server.
+const MAX_SESSIONS: usize = 64;
+
+/// Why an operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OpError {
+    /// Refused by the state machine.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// The machine behind the iLO failed.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    /// The image URL could not be read.
+    #[error(transparent)]
+    Fetch(#[from] MediaFetchError),
+    /// iLO Standard: no virtual media.
+    #[error("virtual media requires an iLO Advanced licence")]
+    LicenseRequired,
+}
+
+/// Result of a power request that may be a no-op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PowerChange {
+    /// The state changed.
+    Changed,
+    /// It was already in that state.
+    AlreadyThere,
+}
+
+/// A snapshot of a server for `GET /_emulator/state` and the library API.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerSnapshot {
+    /// Index in the emulator.
+    pub index: usize,
+    /// Listen address.
+    pub address: SocketAddr,
+    /// Product name.
+    pub product: String,
+    /// Host UUID.
+    pub uuid: String,
+    /// State.
+    #[serde(flatten)]
+    pub state: ServerState,
+    /// Requests served (admin requests excluded).
+    pub requests: u64,
+    /// Faults still queued.
+    pub faults_pending: Vec<FaultSpec>,
+}
+
+/// One emulated server.
+pub struct Server {
+    /// Index in the emulator.
+    pub index: usize,
+    /// Listen address.
+    pub address: SocketAddr,
+    /// Settings.
+    pub config: Arc<ServerConfig>,
+    /// Host UUID (GET /xmldata, Redfish UUID).
+    pub uuid: String,
+    /// Serial number.
+    pub serial: String,
+    state: tokio::sync::Mutex<ServerState>,
+    faults: Mutex<FaultQueue>,
+    backend: Arc<dyn Backend>,
+    fetcher: MediaFetcher,
+    requests: AtomicU64,
+    sessions: Mutex<Vec<String>>,
+}
+
+impl Server {
+    /// A fresh server.
+    pub fn new(
+        index: usize,
+        address: SocketAddr,
+        config: Arc<ServerConfig>,
+        backend: Arc<dyn Backend>,
+        fetcher: MediaFetcher,
+    ) -> Self {
+        let state = ServerState::new(
+            config.license,
+            config.boot_mode,
+            config.supported_boot_modes,
+        );
+        Server {
+            index,
+            address,
+            uuid: format!("30343536-3138-584d-5132-{:012X}", index as u64 + 1),
+            serial: format!("MXQ2{:06}", index + 1),
+            config,
+            state: tokio::sync::Mutex::new(state),
+            faults: Mutex::new(FaultQueue::default()),
+            backend,
+            fetcher,
+            requests: AtomicU64::new(0),
+            sessions: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Takes the firmware boot mode from the backend when it has one (a VM whose firmware is
+    /// already chosen), so current and pending start out as the machine really is.
+    pub async fn sync_from_backend(&self) -> Result<(), OpError> {
+        if let Some(mode) = self.backend.firmware_boot_mode().await? {
+            let mut state = self.state.lock().await;
+            state.boot_mode_current = mode;
+            state.boot_mode_pending = mode;
+        }
+        Ok(())
+    }
+
+    /// Counts a request and takes the fault that applies to it.
+    pub fn begin_request(&self) -> Option<FaultSpec> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.faults.lock().ok()?.take_next()
+    }
+
+    /// Queues a fault.
+    pub fn inject_fault(&self, spec: FaultSpec) {
+        tracing::info!(server = self.index, ?spec, "fault queued");
+        if let Ok(mut q) = self.faults.lock() {
+            q.push(spec);
+        }
+    }
+
+    /// Drops queued faults.
+    pub fn clear_faults(&self) {
+        if let Ok(mut q) = self.faults.lock() {
+            q.clear();
+        }
+    }
+
+    /// Whether the credentials are the configured ones.
+    pub fn credentials_ok(&self, user: &str, password: &str) -> bool {
+        user == self.config.username && password == self.config.password
+    }
+
+    /// A copy of the state.
+    pub async fn snapshot(&self) -> ServerSnapshot {
+        let state = self.state.lock().await.clone();
+        ServerSnapshot {
+            index: self.index,
+            address: self.address,
+            product: self.config.product.clone(),
+            uuid: self.uuid.clone(),
+            state,
+            requests: self.requests.load(Ordering::Relaxed),
+            faults_pending: self.faults.lock().map(|q| q.pending()).unwrap_or_default(),
+        }
+    }
+
+    /// Reads state under the lock.
+    pub async fn read<T>(&self, f: impl FnOnce(&ServerState) -> T) -> T {
+        f(&*self.state.lock().await)
+    }
+
+    /// Changes state that needs no backend call (one-time boot, persistent order, write protect).
+    pub async fn update<T>(&self, f: impl FnOnce(&mut ServerState) -> T) -> T {
+        let mut state = self.state.lock().await;
+        let out = f(&mut state);
+        tracing::info!(server = self.index, state = ?*state, "state changed");
+        out
+    }
+
+    async fn run_boot(
+        &self,
+        state: &mut ServerState,
+        plan: &BootPlan,
+        reset: bool,
+    ) -> Result<(), OpError> {
+        // The firmware reads the boot medium by range, as at insert time: a URL that stopped
+        // answering (an expired temp URL, a stopped image server) makes this boot fail to find
+        // its medium. Recorded in `last_boot.media_read_error`.
+        if let Some(url) = state.last_boot.as_ref().and_then(|b| b.media_url.clone()) {
+            let error = self.fetcher.probe(&url).await.err().map(|e| e.to_string());
+            if let Some(e) = &error {
+                tracing::warn!(server = self.index, url, error = %e, "boot medium unreadable");
+            }
+            if let Some(record) = state.last_boot.as_mut() {
+                record.media_read_error = error;
+            }
+        }
+        self.backend.set_firmware_boot_mode(plan.mode).await?;
+        for (device, url) in &plan.media {
+            self.backend.attach_media(*device, url).await?;
+        }
+        self.backend.set_boot_device(plan.device).await?;
+        if reset {
+            self.backend.reset().await?;
+        } else {
+            self.backend.power_on().await?;
+        }
+        for device in &plan.detach_after_boot {
+            self.backend.detach_media(*device).await?;
+        }
+        tracing::info!(server = self.index, ?plan, reset, "server booted");
+        Ok(())
+    }
+
+    /// Power on (no-op when on).
+    pub async fn power_on(&self) -> Result<PowerChange, OpError> {
+        let mut state = self.state.lock().await;
+        match state.power_on() {
+            None => Ok(PowerChange::AlreadyThere),
+            Some(plan) => {
+                tracing::info!(server = self.index, "power on");
+                self.run_boot(&mut state, &plan, false).await?;
+                Ok(PowerChange::Changed)
+            }
+        }
+    }
+
+    /// Power off, hard (no-op when off).
+    pub async fn power_off(&self) -> Result<PowerChange, OpError> {
+        let mut state = self.state.lock().await;
+        if !state.power_off() {
+            return Ok(PowerChange::AlreadyThere);
+        }
+        tracing::info!(server = self.index, "power off");
+        self.backend.power_off().await?;
+        Ok(PowerChange::Changed)
+    }
+
+    /// Warm reset; fails when off.
+    pub async fn reset(&self) -> Result<(), OpError> {
+        let mut state = self.state.lock().await;
+        let plan = state.reset()?;
+        tracing::info!(server = self.index, "reset");
+        self.run_boot(&mut state, &plan, true).await
+    }
+
+    /// Momentary press of the power button: toggles power. A real OS would shut down
+    /// gracefully; with no OS to ask, the emulator powers off at once.
+    pub async fn press_power_button(&self) -> Result<(), OpError> {
+        let on = self.state.lock().await.power == Power::On;
+        if on {
+            self.power_off().await?;
+        } else {
+            self.power_on().await?;
+        }
+        Ok(())
+    }
+
+    /// Sets the pending boot mode.
+    pub async fn set_pending_boot_mode(&self, mode: BootMode) -> Result<(), OpError> {
+        self.update(|s| s.set_pending_boot_mode(mode)).await?;
+        Ok(())
+    }
+
+    /// Sets or clears the one-time boot.
+    pub async fn set_one_time_boot(&self, target: Option<OneTimeBoot>) {
+        self.update(|s| s.one_time_boot = target).await;
+    }
+
+    /// Sets the persistent boot order.
+    pub async fn set_persistent_boot(&self, devices: &[BootDevice]) {
+        self.update(|s| {
+            s.set_persistent_boot(devices);
+            s.continuous_override = None;
+        })
+        .await;
+    }
+
+    fn check_license(state: &ServerState) -> Result<(), OpError> {
+        if state.license.allows_virtual_media() {
+            Ok(())
+        } else {
+            Err(OpError::LicenseRequired)
+        }
+    }
+
+    /// Checks the licence for a virtual media read.
+    pub async fn vmedia_allowed(&self) -> Result<(), OpError> {
+        Self::check_license(&*self.state.lock().await)
+    }
+
+    /// Inserts an image: reads it by range first; fails like iLO when it cannot.
+    pub async fn insert_media(&self, device: VmDevice, url: &str) -> Result<(), OpError> {
+        self.vmedia_allowed().await?;
+        // The probe runs without the state lock: it can take seconds.
+        let size = self.fetcher.probe(url).await?;
+        let mut state = self.state.lock().await;
+        Self::check_license(&state)?;
+        let was_connected = state.vm(device).connected;
+        state.insert(device, url.to_owned(), size);
+        if was_connected {
+            // A new image in a connected drive: the host sees a media change.
+            self.backend.detach_media(device).await?;
+            self.backend.attach_media(device, url).await?;
+        }
+        tracing::info!(
+            server = self.index,
+            ?device,
+            url,
+            ?size,
+            "virtual media inserted"
+        );
+        Ok(())
+    }
+
+    /// Ejects an image; fails when none is inserted.
+    pub async fn eject_media(&self, device: VmDevice) -> Result<(), OpError> {
+        let mut state = self.state.lock().await;
+        Self::check_license(&state)?;
+        let was_connected = state.vm(device).connected;
+        state.eject(device)?;
+        if was_connected {
+            self.backend.detach_media(device).await?;
+        }
+        tracing::info!(server = self.index, ?device, "virtual media ejected");
+        Ok(())
+    }
+
+    /// SET_VM_STATUS: boot option and/or write protect.
+    pub async fn set_vm_status(
+        &self,
+        device: VmDevice,
+        action: Option<VmBootAction>,
+        write_protect: Option<bool>,
+    ) -> Result<(), OpError> {
+        let mut state = self.state.lock().await;
+        Self::check_license(&state)?;
+        if let Some(wp) = write_protect {
+            state.vm_mut(device).write_protect = wp;
+        }
+        if let Some(action) = action {
+            let was_connected = state.vm(device).connected;
+            state.set_vm_boot(device, action);
+            let vm = state.vm(device);
+            match (was_connected, vm.connected, vm.url.clone()) {
+                (false, true, Some(url)) => self.backend.attach_media(device, &url).await?,
+                (true, false, _) => self.backend.detach_media(device).await?,
+                _ => {}
+            }
+        }
+        tracing::info!(server = self.index, ?device, vm = ?state.vm(device), "virtual media status set");
+        Ok(())
+    }
+
+    /// Connects an inserted medium now without changing its boot option (Redfish insert).
+    pub async fn connect_media(&self, device: VmDevice) -> Result<(), OpError> {
+        let mut state = self.state.lock().await;
+        Self::check_license(&state)?;
+        let vm = state.vm_mut(device);
+        let Some(url) = vm.url.clone() else {
+            return Err(StateError::NoImage.into());
+        };
+        if !vm.connected {
+            vm.connected = true;
+            self.backend.attach_media(device, &url).await?;
+            tracing::info!(server = self.index, ?device, url, "virtual media connected");
+        }
+        Ok(())
+    }
+
+    /// Installs a licence key (any key makes it Advanced).
+    pub async fn activate_license(&self) {
+        self.update(|s| s.license = License::Advanced).await;
+    }
+
+    /// Redfish: creates a session token.
+    pub fn new_session(&self) -> String {
+        let n = self.requests.load(Ordering::Relaxed);
+        let token = format!(
+            "{:016x}{:016x}",
+            n.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0)
+        );
+        if let Ok(mut s) = self.sessions.lock() {
+            // Bounded like a real iLO's session table; the oldest session is dropped (a real
+            // iLO refuses new logins instead [guess]; dropping keeps long scale runs working).
+            if s.len() >= MAX_SESSIONS {
+                s.remove(0);
+            }
+            s.push(token.clone());
+        }
+        token
+    }
+
+    /// Redfish: whether a session token is live.
+    pub fn session_ok(&self, token: &str) -> bool {
+        self.sessions
+            .lock()
+            .map(|s| s.iter().any(|t| t == token))
+            .unwrap_or(false)
+    }
+
+    /// Redfish: ends a session; false when unknown.
+    pub fn end_session(&self, token: &str) -> bool {
+        self.sessions
+            .lock()
+            .map(|mut s| {
+                let before = s.len();
+                s.retain(|t| t != token);
+                s.len() != before
+            })
+            .unwrap_or(false)
+    }
+}

@@ -1,0 +1,31 @@
+//! Fidelity of the iLO emulator's RIBCL side, checked by independent clients from PyPI:
+//! proliantutils (`IloClient`, what ironic's iLO driver uses) and python-hpilo (its own raw HTTP
+//! framing, chunked replies only). The Python scripts in tests/integration/py/ hold the asserts
+//! (power, one-time/persistent boot, boot mode, virtual media insert/status/eject and boot-once,
+//! licences, embedded health, login failure and injected faults); the test fails when a script
+//! exits non-zero.
+
+#[path = "ilo_emulator_support.rs"]
+mod support;
+
+use support::{write_images, EmulatorProcess, ImageServer};
+
+#[test]
+fn proliantutils_drives_the_emulator_over_ribcl() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_images(dir.path());
+    let images = ImageServer::start(dir.path());
+    let emulator = EmulatorProcess::start(dir.path(), 1, &[]);
+    support::run_client_script("ilo_emulator_proliantutils.py", &emulator, 0, &images);
+}
+
+#[test]
+fn python_hpilo_drives_the_emulator_over_ribcl() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_images(dir.path());
+    let images = ImageServer::start(dir.path());
+    // Two servers: the script drives server 1, so this also checks that server i answers on
+    // its own port with its own state.
+    let emulator = EmulatorProcess::start(dir.path(), 2, &[]);
+    support::run_client_script("ilo_emulator_hpilo.py", &emulator, 1, &images);
+}
