@@ -4,5 +4,10 @@
 //! virtual floppy, brings up the network, and then either exposes the node's disk over iSCSI
 //! (`iscsi_ilo`, `pxe_ilo`) or streams the image to disk itself (`agent_ilo`).
 
+pub mod api;
+pub mod disk;
+pub mod floppy;
 pub mod logging;
+pub mod stream;
+mod sys;
 pub mod target;

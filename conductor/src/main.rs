@@ -13,6 +13,8 @@ struct Cli {
 enum Command {
     /// Write, read or size a remote iSCSI LUN with the built-in initiator.
     Iscsi(vmdeploy_conductor::initiator::cli::IscsiArgs),
+    /// Drive one iLO (RIBCL or Redfish): power, boot device, boot mode, virtual media, health.
+    Ilo(vmdeploy_conductor::drivers::ilo::cli::IloArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -20,6 +22,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Iscsi(args) => vmdeploy_conductor::initiator::cli::run(args),
+        Command::Ilo(args) => vmdeploy_conductor::drivers::ilo::cli::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod fat;
+pub mod io;
 pub mod iqn;
 pub mod iscsi;
 pub mod params;

@@ -1,3 +1,14 @@
 //! The agent's iSCSI target: serves the node's disk as LUN 1 (iscsi_ilo, pxe_ilo).
+//!
+//! Layers, bottom up: [`backend`] (O_DIRECT block I/O), [`commands`] (SCSI semantics),
+//! [`framing`] and [`login`] and [`connection`] (iSCSI, RFC 7143), [`server`] (accept loop and
+//! shutdown), [`done`] (the conductor's "done" notification), [`cli`].
 
+pub mod backend;
 pub mod cli;
+pub mod commands;
+pub mod connection;
+pub mod done;
+pub mod framing;
+pub mod login;
+pub mod server;

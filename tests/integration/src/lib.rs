@@ -4,7 +4,11 @@
 //! The test command (`scripts/test`) builds every binary before the tests run; a test that cannot
 //! find one fails with a message that says how to build it.
 
+pub mod sushy;
 pub mod swift;
+pub mod tgt;
+
+pub mod http;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -154,13 +154,13 @@ impl SwiftPeer {
         let start = Instant::now();
         let url = format!("{}/healthcheck", self.base_url);
         loop {
-            let exited = self
-                .children
-                .iter_mut()
-                .find_map(|(name, child)| match child.try_wait() {
-                    Ok(Some(status)) => Some(format!("{name} exited with {status}")),
-                    _ => None,
-                });
+            let exited =
+                self.children
+                    .iter_mut()
+                    .find_map(|(name, child)| match child.try_wait() {
+                        Ok(Some(status)) => Some(format!("{name} exited with {status}")),
+                        _ => None,
+                    });
             if let Some(exited) = exited {
                 bail!("{exited}:\n{}", self.logs());
             }

@@ -1,1 +1,433 @@
-//! iLO clients: RIBCL over HTTPS (iLO 4) and Redfish (iLO 5/6 and other Redfish BMCs).
+//! iLO clients: RIBCL over HTTPS (iLO 4) and Redfish (iLO 5/6 and other Redfish BMCs), and the
+//! choice between them for one node.
+//!
+//! # Design
+//! [`IloClient`] is an enum of the two clients (STYLE.md §2: an enum when there are few
+//! strategies) and implements [`Power`] and [`Management`] by delegation. The protocol comes from
+//! `driver_info` (`ilo_protocol`: `ribcl`, `redfish` or `auto`). `auto` does what proliantutils'
+//! IloClient does (reference/ilo-management.md §1.7): ask GET_PRODUCT_NAME over RIBCL; a model
+//! of Gen10 or later, or an iLO whose RIBCL is off, is driven over Redfish, anything else over
+//! RIBCL.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{
+    BmcInfo, BootDevice, BootMode, DriverError, Health, Licence, Management, Power, PowerAction,
+    PowerState, Secret, SupportedBootModes, VmediaBootOption, VmediaDevice, VmediaStatus,
+};
+
+pub mod cli;
+pub mod http;
+pub mod redfish;
+pub mod ribcl;
+#[cfg(test)]
+pub(crate) mod test_server;
+
+pub use http::{RetryPolicy, TlsVerify};
+
+/// Which protocol to speak to a BMC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// RIBCL (iLO 2-4; iLO 5 while RIBCL is enabled).
+    Ribcl,
+    /// Redfish.
+    Redfish,
+    /// Ask the iLO (GET_PRODUCT_NAME) and choose.
+    #[default]
+    Auto,
+}
+
+impl FromStr for Protocol {
+    type Err = DriverError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "ribcl" => Ok(Protocol::Ribcl),
+            "redfish" => Ok(Protocol::Redfish),
+            "auto" | "" => Ok(Protocol::Auto),
+            other => Err(DriverError::InvalidRequest(format!(
+                "unknown iLO protocol {other:?} (ribcl, redfish or auto)"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Protocol::Ribcl => "ribcl",
+            Protocol::Redfish => "redfish",
+            Protocol::Auto => "auto",
+        })
+    }
+}
+
+/// `client_port` default (DESIGN.md §3).
+pub const DEFAULT_PORT: u16 = 443;
+/// `client_timeout` default, seconds (DESIGN.md §3).
+pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
+
+/// How to reach and log in to one BMC. `Debug` masks the password.
+#[derive(Debug, Clone)]
+pub struct IloConfig {
+    /// `HOST` or `HOST:PORT` (`[v6]:PORT` for IPv6).
+    pub address: String,
+    /// Port when `address` has none.
+    pub port: u16,
+    /// Login name.
+    pub username: String,
+    /// Password.
+    pub password: Secret,
+    /// Certificate checking.
+    pub tls: TlsVerify,
+    /// Bound on each operation, retries included (`client_timeout`).
+    pub timeout: Duration,
+    /// Protocol choice.
+    pub protocol: Protocol,
+    /// Retries of transient failures.
+    pub retry: RetryPolicy,
+}
+
+impl IloConfig {
+    /// A config with the defaults of DESIGN.md §3.
+    pub fn new(address: impl Into<String>, username: impl Into<String>, password: Secret) -> Self {
+        Self {
+            address: address.into(),
+            port: DEFAULT_PORT,
+            username: username.into(),
+            password,
+            tls: TlsVerify::System,
+            timeout: Duration::from_secs(DEFAULT_TIMEOUT_SECS),
+            protocol: Protocol::Auto,
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// `https://host:port`, checked.
+    pub fn base_url(&self) -> Result<String, DriverError> {
+        let address = self.address.trim();
+        if address.is_empty() || address.contains('/') || address.contains('@') {
+            return Err(DriverError::InvalidRequest(format!(
+                "invalid iLO address {address:?}: expected HOST or HOST:PORT"
+            )));
+        }
+        let has_port = match address.rsplit_once(':') {
+            Some((host, port)) => {
+                // A bare IPv6 address has colons but no port.
+                (!host.contains(':') || host.ends_with(']')) && !port.is_empty()
+            }
+            None => false,
+        };
+        let candidate = if has_port {
+            format!("https://{address}")
+        } else if address.contains(':') && !address.starts_with('[') {
+            format!("https://[{address}]:{}", self.port)
+        } else {
+            format!("https://{address}:{}", self.port)
+        };
+        let url = url::Url::parse(&candidate).map_err(|e| {
+            DriverError::InvalidRequest(format!("invalid iLO address {address:?}: {e}"))
+        })?;
+        let host = url.host_str().ok_or_else(|| {
+            DriverError::InvalidRequest(format!("invalid iLO address {address:?}: no host"))
+        })?;
+        let port = url.port_or_known_default().unwrap_or(self.port);
+        Ok(format!("https://{host}:{port}"))
+    }
+
+    /// Reads a node's `driver_info` (DESIGN.md §3): `ilo_address`, `ilo_username`,
+    /// `ilo_password`, `client_port`, `client_timeout`, `ilo_verify_ca` (path or bool) and
+    /// `ilo_protocol`.
+    pub fn from_driver_info(info: &Value) -> Result<Self, DriverError> {
+        let text = |key: &str| -> Result<String, DriverError> {
+            info.get(key)
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .ok_or_else(|| DriverError::InvalidRequest(format!("driver_info lacks {key}")))
+        };
+        let mut config = Self::new(
+            text("ilo_address")?,
+            text("ilo_username")?,
+            Secret::new(text("ilo_password")?),
+        );
+        if let Some(port) = info.get("client_port") {
+            config.port = number(port)
+                .and_then(|p| u16::try_from(p).ok())
+                .filter(|p| *p != 0)
+                .ok_or_else(|| {
+                    DriverError::InvalidRequest(format!("client_port {port} is not a port"))
+                })?;
+        }
+        if let Some(timeout) = info.get("client_timeout") {
+            let secs = number(timeout).filter(|s| *s > 0).ok_or_else(|| {
+                DriverError::InvalidRequest(format!("client_timeout {timeout} is not seconds"))
+            })?;
+            config.timeout = Duration::from_secs(secs);
+        }
+        if let Some(verify) = info.get("ilo_verify_ca") {
+            config.tls = match verify {
+                Value::Bool(true) => TlsVerify::System,
+                Value::Bool(false) => TlsVerify::Insecure,
+                Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
+                    "true" | "yes" | "1" => TlsVerify::System,
+                    "false" | "no" | "0" => TlsVerify::Insecure,
+                    _ => TlsVerify::CaFile(s.trim().into()),
+                },
+                other => {
+                    return Err(DriverError::InvalidRequest(format!(
+                        "ilo_verify_ca {other} is neither a path nor a boolean"
+                    )))
+                }
+            };
+        }
+        if let Some(protocol) = info.get("ilo_protocol").and_then(Value::as_str) {
+            config.protocol = protocol.parse()?;
+        }
+        Ok(config)
+    }
+}
+
+/// A JSON number or a string holding one (Ironic's driver_info is loosely typed).
+fn number(value: &Value) -> Option<u64> {
+    match value {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// Product names that mean iLO 5 or later, where proliantutils switches to Redfish
+/// (reference §1.7; Gen11 carries iLO 6, Gen12 iLO 7).
+fn is_redfish_generation(product_name: &str) -> bool {
+    ["Gen10", "Gen11", "Gen12"]
+        .iter()
+        .any(|g| product_name.contains(g))
+}
+
+/// The client for one node: RIBCL or Redfish.
+#[derive(Debug, Clone)]
+pub enum IloClient {
+    /// RIBCL over HTTPS.
+    Ribcl(ribcl::RibclClient),
+    /// Redfish.
+    Redfish(redfish::RedfishClient),
+}
+
+impl IloClient {
+    /// Builds the client `config.protocol` names; for [`Protocol::Auto`] asks the iLO first.
+    pub async fn connect(config: &IloConfig) -> Result<Self, DriverError> {
+        match config.protocol {
+            Protocol::Ribcl => Ok(IloClient::Ribcl(ribcl::RibclClient::new(config)?)),
+            Protocol::Redfish => Ok(IloClient::Redfish(redfish::RedfishClient::new(config)?)),
+            Protocol::Auto => {
+                let ribcl = ribcl::RibclClient::new(config)?;
+                match ribcl.product_name().await {
+                    Ok(name) if is_redfish_generation(&name) => {
+                        tracing::debug!(product = %name, "iLO 5 or later: using Redfish");
+                        Ok(IloClient::Redfish(redfish::RedfishClient::new(config)?))
+                    }
+                    Ok(name) => {
+                        tracing::debug!(product = %name, "using RIBCL");
+                        Ok(IloClient::Ribcl(ribcl))
+                    }
+                    // RIBCL disabled or absent (iLO 5 with RIBCL off, another vendor's BMC):
+                    // proliantutils goes Redfish-only on an iLO error here.
+                    Err(
+                        err @ (DriverError::Ilo { .. }
+                        | DriverError::NotSupported { .. }
+                        | DriverError::HttpStatus { .. }
+                        | DriverError::MalformedReply { .. }),
+                    ) => {
+                        tracing::debug!(error = %err, "RIBCL unavailable: using Redfish");
+                        Ok(IloClient::Redfish(redfish::RedfishClient::new(config)?))
+                    }
+                    Err(err) => Err(err),
+                }
+            }
+        }
+    }
+
+    /// The protocol in use.
+    pub fn protocol(&self) -> Protocol {
+        match self {
+            IloClient::Ribcl(_) => Protocol::Ribcl,
+            IloClient::Redfish(_) => Protocol::Redfish,
+        }
+    }
+}
+
+macro_rules! delegate {
+    ($self:ident, $method:ident ( $($arg:expr),* )) => {
+        match $self {
+            IloClient::Ribcl(c) => c.$method($($arg),*).await,
+            IloClient::Redfish(c) => c.$method($($arg),*).await,
+        }
+    };
+}
+
+impl Power for IloClient {
+    async fn power_state(&self) -> Result<PowerState, DriverError> {
+        delegate!(self, power_state())
+    }
+
+    async fn set_power(&self, action: PowerAction) -> Result<Option<String>, DriverError> {
+        delegate!(self, set_power(action))
+    }
+}
+
+impl Management for IloClient {
+    async fn one_time_boot(&self) -> Result<Option<BootDevice>, DriverError> {
+        delegate!(self, one_time_boot())
+    }
+
+    async fn set_one_time_boot(&self, device: &BootDevice) -> Result<(), DriverError> {
+        delegate!(self, set_one_time_boot(device))
+    }
+
+    async fn persistent_boot(&self) -> Result<Vec<BootDevice>, DriverError> {
+        delegate!(self, persistent_boot())
+    }
+
+    async fn set_persistent_boot(&self, device: &BootDevice) -> Result<(), DriverError> {
+        delegate!(self, set_persistent_boot(device))
+    }
+
+    async fn current_boot_mode(&self) -> Result<BootMode, DriverError> {
+        delegate!(self, current_boot_mode())
+    }
+
+    async fn pending_boot_mode(&self) -> Result<BootMode, DriverError> {
+        delegate!(self, pending_boot_mode())
+    }
+
+    async fn set_pending_boot_mode(&self, mode: BootMode) -> Result<(), DriverError> {
+        delegate!(self, set_pending_boot_mode(mode))
+    }
+
+    async fn supported_boot_modes(&self) -> Result<SupportedBootModes, DriverError> {
+        delegate!(self, supported_boot_modes())
+    }
+
+    async fn vmedia_status(&self, device: VmediaDevice) -> Result<VmediaStatus, DriverError> {
+        delegate!(self, vmedia_status(device))
+    }
+
+    async fn insert_vmedia(&self, device: VmediaDevice, url: &str) -> Result<(), DriverError> {
+        delegate!(self, insert_vmedia(device, url))
+    }
+
+    async fn eject_vmedia(&self, device: VmediaDevice) -> Result<(), DriverError> {
+        delegate!(self, eject_vmedia(device))
+    }
+
+    async fn set_vmedia_status(
+        &self,
+        device: VmediaDevice,
+        boot_option: VmediaBootOption,
+        write_protect: Option<bool>,
+    ) -> Result<(), DriverError> {
+        delegate!(self, set_vmedia_status(device, boot_option, write_protect))
+    }
+
+    async fn licences(&self) -> Result<Vec<Licence>, DriverError> {
+        delegate!(self, licences())
+    }
+
+    async fn info(&self) -> Result<BmcInfo, DriverError> {
+        delegate!(self, info())
+    }
+
+    async fn health(&self) -> Result<Health, DriverError> {
+        delegate!(self, health())
+    }
+}
+
+/// Leading number of a reading such as `"62 Watts"`, `"21"`, `"45%"`; `None` for `N/A`.
+pub(crate) fn leading_number(text: &str) -> Option<f64> {
+    let t = text.trim();
+    let end = t
+        .char_indices()
+        .find(|(i, c)| !(c.is_ascii_digit() || *c == '.' || (*i == 0 && *c == '-')))
+        .map(|(i, _)| i)
+        .unwrap_or(t.len());
+    t[..end].parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn addresses() {
+        let cfg = |a: &str| IloConfig::new(a, "u", Secret::new("p"));
+        assert_eq!(
+            cfg("10.0.0.5").base_url().expect("ok"),
+            "https://10.0.0.5:443"
+        );
+        assert_eq!(
+            cfg("127.0.0.1:8443").base_url().expect("ok"),
+            "https://127.0.0.1:8443"
+        );
+        assert_eq!(
+            cfg("ilo.example:8443").base_url().expect("ok"),
+            "https://ilo.example:8443"
+        );
+        assert_eq!(
+            cfg("fe80::1").base_url().expect("ok"),
+            "https://[fe80::1]:443"
+        );
+        assert_eq!(
+            cfg("[fe80::1]:8443").base_url().expect("ok"),
+            "https://[fe80::1]:8443"
+        );
+        for bad in ["", "http://x/", "a@b", "host:notaport"] {
+            assert!(cfg(bad).base_url().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn driver_info_is_read_and_masked() {
+        let info = json!({
+            "ilo_address": "10.1.2.3", "ilo_username": "Administrator", "ilo_password": "s3cret",
+            "client_port": "8443", "client_timeout": 30, "ilo_verify_ca": "/etc/ca.pem",
+            "ilo_protocol": "redfish"
+        });
+        let cfg = IloConfig::from_driver_info(&info).expect("valid");
+        assert_eq!(cfg.port, 8443);
+        assert_eq!(cfg.timeout, Duration::from_secs(30));
+        assert_eq!(cfg.tls, TlsVerify::CaFile("/etc/ca.pem".into()));
+        assert_eq!(cfg.protocol, Protocol::Redfish);
+        let debug = format!("{cfg:?}");
+        assert!(!debug.contains("s3cret"), "{debug}");
+        assert!(debug.contains("******"));
+        let insecure = json!({"ilo_address": "a", "ilo_username": "u", "ilo_password": "p",
+            "ilo_verify_ca": false});
+        assert_eq!(
+            IloConfig::from_driver_info(&insecure).expect("valid").tls,
+            TlsVerify::Insecure
+        );
+        assert!(IloConfig::from_driver_info(&json!({"ilo_address": "a"})).is_err());
+    }
+
+    #[test]
+    fn numbers_in_readings() {
+        assert_eq!(leading_number("62 Watts"), Some(62.0));
+        assert_eq!(leading_number("21"), Some(21.0));
+        assert_eq!(leading_number("12.5%"), Some(12.5));
+        assert_eq!(leading_number("N/A"), None);
+        assert_eq!(leading_number(""), None);
+    }
+
+    #[test]
+    fn generations() {
+        assert!(is_redfish_generation("ProLiant DL360 Gen10"));
+        assert!(is_redfish_generation("ProLiant DL380 Gen11"));
+        assert!(!is_redfish_generation("ProLiant DL380p Gen8"));
+        assert!(!is_redfish_generation("ProLiant BL460c G7"));
+    }
+}

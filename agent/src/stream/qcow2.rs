@@ -1,0 +1,222 @@
+//! qcow2 images: spooled to the disk beyond the image's end, verified, then converted to raw.
+//!
+//! # Design
+//! qcow2 cannot be converted while streaming: L1/L2 tables and data clusters may sit anywhere in
+//! the file (../shared/reference/crates.md §3.6). The agent therefore writes the qcow2 file, as
+//! it arrives (and is hashed), to the target disk itself at [`spool_offset`] = the image's virtual
+//! size rounded up to 1 MiB: the conversion writes only `[0, virtual size)`, so it never
+//! overwrites the spool it reads from, and no RAM or second disk is needed. After the checksum
+//! matches, imago reads the spool through [`DiskRegion`] and the raw image streams to the front of
+//! the disk through the same aligned sink, first MiB last. The spool's header is wiped afterwards
+//! so nothing later mistakes the leftover for an image.
+//!
+//! # Limitations
+//! The disk must hold virtual size + qcow2 file size. Backing files are refused (a deploy image
+//! must be self-contained); zstd-compressed clusters are refused by imago.
+
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use imago::io_buffers::{IoVector, IoVectorMut};
+use imago::storage::drivers::CommonStorageHelper;
+use imago::{DenyImplicitOpenGate, FormatAccess, FormatDriverBuilder, Storage};
+
+use crate::disk::HEAD_LEN;
+
+/// qcow2 magic: `QFI\xfb` (qcow2 spec, header offset 0).
+pub const MAGIC: [u8; 4] = [b'Q', b'F', b'I', 0xfb];
+
+/// Header bytes needed to read the fields below.
+pub const HEADER_LEN: usize = 32;
+
+const VERSION_OFFSET: usize = 4;
+const BACKING_FILE_OFFSET_OFFSET: usize = 8;
+const SIZE_OFFSET: usize = 24;
+
+/// The header fields the spool plan needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Qcow2Header {
+    /// Guest-visible size in bytes.
+    pub virtual_size: u64,
+}
+
+/// Whether `head` starts with the qcow2 magic.
+pub fn is_qcow2(head: &[u8]) -> bool {
+    head.starts_with(&MAGIC)
+}
+
+fn be_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes(b[at..at + 4].try_into().expect("4-byte slice"))
+}
+
+fn be_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_be_bytes(b[at..at + 8].try_into().expect("8-byte slice"))
+}
+
+/// Reads the header fields; refuses versions other than 2 and 3 and images with a backing file.
+pub fn parse_header(head: &[u8]) -> anyhow::Result<Qcow2Header> {
+    if head.len() < HEADER_LEN || !is_qcow2(head) {
+        bail!("not a qcow2 header ({} bytes)", head.len());
+    }
+    let version = be_u32(head, VERSION_OFFSET);
+    if !(2..=3).contains(&version) {
+        bail!("unsupported qcow2 version {version}");
+    }
+    if be_u64(head, BACKING_FILE_OFFSET_OFFSET) != 0 {
+        bail!("qcow2 images with a backing file cannot be deployed");
+    }
+    Ok(Qcow2Header {
+        virtual_size: be_u64(head, SIZE_OFFSET),
+    })
+}
+
+/// Where the qcow2 file is spooled: its virtual size rounded up to 1 MiB.
+pub fn spool_offset(h: &Qcow2Header) -> anyhow::Result<u64> {
+    let mib = HEAD_LEN as u64;
+    h.virtual_size
+        .checked_add(mib - 1)
+        .map(|v| v / mib * mib)
+        .context("qcow2 virtual size overflows")
+}
+
+/// A read-only window `[base, base + len)` of the disk, as an imago storage object.
+pub struct DiskRegion {
+    file: File,
+    path: PathBuf,
+    base: u64,
+    len: u64,
+    helper: CommonStorageHelper,
+}
+
+impl DiskRegion {
+    /// Opens `path` read-only (buffered) and exposes `len` bytes from `base`.
+    pub fn open(path: PathBuf, base: u64, len: u64) -> io::Result<DiskRegion> {
+        Ok(DiskRegion {
+            file: File::open(&path)?,
+            path,
+            base,
+            len,
+            helper: CommonStorageHelper::default(),
+        })
+    }
+}
+
+impl fmt::Debug for DiskRegion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "DiskRegion({}@{}+{})",
+            self.path.display(),
+            self.base,
+            self.len
+        )
+    }
+}
+
+impl fmt::Display for DiskRegion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.path.display(), self.base)
+    }
+}
+
+impl Storage for DiskRegion {
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.len)
+    }
+
+    unsafe fn pure_readv(&self, bufv: IoVectorMut<'_>, offset: u64) -> io::Result<()> {
+        let mut offset = offset;
+        for mut buffer in bufv.into_inner() {
+            let buffer: &mut [u8] = &mut buffer;
+            // Past the end of the region reads as zeros (the trait's contract).
+            let in_region = self.len.saturating_sub(offset).min(buffer.len() as u64) as usize;
+            if in_region > 0 {
+                self.file
+                    .read_exact_at(&mut buffer[..in_region], self.base + offset)?;
+            }
+            buffer[in_region..].fill(0);
+            offset += buffer.len() as u64;
+        }
+        Ok(())
+    }
+
+    unsafe fn pure_writev(&self, _bufv: IoVector<'_>, _offset: u64) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "the qcow2 spool is read-only",
+        ))
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        Ok(())
+    }
+
+    unsafe fn invalidate_cache(&self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn get_storage_helper(&self) -> &CommonStorageHelper {
+        &self.helper
+    }
+}
+
+/// Reads the guest data of the spooled qcow2 in order and writes it to `out` (raw).
+pub fn convert(region: DiskRegion, out: &mut impl io::Write) -> anyhow::Result<u64> {
+    let qcow2 = imago::qcow2::Qcow2::<DiskRegion>::builder(region)
+        .write(false)
+        .open(DenyImplicitOpenGate::default())
+        .context("opening the spooled qcow2 image")?;
+    let access = FormatAccess::new(qcow2);
+    let size = access.size();
+    // 1 MiB reads: a multiple of every qcow2 cluster size (512 B .. 2 MiB is allowed, 64 KiB
+    // typical); imago splits reads at cluster boundaries itself.
+    let mut buf = vec![0u8; HEAD_LEN];
+    let mut offset = 0u64;
+    while offset < size {
+        let n = (size - offset).min(buf.len() as u64) as usize;
+        access
+            .read(&mut buf[..n], offset)
+            .with_context(|| format!("reading qcow2 guest data at offset {offset}"))?;
+        out.write_all(&buf[..n])
+            .with_context(|| format!("writing raw data at offset {offset}"))?;
+        offset += n as u64;
+    }
+    Ok(size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(version: u32, backing: u64, size: u64) -> Vec<u8> {
+        let mut h = vec![0u8; HEADER_LEN];
+        h[..4].copy_from_slice(&MAGIC);
+        h[4..8].copy_from_slice(&version.to_be_bytes());
+        h[8..16].copy_from_slice(&backing.to_be_bytes());
+        h[24..32].copy_from_slice(&size.to_be_bytes());
+        h
+    }
+
+    #[test]
+    fn header_checks_and_spool_offset() {
+        let h = parse_header(&header(3, 0, 10 * 1024 * 1024 + 1)).expect("valid");
+        assert_eq!(spool_offset(&h).expect("fits"), 11 * 1024 * 1024);
+        let h = parse_header(&header(2, 0, 4 * 1024 * 1024)).expect("valid");
+        assert_eq!(spool_offset(&h).expect("fits"), 4 * 1024 * 1024);
+        assert!(parse_header(&header(1, 0, 1)).is_err());
+        assert!(parse_header(&header(3, 4096, 1)).is_err());
+        assert!(parse_header(&header(3, 0, 1)[..20]).is_err());
+        assert!(spool_offset(&Qcow2Header {
+            virtual_size: u64::MAX
+        })
+        .is_err());
+    }
+}

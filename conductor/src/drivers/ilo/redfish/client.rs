@@ -1,0 +1,663 @@
+//! Redfish transport: session login with Basic fallback, JSON requests, the 308 re-issue, and
+//! discovery of the system, manager and chassis (reference/ilo-management.md §3.1, §3.2).
+//!
+//! # Design
+//! The first request logs in: POST `{"UserName","Password"}` to the root's `Links.Sessions`
+//! and send `X-Auth-Token` from then on; a service without sessions (4xx other than 401/403,
+//! e.g. sushy-tools' 404) gets HTTP Basic on every request, as sushy does. A 401 on a session
+//! logs in again once. Redirects are not followed by reqwest: iLO 5 before 1.40 answers 308 for
+//! a URI without its trailing slash, and the request is re-issued once, same method and body,
+//! to the `Location` on the same origin (HPEConnector does the same).
+//! Every URI comes from an `@odata.id` or action `target`; fixed paths are only fallbacks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, LOCATION};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use super::codec::{join, link, link_at, members, vmedia_kind, PathStep};
+use super::error::status_error;
+use crate::drivers::ilo::http::{
+    build_client, map_reqwest_error, read_body, with_retries, RetryPolicy,
+};
+use crate::drivers::ilo::IloConfig;
+use crate::drivers::{DriverError, Secret, VmediaDevice};
+
+/// The service root (DSP0266 §6.3).
+pub const SERVICE_ROOT: &str = "/redfish/v1/";
+
+/// How requests authenticate.
+#[derive(Debug, Clone, Default)]
+enum Auth {
+    /// Not logged in yet.
+    #[default]
+    None,
+    /// A session: token and the session URI to DELETE at logout.
+    Session { token: Secret, uri: Option<String> },
+    /// HTTP Basic on every request.
+    Basic,
+}
+
+/// URIs of the resources this driver uses, found once per client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// The ComputerSystem.
+    pub system: String,
+    /// The Manager (the BMC itself).
+    pub manager: Option<String>,
+    /// The Chassis (thermal and power).
+    pub chassis: Option<String>,
+}
+
+/// A successful reply.
+#[derive(Debug)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Headers.
+    pub headers: HeaderMap,
+    /// Body.
+    pub body: bytes::Bytes,
+}
+
+impl Reply {
+    /// The body as JSON; an empty body (204) is `null`.
+    pub fn json(&self, url: &str) -> Result<Value, DriverError> {
+        if self.body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Value::Null);
+        }
+        serde_json::from_slice(&self.body).map_err(|e| DriverError::MalformedReply {
+            url: url.to_string(),
+            message: format!("not JSON: {e}"),
+        })
+    }
+}
+
+/// A Redfish client for one BMC.
+#[derive(Debug, Clone)]
+pub struct RedfishClient {
+    http: reqwest::Client,
+    base: String,
+    username: String,
+    password: Secret,
+    timeout: Duration,
+    retry: RetryPolicy,
+    auth: Arc<tokio::sync::Mutex<Auth>>,
+    layout: Arc<tokio::sync::OnceCell<Layout>>,
+}
+
+impl RedfishClient {
+    /// A client for the BMC in `config`; nothing is sent yet.
+    pub fn new(config: &IloConfig) -> Result<Self, DriverError> {
+        Ok(Self {
+            http: build_client(&config.tls, config.timeout)?,
+            base: config.base_url()?,
+            username: config.username.clone(),
+            password: config.password.clone(),
+            timeout: config.timeout,
+            retry: config.retry,
+            auth: Arc::default(),
+            layout: Arc::default(),
+        })
+    }
+
+    /// `https://host:port` of the service.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    fn url_for(&self, path: &str) -> Result<String, DriverError> {
+        if path.starts_with("https://") || path.starts_with("http://") {
+            let base = url::Url::parse(&self.base)
+                .map_err(|e| DriverError::InvalidRequest(e.to_string()))?;
+            let other = url::Url::parse(path).map_err(|e| DriverError::MalformedReply {
+                url: self.base.clone(),
+                message: format!("bad URI {path:?}: {e}"),
+            })?;
+            if other.origin() != base.origin() {
+                return Err(DriverError::MalformedReply {
+                    url: self.base.clone(),
+                    message: format!("URI {path:?} leaves the service"),
+                });
+            }
+            Ok(other.to_string())
+        } else if path.starts_with('/') {
+            Ok(format!("{}{path}", self.base))
+        } else {
+            Err(DriverError::MalformedReply {
+                url: self.base.clone(),
+                message: format!("relative URI {path:?}"),
+            })
+        }
+    }
+
+    /// GET a resource as JSON.
+    pub async fn get(&self, path: &str) -> Result<Value, DriverError> {
+        let reply = self.request(Method::GET, path, None).await?;
+        reply.json(path)
+    }
+
+    /// PATCH a resource.
+    pub async fn patch(&self, path: &str, body: &Value) -> Result<(), DriverError> {
+        self.request(Method::PATCH, path, Some(body)).await?;
+        Ok(())
+    }
+
+    /// POST to a collection or action.
+    pub async fn post(&self, path: &str, body: &Value) -> Result<Reply, DriverError> {
+        self.request(Method::POST, path, Some(body)).await
+    }
+
+    /// One request with login, the 308 re-issue, error mapping and retries within the timeout.
+    pub async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Reply, DriverError> {
+        let url = self.url_for(path)?;
+        tracing::debug!(%method, %url, "Redfish request");
+        with_retries(&url, self.timeout, self.retry, || {
+            self.attempt(method.clone(), url.clone(), path, body)
+        })
+        .await
+    }
+
+    async fn attempt(
+        &self,
+        method: Method,
+        url: String,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Reply, DriverError> {
+        let mut auth = self.current_auth().await?;
+        let mut response = self.send(&method, &url, body, &auth).await?;
+        if response.status() == StatusCode::UNAUTHORIZED && matches!(auth, Auth::Session { .. }) {
+            // The session expired or was deleted: log in again, once.
+            tracing::info!(%url, "Redfish session rejected, logging in again");
+            *self.auth.lock().await = Auth::None;
+            auth = self.current_auth().await?;
+            response = self.send(&method, &url, body, &auth).await?;
+        }
+        if matches!(
+            response.status(),
+            StatusCode::MOVED_PERMANENTLY
+                | StatusCode::FOUND
+                | StatusCode::TEMPORARY_REDIRECT
+                | StatusCode::PERMANENT_REDIRECT
+        ) {
+            let location = response
+                .headers()
+                .get(LOCATION)
+                .and_then(|l| l.to_str().ok())
+                .ok_or_else(|| DriverError::MalformedReply {
+                    url: url.clone(),
+                    message: format!("{} without a Location", response.status()),
+                })?;
+            let target = url::Url::parse(&url)
+                .and_then(|u| u.join(location))
+                .map_err(|e| DriverError::MalformedReply {
+                    url: url.clone(),
+                    message: format!("bad Location {location:?}: {e}"),
+                })?;
+            let target = self.url_for(target.as_str())?;
+            tracing::debug!(from = %url, to = %target, "Redfish redirect, re-issuing once");
+            response = self.send(&method, &target, body, &auth).await?;
+        }
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = read_body(&url, self.timeout, response).await?;
+        if !status.is_success() {
+            return Err(status_error(method.as_str(), path, status.as_u16(), &bytes));
+        }
+        Ok(Reply {
+            status,
+            headers,
+            body: bytes,
+        })
+    }
+
+    async fn send(
+        &self,
+        method: &Method,
+        url: &str,
+        body: Option<&Value>,
+        auth: &Auth,
+    ) -> Result<reqwest::Response, DriverError> {
+        let mut request = self
+            .http
+            .request(method.clone(), url)
+            .header(reqwest::header::ACCEPT, "application/json")
+            .header("OData-Version", "4.0");
+        request = match auth {
+            Auth::Session { token, .. } => request.header("X-Auth-Token", token.expose()),
+            Auth::Basic => request.basic_auth(&self.username, Some(self.password.expose())),
+            Auth::None => request,
+        };
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        request
+            .send()
+            .await
+            .map_err(|e| map_reqwest_error(url, self.timeout, &e))
+    }
+
+    async fn current_auth(&self) -> Result<Auth, DriverError> {
+        let mut guard = self.auth.lock().await;
+        if matches!(*guard, Auth::None) {
+            *guard = self.login().await?;
+        }
+        Ok(guard.clone())
+    }
+
+    async fn login(&self) -> Result<Auth, DriverError> {
+        // The service root is readable without credentials (reference §3.1).
+        let root_url = self.url_for(SERVICE_ROOT)?;
+        let root = self
+            .send(&Method::GET, &root_url, None, &Auth::None)
+            .await?;
+        let status = root.status();
+        let bytes = read_body(&root_url, self.timeout, root).await?;
+        if !status.is_success() {
+            return Err(status_error("GET", SERVICE_ROOT, status.as_u16(), &bytes));
+        }
+        let root: Value =
+            serde_json::from_slice(&bytes).map_err(|e| DriverError::MalformedReply {
+                url: root_url.clone(),
+                message: format!("service root is not JSON: {e}"),
+            })?;
+        let sessions = link_at(&root, &[PathStep::Key("Links"), PathStep::Key("Sessions")])
+            .map(str::to_string);
+        let Some(sessions) = sessions else {
+            tracing::debug!(base = %self.base, "no Redfish SessionService: using Basic auth");
+            return Ok(Auth::Basic);
+        };
+        let url = self.url_for(&sessions)?;
+        let body = json!({"UserName": self.username, "Password": self.password.expose()});
+        let response = self
+            .send(&Method::POST, &url, Some(&body), &Auth::None)
+            .await?;
+        let status = response.status();
+        match status.as_u16() {
+            200..=299 => {
+                let headers = response.headers().clone();
+                let token = headers
+                    .get("X-Auth-Token")
+                    .and_then(|t| t.to_str().ok())
+                    .ok_or_else(|| DriverError::MalformedReply {
+                        url: url.clone(),
+                        message: "session created without an X-Auth-Token".to_string(),
+                    })?
+                    .to_string();
+                let body = read_body(&url, self.timeout, response)
+                    .await
+                    .unwrap_or_default();
+                let uri = headers
+                    .get(LOCATION)
+                    .and_then(|l| l.to_str().ok())
+                    .map(str::to_string)
+                    .or_else(|| {
+                        serde_json::from_slice::<Value>(&body)
+                            .ok()
+                            .and_then(|v| v.get("@odata.id")?.as_str().map(str::to_string))
+                    });
+                tracing::debug!(base = %self.base, "Redfish session opened");
+                Ok(Auth::Session {
+                    token: Secret::new(token),
+                    uri,
+                })
+            }
+            401 | 403 => {
+                let bytes = read_body(&url, self.timeout, response)
+                    .await
+                    .unwrap_or_default();
+                Err(DriverError::LoginFailed {
+                    message: super::error::error_message(&bytes),
+                })
+            }
+            400..=499 | 501 => {
+                tracing::debug!(base = %self.base, %status, "Redfish session refused: using Basic auth");
+                Ok(Auth::Basic)
+            }
+            _ => {
+                let bytes = read_body(&url, self.timeout, response)
+                    .await
+                    .unwrap_or_default();
+                Err(status_error("POST", &sessions, status.as_u16(), &bytes))
+            }
+        }
+    }
+
+    /// Deletes the session, if one was opened (iLOs have few session slots).
+    pub async fn logout(&self) {
+        let auth = std::mem::take(&mut *self.auth.lock().await);
+        if let Auth::Session {
+            token,
+            uri: Some(uri),
+        } = &auth
+        {
+            let Ok(url) = self.url_for(uri).or_else(|_| {
+                url::Url::parse(uri)
+                    .map(|u| format!("{}{}", self.base, u.path()))
+                    .map_err(|e| e.to_string())
+            }) else {
+                return;
+            };
+            let result = self
+                .send(
+                    &Method::DELETE,
+                    &url,
+                    None,
+                    &Auth::Session {
+                        token: token.clone(),
+                        uri: None,
+                    },
+                )
+                .await;
+            if let Err(e) = result {
+                tracing::warn!(error = %e, "closing the Redfish session failed");
+            }
+        }
+    }
+
+    /// The system, manager and chassis URIs (the first member of each collection, or the
+    /// system's own links).
+    pub async fn layout(&self) -> Result<&Layout, DriverError> {
+        self.layout
+            .get_or_try_init(|| async {
+                let root = self.get(SERVICE_ROOT).await?;
+                let first = |collection: Value, what: &str| {
+                    members(&collection).into_iter().next().ok_or_else(|| {
+                        DriverError::MalformedReply {
+                            url: self.base.clone(),
+                            message: format!("the {what} collection is empty"),
+                        }
+                    })
+                };
+                let systems = link(&root, "Systems").unwrap_or("/redfish/v1/Systems/");
+                let system_uri = first(self.get(systems).await?, "Systems")?;
+                let system = self.get(&system_uri).await?;
+                let manager = match link_at(
+                    &system,
+                    &[
+                        PathStep::Key("Links"),
+                        PathStep::Key("ManagedBy"),
+                        PathStep::Index(0),
+                    ],
+                ) {
+                    Some(m) => Some(m.to_string()),
+                    None => match link(&root, "Managers") {
+                        Some(m) => first(self.get(m).await?, "Managers").ok(),
+                        None => None,
+                    },
+                };
+                let chassis = match link_at(
+                    &system,
+                    &[
+                        PathStep::Key("Links"),
+                        PathStep::Key("Chassis"),
+                        PathStep::Index(0),
+                    ],
+                ) {
+                    Some(c) => Some(c.to_string()),
+                    None => match link(&root, "Chassis") {
+                        Some(c) => first(self.get(c).await?, "Chassis").ok(),
+                        None => None,
+                    },
+                };
+                Ok(Layout {
+                    system: system_uri,
+                    manager,
+                    chassis,
+                })
+            })
+            .await
+    }
+
+    /// The VirtualMedia member serving `device`: (URI, resource). The collection is the
+    /// manager's (iLO, reference §3.3) or the system's (sushy-tools puts it there).
+    pub async fn vmedia_member(
+        &self,
+        device: VmediaDevice,
+    ) -> Result<(String, Value), DriverError> {
+        let layout = self.layout().await?;
+        let mut collection_uri = None;
+        if let Some(manager) = &layout.manager {
+            collection_uri = link(&self.get(manager).await?, "VirtualMedia").map(str::to_string);
+        }
+        if collection_uri.is_none() {
+            collection_uri =
+                link(&self.get(&layout.system).await?, "VirtualMedia").map(str::to_string);
+        }
+        let collection_uri = collection_uri.ok_or_else(|| DriverError::NotSupported {
+            operation: "virtual media".to_string(),
+            message: "neither the manager nor the system links a VirtualMedia collection"
+                .to_string(),
+        })?;
+        for member in members(&self.get(&collection_uri).await?) {
+            let resource = self.get(&member).await?;
+            if vmedia_kind(&resource) == Some(device) {
+                return Ok((member, resource));
+            }
+        }
+        Err(DriverError::NotSupported {
+            operation: format!("virtual media {device}"),
+            message: format!("no member of {collection_uri} serves {device}"),
+        })
+    }
+
+    /// A fallback URI below `base` when a resource does not advertise one.
+    pub fn below(base: &str, tail: &str) -> String {
+        join(base, tail)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drivers::ilo::test_server::{Reply, Request, TestServer};
+    use crate::drivers::ilo::{Protocol, TlsVerify};
+    use crate::drivers::{Power, PowerState};
+
+    fn config(server: &TestServer) -> IloConfig {
+        let mut c = IloConfig::new(server.address.clone(), "admin", Secret::new("secret"));
+        c.tls = TlsVerify::CaFile(server.cert_path.clone());
+        c.timeout = Duration::from_secs(5);
+        c.protocol = Protocol::Redfish;
+        c.retry = RetryPolicy {
+            attempts: 2,
+            initial_backoff: Duration::from_millis(10),
+        };
+        c
+    }
+
+    fn json_reply(status: u16, body: Value, extra: Vec<(String, String)>) -> Reply {
+        Reply::Plain {
+            status,
+            headers: extra,
+            body: body.to_string(),
+        }
+    }
+
+    /// An iLO-5-like service: sessions, trailing-slash URIs, 308 for URIs without the slash.
+    fn ilo5(req: &Request) -> Reply {
+        let authed = req.header("x-auth-token") == Some("tok123");
+        match (req.method.as_str(), req.path.as_str()) {
+            ("GET", "/redfish/v1/") => json_reply(
+                200,
+                json!({"Systems": {"@odata.id": "/redfish/v1/Systems/"},
+                       "Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions/"}}}),
+                vec![],
+            ),
+            ("POST", "/redfish/v1/SessionService/Sessions/") => {
+                let body: Value = serde_json::from_str(&req.body).unwrap_or_default();
+                if body["UserName"] == "admin" && body["Password"] == "secret" {
+                    json_reply(
+                        201,
+                        json!({"@odata.id": "/redfish/v1/SessionService/Sessions/admin1/"}),
+                        vec![
+                            ("X-Auth-Token".into(), "tok123".into()),
+                            (
+                                "Location".into(),
+                                "/redfish/v1/SessionService/Sessions/admin1/".into(),
+                            ),
+                        ],
+                    )
+                } else {
+                    json_reply(
+                        401,
+                        json!({"error": {"@Message.ExtendedInfo": [{"MessageId": "Base.1.4.NoValidSession"}]}}),
+                        vec![],
+                    )
+                }
+            }
+            _ if !authed => json_reply(401, json!({}), vec![]),
+            ("GET", "/redfish/v1/Systems/") => json_reply(
+                200,
+                json!({"Members": [{"@odata.id": "/redfish/v1/Systems/1"}]}),
+                vec![],
+            ),
+            // iLO 5 before 1.40: 308 to the URI with its trailing slash (reference §3.2).
+            (_, "/redfish/v1/Systems/1") => json_reply(
+                308,
+                json!({}),
+                vec![("Location".into(), "/redfish/v1/Systems/1/".into())],
+            ),
+            ("GET", "/redfish/v1/Systems/1/") => {
+                json_reply(200, json!({"PowerState": "Off", "Links": {}}), vec![])
+            }
+            ("DELETE", "/redfish/v1/SessionService/Sessions/admin1/") => {
+                json_reply(200, json!({}), vec![])
+            }
+            _ => json_reply(404, json!({"error": {"message": "not here"}}), vec![]),
+        }
+    }
+
+    #[tokio::test]
+    async fn session_login_308_and_logout() {
+        let server = TestServer::start(ilo5).await;
+        let client = RedfishClient::new(&config(&server)).expect("client");
+        assert_eq!(client.power_state().await.expect("state"), PowerState::Off);
+        client.logout().await;
+        let requests = server.requests();
+        let lines: Vec<String> = requests
+            .iter()
+            .map(|r| format!("{} {}", r.method, r.path))
+            .collect();
+        assert_eq!(
+            lines,
+            vec![
+                "GET /redfish/v1/",
+                "POST /redfish/v1/SessionService/Sessions/",
+                "GET /redfish/v1/",
+                "GET /redfish/v1/Systems/",
+                "GET /redfish/v1/Systems/1",
+                "GET /redfish/v1/Systems/1/",
+                "GET /redfish/v1/Systems/1",
+                "GET /redfish/v1/Systems/1/",
+                "DELETE /redfish/v1/SessionService/Sessions/admin1/",
+            ]
+        );
+        assert!(requests[2..]
+            .iter()
+            .all(|r| r.header("x-auth-token") == Some("tok123")));
+        assert!(requests.iter().all(|r| r.header("authorization").is_none()));
+    }
+
+    #[tokio::test]
+    async fn expired_session_logs_in_again_once() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let logins = std::sync::Arc::new(AtomicU32::new(0));
+        let counted = logins.clone();
+        let server = TestServer::start(move |req| {
+            if req.method == "POST" && req.path == "/redfish/v1/SessionService/Sessions/" {
+                // The first session is "expired" by the time it is used: its token is stale.
+                let n = counted.fetch_add(1, Ordering::SeqCst);
+                let token = if n == 0 { "stale" } else { "tok123" };
+                return json_reply(201, json!({}), vec![("X-Auth-Token".into(), token.into())]);
+            }
+            ilo5(req)
+        })
+        .await;
+        let client = RedfishClient::new(&config(&server)).expect("client");
+        assert_eq!(client.power_state().await.expect("state"), PowerState::Off);
+        assert_eq!(logins.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn wrong_password_is_login_failed() {
+        let server = TestServer::start(ilo5).await;
+        let mut c = config(&server);
+        c.password = Secret::new("wrong");
+        let err = RedfishClient::new(&c)
+            .expect("client")
+            .power_state()
+            .await
+            .expect_err("login fails");
+        assert!(matches!(err, DriverError::LoginFailed { .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn basic_auth_when_sessions_are_missing() {
+        let server = TestServer::start(|req| {
+            // "admin:secret"
+            let basic = req.header("authorization") == Some("Basic YWRtaW46c2VjcmV0");
+            match req.path.as_str() {
+                "/redfish/v1/" => json_reply(
+                    200,
+                    json!({"Systems": {"@odata.id": "/redfish/v1/Systems"},
+                       "Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"}}}),
+                    vec![],
+                ),
+                "/redfish/v1/SessionService/Sessions" => json_reply(404, json!({}), vec![]),
+                _ if !basic => json_reply(401, json!({}), vec![]),
+                "/redfish/v1/Systems" => json_reply(
+                    200,
+                    json!({"Members": [{"@odata.id": "/redfish/v1/Systems/abc"}]}),
+                    vec![],
+                ),
+                "/redfish/v1/Systems/abc" => {
+                    json_reply(200, json!({"PowerState": "On"}), vec![])
+                }
+                _ => json_reply(404, json!({}), vec![]),
+            }
+        })
+        .await;
+        let client = RedfishClient::new(&config(&server)).expect("client");
+        assert_eq!(client.power_state().await.expect("state"), PowerState::On);
+    }
+
+    #[tokio::test]
+    async fn non_json_and_redirect_off_site_are_typed() {
+        let server = TestServer::start(|req| match req.path.as_str() {
+            "/redfish/v1/" => Reply::ok("<html>not redfish</html>"),
+            _ => Reply::status(404, ""),
+        })
+        .await;
+        let err = RedfishClient::new(&config(&server))
+            .expect("client")
+            .power_state()
+            .await
+            .expect_err("not JSON");
+        assert!(matches!(err, DriverError::MalformedReply { .. }), "{err}");
+
+        let server = TestServer::start(|req| match req.path.as_str() {
+            "/redfish/v1/" => json_reply(200, json!({}), vec![]),
+            _ => Reply::Plain {
+                status: 308,
+                headers: vec![("Location".into(), "https://evil.example/redfish/v1/".into())],
+                body: String::new(),
+            },
+        })
+        .await;
+        let err = RedfishClient::new(&config(&server))
+            .expect("client")
+            .get("/redfish/v1/Systems")
+            .await
+            .expect_err("off-site redirect");
+        assert!(err.to_string().contains("leaves the service"), "{err}");
+    }
+}

@@ -1,0 +1,474 @@
+//! `vmdeploy-conductor ilo` against the project's iLO emulator (`ilo-emulator`), in both
+//! protocols: every CLI command, checked against the emulator's own state
+//! (`GET /_emulator/state`), and the emulator's injected faults, each of which must end the CLI
+//! with a non-zero status and a one-line reason.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use vmdeploy_integration_tests::bin;
+
+const USER: &str = "admin";
+const PASSWORD: &str = "emu-pass";
+
+/// A running `ilo-emulator`, killed on drop.
+struct Emulator {
+    child: Child,
+    address: String,
+    cert: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Emulator {
+    fn start(extra: &[&str]) -> Emulator {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let cert = dir.path().join("cert.pem");
+        let mut child = Command::new(bin("ilo-emulator"))
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--username",
+                USER,
+                "--password",
+                PASSWORD,
+            ])
+            .arg("--cert-out")
+            .arg(&cert)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting ilo-emulator");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut address = None;
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("server 0 https://") {
+                    address = Some(url.trim().to_string());
+                }
+                if line.trim() == "ready" {
+                    let _ = tx.send(address.take());
+                }
+            }
+        });
+        let address = rx
+            .recv_timeout(Duration::from_secs(30))
+            .ok()
+            .flatten()
+            .expect("ilo-emulator printed its address and ready within 30 s");
+        Emulator {
+            child,
+            address,
+            cert,
+            dir,
+        }
+    }
+
+    fn password_file(&self, password: &str) -> PathBuf {
+        let path = self.dir.path().join(format!("pw-{}", password.len()));
+        std::fs::write(&path, format!("{password}\n")).expect("writing the password file");
+        path
+    }
+
+    /// `curl` stands in for a plain HTTPS client on the admin API.
+    fn admin(&self, method: &str, path: &str, body: Option<&Value>) -> Value {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sS", "--max-time", "10", "--cacert"])
+            .arg(&self.cert)
+            .args(["-X", method, &format!("https://{}{path}", self.address)]);
+        if let Some(b) = body {
+            cmd.args(["-H", "Content-Type: application/json", "-d", &b.to_string()]);
+        }
+        let out = cmd.output().expect("running curl");
+        assert!(
+            out.status.success(),
+            "curl {path}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    }
+
+    /// A Redfish resource as the emulator serves it (Basic auth), to compare the CLI against.
+    fn redfish_get(&self, path: &str) -> Value {
+        let out = Command::new("curl")
+            .args([
+                "-sS",
+                "--max-time",
+                "10",
+                "-u",
+                &format!("{USER}:{PASSWORD}"),
+                "--cacert",
+            ])
+            .arg(&self.cert)
+            .arg(format!("https://{}{path}", self.address))
+            .output()
+            .expect("running curl");
+        assert!(out.status.success(), "curl {path}");
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    }
+
+    fn state(&self) -> Value {
+        self.admin("GET", "/_emulator/state", None)
+    }
+
+    fn fault(&self, spec: Value) {
+        self.admin("POST", "/_emulator/faults", Some(&spec));
+    }
+}
+
+/// A tiny HTTP image server with Range support (the emulator reads media by range, as iLO does).
+struct ImageServer {
+    base: String,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for ImageServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+impl ImageServer {
+    fn start() -> ImageServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("binding the image server");
+        listener
+            .set_nonblocking(true)
+            .expect("non-blocking listener");
+        let base = format!("http://{}", listener.local_addr().expect("address"));
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let image: Arc<Vec<u8>> = Arc::new((0..256 * 1024u32).map(|i| (i % 251) as u8).collect());
+        std::thread::spawn(move || {
+            while !stopping.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((mut stream, _)) => {
+                        let image = image.clone();
+                        std::thread::spawn(move || {
+                            let _ = stream.set_nonblocking(false);
+                            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                            let mut buf = vec![0u8; 8192];
+                            let mut req = Vec::new();
+                            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                                match stream.read(&mut buf) {
+                                    Ok(0) | Err(_) => return,
+                                    Ok(n) => req.extend_from_slice(&buf[..n]),
+                                }
+                            }
+                            let text = String::from_utf8_lossy(&req).to_string();
+                            let head = text.starts_with("HEAD");
+                            let range = text.lines().find_map(|l| {
+                                let l = l.to_ascii_lowercase();
+                                let spec = l.strip_prefix("range: bytes=")?.trim().to_string();
+                                let (a, b) = spec.split_once('-')?;
+                                let a: usize = a.parse().ok()?;
+                                let b: usize = b.parse().unwrap_or(image.len() - 1);
+                                Some((a, b.min(image.len() - 1)))
+                            });
+                            let (status, body, extra) = match range {
+                                Some((a, b)) if a <= b => (
+                                    "206 Partial Content",
+                                    &image[a..=b],
+                                    format!("Content-Range: bytes {a}-{b}/{}\r\n", image.len()),
+                                ),
+                                _ => ("200 OK", &image[..], String::new()),
+                            };
+                            let _ = write!(
+                                stream,
+                                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nAccept-Ranges: bytes\r\n{extra}Connection: close\r\n\r\n",
+                                body.len()
+                            );
+                            if !head {
+                                let _ = stream.write_all(body);
+                            }
+                        });
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
+        ImageServer { base, stop }
+    }
+}
+
+struct Outcome {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+fn cli(emu: &Emulator, protocol: &str, password: &Path, timeout: u64, args: &[&str]) -> Outcome {
+    let start = Instant::now();
+    let out = Command::new(bin("vmdeploy-conductor"))
+        .args(["ilo", "--address", &emu.address, "--username", USER])
+        .arg("--password-file")
+        .arg(password)
+        .arg("--ca")
+        .arg(&emu.cert)
+        .args(["--protocol", protocol, "--timeout", &timeout.to_string()])
+        .args(args)
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("running vmdeploy-conductor");
+    Outcome {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        elapsed: start.elapsed(),
+    }
+}
+
+fn ok(emu: &Emulator, protocol: &str, pw: &Path, args: &[&str]) -> String {
+    let o = cli(emu, protocol, pw, 20, args);
+    assert!(o.ok, "{protocol} {args:?} failed: {}", o.stderr);
+    o.stdout
+}
+
+fn every_command_works(protocol: &str) {
+    let emu = Emulator::start(&[]);
+    let images = ImageServer::start();
+    let pw = emu.password_file(PASSWORD);
+    let p = protocol;
+
+    let info = ok(&emu, p, &pw, &["info"]);
+    assert!(info.contains("ProLiant DL380p Gen8"), "{info}");
+    assert!(info.contains(&format!("protocol {p}")), "{info}");
+
+    // Power.
+    assert_eq!(ok(&emu, p, &pw, &["power", "status"]), "off");
+    assert_eq!(emu.state()["power"], "OFF");
+    ok(&emu, p, &pw, &["power", "on"]);
+    assert_eq!(emu.state()["power"], "ON");
+    assert_eq!(ok(&emu, p, &pw, &["power"]), "on");
+    let json_out: Value =
+        serde_json::from_str(&ok(&emu, p, &pw, &["--json", "power", "status"])).expect("json");
+    assert_eq!(json_out["power"], "on");
+    ok(&emu, p, &pw, &["power", "reset"]);
+    assert_eq!(emu.state()["power"], "ON");
+    ok(&emu, p, &pw, &["power", "off"]);
+    assert_eq!(emu.state()["power"], "OFF");
+    assert_eq!(ok(&emu, p, &pw, &["power", "status"]), "off");
+
+    // Boot devices.
+    ok(&emu, p, &pw, &["boot-once", "cdrom"]);
+    assert_eq!(emu.state()["one_time_boot"], "CDROM");
+    assert_eq!(ok(&emu, p, &pw, &["boot-once"]), "cdrom");
+    ok(&emu, p, &pw, &["boot-once", "network"]);
+    assert_eq!(emu.state()["one_time_boot"], "NETWORK");
+    ok(&emu, p, &pw, &["boot-persistent", "hdd"]);
+    assert_eq!(emu.state()["persistent_boot"][0], "HDD");
+    ok(&emu, p, &pw, &["boot-persistent", "network"]);
+    assert_eq!(emu.state()["persistent_boot"][0], "NETWORK");
+    assert_eq!(
+        ok(&emu, p, &pw, &["boot-persistent"]).lines().next(),
+        Some("network")
+    );
+    ok(&emu, p, &pw, &["boot-persistent", "cdrom"]);
+    assert_eq!(emu.state()["persistent_boot"][0], "CDROM");
+
+    // Boot mode.
+    assert_eq!(ok(&emu, p, &pw, &["boot-mode", "get"]), "bios");
+    ok(&emu, p, &pw, &["boot-mode", "set", "uefi"]);
+    assert_eq!(emu.state()["boot_mode"]["pending"], "UEFI");
+    assert_eq!(ok(&emu, p, &pw, &["boot-mode"]), "uefi");
+    assert_eq!(ok(&emu, p, &pw, &["boot-mode", "get", "--current"]), "bios");
+    ok(&emu, p, &pw, &["boot-mode", "set", "bios"]);
+    assert_eq!(emu.state()["boot_mode"]["pending"], "LEGACY");
+    assert_eq!(ok(&emu, p, &pw, &["boot-mode", "get"]), "bios");
+    assert_eq!(
+        ok(&emu, p, &pw, &["boot-mode", "supported"]),
+        "bios_and_uefi"
+    );
+
+    // Virtual media, both devices.
+    for (dev, key, file) in [
+        ("cdrom", "CDROM", "boot.iso"),
+        ("floppy", "FLOPPY", "floppy.img"),
+    ] {
+        let url = format!("{}/{file}", images.base);
+        assert_eq!(ok(&emu, p, &pw, &["vmedia", "status", dev]), "not inserted");
+        ok(&emu, p, &pw, &["vmedia", "insert", dev, &url]);
+        assert_eq!(emu.state()["vmedia"][key]["url"], url.as_str());
+        assert_eq!(emu.state()["vmedia"][key]["inserted"], true);
+        assert_eq!(
+            ok(&emu, p, &pw, &["vmedia", "status", dev]),
+            format!("inserted {url}")
+        );
+        let status: Value =
+            serde_json::from_str(&ok(&emu, p, &pw, &["--json", "vmedia", "status", dev]))
+                .expect("json");
+        assert_eq!(status["inserted"], true);
+        assert_eq!(status["image_url"], url.as_str());
+        ok(
+            &emu,
+            p,
+            &pw,
+            &["vmedia", "set-status", dev, "--boot-option", "boot-once"],
+        );
+        assert_eq!(emu.state()["vmedia"][key]["boot_option"], "BOOT_ONCE");
+        ok(&emu, p, &pw, &["vmedia", "eject", dev]);
+        assert_eq!(emu.state()["vmedia"][key]["inserted"], false);
+        assert_eq!(ok(&emu, p, &pw, &["vmedia", "status", dev]), "not inserted");
+        // Ejecting an empty device is not an error.
+        ok(&emu, p, &pw, &["vmedia", "eject", dev]);
+    }
+
+    // Licence, health.
+    let licence = ok(&emu, p, &pw, &["licence"]);
+    assert!(licence.contains("iLO Advanced (advanced)"), "{licence}");
+    let health_text = ok(&emu, p, &pw, &["health"]);
+    assert!(health_text.contains("power: "), "{health_text}");
+    let health: Value =
+        serde_json::from_str(&ok(&emu, p, &pw, &["--json", "health"])).expect("json");
+    let count = |v: &Value, key: &str| v[key].as_array().map_or(0, Vec::len);
+    if p == "ribcl" {
+        assert!(health_text.contains("temperature "), "{health_text}");
+        assert!(health_text.contains("fan "), "{health_text}");
+        assert!(count(&health, "temperatures") > 0, "{health}");
+        assert!(health["power"]["present_watts"].is_number(), "{health}");
+    } else {
+        // Exactly what the emulator's chassis exposes (Thermal/Power links, when it has them).
+        let chassis = emu.redfish_get("/redfish/v1/Chassis/1/");
+        let thermal = chassis["Thermal"]["@odata.id"]
+            .as_str()
+            .map(|t| emu.redfish_get(t))
+            .unwrap_or(Value::Null);
+        assert_eq!(
+            count(&health, "temperatures"),
+            count(&thermal, "Temperatures"),
+            "{health}"
+        );
+        assert_eq!(count(&health, "fans"), count(&thermal, "Fans"), "{health}");
+        if let Some(power) = chassis["Power"]["@odata.id"].as_str() {
+            let power = emu.redfish_get(power);
+            assert_eq!(
+                health["power"]["present_watts"].as_f64(),
+                power["PowerControl"][0]["PowerConsumedWatts"].as_f64(),
+                "{health}"
+            );
+        }
+    }
+
+    // Wrong password.
+    let wrong = emu.password_file("not-the-password");
+    let o = cli(&emu, p, &wrong, 20, &["power", "status"]);
+    assert!(!o.ok);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert!(o.stderr.contains("login failed"), "{}", o.stderr);
+}
+
+#[test]
+fn cli_every_command_over_ribcl() {
+    every_command_works("ribcl");
+}
+
+#[test]
+fn cli_every_command_over_redfish() {
+    every_command_works("redfish");
+}
+
+#[test]
+fn cli_auto_picks_ribcl_for_gen8_and_redfish_for_gen10() {
+    let emu = Emulator::start(&[]);
+    let pw = emu.password_file(PASSWORD);
+    let o = cli(&emu, "auto", &pw, 20, &["info"]);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(o.stdout.contains("protocol ribcl"), "{}", o.stdout);
+    drop(emu);
+    let emu = Emulator::start(&["--product", "ProLiant DL360 Gen10"]);
+    let pw = emu.password_file(PASSWORD);
+    let o = cli(&emu, "auto", &pw, 20, &["info"]);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(o.stdout.contains("protocol redfish"), "{}", o.stdout);
+}
+
+fn fault_case(emu: &Emulator, pw: &Path, protocol: &str, spec: Value, timeout: u64) -> Outcome {
+    emu.admin("DELETE", "/_emulator/faults", None);
+    emu.fault(spec);
+    cli(emu, protocol, pw, timeout, &["power", "status"])
+}
+
+fn faults_are_reported(protocol: &str) {
+    let emu = Emulator::start(&[]);
+    let pw = emu.password_file(PASSWORD);
+    let p = protocol;
+    let failing: Vec<(Value, &str)> = vec![
+        (json!({"kind": "login_fail", "count": 10}), "login failed"),
+        (json!({"kind": "http500", "count": 10}), "500"),
+        (json!({"kind": "non_xml", "count": 10}), "malformed reply"),
+        (json!({"kind": "truncated", "count": 10}), "malformed reply"),
+    ];
+    for (spec, want) in failing {
+        let o = fault_case(&emu, &pw, p, spec.clone(), 20);
+        assert!(!o.ok, "{p} {spec} succeeded: {}", o.stdout);
+        assert_eq!(o.stderr.lines().count(), 1, "{p} {spec}: {}", o.stderr);
+        assert!(
+            o.stderr.to_lowercase().contains(want),
+            "{p} {spec}: {}",
+            o.stderr
+        );
+        assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
+    }
+    if p == "ribcl" {
+        for (spec, want) in [
+            (
+                json!({"kind": "wrong_root", "count": 10}),
+                "where <ribcl> was expected",
+            ),
+            (json!({"kind": "ribcl_error", "count": 10}), "ilo error"),
+        ] {
+            let o = fault_case(&emu, &pw, p, spec.clone(), 20);
+            assert!(!o.ok, "{spec}");
+            assert!(
+                o.stderr.to_lowercase().contains(want),
+                "{spec}: {}",
+                o.stderr
+            );
+        }
+    }
+    // An iLO that never answers: the CLI gives up within --timeout.
+    let o = fault_case(
+        &emu,
+        &pw,
+        p,
+        json!({"kind": "timeout", "count": 10, "seconds": 30}),
+        2,
+    );
+    assert!(!o.ok);
+    assert!(o.stderr.contains("within 2.0 s"), "{}", o.stderr);
+    assert!(o.elapsed < Duration::from_secs(6), "took {:?}", o.elapsed);
+    // Transient faults once: retried, then the command succeeds.
+    for spec in [
+        json!({"kind": "http500", "count": 1}),
+        json!({"kind": "busy", "count": 2}),
+        json!({"kind": "delay", "count": 1, "seconds": 0.5}),
+    ] {
+        let o = fault_case(&emu, &pw, p, spec.clone(), 20);
+        assert!(o.ok, "{p} {spec}: {}", o.stderr);
+        assert_eq!(o.stdout, "off");
+    }
+}
+
+#[test]
+fn cli_faults_over_ribcl() {
+    faults_are_reported("ribcl");
+}
+
+#[test]
+fn cli_faults_over_redfish() {
+    faults_are_reported("redfish");
+}
