@@ -662,8 +662,15 @@ pub async fn handle(server: &Server, req: Request<Incoming>, fault: Option<&Faul
             StatusCode::OK,
             &json!({"@odata.id": "/redfish/v1/Chassis/1/", "Id": "1", "Name": "Computer System Chassis",
                 "ChassisType": "RackMount", "Manufacturer": "HPE", "Model": server.config.product,
-                "SerialNumber": server.serial}),
+                "SerialNumber": server.serial,
+                "Thermal": {"@odata.id": "/redfish/v1/Chassis/1/Thermal/"},
+                "Power": {"@odata.id": "/redfish/v1/Chassis/1/Power/"}}),
         ),
+        (&Method::GET, ["chassis", "1", "thermal"]) => json_reply(StatusCode::OK, &thermal()),
+        (&Method::GET, ["chassis", "1", "power"]) => {
+            let on = server.read(|s| s.power == Power::On).await;
+            json_reply(StatusCode::OK, &power_readings(on))
+        }
         (&Method::GET, _) => not_found(&raw_path),
         _ => error(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -671,6 +678,47 @@ pub async fn handle(server: &Server, req: Request<Incoming>, fault: Option<&Faul
             &format!("{method} is not allowed on {raw_path}."),
         ),
     }
+}
+
+/// The chassis Thermal resource: the same sensors as the RIBCL GET_EMBEDDED_HEALTH answer
+/// (`ribcl/health.rs`), in the Redfish shape iLO 5 uses.
+fn thermal() -> Value {
+    let temperatures: Vec<Value> = crate::ribcl::health::TEMPERATURES
+        .iter()
+        .enumerate()
+        .map(|(i, (label, location, current, caution, critical))| {
+            json!({"MemberId": i.to_string(), "Name": label, "PhysicalContext": location,
+                "ReadingCelsius": current.parse::<u32>().unwrap_or(0),
+                "UpperThresholdNonCritical": caution.parse::<u32>().unwrap_or(0),
+                "UpperThresholdCritical": critical.parse::<u32>().unwrap_or(0),
+                "Status": {"State": "Enabled", "Health": "OK"}})
+        })
+        .collect();
+    let fans: Vec<Value> = crate::ribcl::health::FAN_SPEEDS
+        .iter()
+        .enumerate()
+        .map(|(i, speed)| {
+            json!({"MemberId": i.to_string(), "Name": format!("Fan {}", i + 1),
+                "Reading": speed.parse::<u32>().unwrap_or(0), "ReadingUnits": "Percent",
+                "Status": {"State": "Enabled", "Health": "OK"}})
+        })
+        .collect();
+    json!({"@odata.id": "/redfish/v1/Chassis/1/Thermal/", "Id": "Thermal", "Name": "Thermal",
+        "Temperatures": temperatures, "Fans": fans})
+}
+
+/// The chassis Power resource, matching GET_POWER_READINGS.
+fn power_readings(on: bool) -> Value {
+    let watts = crate::ribcl::health::present_watts(on);
+    json!({"@odata.id": "/redfish/v1/Chassis/1/Power/", "Id": "Power", "Name": "PowerMetrics",
+        "PowerControl": [{"MemberId": "0", "PowerConsumedWatts": watts, "PowerCapacityWatts": 920,
+            "PowerMetrics": {"AverageConsumedWatts": watts, "MinConsumedWatts": watts,
+                "MaxConsumedWatts": watts, "IntervalInMin": 20}}],
+        "PowerSupplies": [
+            {"MemberId": "0", "Name": "Power Supply 1", "PowerCapacityWatts": 460, "Model": "656362-B21",
+                "Status": {"State": "Enabled", "Health": "OK"}},
+            {"MemberId": "1", "Name": "Power Supply 2", "PowerCapacityWatts": 460, "Model": "656362-B21",
+                "Status": {"State": "Enabled", "Health": "OK"}}]})
 }
 
 async fn reset(server: &Server, reset_type: &str) -> Reply {

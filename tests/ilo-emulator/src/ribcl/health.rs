@@ -16,6 +16,20 @@ pub fn present_watts(on: bool) -> u32 {
     }
 }
 
+/// Fan speeds in percent, fans 1 to 6 (shared with the Redfish Thermal resource).
+pub const FAN_SPEEDS: [&str; 6] = ["19", "19", "23", "23", "19", "19"];
+
+/// Temperature sensors: label, location, reading, caution and critical thresholds in °C (shared
+/// with the Redfish Thermal resource).
+pub const TEMPERATURES: [(&str, &str, &str, &str, &str); 6] = [
+    ("01-Inlet Ambient", "Ambient", "21", "42", "46"),
+    ("02-CPU 1", "CPU", "40", "70", "0"),
+    ("03-CPU 2", "CPU", "40", "70", "0"),
+    ("04-P1 DIMM 1-6", "Memory", "33", "87", "0"),
+    ("05-HD Max", "System", "35", "60", "0"),
+    ("06-Chipset", "System", "49", "105", "0"),
+];
+
 fn v(tag: &str, value: &str) -> String {
     format!("<{tag} VALUE = \"{}\"/>", escape(value))
 }
@@ -24,14 +38,7 @@ fn v(tag: &str, value: &str) -> String {
 pub fn embedded_health(on: bool, firmware_version: &str) -> String {
     let mut s = String::with_capacity(6000);
     s.push_str("<GET_EMBEDDED_HEALTH_DATA>\n<FANS>\n");
-    for (i, speed) in [
-        (1, "19"),
-        (2, "19"),
-        (3, "23"),
-        (4, "23"),
-        (5, "19"),
-        (6, "19"),
-    ] {
+    for (i, speed) in (1..).zip(FAN_SPEEDS) {
         s.push_str(&format!(
             "<FAN>\n{}\n{}\n{}\n<SPEED VALUE = \"{speed}\" UNIT=\"Percentage\"/>\n</FAN>\n",
             v("ZONE", "System"),
@@ -40,15 +47,7 @@ pub fn embedded_health(on: bool, firmware_version: &str) -> String {
         ));
     }
     s.push_str("</FANS>\n<TEMPERATURE>\n");
-    let temps = [
-        ("01-Inlet Ambient", "Ambient", "21", "42", "46"),
-        ("02-CPU 1", "CPU", "40", "70", "0"),
-        ("03-CPU 2", "CPU", "40", "70", "0"),
-        ("04-P1 DIMM 1-6", "Memory", "33", "87", "0"),
-        ("05-HD Max", "System", "35", "60", "0"),
-        ("06-Chipset", "System", "49", "105", "0"),
-    ];
-    for (label, location, current, caution, critical) in temps {
+    for (label, location, current, caution, critical) in TEMPERATURES {
         s.push_str(&format!(
             "<TEMP>\n{}\n{}\n{}\n<CURRENTREADING VALUE = \"{current}\" UNIT=\"Celsius\"/>\n<CAUTION VALUE = \"{caution}\" UNIT=\"Celsius\"/>\n<CRITICAL VALUE = \"{critical}\" UNIT=\"Celsius\"/>\n</TEMP>\n",
             v("LABEL", label),
