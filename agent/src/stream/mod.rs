@@ -386,7 +386,10 @@ mod tests {
             &Progress::default(),
         )
         .expect_err("trailing data");
-        assert!(format!("{err:#}").contains("streaming the image"), "{err:#}");
+        assert!(
+            format!("{err:#}").contains("streaming the image"),
+            "{err:#}"
+        );
         let back = std::fs::read(disk.path()).expect("read back");
         assert!(back[..HEAD_LEN].iter().all(|&b| b == 0), "first MiB zeroed");
     }
