@@ -52,6 +52,9 @@ pub struct IscsiArgs {
     /// Ask for CRC32C header and data digests (the target may still refuse them).
     #[arg(long, global = true)]
     pub digests: bool,
+    /// FirstBurstLength to offer (unsolicited bytes per WRITE; the target may lower it).
+    #[arg(long, global = true)]
+    pub first_burst: Option<u32>,
     /// Commands kept in flight by `write` and `read`.
     #[arg(long, global = true, default_value_t = DEFAULT_QUEUE_DEPTH)]
     pub depth: usize,
@@ -96,6 +99,14 @@ fn config(args: &IscsiArgs, need_iqn: bool) -> anyhow::Result<SessionConfig> {
             chap.parse::<ChapCredentials>()
                 .context("parsing --mutual-chap")?,
         );
+    }
+    if let Some(bytes) = args.first_burst {
+        anyhow::ensure!(
+            (512..=(1 << 24) - 1).contains(&bytes),
+            "--first-burst must be 512 to 16777215 bytes"
+        );
+        config.params.first_burst_length = bytes;
+        config.params.max_burst_length = config.params.max_burst_length.max(bytes);
     }
     config.params.header_digest = args.digests;
     config.params.data_digest = args.digests;

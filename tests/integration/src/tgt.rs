@@ -30,6 +30,8 @@ pub struct TgtOptions {
     pub outgoing_chap: Option<(String, String)>,
     /// `--bsoflags direct`: O_DIRECT on the backing file.
     pub direct: bool,
+    /// Accept only CRC32C header and data digests (tgtd's default is None).
+    pub digests: bool,
     /// The reference tuning: 256 KiB PDUs, FirstBurst 256 KiB, MaxBurst 1 MiB, InitialR2T=No.
     pub tuned: bool,
     /// Directory for the backing file and log (a fresh temporary directory when `None`).
@@ -45,6 +47,7 @@ impl TgtOptions {
             chap: None,
             outgoing_chap: None,
             direct: false,
+            digests: false,
             tuned: false,
             dir: None,
         }
@@ -267,6 +270,17 @@ impl Tgtd {
                     "--outgoing",
                 ],
             )?;
+        }
+        if o.digests {
+            for name in ["HeaderDigest", "DataDigest"] {
+                tgtadm(
+                    c,
+                    &[
+                        "--lld", "iscsi", "--mode", "target", "--op", "update", "--tid", "1",
+                        "--name", name, "--value", "CRC32C",
+                    ],
+                )?;
+            }
         }
         if o.tuned {
             for (name, value) in [

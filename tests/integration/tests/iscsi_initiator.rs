@@ -503,6 +503,7 @@ fn tgtd_digests_and_mutual_chap() {
     options.chap = Some(("alice".into(), "secretpass12".into()));
     options.outgoing_chap = Some(("target1".into(), "targetsecret34".into()));
     options.tuned = true;
+    options.digests = true;
     let tgtd = Tgtd::start(options).expect("starting tgtd");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
