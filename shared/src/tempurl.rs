@@ -126,28 +126,44 @@ impl fmt::Debug for TempUrlKey {
     }
 }
 
+/// Runs `$body` with `$mac`, an HMAC of the chosen digest keyed with `$key` over `$message`.
+/// (A macro because the three digest types share no object-safe trait in hmac 0.13.)
+macro_rules! with_hmac {
+    ($digest:expr, $key:expr, $message:expr, |$mac:ident| $body:expr) => {
+        match $digest {
+            TempUrlDigest::Sha1 => {
+                // HMAC accepts keys of any length (RFC 2104 §2): this cannot fail.
+                let mut $mac = Hmac::<sha1::Sha1>::new_from_slice($key)
+                    .expect("HMAC takes keys of any length");
+                $mac.update($message);
+                $body
+            }
+            TempUrlDigest::Sha256 => {
+                let mut $mac = Hmac::<sha2::Sha256>::new_from_slice($key)
+                    .expect("HMAC takes keys of any length");
+                $mac.update($message);
+                $body
+            }
+            TempUrlDigest::Sha512 => {
+                let mut $mac = Hmac::<sha2::Sha512>::new_from_slice($key)
+                    .expect("HMAC takes keys of any length");
+                $mac.update($message);
+                $body
+            }
+        }
+    };
+}
+
 fn hmac_bytes(digest: TempUrlDigest, key: &[u8], message: &[u8]) -> Vec<u8> {
-    // HMAC accepts keys of any length (RFC 2104 §2), so `new_from_slice` cannot fail here.
-    match digest {
-        TempUrlDigest::Sha1 => {
-            let mut mac =
-                Hmac::<sha1::Sha1>::new_from_slice(key).expect("HMAC takes keys of any length");
-            mac.update(message);
-            mac.finalize().into_bytes().to_vec()
-        }
-        TempUrlDigest::Sha256 => {
-            let mut mac =
-                Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes keys of any length");
-            mac.update(message);
-            mac.finalize().into_bytes().to_vec()
-        }
-        TempUrlDigest::Sha512 => {
-            let mut mac =
-                Hmac::<sha2::Sha512>::new_from_slice(key).expect("HMAC takes keys of any length");
-            mac.update(message);
-            mac.finalize().into_bytes().to_vec()
-        }
-    }
+    with_hmac!(digest, key, message, |mac| mac
+        .finalize()
+        .into_bytes()
+        .to_vec())
+}
+
+/// Constant-time comparison of `sig` with the HMAC of `message` (`Mac::verify_slice`).
+fn hmac_matches(digest: TempUrlDigest, key: &[u8], message: &[u8], sig: &[u8]) -> bool {
+    with_hmac!(digest, key, message, |mac| mac.verify_slice(sig).is_ok())
 }
 
 fn signed_message(method: &str, expires: u64, path: &str) -> String {
@@ -371,26 +387,7 @@ pub fn verify(
     for key in keys {
         for m in methods {
             let message = signed_message(m, params.expires, path);
-            let ok = match digest {
-                TempUrlDigest::Sha1 => Hmac::<sha1::Sha1>::new_from_slice(&key.0)
-                    .map(|mut mac| {
-                        mac.update(message.as_bytes());
-                        mac.verify_slice(&sig).is_ok()
-                    })
-                    .unwrap_or(false),
-                TempUrlDigest::Sha256 => Hmac::<sha2::Sha256>::new_from_slice(&key.0)
-                    .map(|mut mac| {
-                        mac.update(message.as_bytes());
-                        mac.verify_slice(&sig).is_ok()
-                    })
-                    .unwrap_or(false),
-                TempUrlDigest::Sha512 => Hmac::<sha2::Sha512>::new_from_slice(&key.0)
-                    .map(|mut mac| {
-                        mac.update(message.as_bytes());
-                        mac.verify_slice(&sig).is_ok()
-                    })
-                    .unwrap_or(false),
-            };
+            let ok = hmac_matches(digest, &key.0, message.as_bytes(), &sig);
             if ok {
                 return Ok(digest);
             }

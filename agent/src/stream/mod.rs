@@ -158,7 +158,8 @@ fn write_verified(
     };
 
     // Everything after the compressed stream still belongs to the download and its digest.
-    let (trailing, nonzero) = drain(&mut outer).context("reading the end of the download")?;
+    let (trailing, nonzero) =
+        vmdeploy_shared::io::drain_to_eof(&mut outer).context("reading the end of the download")?;
     drop(outer);
     if trailing > 0 {
         if nonzero && compression != Compression::None {
@@ -229,23 +230,6 @@ fn copy(r: &mut impl Read, w: &mut impl Write) -> io::Result<u64> {
         };
         w.write_all(&buf[..n])?;
         total += n as u64;
-    }
-}
-
-/// Reads `r` to EOF; returns the byte count and whether any byte was non-zero.
-fn drain(r: &mut impl Read) -> io::Result<(u64, bool)> {
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut total = 0u64;
-    let mut nonzero = false;
-    loop {
-        let n = match r.read(&mut buf) {
-            Ok(0) => return Ok((total, nonzero)),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        total += n as u64;
-        nonzero |= buf[..n].iter().any(|&b| b != 0);
     }
 }
 

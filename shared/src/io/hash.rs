@@ -240,19 +240,7 @@ impl<R: Read> HashReader<R> {
     /// stage stopped early: coreos-installer CVE-2021-20319) and returns the trailing byte count
     /// and whether any of it was non-zero.
     pub fn drain(&mut self) -> io::Result<(u64, bool)> {
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut total = 0u64;
-        let mut nonzero = false;
-        loop {
-            let n = match self.read(&mut buf) {
-                Ok(0) => return Ok((total, nonzero)),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            total += n as u64;
-            nonzero |= buf[..n].iter().any(|&b| b != 0);
-        }
+        super::drain_to_eof(self)
     }
 
     /// The hasher (with the digest of everything read) and the inner reader.

@@ -19,3 +19,23 @@ pub mod peek;
 /// Default copy buffer size of the chain: 256 KiB, the size coreos-installer settled on for its
 /// image copy; large enough that per-call overhead is negligible next to hashing and disk writes.
 pub const BUFFER_SIZE: usize = 256 * 1024;
+
+/// Reads `reader` to EOF and returns how many bytes there were and whether any was non-zero.
+///
+/// Used after a decoder stops: the rest of the download must still pass through the digest
+/// (coreos-installer CVE-2021-20319), and non-zero trailing bytes mean a damaged image.
+pub fn drain_to_eof<R: std::io::Read + ?Sized>(reader: &mut R) -> std::io::Result<(u64, bool)> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0u64;
+    let mut nonzero = false;
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => return Ok((total, nonzero)),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        total += n as u64;
+        nonzero |= buf[..n].iter().any(|&b| b != 0);
+    }
+}

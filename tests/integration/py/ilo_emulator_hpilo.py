@@ -10,7 +10,6 @@ Run by tests/integration/tests/ilo_emulator_proliantutils.rs:
 """
 
 import argparse
-import json
 import ssl
 import sys
 import urllib.request
@@ -18,24 +17,7 @@ import warnings
 
 import hpilo
 
-
-def admin(args, path, body=None):
-    ctx = ssl.create_default_context(cafile=args.cacert)
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(
-        "https://%s%s" % (args.ilo, path), data=data,
-        headers={"Content-Type": "application/json"},
-        method="GET" if body is None else "POST")
-    with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
-        return json.loads(r.read())
-
-
-def expect_raises(exc_type, fn, *a, **kw):
-    try:
-        fn(*a, **kw)
-    except exc_type as e:
-        return e
-    raise AssertionError("%s did not raise %s" % (fn.__name__, exc_type.__name__))
+from emulator_admin import admin, expect_raises
 
 
 def main():

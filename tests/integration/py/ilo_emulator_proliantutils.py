@@ -10,8 +10,6 @@ Exits non-zero on the first failure.
 """
 
 import argparse
-import json
-import ssl
 import sys
 import urllib.request
 
@@ -19,32 +17,7 @@ from proliantutils import exception
 from proliantutils.ilo import client
 from proliantutils.ilo import ribcl
 
-
-def admin(ilo, cacert, path, body=None):
-    ctx = ssl.create_default_context(cafile=cacert)
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(
-        "https://%s%s" % (ilo, path), data=data,
-        headers={"Content-Type": "application/json"},
-        method="GET" if body is None else "POST")
-    with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
-        return json.loads(r.read())
-
-
-def state(args):
-    return admin(args.ilo, args.cacert, "/_emulator/state")
-
-
-def fault(args, **spec):
-    admin(args.ilo, args.cacert, "/_emulator/faults", spec)
-
-
-def expect_raises(exc_type, fn, *a, **kw):
-    try:
-        fn(*a, **kw)
-    except exc_type as e:
-        return e
-    raise AssertionError("%s did not raise %s" % (fn.__name__, exc_type.__name__))
+from emulator_admin import expect_raises, fault, state
 
 
 def main():

@@ -11,19 +11,12 @@ Run by tests/integration/tests/ilo_emulator_sushy.rs:
 """
 
 import argparse
-import json
-import ssl
 import sys
 import urllib.request
 
 from proliantutils.ilo import client
 
-
-def state(args):
-    ctx = ssl.create_default_context(cafile=args.cacert)
-    with urllib.request.urlopen("https://%s/_emulator/state" % args.ilo, context=ctx,
-                                timeout=10) as r:
-        return json.loads(r.read())
+from emulator_admin import state
 
 
 def main():
