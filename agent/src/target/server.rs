@@ -10,6 +10,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use vmdeploy_shared::iscsi::ChapCredentials;
 
+use super::backend::BufferPool;
 use super::commands::Lun;
 
 /// Upper bound of SCSI command jobs running at once, over all connections; shutdown takes all
@@ -27,6 +28,8 @@ pub struct TargetShared {
     pub lun: Lun,
     /// Permits for command jobs.
     pub inflight: Arc<Semaphore>,
+    /// Write buffers reused from command to command.
+    pub buffers: BufferPool,
     tsih: AtomicU16,
 }
 
@@ -38,6 +41,7 @@ impl TargetShared {
             chap,
             lun,
             inflight: Arc::new(Semaphore::new(MAX_INFLIGHT as usize)),
+            buffers: BufferPool::new(),
             tsih: AtomicU16::new(1),
         }
     }
