@@ -135,19 +135,15 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
             status: LoginStatus::SUCCESS,
         };
         stat_sn = stat_sn.wrapping_add(1);
-        let refuse = |mut resp: LoginResponse, status: LoginStatus, reason: String| {
-            resp.status = status;
-            resp.transit = false;
-            (resp, reason)
-        };
         text.extend_from_slice(&data);
         if text.len() > LOGIN_MAX_TEXT {
-            let (r, why) = refuse(
+            return send_refusal(
+                stream,
                 resp,
                 LoginStatus::OUT_OF_RESOURCES,
                 "login text too long".into(),
-            );
-            return send_refusal(stream, r, why).await;
+            )
+            .await;
         }
         if req.continue_ {
             // More text follows (RFC 7143 §6.3): acknowledge with an empty response.
@@ -157,12 +153,13 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
         let keys = match TextKeys::parse(&text) {
             Ok(k) => k,
             Err(e) => {
-                let (r, why) = refuse(
+                return send_refusal(
+                    stream,
                     resp,
                     LoginStatus::INITIATOR_ERROR,
                     format!("bad login text: {e}"),
-                );
-                return send_refusal(stream, r, why).await;
+                )
+                .await;
             }
         };
         text.clear();
@@ -170,53 +167,66 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
         if first {
             first = false;
             if req.version_min > ISCSI_VERSION {
-                let (r, why) = refuse(resp, LoginStatus::UNSUPPORTED_VERSION, "version".into());
-                return send_refusal(stream, r, why).await;
+                return send_refusal(
+                    stream,
+                    resp,
+                    LoginStatus::UNSUPPORTED_VERSION,
+                    "version".into(),
+                )
+                .await;
             }
             if req.tsih != 0 {
                 // MaxConnections=1: no connection can join an existing session.
-                let (r, why) = refuse(
+                return send_refusal(
+                    stream,
                     resp,
                     LoginStatus::SESSION_DOES_NOT_EXIST,
                     format!("TSIH {} is not a session here", req.tsih),
-                );
-                return send_refusal(stream, r, why).await;
+                )
+                .await;
             }
             let Some(name) = keys.get(key::INITIATOR_NAME) else {
-                let (r, why) = refuse(
+                return send_refusal(
+                    stream,
                     resp,
                     LoginStatus::MISSING_PARAMETER,
                     "no InitiatorName".into(),
-                );
-                return send_refusal(stream, r, why).await;
+                )
+                .await;
             };
             initiator = name.to_string();
             kind = match keys.get(key::SESSION_TYPE) {
                 None | Some(value::NORMAL) => SessionKind::Normal,
                 Some(value::DISCOVERY) => SessionKind::Discovery,
                 Some(other) => {
-                    let (r, why) = refuse(
+                    return send_refusal(
+                        stream,
                         resp,
                         LoginStatus::SESSION_TYPE_NOT_SUPPORTED,
                         format!("session type {other:?}"),
-                    );
-                    return send_refusal(stream, r, why).await;
+                    )
+                    .await;
                 }
             };
             if kind == SessionKind::Normal {
                 match keys.get(key::TARGET_NAME) {
                     None => {
-                        let (r, why) =
-                            refuse(resp, LoginStatus::MISSING_PARAMETER, "no TargetName".into());
-                        return send_refusal(stream, r, why).await;
+                        return send_refusal(
+                            stream,
+                            resp,
+                            LoginStatus::MISSING_PARAMETER,
+                            "no TargetName".into(),
+                        )
+                        .await;
                     }
                     Some(t) if !t.eq_ignore_ascii_case(&shared.iqn) => {
-                        let (r, why) = refuse(
+                        return send_refusal(
+                            stream,
                             resp,
                             LoginStatus::NOT_FOUND,
                             format!("unknown target {t:?}"),
-                        );
-                        return send_refusal(stream, r, why).await;
+                        )
+                        .await;
                     }
                     Some(_) => {}
                 }
@@ -232,33 +242,36 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                             answers.push(key::AUTH_METHOD, value::CHAP);
                             chap_state = ChapState::Chosen;
                         } else {
-                            let (r, why) = refuse(
+                            return send_refusal(
+                                stream,
                                 resp,
                                 LoginStatus::AUTHENTICATION_FAILURE,
                                 "initiator does not offer CHAP".into(),
-                            );
-                            return send_refusal(stream, r, why).await;
+                            )
+                            .await;
                         }
                     } else if offered.contains(&value::NONE) {
                         answers.push(key::AUTH_METHOD, value::NONE);
                     } else {
-                        let (r, why) = refuse(
+                        return send_refusal(
+                            stream,
                             resp,
                             LoginStatus::AUTHENTICATION_FAILURE,
                             format!("no common AuthMethod in {methods:?}"),
-                        );
-                        return send_refusal(stream, r, why).await;
+                        )
+                        .await;
                     }
                 }
                 if let Some(creds) = &shared.chap {
                     if let Some(algs) = keys.get(key::CHAP_A) {
                         if !matches!(chap_state, ChapState::Chosen) || !chap::offers_md5(algs) {
-                            let (r, why) = refuse(
+                            return send_refusal(
+                                stream,
                                 resp,
                                 LoginStatus::AUTHENTICATION_FAILURE,
                                 format!("CHAP_A {algs:?} out of order or without MD5"),
-                            );
-                            return send_refusal(stream, r, why).await;
+                            )
+                            .await;
                         }
                         let challenge =
                             ChapChallenge::generate().context("making a CHAP challenge")?;
@@ -267,20 +280,22 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                         chap_state = ChapState::Challenged(challenge);
                     } else if keys.contains(key::CHAP_N) || keys.contains(key::CHAP_R) {
                         let ChapState::Challenged(challenge) = &chap_state else {
-                            let (r, why) = refuse(
+                            return send_refusal(
+                                stream,
                                 resp,
                                 LoginStatus::AUTHENTICATION_FAILURE,
                                 "CHAP response before a challenge".into(),
-                            );
-                            return send_refusal(stream, r, why).await;
+                            )
+                            .await;
                         };
                         if let Err(e) = challenge.check(&keys, creds) {
-                            let (r, why) = refuse(
+                            return send_refusal(
+                                stream,
                                 resp,
                                 LoginStatus::AUTHENTICATION_FAILURE,
                                 format!("CHAP: {e}"),
-                            );
-                            return send_refusal(stream, r, why).await;
+                            )
+                            .await;
                         }
                         if keys.contains(key::CHAP_I) || keys.contains(key::CHAP_C) {
                             // Mutual CHAP: answer the initiator's challenge with the same
@@ -297,12 +312,13 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                             match reply {
                                 Ok(k) => answers.extend(k),
                                 Err(e) => {
-                                    let (r, why) = refuse(
+                                    return send_refusal(
+                                        stream,
                                         resp,
                                         LoginStatus::AUTHENTICATION_FAILURE,
                                         format!("mutual CHAP: {e}"),
-                                    );
-                                    return send_refusal(stream, r, why).await;
+                                    )
+                                    .await;
                                 }
                             }
                         }
@@ -313,43 +329,47 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                 match neg.receive(&keys) {
                     Ok(a) => answers.extend(a),
                     Err(e) => {
-                        let (r, why) = refuse(
+                        return send_refusal(
+                            stream,
                             resp,
                             LoginStatus::INITIATOR_ERROR,
                             format!("negotiation: {e}"),
-                        );
-                        return send_refusal(stream, r, why).await;
+                        )
+                        .await;
                     }
                 }
             }
             LoginStage::Operational => {
                 if !auth_done {
-                    let (r, why) = refuse(
+                    return send_refusal(
+                        stream,
                         resp,
                         LoginStatus::AUTHENTICATION_FAILURE,
                         "operational stage without CHAP".into(),
-                    );
-                    return send_refusal(stream, r, why).await;
+                    )
+                    .await;
                 }
                 match neg.receive(&keys) {
                     Ok(a) => answers.extend(a),
                     Err(e) => {
-                        let (r, why) = refuse(
+                        return send_refusal(
+                            stream,
                             resp,
                             LoginStatus::INITIATOR_ERROR,
                             format!("negotiation: {e}"),
-                        );
-                        return send_refusal(stream, r, why).await;
+                        )
+                        .await;
                     }
                 }
             }
             LoginStage::FullFeature => {
-                let (r, why) = refuse(
+                return send_refusal(
+                    stream,
                     resp,
                     LoginStatus::INITIATOR_ERROR,
                     "login PDU in full feature stage".into(),
-                );
-                return send_refusal(stream, r, why).await;
+                )
+                .await;
             }
         }
         let next = req.next_stage;
@@ -400,11 +420,15 @@ async fn send<S: AsyncWrite + Unpin>(
     Ok(())
 }
 
+/// Answers the login with `status` (no stage transition, no keys), logs why, and ends the login.
 async fn send_refusal<S: AsyncWrite + Unpin>(
     stream: &mut S,
-    resp: LoginResponse,
+    mut resp: LoginResponse,
+    status: LoginStatus,
     reason: String,
 ) -> anyhow::Result<Option<LoggedIn>> {
+    resp.status = status;
+    resp.transit = false;
     let status = resp.status.description();
     tracing::warn!(%reason, status, "login refused");
     send(stream, resp, TextKeys::new()).await?;

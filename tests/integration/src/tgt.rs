@@ -214,7 +214,11 @@ impl Tgtd {
                 "127.0.0.1",
             ],
         )?;
-        if let Some((user, secret)) = &o.chap {
+        // Incoming CHAP: the initiator proves itself; outgoing: the target does (mutual CHAP).
+        for (account, outgoing) in [(&o.chap, false), (&o.outgoing_chap, true)] {
+            let Some((user, secret)) = account else {
+                continue;
+            };
             tgtadm(
                 c,
                 &[
@@ -230,46 +234,13 @@ impl Tgtd {
                     secret,
                 ],
             )?;
-            tgtadm(
-                c,
-                &[
-                    "--lld", "iscsi", "--mode", "account", "--op", "bind", "--tid", "1", "--user",
-                    user,
-                ],
-            )?;
-        }
-        if let Some((user, secret)) = &o.outgoing_chap {
-            tgtadm(
-                c,
-                &[
-                    "--lld",
-                    "iscsi",
-                    "--mode",
-                    "account",
-                    "--op",
-                    "new",
-                    "--user",
-                    user,
-                    "--password",
-                    secret,
-                ],
-            )?;
-            tgtadm(
-                c,
-                &[
-                    "--lld",
-                    "iscsi",
-                    "--mode",
-                    "account",
-                    "--op",
-                    "bind",
-                    "--tid",
-                    "1",
-                    "--user",
-                    user,
-                    "--outgoing",
-                ],
-            )?;
+            let mut bind = vec![
+                "--lld", "iscsi", "--mode", "account", "--op", "bind", "--tid", "1", "--user", user,
+            ];
+            if outgoing {
+                bind.push("--outgoing");
+            }
+            tgtadm(c, &bind)?;
         }
         if o.digests {
             for name in ["HeaderDigest", "DataDigest"] {
