@@ -7,7 +7,9 @@
 pub mod api;
 pub mod disk;
 pub mod floppy;
+pub mod init;
 pub mod logging;
+pub mod net;
 pub mod stream;
 mod sys;
 pub mod target;

@@ -10,6 +10,7 @@
 //! Not wired into `/init` yet (no PID-1 duties this session); `standby.prepare_image` writes
 //! whole-disk images only.
 
+pub mod agent_mode;
 pub mod client;
 pub mod server;
 pub mod standby;
