@@ -5,6 +5,7 @@
 //! (`iscsi_ilo`, `pxe_ilo`) or streams the image to disk itself (`agent_ilo`).
 
 pub mod api;
+pub mod deploy;
 pub mod disk;
 pub mod floppy;
 pub mod init;

@@ -1,4 +1,15 @@
 //! Console logging: one line per event, with a timestamp, on stderr (the serial console as PID 1).
+//!
+//! As an ordinary process the timestamp is wall-clock time. As PID 1 ([`use_uptime_clock`], called
+//! by `init::setup_pid1`) it is seconds since boot in the kernel's own `[    1.234567]` form, so the
+//! agent's lines sort in with the kernel's on the serial console.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::time::FormatTime;
+
+static UPTIME_CLOCK: AtomicBool = AtomicBool::new(false);
 
 /// Sets up `tracing` output; `RUST_LOG` overrides the default `info` level.
 pub fn init() {
@@ -8,5 +19,62 @@ pub fn init() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(false)
+        .with_timer(AgentTime)
         .try_init();
+}
+
+/// Switches timestamps to seconds since boot (CLOCK_BOOTTIME, what the kernel's printk shows).
+pub fn use_uptime_clock() {
+    UPTIME_CLOCK.store(true, Ordering::Relaxed);
+}
+
+/// Seconds since boot, as the kernel prints them.
+pub fn uptime() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
+}
+
+/// Formats `[    1.234567]` (kernel printk style: seconds padded to 5, microseconds).
+pub fn format_uptime(t: std::time::Duration) -> String {
+    format!("[{:5}.{:06}]", t.as_secs(), t.subsec_micros())
+}
+
+struct AgentTime;
+
+impl FormatTime for AgentTime {
+    fn format_time(&self, w: &mut Writer<'_>) -> std::fmt::Result {
+        if UPTIME_CLOCK.load(Ordering::Relaxed) {
+            write!(w, "{}", format_uptime(uptime()))
+        } else {
+            tracing_subscriber::fmt::time::SystemTime.format_time(w)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uptime_looks_like_the_kernels() {
+        assert_eq!(
+            format_uptime(std::time::Duration::from_micros(1_234_567)),
+            "[    1.234567]"
+        );
+        assert_eq!(
+            format_uptime(std::time::Duration::from_secs(123_456)),
+            "[123456.000000]"
+        );
+        assert!(uptime() > std::time::Duration::ZERO);
+    }
 }

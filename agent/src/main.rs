@@ -21,14 +21,37 @@ enum Command {
     IscsiTarget(vmdeploy_agent::target::cli::IscsiTargetArgs),
     /// Stream an image from an HTTP(S) URL to a disk: decompress, verify, first MiB last.
     WriteImage(vmdeploy_agent::stream::WriteImageArgs),
+    /// The deploy ramdisk's /init flow: parameters, network, then the iSCSI or agent deploy.
+    Run(vmdeploy_agent::deploy::RunArgs),
+    /// Test aid: PID-1 setup under a scratch root, JSON report, then reboot(2) (run under unshare).
+    #[command(hide = true)]
+    Pid1Selftest(vmdeploy_agent::init::selftest::Pid1SelftestArgs),
+    /// Debug aid: bring the network up (DHCP or static) and print what was configured.
+    #[command(hide = true)]
+    NetUp(vmdeploy_agent::net::cli::NetUpArgs),
 }
 
 fn main() -> std::process::ExitCode {
     vmdeploy_agent::logging::init();
-    let cli = Cli::parse();
+    // The kernel starts `/init` with no subcommand (maybe with stray words from its command
+    // line, e.g. `text`): that is `run --pid1`.
+    let cli = if started_as_init() {
+        match Cli::try_parse() {
+            Ok(cli) => cli,
+            Err(_) => {
+                let args = InitArgs::parse_from(["/init", "--pid1"]);
+                vmdeploy_agent::deploy::run(args.run)
+            }
+        }
+    } else {
+        Cli::parse()
+    };
     let result = match cli.command {
         Command::IscsiTarget(args) => vmdeploy_agent::target::cli::run(args),
         Command::WriteImage(args) => vmdeploy_agent::stream::run_write_image(args),
+        Command::Run(args) => vmdeploy_agent::deploy::run(args),
+        Command::Pid1Selftest(args) => vmdeploy_agent::init::selftest::run(args),
+        Command::NetUp(args) => vmdeploy_agent::net::cli::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -37,4 +60,16 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// `run`'s arguments on their own, for the bare `/init` start.
+#[derive(Parser)]
+struct InitArgs {
+    #[command(flatten)]
+    run: vmdeploy_agent::deploy::RunArgs,
+}
+
+/// True when the kernel may have started this binary as `/init`: PID 1, or argv[0] is `/init`.
+fn started_as_init() -> bool {
+    vmdeploy_agent::init::is_pid1() || std::env::args_os().next().is_some_and(|a| a == "/init")
 }

@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::iqn;
 
+pub mod ipa;
+
 /// What is wrong with a request body.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum ApiError {

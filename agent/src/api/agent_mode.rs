@@ -1,12 +1,35 @@
 //! The `agent_ilo` flow: lookup, heartbeats with progress, and the command API until the
-//! conductor powers the node off.
+//! conductor powers the node off (../shared/reference/ironic-protocols.md §3, DESIGN.md §4).
 //!
-//! SKELETON (session 2): the signatures are fixed; the body is being built.
+//! # Design
+//! One tokio runtime runs three things: the command API ([`super::server`]) with the `standby`
+//! and `iscsi` extensions, the heartbeat loop ([`super::heartbeat`]), and the wait for
+//! `standby.power_off`. In order: bind the command API port (fail early if taken), negotiate the
+//! API version, look the node up by MAC (retried, bounded), pick the install disk (the lookup's
+//! `properties.root_device` hints, else the floppy's), serve commands, heartbeat. A finished
+//! command triggers an early heartbeat (rate limited, as IPA does).
+//!
+//! # Limitations
+//! Whole-disk images only; no agent-side TLS (`agent_verify_ca` is not sent).
+//! Tuning for tests, read from the environment: `VMDEPLOY_LOOKUP_TIMEOUT_SECS` (default 900) and
+//! `VMDEPLOY_POWER_OFF_GRACE_MS` (default 1000: time to let the conductor read the `power_off`
+//! result before the API goes away).
 
 use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use vmdeploy_shared::params::{AgentParams, MacAddr};
+use anyhow::{bail, Context};
+use serde_json::Value;
+use tokio::sync::Notify;
+use vmdeploy_shared::params::{AgentParams, MacAddr, RootDeviceHints};
 
+use super::client::ConductorClient;
+use super::heartbeat::{run_heartbeats, HeartbeatPlan, SharedProgress, DEFAULT_HEARTBEAT_TIMEOUT};
+use super::iscsi::Iscsi;
+use super::server::{self, CommandApi, CommandFuture, Executor, StartError};
+use super::standby::{DiskChoice, Standby};
 use crate::init::FinalAction;
 
 /// Everything the agent flow needs from `/init`.
@@ -22,8 +45,315 @@ pub struct AgentModeConfig {
     pub mac_addresses: Vec<MacAddr>,
 }
 
+/// How long the lookup may take in all, by default: the ramdisk may boot long before the
+/// conductor moves the node to `wait call-back`.
+pub const DEFAULT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// How long the iSCSI target may take to stop and flush at the end.
+const TARGET_STOP_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn env_duration(name: &str, unit: fn(u64) -> Duration, default: Duration) -> Duration {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(unit)
+        .unwrap_or(default)
+}
+
 /// Runs the agent flow; returns what to do with the machine when the conductor is done.
 pub fn run(cfg: AgentModeConfig) -> anyhow::Result<FinalAction> {
-    let _ = cfg;
-    anyhow::bail!("agent mode is not built yet")
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let result = runtime.block_on(run_async(cfg));
+    // Downloads and disk jobs may still sit in the blocking pool after a failure: do not wait.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+async fn run_async(cfg: AgentModeConfig) -> anyhow::Result<FinalAction> {
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("listening for the command API on {}", cfg.listen))?;
+    let port = listener
+        .local_addr()
+        .context("reading the command API address")?
+        .port();
+    let callback_url = format!("http://{}", SocketAddr::new(cfg.advertise, port));
+
+    let mut client =
+        ConductorClient::new(&cfg.params.api_url, cfg.params.common.agent_ca_pem.clone())
+            .context("setting up the conductor client")?;
+    client.negotiate_version().await;
+    let macs: Vec<String> = cfg.mac_addresses.iter().map(ToString::to_string).collect();
+    if macs.is_empty() {
+        bail!("no MAC addresses to look this node up by");
+    }
+    let lookup_timeout = env_duration(
+        "VMDEPLOY_LOOKUP_TIMEOUT_SECS",
+        Duration::from_secs,
+        DEFAULT_LOOKUP_TIMEOUT,
+    );
+    tracing::info!(conductor = %cfg.params.api_url, macs = %macs.join(","), "looking the node up");
+    let found = client
+        .lookup(&macs, None, lookup_timeout)
+        .await
+        .context("looking the node up at the conductor")?;
+    let node_uuid = found.node.uuid.clone();
+    tracing::info!(node = %node_uuid, "lookup succeeded");
+
+    // The floppy's pre-generated token wins (the lookup then answers `******`).
+    let token = match (&cfg.params.agent_token, found.disclosed_token()) {
+        (Some(t), _) => t.clone(),
+        (None, Some(t)) => t.to_owned(),
+        (None, None) => bail!(
+            "no agent token: neither ipa-agent-token in the parameters nor one disclosed by the \
+             lookup (it answered a masked or no token); refusing to serve commands unauthenticated"
+        ),
+    };
+    let heartbeat_timeout = found
+        .heartbeat_timeout()
+        .filter(|t| *t > 0)
+        .map(Duration::from_secs)
+        .unwrap_or(DEFAULT_HEARTBEAT_TIMEOUT);
+
+    let disk: DiskChoice = Arc::new(
+        choose_disk(
+            &found.node.properties,
+            &cfg.params,
+            Path::new("/sys/class/block"),
+            Path::new("/dev"),
+        )
+        .map_err(|e| format!("{e:#}")),
+    );
+    match disk.as_ref() {
+        Ok(d) => tracing::info!(disk = %d.display(), "install disk"),
+        Err(e) => tracing::error!("no install disk (commands that need one will fail): {e}"),
+    }
+
+    let progress: SharedProgress = Arc::new(Mutex::new(None));
+    let power_off = Arc::new(Notify::new());
+    let command_done = Arc::new(Notify::new());
+    let iscsi = Arc::new(Iscsi {
+        disk: Arc::clone(&disk),
+        bind: cfg.listen.ip(),
+        stop: Arc::new(Notify::new()),
+        running: Arc::new(Mutex::new(None)),
+    });
+    let dispatcher = Dispatcher {
+        standby: Standby {
+            disk,
+            ca_pem: cfg.params.common.agent_ca_pem.clone(),
+            progress: Arc::clone(&progress),
+            power_off: Arc::clone(&power_off),
+        },
+        iscsi: Arc::clone(&iscsi),
+        command_done: Arc::clone(&command_done),
+    };
+    let api = CommandApi::new(Some(token.clone()), Arc::new(dispatcher));
+    let stop_server = Arc::new(Notify::new());
+    let server_task = {
+        let stop = Arc::clone(&stop_server);
+        tokio::spawn(server::serve(listener, api, async move {
+            stop.notified().await;
+        }))
+    };
+    tracing::info!(%callback_url, "command API serving");
+
+    let stop_heartbeats = Arc::new(Notify::new());
+    let heartbeats = tokio::spawn(run_heartbeats(
+        client,
+        HeartbeatPlan {
+            node_uuid,
+            callback_url,
+            agent_token: token,
+            heartbeat_timeout,
+        },
+        progress,
+        command_done,
+        Arc::clone(&stop_heartbeats),
+    ));
+
+    power_off.notified().await;
+    let grace = env_duration(
+        "VMDEPLOY_POWER_OFF_GRACE_MS",
+        Duration::from_millis,
+        Duration::from_secs(1),
+    );
+    tokio::time::sleep(grace).await;
+    stop_heartbeats.notify_one();
+    stop_server.notify_one();
+    let _ = heartbeats.await;
+    match server_task.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!("command API ended with an error: {e}"),
+        Err(e) => tracing::warn!("command API task failed: {e}"),
+    }
+    iscsi.shutdown(TARGET_STOP_TIMEOUT).await;
+    tracing::info!("agent flow done: powering off");
+    Ok(FinalAction::PowerOff)
+}
+
+/// Routes commands to the extensions and asks for an early heartbeat when one finishes.
+struct Dispatcher {
+    standby: Standby,
+    iscsi: Arc<Iscsi>,
+    command_done: Arc<Notify>,
+}
+
+impl Executor for Dispatcher {
+    fn start(&self, ext: &str, cmd: &str, params: &Value) -> Result<CommandFuture, StartError> {
+        let fut = match ext {
+            "standby" => self.standby.start(cmd, params)?,
+            "iscsi" => self.iscsi.start(cmd, params)?,
+            other => return Err(StartError::UnknownExtension(other.into())),
+        };
+        let done = Arc::clone(&self.command_done);
+        Ok(Box::pin(async move {
+            let out = fut.await;
+            done.notify_one();
+            out
+        }))
+    }
+}
+
+/// The install disk: the lookup's `properties.root_device` hints when present, else the
+/// parameters' hints and `disk` list (DESIGN.md §4; `disk::select`).
+pub fn choose_disk(
+    properties: &serde_json::Map<String, Value>,
+    params: &AgentParams,
+    sys_class_block: &Path,
+    dev_dir: &Path,
+) -> anyhow::Result<PathBuf> {
+    let from_node = match properties.get("root_device") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(hints_from_json(v).context("reading the node's root_device hints")?),
+    };
+    let hints = from_node.or_else(|| params.common.root_device.clone());
+    // Loop devices are never install disks, unless a `name` hint names one (tests on loop
+    // devices; an operator's explicit choice).
+    let include_loop = hints
+        .as_ref()
+        .and_then(|h| h.name.as_deref())
+        .is_some_and(|n| n.trim_start_matches("/dev/").starts_with("loop"));
+    let disks = crate::disk::select::list_disks(sys_class_block, dev_dir, include_loop)
+        .context("listing the disks")?;
+    let list = params.common.disks.join(",");
+    let chosen = crate::disk::select::select_disk(
+        &disks,
+        hints.as_ref(),
+        (!list.is_empty()).then_some(list.as_str()),
+    )?;
+    Ok(chosen.path.clone())
+}
+
+/// Ironic's `root_device` property (a JSON object) as [`RootDeviceHints`]. Plain values only:
+/// an operator expression (`>= 10`, `s== x`, `<in> a b`) or an unknown hint is an error, since
+/// guessing could pick the wrong disk.
+pub fn hints_from_json(v: &Value) -> anyhow::Result<RootDeviceHints> {
+    let Some(obj) = v.as_object() else {
+        bail!("root_device must be an object, found {v}");
+    };
+    let mut hints = RootDeviceHints::default();
+    for (key, value) in obj {
+        let text = match value {
+            Value::String(s) => s.trim().to_owned(),
+            Value::Number(n) => n.to_string(),
+            other => bail!("root_device hint {key:?} has an unsupported value {other}"),
+        };
+        if text.is_empty() {
+            bail!("root_device hint {key:?} is empty");
+        }
+        if ["<", ">", "=", "!", "s==", "s!=", "<in>", "<or>"]
+            .iter()
+            .any(|op| text.starts_with(op))
+        {
+            bail!("root_device hint {key:?} uses an operator ({text:?}); only plain values are supported");
+        }
+        match key.as_str() {
+            "size" => {
+                hints.size_gib = Some(text.parse().with_context(|| {
+                    format!("root_device size must be whole GiB, found {text:?}")
+                })?)
+            }
+            "model" => hints.model = Some(text.to_lowercase()),
+            "vendor" => hints.vendor = Some(text.to_lowercase()),
+            "serial" => hints.serial = Some(text.to_lowercase()),
+            "wwn" => hints.wwn = Some(text.to_lowercase()),
+            "name" => hints.name = Some(text),
+            other => bail!(
+                "unsupported root_device hint {other:?} (supported: size, model, vendor, serial, wwn, name)"
+            ),
+        }
+    }
+    if hints == RootDeviceHints::default() {
+        bail!("root_device has no hints");
+    }
+    Ok(hints)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn node_hints_parse() {
+        let h =
+            hints_from_json(&json!({"name": "/dev/sda", "size": 100, "model": "LOGICAL VOLUME"}))
+                .expect("hints");
+        assert_eq!(h.name.as_deref(), Some("/dev/sda"));
+        assert_eq!(h.size_gib, Some(100));
+        assert_eq!(h.model.as_deref(), Some("logical volume"));
+        assert!(hints_from_json(&json!({"size": ">= 10"})).is_err());
+        assert!(hints_from_json(&json!({"rotational": true})).is_err());
+        assert!(hints_from_json(&json!({"hctl": "1:0:0:0"})).is_err());
+        assert!(hints_from_json(&json!({})).is_err());
+        assert!(hints_from_json(&json!("sda")).is_err());
+        assert!(hints_from_json(&json!({"size": "ten"})).is_err());
+    }
+
+    fn fake_disk(root: &Path, name: &str, gib: u64) {
+        let d = root.join(name);
+        std::fs::create_dir_all(d.join("device")).expect("dir");
+        std::fs::write(d.join("size"), format!("{}\n", gib << 21)).expect("size");
+        std::fs::write(d.join("removable"), "0\n").expect("removable");
+        std::fs::write(d.join("ro"), "0\n").expect("ro");
+    }
+
+    #[test]
+    fn node_hints_win_over_the_floppy() {
+        let sys = tempfile::tempdir().expect("tmp");
+        fake_disk(sys.path(), "sda", 10);
+        fake_disk(sys.path(), "sdb", 20);
+        fake_disk(sys.path(), "loop3", 1);
+        let mut p = vmdeploy_shared::params::Params::new();
+        p.set("ipa-api-url", "http://10.0.0.1:6385").expect("set");
+        p.set("root_device", "size=10").expect("set");
+        let params = AgentParams::from_params(&p).expect("params");
+        let dev = Path::new("/dev");
+        let none = serde_json::Map::new();
+        assert_eq!(
+            choose_disk(&none, &params, sys.path(), dev).expect("floppy hints"),
+            PathBuf::from("/dev/sda")
+        );
+        let node = json!({"root_device": {"size": 20}});
+        let node = node.as_object().expect("object");
+        assert_eq!(
+            choose_disk(node, &params, sys.path(), dev).expect("node hints"),
+            PathBuf::from("/dev/sdb")
+        );
+        let looped = json!({"root_device": {"name": "/dev/loop3"}});
+        assert_eq!(
+            choose_disk(looped.as_object().expect("obj"), &params, sys.path(), dev)
+                .expect("loop by name"),
+            PathBuf::from("/dev/loop3")
+        );
+        let missing = json!({"root_device": {"serial": "nope"}});
+        let err = choose_disk(missing.as_object().expect("obj"), &params, sys.path(), dev)
+            .expect_err("no match");
+        assert!(format!("{err:#}").contains("no disk matches"), "{err:#}");
+    }
 }

@@ -2,16 +2,19 @@
 //! conductor calls back on (../shared/reference/ironic-protocols.md §3).
 //!
 //! # Design
-//! [`wire`] holds the JSON bodies, [`client`] the calls to the conductor, [`server`] the
-//! `/v1/commands` API, [`standby`] the `standby.*` commands that write the image with
-//! [`crate::stream`].
+//! The JSON bodies live in `vmdeploy_shared::api::ipa` (both ends use them). [`client`] makes the
+//! calls to the conductor, [`heartbeat`] decides when and with what progress, [`server`] is the
+//! `/v1/commands` API, [`standby`] and [`iscsi`] are the extensions (image write with
+//! [`crate::stream`], partition table with [`partitions`], the iSCSI target with
+//! [`crate::target`]), and [`agent_mode`] runs the whole flow.
 //!
 //! # Limitations
-//! Not wired into `/init` yet (no PID-1 duties this session); `standby.prepare_image` writes
-//! whole-disk images only.
+//! `standby.prepare_image` writes whole-disk images only.
 
 pub mod agent_mode;
 pub mod client;
+pub mod heartbeat;
+pub mod iscsi;
+pub mod partitions;
 pub mod server;
 pub mod standby;
-pub mod wire;

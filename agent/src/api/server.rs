@@ -16,7 +16,9 @@ use serde_json::Value;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
-use super::wire::{CommandError, CommandList, CommandRequest, CommandResult, CommandStatus, Fault};
+use vmdeploy_shared::api::ipa::{
+    CommandError, CommandList, CommandRequest, CommandResult, CommandStatus, Fault,
+};
 
 /// Largest request body accepted (image_info with a configdrive URL is a few KiB; an inline
 /// configdrive is up to 64 MiB in IPA, but vmdeploy passes configdrives by URL).
@@ -87,7 +89,7 @@ fn fault(status: StatusCode, msg: impl Into<String>) -> Resp {
 }
 
 /// A random UUID (v4) from the kernel.
-fn new_id() -> String {
+pub fn new_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/uuid")
         .map(|s| s.trim().to_owned())
         .unwrap_or_else(|_| {
@@ -173,9 +175,9 @@ impl CommandApi {
     }
 
     async fn post(self: Arc<Self>, body: &[u8], wait: bool) -> Resp {
-        let request: CommandRequest = match serde_json::from_slice(body) {
+        let request = match CommandRequest::from_json(body) {
             Ok(r) => r,
-            Err(e) => return fault(StatusCode::BAD_REQUEST, format!("invalid JSON body: {e}")),
+            Err(e) => return fault(StatusCode::BAD_REQUEST, e.to_string()),
         };
         let Some((extension, command)) = request.name.split_once('.') else {
             return fault(

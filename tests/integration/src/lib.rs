@@ -9,6 +9,8 @@ pub mod swift;
 pub mod tgt;
 
 pub mod http;
+pub mod ipa_standin;
+pub mod iscsi_standin;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,593 @@
+//! JSON bodies of the IPA-compatible agent protocol (`agent_ilo`,
+//! ../../../shared/reference/ironic-protocols.md §3.2–3.4): the agent's lookup and heartbeat calls
+//! to the conductor, the conductor's calls to the agent's `/v1/commands`, and the progress text
+//! vmdeploy puts in heartbeats.
+//!
+//! Types only; the agent (`agent/src/api`) and the conductor move them. Everything parsed here
+//! comes from the network, so every parser returns [`IpaError`] and never panics.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What is wrong with a protocol body.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum IpaError {
+    /// The body is not the JSON expected.
+    #[error("malformed JSON body: {0}")]
+    Json(String),
+    /// An API microversion is not `MAJOR.MINOR`.
+    #[error("invalid API version {0:?} (expected MAJOR.MINOR)")]
+    Version(String),
+    /// A progress message is not in the vmdeploy form.
+    #[error("not a vmdeploy progress message: {0}")]
+    Progress(String),
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, IpaError> {
+    serde_json::from_slice(body).map_err(|e| IpaError::Json(e.to_string()))
+}
+
+fn cut(s: &str) -> String {
+    s.chars().take(64).collect()
+}
+
+/// An Ironic API microversion (`X-OpenStack-Ironic-API-Version: 1.72`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ApiVersion {
+    /// Major version (always 1 for Ironic's v1 API).
+    pub major: u32,
+    /// Minor version.
+    pub minor: u32,
+}
+
+impl ApiVersion {
+    /// `major.minor`.
+    pub const fn new(major: u32, minor: u32) -> ApiVersion {
+        ApiVersion { major, minor }
+    }
+
+    /// Heartbeats may carry `agent_version` (Ironic API 1.36).
+    pub const AGENT_VERSION: ApiVersion = ApiVersion::new(1, 36);
+    /// Heartbeats carry `agent_token` (1.62).
+    pub const AGENT_TOKEN: ApiVersion = ApiVersion::new(1, 62);
+    /// Heartbeats may carry `agent_verify_ca` (1.68).
+    pub const AGENT_VERIFY_CA: ApiVersion = ApiVersion::new(1, 68);
+    /// Heartbeats may carry `agent_status` and `agent_status_message` (1.72); older conductors
+    /// reject those fields with 400 ("not recognised").
+    pub const AGENT_STATUS: ApiVersion = ApiVersion::new(1, 72);
+
+    /// Parses `MAJOR.MINOR`.
+    pub fn parse(s: &str) -> Result<ApiVersion, IpaError> {
+        let bad = || IpaError::Version(cut(s));
+        let (major, minor) = s.trim().split_once('.').ok_or_else(bad)?;
+        let num = |p: &str| {
+            if p.is_empty() || p.len() > 9 || !p.bytes().all(|b| b.is_ascii_digit()) {
+                Err(bad())
+            } else {
+                p.parse::<u32>().map_err(|_| bad())
+            }
+        };
+        Ok(ApiVersion::new(num(major)?, num(minor)?))
+    }
+}
+
+impl fmt::Display for ApiVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+/// `GET /` of the Ironic API: only the part the agent reads, the newest microversion the server
+/// speaks (IPA reads `default_version.version` the same way to pick its header).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct ApiRoot {
+    /// The default (v1) API version description.
+    pub default_version: ApiRootVersion,
+}
+
+/// `default_version` of [`ApiRoot`].
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct ApiRootVersion {
+    /// `v1`.
+    #[serde(default)]
+    pub id: String,
+    /// Newest microversion, e.g. `1.92`.
+    pub version: String,
+    /// Oldest microversion, e.g. `1.1`.
+    #[serde(default)]
+    pub min_version: Option<String>,
+}
+
+impl ApiRoot {
+    /// Parses the JSON body of `GET /`.
+    pub fn from_json(body: &[u8]) -> Result<ApiRoot, IpaError> {
+        from_json(body)
+    }
+
+    /// The newest microversion the server speaks.
+    pub fn max_version(&self) -> Result<ApiVersion, IpaError> {
+        ApiVersion::parse(&self.default_version.version)
+    }
+}
+
+/// `GET /v1/lookup` answer (modern form; `config` absent from old conductors).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct LookupResponse {
+    /// The node the agent runs on.
+    pub node: LookupNode,
+    /// Agent configuration.
+    #[serde(default)]
+    pub config: Option<LookupConfig>,
+    /// Old conductors put the heartbeat timeout at the top level.
+    #[serde(default)]
+    pub heartbeat_timeout: Option<u64>,
+}
+
+impl LookupResponse {
+    /// Parses the JSON body of a lookup answer.
+    pub fn from_json(body: &[u8]) -> Result<LookupResponse, IpaError> {
+        from_json(body)
+    }
+
+    /// Seconds the conductor waits for a heartbeat: `config.heartbeat_timeout`, else the old
+    /// top-level field (IPA reads both the same way).
+    pub fn heartbeat_timeout(&self) -> Option<u64> {
+        self.config
+            .as_ref()
+            .and_then(|c| c.heartbeat_timeout)
+            .or(self.heartbeat_timeout)
+    }
+
+    /// The token the lookup disclosed, when it is a real one: `******` means "already disclosed
+    /// or pre-generated", and IPA ignores tokens shorter than 32 characters.
+    pub fn disclosed_token(&self) -> Option<&str> {
+        self.config
+            .as_ref()
+            .and_then(|c| c.agent_token.as_deref())
+            .filter(|t| t.len() >= MIN_TOKEN_LEN && *t != MASKED_TOKEN)
+    }
+}
+
+/// What a lookup answers instead of a token it already disclosed.
+pub const MASKED_TOKEN: &str = "******";
+
+/// Shortest agent token IPA accepts from a lookup.
+pub const MIN_TOKEN_LEN: usize = 32;
+
+/// The node part of a lookup answer.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct LookupNode {
+    /// Node UUID.
+    pub uuid: String,
+    /// `properties`, where `root_device` hints live (`null` reads as empty).
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub properties: serde_json::Map<String, Value>,
+    /// Everything else the conductor sent.
+    #[serde(flatten)]
+    pub other: serde_json::Map<String, Value>,
+}
+
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<serde_json::Map<String, Value>, D::Error> {
+    Ok(Option::<serde_json::Map<String, Value>>::deserialize(d)?.unwrap_or_default())
+}
+
+/// The config part of a lookup answer.
+#[derive(Clone, Deserialize, Serialize, PartialEq)]
+pub struct LookupConfig {
+    /// Seconds the conductor waits between heartbeats before it gives up.
+    #[serde(default)]
+    pub heartbeat_timeout: Option<u64>,
+    /// The agent token, or `******` when it was already disclosed / pre-generated.
+    #[serde(default)]
+    pub agent_token: Option<String>,
+    /// Whether every call must carry the token.
+    #[serde(default)]
+    pub agent_token_required: Option<bool>,
+}
+
+impl fmt::Debug for LookupConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LookupConfig")
+            .field("heartbeat_timeout", &self.heartbeat_timeout)
+            .field("agent_token", &self.agent_token.as_ref().map(|_| "******"))
+            .field("agent_token_required", &self.agent_token_required)
+            .finish()
+    }
+}
+
+/// `POST /v1/heartbeat/{node}` body. Optional fields are sent only at the microversion that
+/// knows them (Ironic rejects an unknown field with 400), see [`ApiVersion`].
+#[derive(Clone, Deserialize, Serialize, PartialEq)]
+pub struct Heartbeat {
+    /// Where the conductor reaches the agent's command API.
+    pub callback_url: String,
+    /// The agent token (API >= 1.62).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_token: Option<String>,
+    /// Agent version (API >= 1.36; required by modern conductors).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
+    /// Status word: Ironic accepts only `start`, `end` or `error` (API >= 1.72).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_status: Option<String>,
+    /// Free status text (API >= 1.72); vmdeploy puts [`WriteProgress`] here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_status_message: Option<String>,
+}
+
+impl Heartbeat {
+    /// Parses the JSON body of a heartbeat.
+    pub fn from_json(body: &[u8]) -> Result<Heartbeat, IpaError> {
+        from_json(body)
+    }
+}
+
+impl fmt::Debug for Heartbeat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Heartbeat")
+            .field("callback_url", &self.callback_url)
+            .field("agent_token", &self.agent_token.as_ref().map(|_| "******"))
+            .field("agent_version", &self.agent_version)
+            .field("agent_status", &self.agent_status)
+            .field("agent_status_message", &self.agent_status_message)
+            .finish()
+    }
+}
+
+/// Image write progress, as carried in a heartbeat's `agent_status_message`:
+/// `image write: written=<bytes> total=<bytes|unknown> rate=<bytes/s>`.
+///
+/// A plain line so an operator reading `last_error`/logs of an upstream Ironic understands it,
+/// with `key=value` fields so the vmdeploy conductor can parse it back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteProgress {
+    /// Bytes written to the disk so far.
+    pub written: u64,
+    /// Size of the download when known (Content-Length).
+    pub total: Option<u64>,
+    /// Average write rate so far, bytes per second.
+    pub rate: u64,
+}
+
+const PROGRESS_PREFIX: &str = "image write:";
+
+impl WriteProgress {
+    /// The `agent_status_message` text.
+    pub fn to_message(&self) -> String {
+        let total = match self.total {
+            Some(t) => t.to_string(),
+            None => "unknown".to_owned(),
+        };
+        format!(
+            "{PROGRESS_PREFIX} written={} total={total} rate={}",
+            self.written, self.rate
+        )
+    }
+
+    /// Parses a message made by [`WriteProgress::to_message`].
+    pub fn parse(message: &str) -> Result<WriteProgress, IpaError> {
+        let bad = |why: &str| IpaError::Progress(format!("{why} in {:?}", cut(message)));
+        let rest = message
+            .trim()
+            .strip_prefix(PROGRESS_PREFIX)
+            .ok_or_else(|| bad("no \"image write:\" prefix"))?;
+        let (mut written, mut total, mut rate) = (None, None, None);
+        for field in rest.split_whitespace() {
+            let (k, v) = field
+                .split_once('=')
+                .ok_or_else(|| bad("a field without ="))?;
+            let num = || {
+                v.parse::<u64>()
+                    .map_err(|_| bad("a field that is not a number"))
+            };
+            let slot_was_set = match k {
+                "written" => written.replace(num()?).is_some(),
+                "total" if v == "unknown" => total.replace(None).is_some(),
+                "total" => total.replace(Some(num()?)).is_some(),
+                "rate" => rate.replace(num()?).is_some(),
+                _ => return Err(bad("an unknown field")),
+            };
+            if slot_was_set {
+                return Err(bad("a repeated field"));
+            }
+        }
+        Ok(WriteProgress {
+            written: written.ok_or_else(|| bad("no written="))?,
+            total: total.ok_or_else(|| bad("no total="))?,
+            rate: rate.ok_or_else(|| bad("no rate="))?,
+        })
+    }
+}
+
+/// `POST /v1/commands` body.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct CommandRequest {
+    /// `<extension>.<command>`.
+    pub name: String,
+    /// Command parameters.
+    #[serde(default)]
+    pub params: Value,
+}
+
+impl CommandRequest {
+    /// Parses the JSON body of a command request.
+    pub fn from_json(body: &[u8]) -> Result<CommandRequest, IpaError> {
+        from_json(body)
+    }
+}
+
+/// Status of a command.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum CommandStatus {
+    /// Still running.
+    Running,
+    /// Finished successfully.
+    Succeeded,
+    /// Finished with an error.
+    Failed,
+    /// IPA's answer when clean step versions differ (never sent by vmdeploy; parsed so a
+    /// conductor can read an upstream agent).
+    CleanVersionMismatch,
+}
+
+/// The error of a failed command.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct CommandError {
+    /// Error class name.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// HTTP-like code.
+    pub code: u16,
+    /// Human-readable message.
+    pub message: String,
+    /// More detail.
+    #[serde(default)]
+    pub details: String,
+}
+
+/// IPA's CommandResult.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct CommandResult {
+    /// UUID of this command run.
+    pub id: String,
+    /// The command part of the name (`prepare_image`).
+    pub command_name: String,
+    /// Parameters it was called with.
+    #[serde(default)]
+    pub command_params: Value,
+    /// Status.
+    pub command_status: CommandStatus,
+    /// Error when failed.
+    #[serde(default)]
+    pub command_error: Option<CommandError>,
+    /// Result when succeeded.
+    #[serde(default)]
+    pub command_result: Option<Value>,
+}
+
+impl CommandResult {
+    /// Parses the JSON body of one command result.
+    pub fn from_json(body: &[u8]) -> Result<CommandResult, IpaError> {
+        from_json(body)
+    }
+}
+
+/// `GET /v1/commands` answer.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct CommandList {
+    /// Oldest first.
+    pub commands: Vec<CommandResult>,
+}
+
+impl CommandList {
+    /// Parses the JSON body of a command list.
+    pub fn from_json(body: &[u8]) -> Result<CommandList, IpaError> {
+        from_json(body)
+    }
+}
+
+/// WSME-style error body.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct Fault {
+    /// `Client` or `Server`.
+    pub faultcode: String,
+    /// Message.
+    pub faultstring: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn versions_parse_and_order() {
+        assert_eq!(ApiVersion::parse("1.72"), Ok(ApiVersion::new(1, 72)));
+        assert!(ApiVersion::parse("1.9").expect("valid") < ApiVersion::new(1, 10));
+        for bad in ["", "1", "1.", ".2", "1.2.3", "a.b", "1.-2", "99999999999.1"] {
+            assert!(ApiVersion::parse(bad).is_err(), "{bad:?}");
+        }
+        let root = ApiRoot::from_json(
+            br#"{"name":"OpenStack Ironic API","default_version":{"id":"v1","version":"1.92","min_version":"1.1"}}"#,
+        )
+        .expect("root");
+        assert_eq!(root.max_version(), Ok(ApiVersion::new(1, 92)));
+    }
+
+    #[test]
+    fn lookup_answer_modern_and_old() {
+        let modern = LookupResponse::from_json(
+            br#"{"node":{"uuid":"u1","properties":{"root_device":{"name":"/dev/sda"}},"instance_info":{}},
+                 "config":{"heartbeat_timeout":300,"agent_token":"******","agent_token_required":true}}"#,
+        )
+        .expect("modern");
+        assert_eq!(modern.heartbeat_timeout(), Some(300));
+        assert_eq!(modern.disclosed_token(), None, "masked token is no token");
+        assert_eq!(modern.node.properties["root_device"]["name"], "/dev/sda");
+        assert!(modern.node.other.contains_key("instance_info"));
+        assert!(!format!("{modern:?}").contains("******\\\""));
+
+        let tok = "t".repeat(43);
+        let body = format!(r#"{{"node":{{"uuid":"u"}},"config":{{"agent_token":"{tok}"}}}}"#);
+        let with_token = LookupResponse::from_json(body.as_bytes()).expect("token");
+        assert_eq!(with_token.disclosed_token(), Some(tok.as_str()));
+        assert!(
+            !format!("{with_token:?}").contains(&tok),
+            "token masked in Debug"
+        );
+
+        let old = LookupResponse::from_json(br#"{"node":{"uuid":"u"},"heartbeat_timeout":60}"#)
+            .expect("old");
+        assert_eq!(old.heartbeat_timeout(), Some(60));
+        assert!(LookupResponse::from_json(br#"{"config":{}}"#).is_err());
+        let null_props =
+            LookupResponse::from_json(br#"{"node":{"uuid":"u","properties":null}}"#).expect("null");
+        assert!(null_props.node.properties.is_empty());
+    }
+
+    #[test]
+    fn heartbeat_omits_absent_fields_and_masks_the_token() {
+        let hb = Heartbeat {
+            callback_url: "http://10.0.0.5:9999".into(),
+            agent_token: Some("secret-token".into()),
+            agent_version: Some("1.0".into()),
+            agent_status: None,
+            agent_status_message: None,
+        };
+        let json = serde_json::to_value(&hb).expect("json");
+        let keys: Vec<&str> = json
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys, ["agent_token", "agent_version", "callback_url"]);
+        assert!(!format!("{hb:?}").contains("secret-token"));
+        let back = Heartbeat::from_json(json.to_string().as_bytes()).expect("parse");
+        assert_eq!(back, hb);
+    }
+
+    #[test]
+    fn progress_message_round_trips() {
+        let p = WriteProgress {
+            written: 1 << 30,
+            total: Some(4 << 30),
+            rate: 123_456_789,
+        };
+        assert_eq!(
+            p.to_message(),
+            "image write: written=1073741824 total=4294967296 rate=123456789"
+        );
+        assert_eq!(WriteProgress::parse(&p.to_message()), Ok(p));
+        let unknown = WriteProgress { total: None, ..p };
+        assert_eq!(WriteProgress::parse(&unknown.to_message()), Ok(unknown));
+        for bad in [
+            "",
+            "image write:",
+            "image write: written=1 total=2",
+            "image write: written=1 total=2 rate=x",
+            "image write: written=1 written=1 total=2 rate=3",
+            "image write: written=1 total=2 rate=3 extra=4",
+            "written=1 total=2 rate=3",
+        ] {
+            assert!(WriteProgress::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn command_result_shape_is_ipas() {
+        let r = CommandResult {
+            id: "id1".into(),
+            command_name: "prepare_image".into(),
+            command_params: serde_json::json!({}),
+            command_status: CommandStatus::Failed,
+            command_error: Some(CommandError {
+                kind: "ImageChecksumError".into(),
+                code: 500,
+                message: "m".into(),
+                details: String::new(),
+            }),
+            command_result: None,
+        };
+        let v = serde_json::to_value(&r).expect("json");
+        assert_eq!(v["command_status"], "FAILED");
+        assert_eq!(v["command_error"]["type"], "ImageChecksumError");
+        assert!(v["command_result"].is_null());
+        assert_eq!(
+            CommandResult::from_json(v.to_string().as_bytes()),
+            Ok(r.clone())
+        );
+        let list = CommandList { commands: vec![r] };
+        let text = serde_json::to_string(&list).expect("json");
+        assert_eq!(CommandList::from_json(text.as_bytes()), Ok(list));
+        assert!(CommandResult::from_json(
+            br#"{"id":"x","command_name":"y","command_status":"DONE"}"#
+        )
+        .is_err());
+    }
+
+    fn arb_progress() -> impl Strategy<Value = WriteProgress> {
+        (
+            any::<u64>(),
+            proptest::option::of(any::<u64>()),
+            any::<u64>(),
+        )
+            .prop_map(|(written, total, rate)| WriteProgress {
+                written,
+                total,
+                rate,
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn progress_round_trip(p in arb_progress()) {
+            prop_assert_eq!(WriteProgress::parse(&p.to_message()), Ok(p));
+        }
+
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = ApiRoot::from_json(&bytes).map(|r| r.max_version());
+            let _ = LookupResponse::from_json(&bytes).map(|l| (l.heartbeat_timeout(), l.disclosed_token().map(str::len)));
+            let _ = Heartbeat::from_json(&bytes);
+            let _ = CommandRequest::from_json(&bytes);
+            let _ = CommandResult::from_json(&bytes);
+            let _ = CommandList::from_json(&bytes);
+            let text = String::from_utf8_lossy(&bytes);
+            let _ = WriteProgress::parse(&text);
+            let _ = ApiVersion::parse(&text);
+        }
+
+        #[test]
+        fn near_miss_progress_never_panics(s in "image write:( (written|total|rate|x)=[0-9a-z]{0,22}){0,5}") {
+            let _ = WriteProgress::parse(&s);
+        }
+
+        #[test]
+        fn heartbeat_round_trip(url in "\\PC{0,40}", tok in proptest::option::of("\\PC{0,50}"),
+                                ver in proptest::option::of("[0-9.]{0,10}"),
+                                msg in proptest::option::of("\\PC{0,80}")) {
+            let hb = Heartbeat { callback_url: url, agent_token: tok, agent_version: ver,
+                                 agent_status: None, agent_status_message: msg };
+            let text = serde_json::to_vec(&hb).expect("serialize");
+            prop_assert_eq!(Heartbeat::from_json(&text), Ok(hb));
+        }
+
+        #[test]
+        fn lookup_round_trip(uuid in "[a-f0-9-]{1,36}", timeout in proptest::option::of(any::<u64>()),
+                             tok in proptest::option::of("\\PC{0,50}")) {
+            let l = LookupResponse {
+                node: LookupNode { uuid, properties: Default::default(), other: Default::default() },
+                config: Some(LookupConfig { heartbeat_timeout: timeout, agent_token: tok, agent_token_required: Some(true) }),
+                heartbeat_timeout: None,
+            };
+            let text = serde_json::to_vec(&l).expect("serialize");
+            prop_assert_eq!(LookupResponse::from_json(&text), Ok(l));
+        }
+    }
+}

@@ -1,0 +1,500 @@
+//! A protocol-checking stand-in for the conductor's side of the IPA protocol
+//! (../shared/reference/ironic-protocols.md §3.2–3.3), for tests of the agent's `agent_ilo` mode:
+//!
+//! - [`IpaStandin`] serves `GET /`, `GET /v1/lookup` and `POST /v1/heartbeat/{node}` on 127.0.0.1
+//!   and checks every field and the `X-OpenStack-Ironic-API-Version` header as Ironic would
+//!   (fields the version does not know are a 400, as in Ironic's ramdisk controller). It records
+//!   each heartbeat; every violation is kept in [`IpaStandin::violations`] for the test to
+//!   assert empty.
+//! - [`AgentDriver`] calls the agent's `/v1/commands` as Ironic's agent client does: `POST` with
+//!   `?agent_token=`, then `GET /v1/commands` until the command is no longer `RUNNING`.
+//!
+//! Plain std threads and a minimal HTTP/1.1 (one request per connection), so the stand-in shares
+//! no code with the agent's HTTP stack.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use vmdeploy_shared::api::ipa::{
+    ApiVersion, CommandList, CommandResult, CommandStatus, Heartbeat, WriteProgress,
+};
+
+/// What the stand-in conductor knows about the node.
+#[derive(Debug, Clone)]
+pub struct StandinConfig {
+    /// Node UUID the lookup answers.
+    pub node_uuid: String,
+    /// MACs that identify the node (lowercase, colon form); the lookup must name all of them.
+    pub macs: Vec<String>,
+    /// The token the agent must send. With `pregenerated` the lookup masks it (`******`) as
+    /// Ironic does for a token that came on the floppy; otherwise the lookup discloses it.
+    pub token: String,
+    /// Whether the token was pre-generated (sent on the floppy).
+    pub pregenerated: bool,
+    /// `config.heartbeat_timeout` in seconds.
+    pub heartbeat_timeout: u64,
+    /// The newest API version the stand-in claims in `GET /`.
+    pub max_version: ApiVersion,
+    /// `node.properties`, e.g. `{"root_device": {"name": "/dev/loop3"}}`.
+    pub properties: Value,
+    /// Answer this many lookups with 404 first (node not yet in `wait call-back`).
+    pub lookup_misses: u32,
+    /// Answer this many (valid) heartbeats with 409 first, as Ironic does when the node is
+    /// locked; the agent must retry.
+    pub heartbeat_conflicts: u32,
+}
+
+/// One heartbeat as received.
+#[derive(Debug, Clone)]
+pub struct RecordedHeartbeat {
+    /// Since the stand-in started.
+    pub at: Duration,
+    /// The body.
+    pub body: Heartbeat,
+    /// Its progress, when it carried one.
+    pub progress: Option<WriteProgress>,
+}
+
+#[derive(Default)]
+struct Shared {
+    heartbeats: Mutex<Vec<RecordedHeartbeat>>,
+    violations: Mutex<Vec<String>>,
+    lookups: AtomicU32,
+    heartbeat_count: AtomicU32,
+}
+
+/// The running stand-in; stops on drop.
+pub struct IpaStandin {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    shared: Arc<Shared>,
+}
+
+/// The version the agent must send: the smaller of the stand-in's and the agent's newest (1.72).
+fn expected_version(cfg: &StandinConfig) -> ApiVersion {
+    cfg.max_version.min(ApiVersion::AGENT_STATUS)
+}
+
+impl IpaStandin {
+    /// Starts serving on 127.0.0.1 (ephemeral port).
+    pub fn start(cfg: StandinConfig) -> IpaStandin {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("binding a loopback port");
+        listener
+            .set_nonblocking(true)
+            .expect("making the listener non-blocking");
+        let addr = listener.local_addr().expect("bound address");
+        let stop = Arc::new(AtomicBool::new(false));
+        let shared = Arc::new(Shared::default());
+        let started = Instant::now();
+        let thread = {
+            let stop = Arc::clone(&stop);
+            let shared = Arc::clone(&shared);
+            let cfg = Arc::new(cfg);
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((stream, _)) => {
+                            let cfg = Arc::clone(&cfg);
+                            let shared = Arc::clone(&shared);
+                            std::thread::spawn(move || {
+                                if let Err(e) = serve(stream, &cfg, &shared, started) {
+                                    shared
+                                        .violations
+                                        .lock()
+                                        .expect("lock")
+                                        .push(format!("connection error: {e}"));
+                                }
+                            });
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                        Err(_) => break,
+                    }
+                }
+            })
+        };
+        IpaStandin {
+            addr,
+            stop,
+            thread: Some(thread),
+            shared,
+        }
+    }
+
+    /// The API URL to put in `ipa-api-url`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Every heartbeat so far.
+    pub fn heartbeats(&self) -> Vec<RecordedHeartbeat> {
+        self.shared.heartbeats.lock().expect("lock").clone()
+    }
+
+    /// Every protocol violation so far (empty when the agent behaved).
+    pub fn violations(&self) -> Vec<String> {
+        self.shared.violations.lock().expect("lock").clone()
+    }
+
+    /// Lookups received.
+    pub fn lookups(&self) -> u32 {
+        self.shared.lookups.load(Ordering::Relaxed)
+    }
+
+    /// Waits until a heartbeat arrives (returns the first one's callback URL).
+    pub fn wait_for_heartbeat(&self, timeout: Duration) -> Option<RecordedHeartbeat> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(h) = self.heartbeats().into_iter().next() {
+                return Some(h);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for IpaStandin {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Request {
+    method: String,
+    target: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Request {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn read_request(stream: &mut impl Read) -> std::io::Result<Request> {
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let mut parts = line.split_whitespace();
+    let method = parts.next().unwrap_or_default().to_owned();
+    let target = parts.next().unwrap_or_default().to_owned();
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h)? == 0 || h == "\r\n" || h == "\n" {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            headers.push((k.trim().to_owned(), v.trim().to_owned()));
+        }
+    }
+    let len = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse::<usize>().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len.min(1 << 20)];
+    reader.read_exact(&mut body)?;
+    Ok(Request {
+        method,
+        target,
+        headers,
+        body,
+    })
+}
+
+fn respond(stream: &mut impl Write, status: u16, body: &Value) -> std::io::Result<()> {
+    let text = body.to_string();
+    let reason = match status {
+        200 => "OK",
+        202 => "Accepted",
+        400 => "Bad Request",
+        404 => "Not Found",
+        406 => "Not Acceptable",
+        409 => "Conflict",
+        _ => "Other",
+    };
+    write!(
+        stream,
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+        text.len()
+    )?;
+    stream.flush()
+}
+
+fn serve(
+    mut stream: TcpStream,
+    cfg: &StandinConfig,
+    shared: &Shared,
+    started: Instant,
+) -> std::io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let req = read_request(&mut stream)?;
+    let mut problems = Vec::new();
+    let (path, query) = req.target.split_once('?').unwrap_or((&req.target, ""));
+    let want = expected_version(cfg);
+    let (status, body) = match (req.method.as_str(), path) {
+        ("GET", "/") => (
+            200,
+            json!({"name": "OpenStack Ironic API (vmdeploy stand-in)",
+                   "default_version": {"id": "v1", "version": cfg.max_version.to_string(),
+                                       "min_version": "1.1", "status": "CURRENT"},
+                   "versions": [{"id": "v1"}]}),
+        ),
+        ("GET", "/v1/lookup") => {
+            check_version(&req, want, &mut problems);
+            let n = shared.lookups.fetch_add(1, Ordering::Relaxed);
+            let addresses: BTreeSet<String> = query
+                .split('&')
+                .filter_map(|kv| kv.split_once('='))
+                .filter(|(k, _)| *k == "addresses")
+                .flat_map(|(_, v)| {
+                    v.replace("%3A", ":")
+                        .replace("%3a", ":")
+                        .replace("%2C", ",")
+                        .replace("%2c", ",")
+                        .split(',')
+                        .map(str::to_owned)
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            for mac in &cfg.macs {
+                if !addresses.contains(mac) {
+                    problems.push(format!("lookup addresses {addresses:?} lack {mac}"));
+                }
+            }
+            if n < cfg.lookup_misses {
+                (404, json!({"error_message": "node not found"}))
+            } else {
+                let token = if cfg.pregenerated {
+                    "******".to_owned()
+                } else {
+                    cfg.token.clone()
+                };
+                (
+                    200,
+                    json!({"node": {"uuid": cfg.node_uuid, "properties": cfg.properties,
+                                    "instance_info": {}, "driver_internal_info": {}},
+                           "config": {"heartbeat_timeout": cfg.heartbeat_timeout,
+                                      "agent_token": token, "agent_token_required": true,
+                                      "metrics": {}, "metrics_statsd": {}}}),
+                )
+            }
+        }
+        ("POST", p) if p.starts_with("/v1/heartbeat/") => {
+            check_version(&req, want, &mut problems);
+            let node = p.trim_start_matches("/v1/heartbeat/");
+            if node != cfg.node_uuid {
+                problems.push(format!("heartbeat for node {node:?}"));
+            }
+            match check_heartbeat(&req.body, cfg, want, &mut problems) {
+                Some((hb, progress)) => {
+                    shared
+                        .heartbeats
+                        .lock()
+                        .expect("lock")
+                        .push(RecordedHeartbeat {
+                            at: started.elapsed(),
+                            body: hb,
+                            progress,
+                        });
+                }
+                None => problems.push("heartbeat body unreadable".into()),
+            }
+            let n = shared.heartbeat_count.fetch_add(1, Ordering::Relaxed);
+            if problems.is_empty() && n < cfg.heartbeat_conflicts {
+                (
+                    409,
+                    json!({"error_message": "node is locked (stand-in conflict)"}),
+                )
+            } else if problems.is_empty() {
+                (202, Value::Null)
+            } else {
+                (400, json!({"error_message": problems.join("; ")}))
+            }
+        }
+        (m, p) => {
+            problems.push(format!("unexpected request {m} {p}"));
+            (404, json!({"error_message": "not found"}))
+        }
+    };
+    if !problems.is_empty() {
+        shared
+            .violations
+            .lock()
+            .expect("lock")
+            .extend(problems.iter().cloned());
+    }
+    let body = if status == 202 { json!({}) } else { body };
+    respond(&mut stream, status, &body)
+}
+
+fn check_version(req: &Request, want: ApiVersion, problems: &mut Vec<String>) {
+    match req
+        .header("X-OpenStack-Ironic-API-Version")
+        .map(ApiVersion::parse)
+    {
+        Some(Ok(v)) if v == want => {}
+        other => problems.push(format!(
+            "{} {}: API version header {other:?}, expected {want}",
+            req.method, req.target
+        )),
+    }
+}
+
+fn check_heartbeat(
+    body: &[u8],
+    cfg: &StandinConfig,
+    version: ApiVersion,
+    problems: &mut Vec<String>,
+) -> Option<(Heartbeat, Option<WriteProgress>)> {
+    let raw: Value = serde_json::from_slice(body).ok()?;
+    let obj = raw.as_object()?;
+    // Ironic's controller knows exactly these fields, each from its microversion on.
+    let known = [
+        ("callback_url", ApiVersion::new(1, 22)),
+        ("agent_version", ApiVersion::AGENT_VERSION),
+        ("agent_token", ApiVersion::AGENT_TOKEN),
+        ("agent_verify_ca", ApiVersion::AGENT_VERIFY_CA),
+        ("agent_status", ApiVersion::AGENT_STATUS),
+        ("agent_status_message", ApiVersion::AGENT_STATUS),
+    ];
+    for key in obj.keys() {
+        match known.iter().find(|(k, _)| k == key) {
+            Some((_, since)) if version >= *since => {}
+            Some((_, since)) => problems.push(format!(
+                "heartbeat field {key} needs API {since}, sent at {version}"
+            )),
+            None => problems.push(format!("unknown heartbeat field {key}")),
+        }
+    }
+    let hb = Heartbeat::from_json(body).ok()?;
+    match hb.callback_url.strip_prefix("http://") {
+        Some(rest) if rest.parse::<SocketAddr>().is_ok() => {}
+        _ => problems.push(format!(
+            "callback_url {:?} is not http://IP:PORT",
+            hb.callback_url
+        )),
+    }
+    if version >= ApiVersion::AGENT_TOKEN && hb.agent_token.as_deref() != Some(cfg.token.as_str()) {
+        problems.push("heartbeat agent_token is wrong or missing".into());
+    }
+    if version >= ApiVersion::AGENT_VERSION && hb.agent_version.as_deref().is_none_or(str::is_empty)
+    {
+        problems.push("heartbeat agent_version is missing".into());
+    }
+    if let Some(s) = &hb.agent_status {
+        if !["start", "end", "error"].contains(&s.as_str()) {
+            problems.push(format!("agent_status {s:?} is not start/end/error"));
+        }
+    }
+    let progress = match &hb.agent_status_message {
+        Some(m) => match WriteProgress::parse(m) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                problems.push(format!("agent_status_message: {e}"));
+                None
+            }
+        },
+        None => None,
+    };
+    Some((hb, progress))
+}
+
+/// Calls the agent's command API as Ironic's agent client does.
+#[derive(Debug, Clone)]
+pub struct AgentDriver {
+    /// `http://IP:PORT` (the heartbeat's callback_url).
+    pub base: String,
+    /// The token appended to every call.
+    pub token: String,
+}
+
+/// A minimal blocking HTTP/1.1 call: status and JSON body (Null when empty or not JSON).
+pub fn http_call(base: &str, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let host = base.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = TcpStream::connect(host).expect("connecting to the agent");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .expect("timeout");
+    let text = body.map(Value::to_string).unwrap_or_default();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+        text.len()
+    )
+    .expect("sending the request");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("reading the answer");
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (head, rest) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, serde_json::from_str(rest).unwrap_or(Value::Null))
+}
+
+impl AgentDriver {
+    /// `POST /v1/commands/?wait=<wait>&agent_token=<token>` with `{"name", "params"}`.
+    pub fn post(&self, name: &str, params: Value, wait: bool) -> (u16, Value) {
+        http_call(
+            &self.base,
+            "POST",
+            &format!("/v1/commands/?wait={wait}&agent_token={}", self.token),
+            Some(&json!({"name": name, "params": params})),
+        )
+    }
+
+    /// `GET /v1/commands/?agent_token=<token>`, parsed.
+    pub fn list(&self) -> CommandList {
+        let (status, body) = http_call(
+            &self.base,
+            "GET",
+            &format!("/v1/commands/?agent_token={}", self.token),
+            None,
+        );
+        assert_eq!(status, 200, "GET /v1/commands answered {status}: {body}");
+        serde_json::from_value(body).expect("a CommandList")
+    }
+
+    /// Runs `name` as Ironic does for async commands: POST without waiting, then poll the
+    /// command list until the newest entry (this command) is no longer RUNNING.
+    pub fn run(&self, name: &str, params: Value, timeout: Duration) -> CommandResult {
+        let (status, body) = self.post(name, params, false);
+        assert_eq!(status, 200, "POST {name} answered {status}: {body}");
+        let started: CommandResult = serde_json::from_value(body).expect("a CommandResult");
+        let deadline = Instant::now() + timeout;
+        loop {
+            let list = self.list();
+            let last = list.commands.last().expect("the command is listed").clone();
+            assert_eq!(last.id, started.id, "the newest command is ours");
+            if last.command_status != CommandStatus::Running {
+                return last;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} still RUNNING after {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! A protocol-checking stand-in for the conductor's side of the iSCSI deploy
+//! (../shared/reference/ironic-protocols.md §2.2 step 5, §2.3, §2.4; DESIGN.md §4).
+//!
+//! It serves `POST /v1/nodes/{node}/vendor_passthru/pass_deploy_info` on 127.0.0.1, checks the
+//! JSON body as the conductor does (400 for a missing or malformed field, 403 for a wrong key),
+//! optionally answers 503 to the first N calls (to drive the agent's retries), answers 202
+//! otherwise, and records every call. [`write_image`] and [`send_done`] then play the rest of the
+//! conductor's part: the image goes through `vmdeploy-conductor iscsi write`, `done` is sent as
+//! Ironic's `notify` does (4 bytes, no newline, no reply read).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What the stand-in expects and how it misbehaves.
+#[derive(Clone)]
+pub struct StandinConfig {
+    /// The node UUID (`deployment_id`).
+    pub node: String,
+    /// The deploy key the agent must send.
+    pub key: String,
+    /// The target name the agent must send.
+    pub iqn: String,
+    /// Answer 503 to this many well-formed calls first.
+    pub fail_first: usize,
+    /// Serve HTTPS with this configuration (e.g. [`crate::http::TestPki`]).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+/// One call as received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// `POST /v1/...` request line.
+    pub request_line: String,
+    /// The parsed body (`Null` if it was not JSON).
+    pub body: serde_json::Value,
+    /// What the stand-in answered.
+    pub status: u16,
+    /// Protocol problems found (empty for a correct call).
+    pub problems: Vec<String>,
+    /// The `X-Auth-Token` header, if sent.
+    pub auth_token: Option<String>,
+}
+
+impl Received {
+    /// The `error` field, if set and non-empty.
+    pub fn error(&self) -> Option<&str> {
+        self.body
+            .get("error")
+            .and_then(|e| e.as_str())
+            .filter(|e| !e.is_empty())
+    }
+}
+
+/// The running stand-in; stops when dropped.
+pub struct IscsiStandin {
+    addr: SocketAddr,
+    tls: bool,
+    received: Arc<Mutex<Vec<Received>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl IscsiStandin {
+    /// Starts serving on an ephemeral loopback port.
+    pub fn start(cfg: StandinConfig) -> IscsiStandin {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("binding the stand-in");
+        listener
+            .set_nonblocking(true)
+            .expect("a non-blocking listener");
+        let addr = listener
+            .local_addr()
+            .expect("a bound listener has an address");
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (rec, stopped) = (received.clone(), stop.clone());
+        let tls = cfg.tls.is_some();
+        std::thread::spawn(move || {
+            let mut failures_left = cfg.fail_first;
+            while !stopped.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((conn, _)) => {
+                        let handled = match &cfg.tls {
+                            None => handle(conn, &cfg, &mut failures_left),
+                            Some(tls) => {
+                                let Ok(session) = rustls::ServerConnection::new(tls.clone()) else {
+                                    continue;
+                                };
+                                if conn.set_nonblocking(false).is_err() {
+                                    continue;
+                                }
+                                let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+                                handle(
+                                    rustls::StreamOwned::new(session, conn),
+                                    &cfg,
+                                    &mut failures_left,
+                                )
+                            }
+                        };
+                        if let Some(r) = handled {
+                            eprintln!(
+                                "iscsi stand-in: {} -> {} {:?}",
+                                r.request_line, r.status, r.problems
+                            );
+                            rec.lock().expect("stand-in lock").push(r);
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
+        IscsiStandin {
+            addr,
+            tls,
+            received,
+            stop,
+        }
+    }
+
+    /// The API root to put in `ironic_api_url` (no `/v1`).
+    pub fn api_url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// Every call so far.
+    pub fn received(&self) -> Vec<Received> {
+        self.received.lock().expect("stand-in lock").clone()
+    }
+
+    /// Waits until `n` calls have arrived (or `timeout`); returns them.
+    pub fn wait_for(&self, n: usize, timeout: Duration) -> Vec<Received> {
+        let start = Instant::now();
+        loop {
+            let got = self.received();
+            if got.len() >= n || start.elapsed() > timeout {
+                return got;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for IscsiStandin {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn respond(conn: &mut impl Write, status: u16, body: &str) {
+    let reason = match status {
+        202 => "Accepted",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        503 => "Service Unavailable",
+        _ => "Other",
+    };
+    let _ = write!(
+        conn,
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+/// Makes a plain connection blocking with a read timeout; TLS ones are set up by the caller.
+trait Prepare {
+    fn prepare(&self) -> Option<()>;
+}
+
+impl Prepare for TcpStream {
+    fn prepare(&self) -> Option<()> {
+        self.set_nonblocking(false).ok()?;
+        self.set_read_timeout(Some(Duration::from_secs(10))).ok()
+    }
+}
+
+impl Prepare for rustls::StreamOwned<rustls::ServerConnection, TcpStream> {
+    fn prepare(&self) -> Option<()> {
+        Some(())
+    }
+}
+
+fn handle<S: Read + Write + Prepare>(
+    mut conn: S,
+    cfg: &StandinConfig,
+    failures_left: &mut usize,
+) -> Option<Received> {
+    conn.prepare()?;
+    let mut reader = BufReader::new(&mut conn);
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line).ok()?;
+    let request_line = request_line.trim().to_owned();
+    let mut len = 0usize;
+    let mut content_type = String::new();
+    let mut auth_token = None;
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h).ok()? == 0 || h.trim().is_empty() {
+            break;
+        }
+        let lower = h.to_ascii_lowercase();
+        if let Some(v) = lower.strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap_or(0);
+        }
+        if let Some(v) = lower.strip_prefix("content-type:") {
+            content_type = v.trim().to_owned();
+        }
+        if lower.starts_with("x-auth-token:") {
+            auth_token = Some(h["x-auth-token:".len()..].trim().to_owned());
+        }
+    }
+    let mut raw = vec![0u8; len.min(1 << 20)];
+    reader.read_exact(&mut raw).ok()?;
+    drop(reader);
+    let body: serde_json::Value = serde_json::from_slice(&raw).unwrap_or(serde_json::Value::Null);
+
+    let mut problems = Vec::new();
+    let want_path = format!("/v1/nodes/{}/vendor_passthru/pass_deploy_info", cfg.node);
+    let mut parts = request_line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let status = if path != want_path {
+        problems.push(format!("path {path:?}, expected {want_path:?}"));
+        404
+    } else if method != "POST" {
+        problems.push(format!("method {method}"));
+        405
+    } else {
+        if !content_type.starts_with("application/json") {
+            problems.push(format!("content-type {content_type:?}"));
+        }
+        let field = |k: &str| body.get(k).and_then(|v| v.as_str()).map(str::to_owned);
+        match (field("address"), field("key"), field("iqn")) {
+            _ if !body.is_object() => {
+                problems.push("body is not a JSON object".into());
+                400
+            }
+            (_, Some(key), _) if key != cfg.key => {
+                problems.push("wrong deploy key".into());
+                403
+            }
+            (None, _, _) | (_, None, _) | (_, _, None) => {
+                problems.push("address, key or iqn missing".into());
+                400
+            }
+            (Some(address), Some(_), Some(iqn)) => {
+                let has_error = body
+                    .get("error")
+                    .is_some_and(|e| e.as_str().is_some_and(|s| !s.is_empty()));
+                if !has_error && address.parse::<std::net::IpAddr>().is_err() {
+                    problems.push(format!("address {address:?} is not an IP"));
+                }
+                if !has_error && iqn != cfg.iqn {
+                    problems.push(format!("iqn {iqn:?}, expected {:?}", cfg.iqn));
+                }
+                if !body
+                    .get("error")
+                    .is_none_or(|e| e.is_null() || e.is_string())
+                {
+                    problems.push("error is neither a string nor null".into());
+                }
+                if *failures_left > 0 {
+                    *failures_left -= 1;
+                    503
+                } else if problems.is_empty() {
+                    202
+                } else {
+                    400
+                }
+            }
+        }
+    };
+    let answer = match status {
+        202 => String::new(),
+        403 => r#"{"error_message":"{\"faultstring\": \"Deploy key does not match\"}"}"#.to_owned(),
+        503 => r#"{"error_message":"conductor busy, try again"}"#.to_owned(),
+        _ => format!(
+            r#"{{"error_message":"{}"}}"#,
+            problems.join("; ").replace('"', "'")
+        ),
+    };
+    respond(&mut conn, status, &answer);
+    let _ = conn.flush();
+    Some(Received {
+        request_line,
+        body,
+        status,
+        problems,
+        auth_token,
+    })
+}
+
+/// Writes `image` to LUN 1 of `iqn` at `portal` with the conductor's initiator CLI.
+pub fn write_image(portal: &str, iqn: &str, image: &Path, limit: Duration) -> Output {
+    let mut child = Command::new(crate::bin("vmdeploy-conductor"))
+        .args(["iscsi", "write"])
+        .arg(image)
+        .args(["--portal", portal, "--iqn", iqn, "--lun", "1"])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting vmdeploy-conductor iscsi write");
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("polling the initiator").is_some() {
+            return child
+                .wait_with_output()
+                .expect("collecting the initiator output");
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child
+                .wait_with_output()
+                .expect("collecting the initiator output");
+            panic!(
+                "iscsi write ran over {limit:?}; stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Sends `done` as Ironic's `notify` does: connect, 4 bytes, close (no reply read).
+pub fn send_done(addr: SocketAddr) -> std::io::Result<()> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10))?;
+    s.write_all(b"done")?;
+    Ok(())
+}
+
+/// The conductor's part after an accepted pass_deploy_info: write `image` through the agent's
+/// target, then send `done` to `done` (ironic-protocols.md §2.3 step 5, §2.4).
+pub fn write_and_notify(
+    portal: &str,
+    iqn: &str,
+    image: &Path,
+    done: SocketAddr,
+    limit: Duration,
+) -> Result<(), String> {
+    let out = write_image(portal, iqn, image, limit);
+    if !out.status.success() {
+        return Err(format!(
+            "iscsi write failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    send_done(done).map_err(|e| format!("sending done to {done}: {e}"))
+}

@@ -1,0 +1,570 @@
+//! The agent's `agent_ilo` mode end to end, through the binary (`vmdeploy-agent run`): a floppy
+//! on a loop device, the install disk on another loop device, the image from a local HTTP
+//! server, and [`IpaStandin`] checking every lookup and heartbeat field while [`AgentDriver`]
+//! drives `/v1/commands` as Ironic does.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use md5::Md5;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256, Sha512};
+use vmdeploy_integration_tests::http::{ServerConfig, TestHttpServer};
+use vmdeploy_integration_tests::ipa_standin::{http_call, AgentDriver, IpaStandin, StandinConfig};
+use vmdeploy_integration_tests::{bin, free_port};
+use vmdeploy_shared::api::ipa::{ApiVersion, CommandStatus};
+
+const MIB: usize = 1024 * 1024;
+const DISK_LEN: u64 = 48 * MIB as u64;
+const FILL: u8 = 0xAA;
+const NODE: &str = "1be26c0b-03f2-4d2e-ae87-c02d7f33c123";
+const MAC: &str = "52:54:00:12:34:56";
+/// A FAT label of these tests' own, so floppy searches of other tests never find ours.
+const LABEL: &str = "ir-vfd-amt";
+/// What a current Ironic claims in `GET /`.
+const NEWEST: ApiVersion = ApiVersion::new(1, 92);
+
+/// A loop device over a file in /var/tmp, detached on drop.
+struct LoopDev {
+    _dir: tempfile::TempDir,
+    device: PathBuf,
+}
+
+impl LoopDev {
+    fn new(contents: &[u8], direct: bool) -> Option<LoopDev> {
+        let dir = tempfile::Builder::new()
+            .prefix("vmdeploy-agent-mode")
+            .tempdir_in("/var/tmp")
+            .expect("scratch dir");
+        let file = dir.path().join("backing.img");
+        std::fs::write(&file, contents).expect("backing file");
+        let mut cmd = Command::new("losetup");
+        cmd.args(["--find", "--show"]);
+        if direct {
+            cmd.arg("--direct-io=on");
+        }
+        match cmd.arg(&file).output() {
+            Ok(o) if o.status.success() => Some(LoopDev {
+                _dir: dir,
+                device: PathBuf::from(String::from_utf8_lossy(&o.stdout).trim().to_owned()),
+            }),
+            other => {
+                eprintln!("losetup unavailable ({other:?}): these tests need root");
+                None
+            }
+        }
+    }
+
+    fn contents(&self) -> Vec<u8> {
+        std::fs::read(&self.device).expect("reading the loop device")
+    }
+}
+
+impl Drop for LoopDev {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.device).status();
+    }
+}
+
+/// The agent process, killed on drop; its log goes to a file printed on failure.
+struct Agent {
+    child: Child,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Agent {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits for the agent to exit; its exit code.
+    fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- agent log ---\n{}", self.log());
+        }
+    }
+}
+
+/// Everything one test needs: disk, floppy, stand-in, agent.
+struct Rig {
+    disk: LoopDev,
+    _floppy: LoopDev,
+    standin: IpaStandin,
+    agent: Agent,
+    driver: AgentDriver,
+}
+
+/// Starts the stand-in and the agent; `floppy_hints` puts `root_device=name=<disk>` on the
+/// floppy, else the lookup's node properties carry the hints; `pregenerated` puts the token on
+/// the floppy (the lookup then masks it), else the lookup discloses it. The stand-in claims
+/// `max_version` in `GET /`.
+fn rig(
+    floppy_hints: bool,
+    pregenerated: bool,
+    max_version: ApiVersion,
+    heartbeat_conflicts: u32,
+) -> Option<Rig> {
+    let disk = LoopDev::new(&vec![FILL; DISK_LEN as usize], true)?;
+    let disk_name = disk.device.display().to_string();
+    let token = "vmdeploy-test-token-0123456789abcdefghijklmnop".to_owned();
+    let properties = if floppy_hints {
+        json!({"cpus": 2})
+    } else {
+        json!({"root_device": {"name": disk_name}})
+    };
+    let standin = IpaStandin::start(StandinConfig {
+        node_uuid: NODE.into(),
+        macs: vec![MAC.into()],
+        token: token.clone(),
+        pregenerated,
+        heartbeat_timeout: 2,
+        max_version,
+        properties,
+        lookup_misses: 1,
+        heartbeat_conflicts,
+    });
+    let mut params = format!("ipa-api-url={}\n", standin.url());
+    if pregenerated {
+        params.push_str(&format!("ipa-agent-token={token}\n"));
+    }
+    if floppy_hints {
+        params.push_str(&format!("root_device=name={disk_name}\n"));
+    }
+    let image = vmdeploy_shared::fat::build_floppy(LABEL, &[("parameters.txt", params.as_bytes())])
+        .expect("building the floppy");
+    let floppy = LoopDev::new(&image, false)?;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cmdline = dir.path().join("cmdline");
+    std::fs::write(&cmdline, "console=ttyS0 boot_method=vmedia\n").expect("cmdline");
+    let log = dir.path().join("agent.log");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let child = Command::new(bin("vmdeploy-agent"))
+        .arg("run")
+        .arg("--cmdline-file")
+        .arg(&cmdline)
+        .arg("--floppy")
+        .arg(&floppy.device)
+        .args(["--floppy-label", LABEL, "--floppy-wait-secs", "5"])
+        .args([
+            "--address",
+            "127.0.0.1",
+            "--agent-listen",
+            &listen,
+            "--mac",
+            MAC,
+        ])
+        .args(["--fail-timeout-secs", "1"])
+        .env("RUST_LOG", "info")
+        .env("VMDEPLOY_LOOKUP_TIMEOUT_SECS", "60")
+        .env("VMDEPLOY_POWER_OFF_GRACE_MS", "200")
+        .env("VMDEPLOY_RETRY_BACKOFF_MS", "50")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&log).expect("log file"))
+        .stderr(
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(&log)
+                .expect("log file"),
+        )
+        .spawn()
+        .expect("starting vmdeploy-agent run");
+    let agent = Agent {
+        child,
+        log,
+        _dir: dir,
+    };
+    let first = standin.wait_for_heartbeat(Duration::from_secs(40));
+    let Some(first) = first else {
+        panic!(
+            "no heartbeat within 40 s; violations {:?}\n--- agent log ---\n{}",
+            standin.violations(),
+            agent.log()
+        );
+    };
+    assert_eq!(first.body.callback_url, format!("http://{listen}"));
+    assert!(
+        standin.lookups() >= 2,
+        "the first lookup was answered 404 and retried"
+    );
+    Some(Rig {
+        disk,
+        _floppy: floppy,
+        standin,
+        agent,
+        driver: AgentDriver {
+            base: format!("http://{listen}"),
+            token,
+        },
+    })
+}
+
+/// A pseudo-random image whose first sector is an MBR (disk signature 0x12345678, one Linux
+/// partition from LBA 2048).
+fn make_image(len: usize, seed: u64) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len);
+    let mut x = seed | 1;
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    v[..512].fill(0);
+    v[440..444].copy_from_slice(&0x1234_5678u32.to_le_bytes());
+    v[446 + 4] = 0x83;
+    v[446 + 8..446 + 12].copy_from_slice(&2048u32.to_le_bytes());
+    v[446 + 12..446 + 16].copy_from_slice(&4096u32.to_le_bytes());
+    v[510] = 0x55;
+    v[511] = 0xAA;
+    v
+}
+
+fn hex_digest(algo: &str, data: &[u8]) -> String {
+    match algo {
+        "md5" => hex::encode(Md5::digest(data)),
+        "sha256" => hex::encode(Sha256::digest(data)),
+        "sha512" => hex::encode(Sha512::digest(data)),
+        other => panic!("no such algorithm {other}"),
+    }
+}
+
+fn serve(body: Vec<u8>) -> TestHttpServer {
+    TestHttpServer::start(ServerConfig {
+        body: Arc::new(body),
+        ..Default::default()
+    })
+}
+
+fn assert_disk_holds(disk: &LoopDev, image: &[u8]) {
+    let got = disk.contents();
+    assert_eq!(got.len() as u64, DISK_LEN);
+    if got[..image.len()] != image[..] {
+        let at = got.iter().zip(image).position(|(a, b)| a != b).unwrap_or(0);
+        panic!("the disk differs from the image at byte {at}");
+    }
+}
+
+fn power_off_and_exit(rig: &mut Rig) {
+    let (status, body) = rig.driver.post("standby.power_off", json!({}), true);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["command_status"], "SUCCEEDED", "{body}");
+    let code = rig.agent.wait_exit(Duration::from_secs(30));
+    assert_eq!(code, Some(0), "the agent exits 0 after power_off");
+    assert!(
+        rig.standin.violations().is_empty(),
+        "protocol violations: {:?}",
+        rig.standin.violations()
+    );
+}
+
+#[test]
+fn full_flow_writes_the_disk_reports_progress_and_powers_off() {
+    let Some(mut rig) = rig(false, true, NEWEST, 0) else {
+        return;
+    };
+    let image = make_image(40 * MIB, 7);
+    let server = serve(image.clone());
+
+    // Every call needs the token.
+    let (status, _) = http_call(
+        &rig.driver.base,
+        "GET",
+        "/v1/commands/?agent_token=wrong",
+        None,
+    );
+    assert_eq!(status, 401, "a wrong token is refused");
+    let (status, _) = http_call(&rig.driver.base, "GET", "/v1/commands/", None);
+    assert_eq!(status, 401, "a missing token is refused");
+
+    let info = json!({"image_info": {
+        "id": "test-image", "urls": [server.url("/image.raw")],
+        "disk_format": "raw", "container_format": "bare",
+        "os_hash_algo": "sha256", "os_hash_value": hex_digest("sha256", &image),
+    }});
+    let (status, body) = rig.driver.post("standby.prepare_image", info, false);
+    assert_eq!(status, 200, "{body}");
+    let id = body["id"].as_str().expect("command id").to_owned();
+    // One command at a time: a second one while prepare_image runs is 409.
+    let (status, second) = rig.driver.post("standby.sync", json!({}), false);
+    assert_eq!(
+        status, 409,
+        "a second command while one runs is refused: {second}"
+    );
+    let started = Instant::now();
+    let result = loop {
+        let list = rig.driver.list();
+        let last = list.commands.last().expect("listed").clone();
+        assert_eq!(last.id, id);
+        if last.command_status != CommandStatus::Running {
+            break last;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "prepare_image hung"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        result.command_status,
+        CommandStatus::Succeeded,
+        "{:?}",
+        result.command_error
+    );
+    assert_disk_holds(&rig.disk, &image);
+    assert!(
+        rig.disk.contents()[image.len()..]
+            .iter()
+            .all(|&b| b == FILL),
+        "nothing written past the image"
+    );
+
+    // The conductor learns progress from heartbeats: wait for one sent after the write ended.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let done = rig
+            .standin
+            .heartbeats()
+            .iter()
+            .filter_map(|h| h.progress)
+            .any(|p| p.written == image.len() as u64);
+        if done {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no heartbeat reported the finished write"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let beats = rig.standin.heartbeats();
+    let reports: Vec<_> = beats.iter().filter_map(|h| h.progress).collect();
+    for p in &reports {
+        // Before the response headers arrive the size is not known yet.
+        assert!(
+            p.total.is_none() || p.total == Some(image.len() as u64),
+            "total is the download size: {p:?}"
+        );
+        assert!(p.written <= image.len() as u64, "{p:?}");
+    }
+    let last = reports.last().expect("progress reported");
+    assert_eq!(last.total, Some(image.len() as u64));
+    assert!(last.rate > 0, "{last:?}");
+    assert!(beats.len() >= 2, "heartbeats keep coming: {}", beats.len());
+    // heartbeat_timeout 2 s: IPA's rule spaces them 0.6..1.2 s apart (5..10 s after an error).
+    for pair in beats.windows(2) {
+        let gap = pair[1].at - pair[0].at;
+        assert!(gap <= Duration::from_millis(1500), "heartbeat gap {gap:?}");
+    }
+
+    let uuids = rig.driver.run(
+        "standby.get_partition_uuids",
+        json!({}),
+        Duration::from_secs(30),
+    );
+    assert_eq!(uuids.command_status, CommandStatus::Succeeded);
+    let r: &Value = uuids.command_result.as_ref().expect("result");
+    assert_eq!(r["root uuid"], "0x12345678", "{r}");
+    assert_eq!(r["vmdeploy_table"], "mbr", "{r}");
+    assert_eq!(r["vmdeploy_partitions"][0]["first_lba"], 2048, "{r}");
+
+    let sync = rig
+        .driver
+        .run("standby.sync", json!({}), Duration::from_secs(30));
+    assert_eq!(sync.command_status, CommandStatus::Succeeded);
+    power_off_and_exit(&mut rig);
+}
+
+#[test]
+fn wrong_checksum_fails_clearly_and_zeroes_the_first_mib() {
+    let Some(mut rig) = rig(true, true, NEWEST, 0) else {
+        return;
+    };
+    let image = make_image(8 * MIB, 11);
+    let server = serve(image.clone());
+    let wrong = hex_digest("md5", b"not the image");
+    let result = rig.driver.run(
+        "standby.prepare_image",
+        json!({"image_info": {"id": "bad", "urls": [server.url("/bad.raw")], "checksum": wrong}}),
+        Duration::from_secs(120),
+    );
+    assert_eq!(result.command_status, CommandStatus::Failed);
+    let err = result.command_error.expect("an error");
+    assert_eq!(err.kind, "ImageChecksumError");
+    assert!(
+        err.message.contains(&wrong),
+        "names the expected digest: {}",
+        err.message
+    );
+    assert!(
+        err.message.contains(&hex_digest("md5", &image)),
+        "names the digest it got: {}",
+        err.message
+    );
+    let disk = rig.disk.contents();
+    assert!(disk[..MIB].iter().all(|&b| b == 0), "first MiB zeroed");
+    power_off_and_exit(&mut rig);
+}
+
+#[test]
+fn every_checksum_algorithm_and_the_legacy_field() {
+    // Token disclosed by the lookup; hints from the floppy.
+    let Some(mut rig) = rig(true, false, NEWEST, 0) else {
+        return;
+    };
+    let cases = [
+        ("md5", true),
+        ("sha256", true),
+        ("sha512", true),
+        ("sha512", false),
+        ("md5", false),
+    ];
+    for (i, (algo, os_hash)) in cases.into_iter().enumerate() {
+        let image = make_image(4 * MIB + i * 4096, 100 + i as u64);
+        let server = serve(image.clone());
+        let digest = hex_digest(algo, &image);
+        let mut info = json!({"id": format!("img-{i}"), "urls": [server.url("/i.raw")]});
+        if os_hash {
+            info["os_hash_algo"] = json!(algo);
+            info["os_hash_value"] = json!(digest);
+        } else {
+            info["checksum"] = json!(digest);
+        }
+        let result = rig.driver.run(
+            "standby.prepare_image",
+            json!({ "image_info": info }),
+            Duration::from_secs(120),
+        );
+        assert_eq!(
+            result.command_status,
+            CommandStatus::Succeeded,
+            "{algo} (os_hash {os_hash}): {:?}",
+            result.command_error
+        );
+        assert_disk_holds(&rig.disk, &image);
+    }
+    power_off_and_exit(&mut rig);
+}
+
+#[test]
+fn iscsi_target_started_through_the_api_takes_the_conductors_write() {
+    let Some(mut rig) = rig(false, true, NEWEST, 0) else {
+        return;
+    };
+    let iqn = format!("iqn-{NODE}");
+    let port = free_port();
+    let started = rig.driver.run(
+        "iscsi.start_iscsi_target",
+        json!({"iqn": iqn, "portal_port": port, "wipe_disk_metadata": true}),
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        started.command_status,
+        CommandStatus::Succeeded,
+        "{:?}",
+        started.command_error
+    );
+    assert_eq!(
+        started.command_result.as_ref().expect("result")["iscsi_target_iqn"],
+        iqn.as_str()
+    );
+    // wipe_disk_metadata zeroed both ends of the disk.
+    let before = rig.disk.contents();
+    assert!(before[..MIB].iter().all(|&b| b == 0));
+    assert!(before[before.len() - MIB..].iter().all(|&b| b == 0));
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let image = make_image(16 * MIB, 23);
+    let image_path = dir.path().join("image.raw");
+    std::fs::File::create(&image_path)
+        .and_then(|mut f| f.write_all(&image))
+        .expect("image file");
+    let out = Command::new(bin("vmdeploy-conductor"))
+        .args(["iscsi", "write"])
+        .arg(&image_path)
+        .args([
+            "--portal",
+            &format!("127.0.0.1:{port}"),
+            "--iqn",
+            &iqn,
+            "--lun",
+            "1",
+        ])
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("running vmdeploy-conductor iscsi write");
+    assert!(
+        out.status.success(),
+        "iscsi write failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    power_off_and_exit(&mut rig);
+    assert_disk_holds(&rig.disk, &image);
+}
+
+#[test]
+fn an_older_conductor_gets_no_progress_fields() {
+    // Ironic before API 1.72 answers 400 to agent_status_message: the stand-in claims 1.68 and
+    // flags any field that version does not know; progress then goes to the console only.
+    // The first heartbeat is answered 409 (node locked): the agent retries after IPA's error
+    // interval (5 s x [1, 2]) and carries on.
+    let Some(mut rig) = rig(false, true, ApiVersion::new(1, 68), 1) else {
+        return;
+    };
+    let image = make_image(8 * MIB, 31);
+    let server = serve(image.clone());
+    let result = rig.driver.run(
+        "standby.prepare_image",
+        json!({"image_info": {"id": "old", "urls": [server.url("/old.raw")],
+                              "os_hash_algo": "sha512", "os_hash_value": hex_digest("sha512", &image)}}),
+        Duration::from_secs(120),
+    );
+    assert_eq!(
+        result.command_status,
+        CommandStatus::Succeeded,
+        "{:?}",
+        result.command_error
+    );
+    assert_disk_holds(&rig.disk, &image);
+    std::thread::sleep(Duration::from_millis(1500));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while rig.standin.heartbeats().len() < 3 {
+        assert!(Instant::now() < deadline, "heartbeats stopped after a 409");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let beats = rig.standin.heartbeats();
+    let retry_gap = beats[1].at - beats[0].at;
+    assert!(
+        retry_gap >= Duration::from_millis(4900) && retry_gap <= Duration::from_millis(10_500),
+        "retry after a refused heartbeat came after {retry_gap:?}, expected 5..10 s"
+    );
+    assert!(
+        beats.iter().all(|h| h.body.agent_status_message.is_none()),
+        "no progress field at 1.68"
+    );
+    assert!(
+        rig.agent.log().contains("image write progress"),
+        "progress still logged on the console"
+    );
+    power_off_and_exit(&mut rig);
+}
