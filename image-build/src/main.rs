@@ -9,6 +9,9 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use vmdeploy_shared::{fat, params::Params};
 
+mod initramfs;
+mod kmod;
+
 #[derive(Parser)]
 #[command(
     name = "vmdeploy-image-build",
@@ -34,6 +37,24 @@ enum Command {
         #[arg(long, short)]
         out: PathBuf,
     },
+    /// Build the deploy ramdisk (gzipped cpio newc): the agent as /init, /dev/console, kernel
+    /// modules in dependency order (from modules.dep) and /etc/vmdeploy/modules.
+    Initramfs {
+        /// The agent binary (static musl release build).
+        #[arg(long)]
+        agent: PathBuf,
+        /// An unpacked kernel's `lib/modules/<release>` directory with a `modules.dep`
+        /// (`dpkg-deb -x linux-image-*.deb ROOT && depmod -b ROOT <release>`).
+        #[arg(long)]
+        modules_dir: Option<PathBuf>,
+        /// A module to include, optionally with parameters (`"usb-storage delay_use=0"`);
+        /// its dependencies are added. Repeat for more.
+        #[arg(long = "module")]
+        modules: Vec<String>,
+        /// Output file (.cpio.gz).
+        #[arg(long, short)]
+        out: PathBuf,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -48,6 +69,34 @@ fn main() -> std::process::ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Initramfs {
+            agent,
+            modules_dir,
+            modules,
+            out,
+        } => {
+            let modules = modules
+                .iter()
+                .map(|m| initramfs::ModuleRequest::parse(m))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let summary = initramfs::build(
+                &initramfs::InitramfsSpec {
+                    agent,
+                    modules_dir,
+                    modules,
+                },
+                &out,
+            )
+            .with_context(|| format!("building the ramdisk {}", out.display()))?;
+            eprint!(
+                "wrote {} ({} bytes, {} modules)\n{}",
+                out.display(),
+                summary.bytes,
+                summary.module_count,
+                summary.module_list
+            );
+            Ok(())
+        }
         Command::Floppy { params, param, out } => {
             let params = match params {
                 Some(path) => {

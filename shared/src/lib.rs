@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod cpio;
 pub mod fat;
 pub mod io;
 pub mod iqn;
