@@ -245,6 +245,8 @@ pub struct AlignedBuf {
 
 // SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
 unsafe impl Send for AlignedBuf {}
+// SAFETY: shared references only read the bytes (Deref to [u8]); mutation needs `&mut`, like Vec<u8>.
+unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
     fn layout(cap: usize) -> std::alloc::Layout {

@@ -1,11 +1,24 @@
-//! [`ImageSink`]: the `Write` end of the image stream. Aligned blocks, a bounded queue to one
-//! writer thread, and the first MiB held back.
+//! [`ImageSink`]: the `Write` end of the image stream. Aligned blocks, a bounded queue to two
+//! writer threads, and the first MiB held back.
+//!
+//! With [`ImageSink::hash_blocks`] the sink also digests the stream, on a thread of its own
+//! that reads each block while the writers write it (the block goes back to the pool when both
+//! are done): SHA-256 (~1.8 GB/s on one core here) then runs beside the `recv` + TCP work of the
+//! reading thread instead of after it, which is what lets the stream keep up with the disk on
+//! two cores (bench/agent-stream.sh).
+//!
+//! The fast way in is [`ImageSink::fill_from`]: it reads the source straight into the aligned
+//! block that will be handed to `pwrite`, so the bytes of a raw image are copied once, by the
+//! kernel's `recv`, on their way from the socket to the disk (the `Write` impl copies once more,
+//! for decoders that produce their own buffers).
 
-use std::io::{self, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender};
-use std::sync::Arc;
+use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+
+use vmdeploy_shared::io::hash::Hasher;
 
 use super::{AlignedBuf, DiskWriter, HEAD_LEN};
 
@@ -14,12 +27,46 @@ use super::{AlignedBuf, DiskWriter, HEAD_LEN};
 /// USB/SAS disk small.
 pub const BLOCK_LEN: usize = 4 * 1024 * 1024;
 
-/// Blocks queued for (or being written by) the writer thread besides the one being filled. Three
-/// lets the disk always have the next write ready while the network side fills the next; the
-/// pool is then 4 × 4 MiB = 16 MiB, inside the agent's 32 MiB memory aim (DESIGN.md §10).
-pub const QUEUE_DEPTH: usize = 3;
+/// Writer threads, hence disk writes in flight. Two keep the disk busy while one write completes
+/// and the next is submitted (a single synchronous writer leaves the disk idle between writes,
+/// which is exactly `dd`'s pace and no better; bench/agent-stream.sh).
+pub const WRITERS: usize = 2;
 
-type Job = (AlignedBuf, u64);
+/// Full blocks queued for the writer threads besides those being written.
+pub const QUEUE_DEPTH: usize = 1;
+
+/// Blocks in the pool: one per writer, the queued ones, and the one being filled
+/// (4 × 4 MiB = 16 MiB, inside the agent's 32 MiB memory aim, DESIGN.md §10). A block being
+/// hashed is also being written, so hashing needs no blocks of its own.
+pub const POOL_BLOCKS: usize = WRITERS + QUEUE_DEPTH + 1;
+
+/// Largest single read into a block: what one read brings in is hashed by the reader chain right
+/// after, while it is still in the core's L2 cache.
+pub const READ_LEN: usize = 512 * 1024;
+
+/// A full block and the disk offset it goes to.
+type Job = (Arc<AlignedBuf>, u64);
+
+/// Hands a block back to the pool once its last user (writer or hasher) is done with it.
+fn release(block: Arc<AlignedBuf>, free: &SyncSender<AlignedBuf>) {
+    if let Some(buf) = Arc::into_inner(block) {
+        // The sink may be gone already (finish joins after the last job).
+        let _ = free.send(buf);
+    }
+}
+
+/// Where the sink's digest is (see [`ImageSink::hash_blocks`]).
+enum HashStage {
+    /// The sink does not hash.
+    Off,
+    /// Not started yet: the hasher, and how many leading stream bytes it has already seen.
+    Pending(Hasher, u64),
+    /// The hashing thread: blocks with their stream positions go in, the hasher comes back.
+    Running {
+        blocks: SyncSender<(Arc<AlignedBuf>, u64)>,
+        thread: JoinHandle<Hasher>,
+    },
+}
 
 /// Accepts the decoded image as a byte stream and writes it to `disk` starting at `base`.
 ///
@@ -27,15 +74,16 @@ type Job = (AlignedBuf, u64);
 /// [`ImageSink::finish`] hands them back, and the caller writes them with [`write_head`] only
 /// once the image is verified.
 pub struct ImageSink {
-    disk: Arc<DiskWriter>,
     base: u64,
-    head: Option<Vec<u8>>,
+    hash: HashStage,
+    free_tx: SyncSender<AlignedBuf>,
+    head: Option<AlignedBuf>,
     pos: u64,
     cur: Option<AlignedBuf>,
     cur_offset: u64,
     jobs: Option<SyncSender<Job>>,
     free: Receiver<AlignedBuf>,
-    worker: Option<JoinHandle<io::Result<()>>>,
+    workers: Vec<JoinHandle<io::Result<()>>>,
 }
 
 /// What [`ImageSink::finish`] returns: the bytes held back and the stream length.
@@ -43,9 +91,53 @@ pub struct ImageSink {
 pub struct SinkDone {
     /// The first bytes of the stream (at most [`HEAD_LEN`]), not yet on disk; empty without
     /// `hold_head`.
-    pub head: Vec<u8>,
+    pub head: AlignedBuf,
     /// Bytes the stream had.
     pub len: u64,
+    /// The hasher given to [`ImageSink::hash_blocks`], having digested the whole stream.
+    pub hasher: Option<Hasher>,
+}
+
+/// One writer thread: takes jobs until the queue closes or another writer failed.
+fn writer_loop(
+    disk: &DiskWriter,
+    jobs: &Mutex<Receiver<Job>>,
+    free: &SyncSender<AlignedBuf>,
+    written: &AtomicU64,
+    failed: &AtomicBool,
+) -> io::Result<()> {
+    loop {
+        if failed.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        // The lock is held only while waiting for the next job, not while writing.
+        let job = jobs.lock().unwrap_or_else(|p| p.into_inner()).recv();
+        let Ok((buf, offset)) = job else {
+            return Ok(());
+        };
+        let len = buf.len();
+        let result = disk.write_all_at(&buf, offset);
+        // Back to the pool even after a failure, so the sink never waits for a lost block.
+        release(buf, free);
+        if let Err(e) = result {
+            failed.store(true, Ordering::Relaxed);
+            return Err(io::Error::new(
+                e.kind(),
+                format!("writing {len} bytes at offset {offset}: {e}"),
+            ));
+        }
+        written.fetch_add(len as u64, Ordering::Relaxed);
+    }
+}
+
+/// Reads into `buf`, retrying on `Interrupted`.
+fn read_retrying(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        match r.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
 }
 
 impl ImageSink {
@@ -63,39 +155,47 @@ impl ImageSink {
             ));
         }
         let (jobs_tx, jobs_rx) = mpsc::sync_channel::<Job>(QUEUE_DEPTH);
-        let (free_tx, free_rx) = mpsc::sync_channel::<AlignedBuf>(QUEUE_DEPTH + 1);
-        for _ in 0..=QUEUE_DEPTH {
+        let (free_tx, free_rx) = mpsc::sync_channel::<AlignedBuf>(POOL_BLOCKS);
+        for _ in 0..POOL_BLOCKS {
             free_tx
                 .send(AlignedBuf::new(BLOCK_LEN))
                 .expect("the pool channel has room for every buffer");
         }
-        let worker_disk = Arc::clone(&disk);
-        let worker = std::thread::Builder::new()
-            .name("disk-writer".into())
-            .spawn(move || -> io::Result<()> {
-                for (buf, offset) in jobs_rx {
-                    worker_disk.write_all_at(&buf, offset).map_err(|e| {
-                        io::Error::new(
-                            e.kind(),
-                            format!("writing {} bytes at offset {offset}: {e}", buf.len()),
-                        )
-                    })?;
-                    written.fetch_add(buf.len() as u64, Ordering::Relaxed);
-                    // The sink may be gone already (finish joins after the last job).
-                    let _ = free_tx.send(buf);
+        let jobs_rx = Arc::new(Mutex::new(jobs_rx));
+        let failed = Arc::new(AtomicBool::new(false));
+        let mut workers = Vec::with_capacity(WRITERS);
+        for i in 0..WRITERS {
+            let disk = Arc::clone(&disk);
+            let jobs = Arc::clone(&jobs_rx);
+            let free = free_tx.clone();
+            let written = Arc::clone(&written);
+            let failed = Arc::clone(&failed);
+            let spawned = std::thread::Builder::new()
+                .name(format!("disk-writer-{i}"))
+                .spawn(move || writer_loop(&disk, &jobs, &free, &written, &failed));
+            match spawned {
+                Ok(w) => workers.push(w),
+                Err(e) => {
+                    // Closing the queue stops the writers already started.
+                    drop(jobs_tx);
+                    for w in workers {
+                        let _ = w.join();
+                    }
+                    return Err(e);
                 }
-                Ok(())
-            })?;
+            }
+        }
         Ok(ImageSink {
-            disk,
             base,
-            head: hold_head.then(|| Vec::with_capacity(HEAD_LEN)),
+            hash: HashStage::Off,
+            free_tx,
+            head: hold_head.then(|| AlignedBuf::new(HEAD_LEN)),
             pos: 0,
             cur: None,
             cur_offset: 0,
             jobs: Some(jobs_tx),
             free: free_rx,
-            worker: Some(worker),
+            workers,
         })
     }
 
@@ -104,14 +204,121 @@ impl ImageSink {
         self.pos
     }
 
-    /// The worker stopped early: collect its error.
-    fn worker_error(&mut self) -> io::Error {
-        self.jobs = None;
-        match self.worker.take().map(|w| w.join()) {
-            Some(Ok(Err(e))) => e,
-            Some(Err(_)) => io::Error::other("the disk writer thread panicked"),
-            _ => io::Error::other("the disk writer stopped"),
+    /// Makes the sink digest the stream with `hasher`, which has already seen its first
+    /// `already` bytes (they are not digested again). Call before any data.
+    ///
+    /// The held-back head is digested on the caller's thread once complete, every block after it
+    /// on the sink's hashing thread, in stream order; [`SinkDone::hasher`] returns the hasher.
+    pub fn hash_blocks(&mut self, hasher: Hasher, already: u64) {
+        self.hash = HashStage::Pending(hasher, already);
+    }
+
+    /// Digests the head (its bytes not seen yet) and starts the hashing thread.
+    fn start_hashing(&mut self) -> io::Result<()> {
+        if !matches!(self.hash, HashStage::Pending(..)) {
+            return Ok(());
         }
+        let HashStage::Pending(mut hasher, already) =
+            std::mem::replace(&mut self.hash, HashStage::Off)
+        else {
+            return Ok(());
+        };
+        if let Some(head) = &self.head {
+            let from = usize::try_from(already)
+                .unwrap_or(usize::MAX)
+                .min(head.len());
+            hasher.update(&head[from..]);
+        }
+        let (tx, rx) = mpsc::sync_channel::<(Arc<AlignedBuf>, u64)>(POOL_BLOCKS);
+        let free = self.free_tx.clone();
+        let thread = std::thread::Builder::new()
+            .name("hasher".into())
+            .spawn(move || {
+                for (block, pos) in rx {
+                    let from = usize::try_from(already.saturating_sub(pos))
+                        .unwrap_or(usize::MAX)
+                        .min(block.len());
+                    hasher.update(&block[from..]);
+                    release(block, &free);
+                }
+                hasher
+            })?;
+        self.hash = HashStage::Running { blocks: tx, thread };
+        Ok(())
+    }
+
+    /// Stops the hashing thread (when running) and returns the hasher.
+    fn stop_hashing(&mut self) -> io::Result<Option<Hasher>> {
+        match std::mem::replace(&mut self.hash, HashStage::Off) {
+            HashStage::Off => Ok(None),
+            HashStage::Pending(mut hasher, already) => {
+                // No block was ever submitted: only the head holds data.
+                if let Some(head) = &self.head {
+                    let from = usize::try_from(already)
+                        .unwrap_or(usize::MAX)
+                        .min(head.len());
+                    hasher.update(&head[from..]);
+                }
+                Ok(Some(hasher))
+            }
+            HashStage::Running { blocks, thread } => {
+                drop(blocks);
+                thread
+                    .join()
+                    .map(Some)
+                    .map_err(|_| io::Error::other("the hashing thread panicked"))
+            }
+        }
+    }
+
+    /// Closes the queue and waits for every writer; the first writer error, if any.
+    fn join_workers(&mut self) -> io::Result<()> {
+        self.jobs = None;
+        let mut result = Ok(());
+        for w in self.workers.drain(..) {
+            let r = match w.join() {
+                Ok(r) => r,
+                Err(_) => Err(io::Error::other("a disk writer thread panicked")),
+            };
+            if result.is_ok() {
+                result = r;
+            }
+        }
+        result
+    }
+
+    /// The writers stopped early: collect their error.
+    fn worker_error(&mut self) -> io::Error {
+        match self.join_workers() {
+            Err(e) => e,
+            Ok(()) => io::Error::other("the disk writers stopped"),
+        }
+    }
+
+    /// Makes sure a block is being filled, waiting for a free one.
+    fn take_block(&mut self) -> io::Result<()> {
+        if self.cur.is_none() {
+            let mut buf = loop {
+                match self
+                    .free
+                    .recv_timeout(std::time::Duration::from_millis(200))
+                {
+                    Ok(buf) => break buf,
+                    // Blocks come back from the writers and the hasher; when every writer has
+                    // stopped (a write failed), none may come any more.
+                    Err(RecvTimeoutError::Timeout) => {
+                        if self.workers.iter().all(|w| w.is_finished()) {
+                            return Err(self.worker_error());
+                        }
+                    }
+                    Err(RecvTimeoutError::Disconnected) => return Err(self.worker_error()),
+                }
+            };
+            buf.clear();
+            self.cur = Some(buf);
+            self.cur_offset = self.base + self.pos;
+        }
+        Ok(())
     }
 
     fn submit(&mut self) -> io::Result<()> {
@@ -119,10 +326,19 @@ impl ImageSink {
             return Ok(());
         };
         if buf.is_empty() {
+            self.cur = Some(buf);
             return Ok(());
         }
+        self.start_hashing()?;
+        let block = Arc::new(buf);
+        let stream_pos = self.cur_offset - self.base;
+        if let HashStage::Running { blocks, .. } = &self.hash {
+            if blocks.send((Arc::clone(&block), stream_pos)).is_err() {
+                return Err(io::Error::other("the hashing thread stopped"));
+            }
+        }
         let sent = match &self.jobs {
-            Some(jobs) => jobs.send((buf, self.cur_offset)).is_ok(),
+            Some(jobs) => jobs.send((block, self.cur_offset)).is_ok(),
             None => false,
         };
         if sent {
@@ -132,19 +348,50 @@ impl ImageSink {
         }
     }
 
-    /// Writes out what is buffered, waits for the writer thread, and returns the held-back head.
+    /// Reads `r` to its end straight into the held-back head and the aligned blocks (no copy in
+    /// between), at most [`READ_LEN`] bytes per read; returns the bytes read.
+    pub fn fill_from(&mut self, r: &mut impl Read) -> io::Result<u64> {
+        let start = self.pos;
+        loop {
+            let n = match self.head.as_mut().filter(|h| h.remaining() > 0) {
+                Some(head) => {
+                    let len = head.len();
+                    let room = head.remaining().min(READ_LEN);
+                    let n = read_retrying(r, &mut head.full_mut()[len..len + room])?;
+                    head.set_len(len + n);
+                    n
+                }
+                None => {
+                    self.take_block()?;
+                    let cur = self.cur.as_mut().expect("take_block leaves a block");
+                    let len = cur.len();
+                    let room = cur.remaining().min(READ_LEN);
+                    let n = read_retrying(r, &mut cur.full_mut()[len..len + room])?;
+                    cur.set_len(len + n);
+                    if cur.remaining() == 0 {
+                        self.pos += n as u64;
+                        self.submit()?;
+                        continue;
+                    }
+                    n
+                }
+            };
+            if n == 0 {
+                return Ok(self.pos - start);
+            }
+            self.pos += n as u64;
+        }
+    }
+
+    /// Writes out what is buffered, waits for the writer threads, and returns the held-back head.
     pub fn finish(mut self) -> io::Result<SinkDone> {
         self.submit()?;
-        self.jobs = None;
-        match self.worker.take().map(|w| w.join()) {
-            Some(Ok(Ok(()))) => {}
-            Some(Ok(Err(e))) => return Err(e),
-            Some(Err(_)) => return Err(io::Error::other("the disk writer thread panicked")),
-            None => return Err(io::Error::other("the disk writer stopped")),
-        }
+        let hasher = self.stop_hashing()?;
+        self.join_workers()?;
         Ok(SinkDone {
-            head: self.head.take().unwrap_or_default(),
+            head: self.head.take().unwrap_or_else(|| AlignedBuf::new(0)),
             len: self.pos,
+            hasher,
         })
     }
 }
@@ -153,25 +400,13 @@ impl Write for ImageSink {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
         let mut n = 0;
         if let Some(head) = &mut self.head {
-            if head.len() < HEAD_LEN {
-                let take = data.len().min(HEAD_LEN - head.len());
-                head.extend_from_slice(&data[..take]);
-                self.pos += take as u64;
-                n = take;
-            }
+            let take = head.extend_from(data);
+            self.pos += take as u64;
+            n = take;
         }
         while n < data.len() {
-            if self.cur.is_none() {
-                match self.free.recv() {
-                    Ok(mut buf) => {
-                        buf.clear();
-                        self.cur = Some(buf);
-                        self.cur_offset = self.base + self.pos;
-                    }
-                    Err(_) => return Err(self.worker_error()),
-                }
-            }
-            let cur = self.cur.as_mut().expect("filled just above");
+            self.take_block()?;
+            let cur = self.cur.as_mut().expect("take_block leaves a block");
             let k = cur.extend_from(&data[n..]);
             n += k;
             self.pos += k as u64;
@@ -189,19 +424,20 @@ impl Write for ImageSink {
 
 impl Drop for ImageSink {
     fn drop(&mut self) {
-        // Stop the worker on early exit (error paths); its result no longer matters then.
-        self.jobs = None;
-        if let Some(w) = self.worker.take() {
-            let _ = w.join();
-        }
-        let _ = &self.disk;
+        // Stop the threads on early exit (error paths); their result no longer matters then.
+        let _ = self.stop_hashing();
+        let _ = self.join_workers();
     }
 }
 
-/// Writes the held-back head at `base` (aligned copy, so O_DIRECT accepts it).
+/// Writes the held-back head at `base` (through an aligned copy when `head` is not aligned, so
+/// O_DIRECT accepts it).
 pub fn write_head(disk: &DiskWriter, base: u64, head: &[u8]) -> io::Result<()> {
     if head.is_empty() {
         return Ok(());
+    }
+    if (head.as_ptr() as usize).is_multiple_of(super::MEM_ALIGN) {
+        return disk.write_all_at(head, base);
     }
     let mut buf = AlignedBuf::new(HEAD_LEN);
     buf.extend_from(head);
@@ -220,6 +456,7 @@ pub fn zero_head(disk: &DiskWriter, base: u64, len: usize) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vmdeploy_shared::io::hash::{digest_reader, HashAlgo};
 
     fn scratch_disk(len: usize) -> (tempfile::TempDir, std::path::PathBuf) {
         let dir = tempfile::Builder::new()
@@ -262,7 +499,7 @@ mod tests {
             }
             let done = sink.finish().expect("finishing");
             assert_eq!(done.len, len as u64);
-            assert_eq!(done.head, data[..len.min(HEAD_LEN)]);
+            assert_eq!(&done.head[..], &data[..len.min(HEAD_LEN)]);
             disk.sync_data().expect("sync");
             let back = std::fs::read(&path).expect("read back");
             assert!(
@@ -302,11 +539,119 @@ mod tests {
             block_device: false,
         }));
         let mut sink = ImageSink::new(disk, 0, false, Arc::new(AtomicU64::new(0))).expect("sink");
-        let data = vec![1u8; BLOCK_LEN * (QUEUE_DEPTH + 3)];
+        let data = vec![1u8; BLOCK_LEN * (POOL_BLOCKS + 2)];
         let result = sink
             .write_all(&data)
             .and_then(|()| sink.finish().map(|_| ()));
         let err = result.expect_err("writes to a read-only fd fail");
         assert!(err.to_string().contains("writing"), "{err}");
+    }
+
+    /// Hands out the stream in the sizes it is given (cycled), like `recv` on a socket.
+    struct Chunked<'a> {
+        data: &'a [u8],
+        sizes: Vec<usize>,
+        next: usize,
+    }
+    impl Read for Chunked<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let want = self.sizes[self.next % self.sizes.len()];
+            self.next += 1;
+            let n = want.min(buf.len()).min(self.data.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    /// Runs `data` through `fill_from` in the given read sizes; checks disk, head and counters.
+    /// With `already`, the sink also digests the stream (its first `already` bytes pre-hashed).
+    fn fill_and_check(
+        data: &[u8],
+        sizes: Vec<usize>,
+        hold_head: bool,
+        base: u64,
+        already: Option<usize>,
+    ) {
+        let len = data.len();
+        let (_dir, path) = scratch_disk(base as usize + len + 8192);
+        let disk = Arc::new(DiskWriter::open(&path).expect("open"));
+        let written = Arc::new(AtomicU64::new(0));
+        let mut sink =
+            ImageSink::new(Arc::clone(&disk), base, hold_head, Arc::clone(&written)).expect("sink");
+        if let Some(k) = already {
+            let mut h = Hasher::new(HashAlgo::Sha256);
+            h.update(&data[..k]);
+            sink.hash_blocks(h, k as u64);
+        }
+        let mut src = Chunked {
+            data,
+            sizes,
+            next: 0,
+        };
+        assert_eq!(sink.fill_from(&mut src).expect("filling"), len as u64);
+        let done = sink.finish().expect("finishing");
+        assert_eq!(done.len, len as u64);
+        let held = if hold_head { len.min(HEAD_LEN) } else { 0 };
+        assert_eq!(&done.head[..], &data[..held]);
+        match (already, done.hasher) {
+            (Some(_), Some(h)) => {
+                let want = digest_reader(HashAlgo::Sha256, data).expect("in memory");
+                assert_eq!(h.finalize_hex(), want, "digest of the whole stream");
+            }
+            (None, None) => {}
+            (a, h) => panic!("hasher given {a:?}, returned {h:?}"),
+        }
+        assert_eq!(written.load(Ordering::Relaxed), (len - held) as u64);
+        let back = std::fs::read(&path).expect("read back");
+        let b = base as usize;
+        assert!(
+            back[..b + held].iter().all(|&x| x == 0xEE),
+            "head held back"
+        );
+        assert_eq!(&back[b + held..b + len], &data[held..], "body on disk");
+        assert!(
+            back[b + len..].iter().all(|&x| x == 0xEE),
+            "nothing past it"
+        );
+    }
+
+    #[test]
+    fn fill_from_block_and_head_boundaries() {
+        let sizes = [
+            0,
+            1,
+            HEAD_LEN - 1,
+            HEAD_LEN,
+            HEAD_LEN + 1,
+            HEAD_LEN + BLOCK_LEN,
+            HEAD_LEN + BLOCK_LEN + 4095,
+            HEAD_LEN + POOL_BLOCKS * BLOCK_LEN + 1,
+        ];
+        for len in sizes {
+            let data = pattern(len);
+            fill_and_check(&data, vec![READ_LEN], true, 0, None);
+            fill_and_check(
+                &data,
+                vec![65_537, 3, 1 << 20],
+                false,
+                8192,
+                Some(len.min(5000)),
+            );
+            fill_and_check(&data, vec![READ_LEN], true, 0, Some(len.min(300_000)));
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+        #[test]
+        fn fill_from_any_read_sizes_gives_the_stream_back(
+            len in 0usize..(HEAD_LEN + 2 * BLOCK_LEN + 5000),
+            sizes in proptest::collection::vec(1usize..(READ_LEN + 100), 1..8),
+            hold_head in proptest::bool::ANY,
+            already in proptest::option::of(0usize..400_000),
+        ) {
+            fill_and_check(&pattern(len), sizes, hold_head, 0, already.map(|k| k.min(len)));
+        }
     }
 }

@@ -13,6 +13,9 @@
 //! that offset only when no validator changed, else the stream fails. Bounded: [`MAX_RETRIES`]
 //! consecutive attempts without progress.
 //!
+//! Plain `http://` URLs do not come here: [`spawn_download`] reads them with the copy-free
+//! blocking client in [`super::plain`], which makes the same resume decisions.
+//!
 //! # Limitations
 //! HTTP/1.1 only; no proxy; no redirects across schemes beyond reqwest's default policy.
 
@@ -125,19 +128,48 @@ impl Drop for ChannelReader {
     }
 }
 
-/// Starts downloading `url` on a background thread; the returned reader yields the body.
+/// The body of an image download, whichever way it is fetched.
+#[derive(Debug)]
+pub enum ImageSource {
+    /// `http://`: blocking reads straight from the socket into the caller's buffer.
+    Plain(Box<super::plain::PlainDownload>),
+    /// `https://`: reqwest/rustls on a download thread, chunks through a channel.
+    Tls(ChannelReader),
+}
+
+impl Read for ImageSource {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            ImageSource::Plain(p) => p.read(buf),
+            ImageSource::Tls(c) => c.read(buf),
+        }
+    }
+}
+
+/// Starts downloading `url`; the returned reader yields the body. `http://` is read on the
+/// caller's thread without copies ([`super::plain`]); `https://` runs reqwest on a background
+/// thread.
 pub fn spawn_download(
     url: &str,
     opts: &HttpOptions,
     progress: Arc<Progress>,
-) -> anyhow::Result<ChannelReader> {
+) -> anyhow::Result<ImageSource> {
     let url = reqwest::Url::parse(url).with_context(|| format!("parsing the image URL {url}"))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        bail!(
-            "unsupported image URL scheme {:?} (http or https)",
-            url.scheme()
-        );
+    match url.scheme() {
+        "http" => Ok(ImageSource::Plain(Box::new(
+            super::plain::PlainDownload::new(url, opts, progress),
+        ))),
+        "https" => spawn_tls_download(url, opts, progress).map(ImageSource::Tls),
+        other => bail!("unsupported image URL scheme {other:?} (http or https)"),
     }
+}
+
+/// Starts an `https://` download on a background thread with its own tokio runtime.
+fn spawn_tls_download(
+    url: reqwest::Url,
+    opts: &HttpOptions,
+    progress: Arc<Progress>,
+) -> anyhow::Result<ChannelReader> {
     let client = build_client(opts)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -205,7 +237,7 @@ fn is_tls_error(e: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// The first byte offset of a `Content-Range: bytes START-END/TOTAL` header.
-fn content_range_start(value: &str) -> Option<u64> {
+pub(crate) fn content_range_start(value: &str) -> Option<u64> {
     let rest = value.trim().strip_prefix("bytes ")?;
     let (start, _) = rest.split_once('-')?;
     start.trim().parse().ok()

@@ -15,10 +15,11 @@
 
 pub mod decompress;
 pub mod http;
+pub mod plain;
 pub mod progress;
 pub mod qcow2;
 
-use std::io::{self, Read, Write};
+use std::io::Read;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
@@ -31,10 +32,6 @@ use crate::disk::sink::{self, ImageSink};
 use crate::disk::{DiskWriter, HEAD_LEN};
 use decompress::Compression;
 use progress::Progress;
-
-/// Size of the copy buffer between the decoded stream and the sink: 1 MiB, larger than the peek
-/// buffers so that reads bypass them after the first peek (one memcpy less per byte).
-const COPY_LEN: usize = 1024 * 1024;
 
 /// The container format of the decoded image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,13 +98,27 @@ fn write_verified(
             .context("reading the image")?,
     );
     tracing::info!(?compression, "image stream started");
+    // Uncompressed, the bytes the sink receives are the download itself, in order: the sink
+    // digests them on its own thread (disk/sink.rs), beside the reading thread's recv work.
+    // What was read so far (the peeked bytes) is already in the digest.
+    let offload = match compression {
+        Compression::None => {
+            let already = outer.get_mut().count();
+            outer.get_mut().take_hasher().map(|h| (h, already))
+        }
+        _ => None,
+    };
 
     // Decode into the disk; what is written depends on the inner format.
     enum Written {
         Raw(sink::SinkDone),
-        Qcow2 { spool: u64, len: u64 },
+        Qcow2 {
+            spool: u64,
+            len: u64,
+            hasher: Option<Hasher>,
+        },
     }
-    let written = {
+    let mut written = {
         let decoded = compression.decoder(&mut outer);
         let mut inner = PeekReader::with_capacity(BUFFER_SIZE, decoded);
         let head = inner
@@ -136,27 +147,46 @@ fn write_verified(
                 Arc::clone(&progress.written),
             )
             .context("starting the disk writer")?;
-            copy(&mut LimitReader::new(inner, room), &mut sink)
+            if let Some((hasher, already)) = offload {
+                sink.hash_blocks(hasher, already);
+            }
+            sink.fill_from(&mut LimitReader::new(inner, room))
                 .context("spooling the qcow2 image (it must fit behind its own virtual size)")?;
             let done = sink.finish().context("writing the qcow2 spool")?;
             Written::Qcow2 {
                 spool,
                 len: done.len,
+                hasher: done.hasher,
             }
         } else {
             let limit = capacity.unwrap_or(u64::MAX);
             let mut sink = ImageSink::new(Arc::clone(disk), 0, true, Arc::clone(&progress.written))
                 .context("starting the disk writer")?;
-            copy(&mut LimitReader::new(inner, limit), &mut sink).with_context(
-                || match capacity {
+            if let Some((hasher, already)) = offload {
+                sink.hash_blocks(hasher, already);
+            }
+            sink.fill_from(&mut LimitReader::new(inner, limit))
+                .with_context(|| match capacity {
                     Some(cap) => format!("streaming the image to the disk ({cap} bytes)"),
                     None => "streaming the image to the disk".to_owned(),
-                },
-            )?;
+                })?;
             Written::Raw(sink.finish().context("writing the image")?)
         }
     };
 
+    // The sink's digest (if it took one) continues over anything after the image.
+    match &mut written {
+        Written::Raw(done) => {
+            if let Some(h) = done.hasher.take() {
+                outer.get_mut().put_hasher(Some(h));
+            }
+        }
+        Written::Qcow2 { hasher, .. } => {
+            if let Some(h) = hasher.take() {
+                outer.get_mut().put_hasher(Some(h));
+            }
+        }
+    }
     // Everything after the compressed stream still belongs to the download and its digest.
     let (trailing, nonzero) =
         vmdeploy_shared::io::drain_to_eof(&mut outer).context("reading the end of the download")?;
@@ -180,7 +210,8 @@ fn write_verified(
             tracing::info!(digest = %want, "image checksum verified");
             Some(want.to_string())
         }
-        _ => None,
+        (Some(_), None) => bail!("internal error: the image digest was lost before verification"),
+        (None, _) => None,
     };
 
     let (format, image_len) = match written {
@@ -188,7 +219,7 @@ fn write_verified(
             sink::write_head(disk, 0, &done.head).context("writing the first MiB")?;
             (ImageFormat::Raw, done.len)
         }
-        Written::Qcow2 { spool, len } => {
+        Written::Qcow2 { spool, len, .. } => {
             disk.sync_data().context("syncing the qcow2 spool")?;
             let region = qcow2::DiskRegion::open(disk.path().to_owned(), spool, len)
                 .context("opening the qcow2 spool")?;
@@ -215,22 +246,6 @@ fn write_verified(
         image_len,
         digest,
     })
-}
-
-/// Copies `r` to `w` through one [`COPY_LEN`] buffer.
-fn copy(r: &mut impl Read, w: &mut impl Write) -> io::Result<u64> {
-    let mut buf = vec![0u8; COPY_LEN];
-    let mut total = 0u64;
-    loop {
-        let n = match r.read(&mut buf) {
-            Ok(0) => return Ok(total),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        w.write_all(&buf[..n])?;
-        total += n as u64;
-    }
 }
 
 /// Options of the `write-image` command.
@@ -307,7 +322,7 @@ pub fn run_write_image(args: WriteImageArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Cursor;
+    use std::io::{Cursor, Write};
 
     fn disk_file(len: usize) -> (tempfile::TempDir, Arc<DiskWriter>) {
         let dir = tempfile::Builder::new()

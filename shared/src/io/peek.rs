@@ -2,6 +2,9 @@
 
 use std::io::{self, BufRead, Read};
 
+/// Smallest read that bypasses an empty buffer (capped at the buffer's capacity).
+pub const BYPASS_MIN: usize = 8 * 1024;
+
 /// Buffers its inner reader and lets callers [`peek`](PeekReader::peek) at the next bytes.
 ///
 /// Also a [`BufRead`], so decoders that want one (flate2, lzma) can sit directly on top.
@@ -61,8 +64,10 @@ impl<R: Read> PeekReader<R> {
 
 impl<R: Read> Read for PeekReader<R> {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        // Large reads with an empty buffer bypass the copy.
-        if self.pos == self.filled && out.len() >= self.buf.len() {
+        // Reads with an empty buffer bypass the copy unless they are small enough that many of
+        // them would cost more in calls than the copy does: the image stream reads straight into
+        // its disk blocks, whose room left before a block boundary can be any size.
+        if self.pos == self.filled && out.len() >= self.buf.len().min(BYPASS_MIN) {
             return self.inner.read(out);
         }
         let avail = self.fill_buf()?;
