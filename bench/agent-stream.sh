@@ -1,29 +1,46 @@
 #!/usr/bin/env bash
-# Agent image stream benchmark (DESIGN.md §10): stream a raw image from a loopback nginx
-# (sendfile) to a loop device made with `losetup --direct-io=on`, sha256 on, and compare with
+# Agent image stream benchmark (DESIGN.md §10, issue 5): stream a raw image from a loopback nginx
+# (sendfile) to a loop device made with `losetup --direct-io=on`, sha256 on, and compare in the
+# same run with
 #   dd if=<same image file> of=<same device> bs=4M oflag=direct   (the disk's limit; target ≥ 0.90×)
 #   curl <url> | dd of=<same device> bs=4M oflag=direct           (a plain streaming client)
-# measured in the same run, plus the agent's peak RSS from /usr/bin/time -v (target ≤ 64 MiB).
+#   ironic-python-agent's own streaming writer (the peer), driven on the same URL and device
+# Each contender runs ROUNDS times, interleaved (dd, curl|dd, IPA, agent, dd, ...), the device
+# discarded before every run so each starts from the same state; medians are reported. Peak RSS
+# of the agent and of IPA comes from /usr/bin/time -v. The disk is compared with the image after
+# every agent run.
 #
-# Run by hand, as root:  bench/agent-stream.sh            (4 GiB image)
-#                        SIZE_GIB=1 bench/agent-stream.sh (quicker)
-# Needs: nginx-light, curl, /usr/bin/time (scripts/setup), and the release musl agent:
+# Run by hand, as root:  bench/agent-stream.sh                     (4 GiB image, 3 rounds)
+#                        SIZE_GIB=1 ROUNDS=2 bench/agent-stream.sh  (quicker)
+#                        SKIP_IPA=1 bench/agent-stream.sh           (without the IPA peer)
+# Needs: nginx-light, curl, /usr/bin/time (scripts/setup), python3-venv, and the release musl agent:
 #   cargo build --release -p vmdeploy-agent --target x86_64-unknown-linux-musl
+# IPA is pip-installed into $ROOT/.cache/bench-ipa-venv on first use (not part of scripts/setup).
 # Scratch files go to $BENCH_DIR (default /var/tmp/vmdeploy-bench, must not be tmpfs).
+# The machine's load matters (2 cores): the load average is printed before and after.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SIZE_GIB="${SIZE_GIB:-4}"
+ROUNDS="${ROUNDS:-3}"
+SKIP_IPA="${SKIP_IPA:-0}"
 BENCH_DIR="${BENCH_DIR:-/var/tmp/vmdeploy-bench}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 AGENT="${AGENT:-$TARGET_DIR/x86_64-unknown-linux-musl/release/vmdeploy-agent}"
+IPA_VENV="${IPA_VENV:-$ROOT/.cache/bench-ipa-venv}"
 log() { printf '[bench] %s\n' "$*" >&2; }
 
 [ -x "$AGENT" ] || { log "missing $AGENT (build it: see the header)"; exit 1; }
 command -v nginx >/dev/null || { log "nginx missing: run scripts/setup"; exit 1; }
 [ "$(id -u)" = 0 ] || { log "run as root (losetup)"; exit 1; }
 
-mkdir -p "$BENCH_DIR/www"
+if [ "$SKIP_IPA" != 1 ] && [ ! -x "$IPA_VENV/bin/python" ]; then
+  log "installing ironic-python-agent into $IPA_VENV"
+  python3 -m venv "$IPA_VENV"
+  "$IPA_VENV/bin/pip" install -q ironic-python-agent
+fi
+
+mkdir -p "$BENCH_DIR/www" "$BENCH_DIR/tmp"
 IMAGE="$BENCH_DIR/www/image.raw"
 DISK_FILE="$BENCH_DIR/disk.img"
 SIZE=$((SIZE_GIB * 1024 * 1024 * 1024))
@@ -69,48 +86,115 @@ http {
   server { listen 127.0.0.1:$PORT; root $BENCH_DIR/www; }
 }
 NGINX
-mkdir -p "$BENCH_DIR/tmp"
 nginx -c "$BENCH_DIR/nginx.conf" &
 NGINX_PID=$!
 URL="http://127.0.0.1:$PORT/image.raw"
 for _ in $(seq 50); do curl -sfI "$URL" >/dev/null 2>&1 && break; sleep 0.1; done
 curl -sfI "$URL" >/dev/null || { log "nginx did not come up"; exit 1; }
 
+# IPA's real streaming writer: StandbyExtension._stream_raw_image_onto_device (ImageDownload:
+# requests, 1 MiB chunks hashed with hashlib, buffered writes to the device, verify at the end).
+# Only the GPT fix-up and root-UUID lookup that follow the stream (sgdisk/blkid on the written
+# image; a random image has neither) are stubbed out. The stream call alone is timed.
+cat > "$BENCH_DIR/ipa_stream.py" <<'PY'
+import sys, time
+from oslo_config import cfg
+from ironic_python_agent import config, disk_utils
+from ironic_python_agent.extensions import standby
+config.populate_config()
+cfg.CONF([], project="ironic-python-agent")  # defaults: 60 s timeouts, 2 retries
+disk_utils.fix_gpt_partition = lambda *a, **k: None
+disk_utils.block_uuid = lambda *a, **k: None
+url, device, sha, out = sys.argv[1:5]
+ext = standby.StandbyExtension()
+ext.partition_uuids = {}
+info = {"id": "bench", "urls": [url], "disk_format": "raw", "stream_raw_images": True,
+        "os_hash_algo": "sha256", "os_hash_value": sha}
+t0 = time.monotonic()
+ext._stream_raw_image_onto_device(info, device)
+t1 = time.monotonic()
+with open(out, "w") as f:
+    f.write(f"{t0} {t1}\n")
+PY
+
 # Warm the page cache with the image so every contender reads it from memory.
 cat "$IMAGE" > /dev/null
 
 now() { date +%s.%N; }
-rate() { python3 -c "print(f'{$SIZE/($2-$1)/2**20:.0f}')"; }
+fresh_disk() { sync; blkdiscard -f "$LOOP" >/dev/null 2>&1 || true; }
+rss_kb() { awk -F': ' '/Maximum resident set size/ {print $2}' "$1"; }
+DD_T=() CURL_T=() AGENT_T=() IPA_T=() AGENT_RSS=() IPA_RSS=()
 
-sync
-log "dd bs=4M oflag=direct"
-t0=$(now); dd if="$IMAGE" of="$LOOP" bs=4M oflag=direct status=none; t1=$(now)
-DD=$(rate "$t0" "$t1")
+log "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+for round in $(seq "$ROUNDS"); do
+  log "round $round/$ROUNDS: dd bs=4M oflag=direct"
+  fresh_disk
+  t0=$(now); dd if="$IMAGE" of="$LOOP" bs=4M oflag=direct status=none; t1=$(now)
+  DD_T+=("$t0 $t1")
 
-sync
-log "curl | dd oflag=direct"
-t0=$(now); curl -sf "$URL" | dd of="$LOOP" bs=4M oflag=direct iflag=fullblock status=none; t1=$(now)
-CURL=$(rate "$t0" "$t1")
+  log "round $round/$ROUNDS: curl | dd oflag=direct"
+  fresh_disk
+  t0=$(now); curl -sf "$URL" | dd of="$LOOP" bs=4M oflag=direct iflag=fullblock status=none; t1=$(now)
+  CURL_T+=("$t0 $t1")
 
-sync
-log "vmdeploy-agent write-image (sha256)"
-blkdiscard -f "$LOOP" 2>/dev/null || true
-t0=$(now)
-/usr/bin/time -v -o "$BENCH_DIR/agent-time.txt" \
-  "$AGENT" write-image --url "$URL" --disk "$LOOP" --checksum "sha256:$SUM" 2> "$BENCH_DIR/agent-stderr.txt"
-t1=$(now)
-AGENT_RATE=$(rate "$t0" "$t1")
-RSS_KB=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$BENCH_DIR/agent-time.txt")
-tail -n 2 "$BENCH_DIR/agent-stderr.txt" >&2
+  if [ "$SKIP_IPA" != 1 ]; then
+    log "round $round/$ROUNDS: ironic-python-agent stream (sha256)"
+    fresh_disk
+    /usr/bin/time -v -o "$BENCH_DIR/ipa-time.txt" "$IPA_VENV/bin/python" "$BENCH_DIR/ipa_stream.py" \
+      "$URL" "$LOOP" "$SUM" "$BENCH_DIR/ipa-span.txt" 2> "$BENCH_DIR/ipa-stderr.txt" \
+      || { tail -n 20 "$BENCH_DIR/ipa-stderr.txt" >&2; log "IPA failed"; exit 1; }
+    IPA_T+=("$(cat "$BENCH_DIR/ipa-span.txt")")
+    IPA_RSS+=("$(rss_kb "$BENCH_DIR/ipa-time.txt")")
+  fi
 
-log "checking the disk"
-cmp -n "$SIZE" "$IMAGE" "$LOOP" && log "disk matches the image"
+  log "round $round/$ROUNDS: vmdeploy-agent write-image (sha256)"
+  fresh_disk
+  t0=$(now)
+  /usr/bin/time -v -o "$BENCH_DIR/agent-time.txt" \
+    "$AGENT" write-image --url "$URL" --disk "$LOOP" --checksum "sha256:$SUM" 2> "$BENCH_DIR/agent-stderr.txt" \
+    || { tail -n 20 "$BENCH_DIR/agent-stderr.txt" >&2; log "agent failed"; exit 1; }
+  t1=$(now)
+  AGENT_T+=("$t0 $t1")
+  AGENT_RSS+=("$(rss_kb "$BENCH_DIR/agent-time.txt")")
+  tail -n 1 "$BENCH_DIR/agent-stderr.txt" >&2
+  cmp -n "$SIZE" "$IMAGE" "$LOOP" || { log "the disk does not match the image after the agent"; exit 1; }
+  log "disk matches the image"
+done
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+log "load after: $LOAD_AFTER"
 
-python3 - <<PY
-dd, curl, agent, rss = $DD, $CURL, $AGENT_RATE, $RSS_KB
-print(f"image {${SIZE_GIB}} GiB raw, sha256, loop device --direct-io=on, nginx sendfile on loopback")
-print(f"dd bs=4M oflag=direct (file -> disk):  {dd:6.0f} MiB/s")
-print(f"curl | dd oflag=direct:                {curl:6.0f} MiB/s   agent/curl = {agent/curl:.2f}")
-print(f"vmdeploy-agent write-image:            {agent:6.0f} MiB/s   agent/dd = {agent/dd:.2f} (target >= 0.90)")
-print(f"agent peak RSS: {rss/1024:.1f} MiB (target <= 64, aim <= 32)")
+join() { local IFS=,; echo "$*"; }
+python3 - "$SIZE" "$SIZE_GIB" "$ROUNDS" "$LOAD_BEFORE" "$LOAD_AFTER" \
+  "$(join "${DD_T[@]}")" "$(join "${CURL_T[@]}")" "$(join "${AGENT_T[@]}")" \
+  "$(join "${IPA_T[@]+"${IPA_T[@]}"}")" "$(join "${AGENT_RSS[@]}")" "$(join "${IPA_RSS[@]+"${IPA_RSS[@]}"}")" <<'PY'
+import statistics, sys
+size, gib, rounds, load0, load1 = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+def rates(arg):
+    out = []
+    for span in filter(None, arg.split(",")):
+        t0, t1 = map(float, span.split())
+        out.append(size / (t1 - t0) / 2**20)
+    return out
+def kbs(arg):
+    return [int(x) for x in arg.split(",") if x]
+dd, curl, agent, ipa = (rates(a) for a in sys.argv[6:10])
+agent_rss, ipa_rss = kbs(sys.argv[10]), kbs(sys.argv[11])
+med = statistics.median
+fmt = lambda rs: " ".join(f"{r:.0f}" for r in rs)
+print(f"image {gib} GiB raw, sha256, loop device --direct-io=on (discarded before each run), "
+      f"nginx sendfile on loopback; {rounds} interleaved rounds, medians")
+print(f"load average before: {load0}; after: {load1}")
+print(f"dd bs=4M oflag=direct (file -> disk): {med(dd):6.0f} MiB/s   [{fmt(dd)}]")
+print(f"curl | dd oflag=direct:               {med(curl):6.0f} MiB/s   [{fmt(curl)}]")
+if ipa:
+    print(f"ironic-python-agent stream:           {med(ipa):6.0f} MiB/s   [{fmt(ipa)}]")
+print(f"vmdeploy-agent write-image:           {med(agent):6.0f} MiB/s   [{fmt(agent)}]")
+print(f"agent/dd   = {med(agent)/med(dd):.2f} (target >= 0.90)")
+print(f"agent/curl = {med(agent)/med(curl):.2f}")
+if ipa:
+    print(f"agent/IPA  = {med(agent)/med(ipa):.2f}   (IPA/dd = {med(ipa)/med(dd):.2f})")
+print(f"agent peak RSS: {max(agent_rss)/1024:.1f} MiB (max of {len(agent_rss)} runs; target <= 64, aim <= 32)")
+if ipa_rss:
+    print(f"IPA peak RSS:   {max(ipa_rss)/1024:.1f} MiB (python process, max of {len(ipa_rss)} runs)")
 PY
