@@ -6,13 +6,14 @@
 //!   from aligned buffers, so a multi-GiB image does not pass through (and evict) the page cache and
 //!   the agent's memory stays bounded; [`BufferedWriter`] is for regular files on filesystems
 //!   where `O_DIRECT` gives `EINVAL` (tmpfs) and for tests.
-//! - [`sink::ImageSink`] is the `Write` end of the stream chain: it fills aligned 4 MiB blocks and
-//!   hands them over a bounded queue to a writer thread, so network/hash work and disk writes
-//!   overlap; it holds the first MiB back until the caller has verified the checksum.
+//! - [`sink::ImageSink`] is the end of the stream chain: the source is read straight into aligned
+//!   4 MiB blocks ([`sink::ImageSink::fill_from`]), which go over a bounded queue to two writer
+//!   threads (and, for uncompressed images, to a hashing thread at the same time), so receiving,
+//!   hashing and disk writes overlap on two cores; it holds the first MiB back until the caller
+//!   has verified the checksum.
 //!
 //! # Limitations
-//! Writes are positioned (`pwrite`), one in flight at a time; a loop device made with
-//! `--direct-io=on` reaches `dd oflag=direct` speed with that (bench/agent-stream.sh).
+//! Writes are positioned (`pwrite`), two in flight; the pool is 4 blocks (16 MiB).
 
 pub mod select;
 pub mod sink;
