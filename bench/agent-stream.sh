@@ -123,7 +123,9 @@ cat "$IMAGE" > /dev/null
 now() { date +%s.%N; }
 fresh_disk() { sync; blkdiscard -f "$LOOP" >/dev/null 2>&1 || true; }
 rss_kb() { awk -F': ' '/Maximum resident set size/ {print $2}' "$1"; }
-DD_T=() CURL_T=() AGENT_T=() IPA_T=() AGENT_RSS=() IPA_RSS=()
+# User + system CPU seconds of a /usr/bin/time -v report: what the contender costs, whatever the load.
+cpu_s() { awk -F': ' '/User time|System time/ {s += $2} END {print s}' "$1"; }
+DD_T=() CURL_T=() AGENT_T=() IPA_T=() AGENT_RSS=() IPA_RSS=() AGENT_CPU=() IPA_CPU=()
 
 log "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -146,6 +148,7 @@ for round in $(seq "$ROUNDS"); do
       || { tail -n 20 "$BENCH_DIR/ipa-stderr.txt" >&2; log "IPA failed"; exit 1; }
     IPA_T+=("$(cat "$BENCH_DIR/ipa-span.txt")")
     IPA_RSS+=("$(rss_kb "$BENCH_DIR/ipa-time.txt")")
+    IPA_CPU+=("$(cpu_s "$BENCH_DIR/ipa-time.txt")")
   fi
 
   log "round $round/$ROUNDS: vmdeploy-agent write-image (sha256)"
@@ -157,6 +160,7 @@ for round in $(seq "$ROUNDS"); do
   t1=$(now)
   AGENT_T+=("$t0 $t1")
   AGENT_RSS+=("$(rss_kb "$BENCH_DIR/agent-time.txt")")
+  AGENT_CPU+=("$(cpu_s "$BENCH_DIR/agent-time.txt")")
   tail -n 1 "$BENCH_DIR/agent-stderr.txt" >&2
   cmp -n "$SIZE" "$IMAGE" "$LOOP" || { log "the disk does not match the image after the agent"; exit 1; }
   log "disk matches the image"
@@ -167,7 +171,8 @@ log "load after: $LOAD_AFTER"
 join() { local IFS=,; echo "$*"; }
 python3 - "$SIZE" "$SIZE_GIB" "$ROUNDS" "$LOAD_BEFORE" "$LOAD_AFTER" \
   "$(join "${DD_T[@]}")" "$(join "${CURL_T[@]}")" "$(join "${AGENT_T[@]}")" \
-  "$(join "${IPA_T[@]+"${IPA_T[@]}"}")" "$(join "${AGENT_RSS[@]}")" "$(join "${IPA_RSS[@]+"${IPA_RSS[@]}"}")" <<'PY'
+  "$(join "${IPA_T[@]+"${IPA_T[@]}"}")" "$(join "${AGENT_RSS[@]}")" "$(join "${IPA_RSS[@]+"${IPA_RSS[@]}"}")" \
+  "$(join "${AGENT_CPU[@]}")" "$(join "${IPA_CPU[@]+"${IPA_CPU[@]}"}")" <<'PY'
 import statistics, sys
 size, gib, rounds, load0, load1 = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
 def rates(arg):
@@ -180,6 +185,7 @@ def kbs(arg):
     return [int(x) for x in arg.split(",") if x]
 dd, curl, agent, ipa = (rates(a) for a in sys.argv[6:10])
 agent_rss, ipa_rss = kbs(sys.argv[10]), kbs(sys.argv[11])
+agent_cpu, ipa_cpu = ([float(x) for x in a.split(",") if x] for a in sys.argv[12:14])
 med = statistics.median
 fmt = lambda rs: " ".join(f"{r:.0f}" for r in rs)
 print(f"image {gib} GiB raw, sha256, loop device --direct-io=on (discarded before each run), "
@@ -197,4 +203,7 @@ if ipa:
 print(f"agent peak RSS: {max(agent_rss)/1024:.1f} MiB (max of {len(agent_rss)} runs; target <= 64, aim <= 32)")
 if ipa_rss:
     print(f"IPA peak RSS:   {max(ipa_rss)/1024:.1f} MiB (python process, max of {len(ipa_rss)} runs)")
+per_gib = lambda cs: med(cs) / (size / 2**30)
+print(f"CPU per GiB (user+sys, median): agent {per_gib(agent_cpu):.2f} s"
+      + (f", IPA {per_gib(ipa_cpu):.2f} s (whole python process)" if ipa_cpu else ""))
 PY
