@@ -555,9 +555,13 @@ impl PlainDownload {
                     }
                     return Err(format!("GET {redacted}: server answered {status}"));
                 }
-                self.total = head
-                    .content_length()
-                    .map_err(|e| format!("GET {redacted}: {e}"))?;
+                // A chunked body's Content-Length, if any, means nothing (RFC 9112 §6.3).
+                self.total = if head.is_chunked() {
+                    None
+                } else {
+                    head.content_length()
+                        .map_err(|e| format!("GET {redacted}: {e}"))?
+                };
                 if let Some(t) = self.total {
                     self.progress.download_total.store(t, Ordering::Relaxed);
                 }
@@ -797,6 +801,107 @@ mod tests {
         ] {
             assert!(read_body(wire.to_vec(), vec![7], 16).is_err(), "{wire:?}");
         }
+    }
+
+    /// Serves one canned response per connection, in order, on 127.0.0.1; returns the URL base
+    /// and the requests it saw.
+    fn serve(responses: Vec<Vec<u8>>) -> (String, std::thread::JoinHandle<Vec<String>>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let thread = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for response in responses {
+                let (mut s, _) = listener.accept().expect("accept");
+                let mut conn = Conn::new(s.try_clone().expect("clone"));
+                let head = conn.read_head().expect("request head");
+                seen.push(String::from_utf8_lossy(&head).into_owned());
+                s.write_all(&response).expect("respond");
+            }
+            seen
+        });
+        (base, thread)
+    }
+
+    fn download(url: &str) -> io::Result<Vec<u8>> {
+        let opts = HttpOptions {
+            retry_backoff: Duration::from_millis(1),
+            read_timeout: Duration::from_secs(5),
+            ..Default::default()
+        };
+        let url = reqwest::Url::parse(url).expect("valid URL");
+        let mut d = PlainDownload::new(url, &opts, Arc::new(Progress::default()));
+        let mut out = Vec::new();
+        d.read_to_end(&mut out)?;
+        Ok(out)
+    }
+
+    #[test]
+    fn redirect_then_chunked_body_over_tcp() {
+        let body: Vec<u8> = (0..70_000u32).map(|i| (i % 251) as u8).collect();
+        let (base, server) = serve(vec![
+            b"HTTP/1.1 302 Found\r\nLocation: /real?sig=x\r\nContent-Length: 0\r\n\r\n".to_vec(),
+            chunked(&body, &[1000, 17, 40_000]),
+        ]);
+        let got = download(&format!("{base}/image?temp_url_sig=s")).expect("downloaded");
+        assert_eq!(got, body);
+        let seen = server.join().expect("server");
+        assert!(
+            seen[0].starts_with("GET /image?temp_url_sig=s HTTP/1.1\r\n"),
+            "{}",
+            seen[0]
+        );
+        assert!(
+            seen[1].starts_with("GET /real?sig=x HTTP/1.1\r\n"),
+            "{}",
+            seen[1]
+        );
+        assert!(
+            !seen[1].contains("Range"),
+            "a fresh download asks for no range"
+        );
+    }
+
+    #[test]
+    fn dropped_body_resumes_with_range_and_if_range() {
+        let body: Vec<u8> = (0..10_000u32).map(|i| (i % 253) as u8).collect();
+        let mut first = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nETag: \"e1\"\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        first.extend_from_slice(&body[..4321]);
+        let mut second = format!(
+            "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 4321-{}/{}\r\nContent-Length: {}\r\n\r\n",
+            body.len() - 1,
+            body.len(),
+            body.len() - 4321
+        )
+        .into_bytes();
+        second.extend_from_slice(&body[4321..]);
+        let (base, server) = serve(vec![first, second]);
+        assert_eq!(download(&format!("{base}/img")).expect("resumed"), body);
+        let seen = server.join().expect("server");
+        assert!(seen[1].contains("Range: bytes=4321-\r\n"), "{}", seen[1]);
+        assert!(seen[1].contains("If-Range: \"e1\"\r\n"), "{}", seen[1]);
+    }
+
+    #[test]
+    fn client_errors_are_not_retried_and_redirects_to_https_refused() {
+        let (base, server) = serve(vec![
+            b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_vec()
+        ]);
+        let err = download(&format!("{base}/missing")).expect_err("404");
+        assert!(err.to_string().contains("server answered 404"), "{err}");
+        assert_eq!(server.join().expect("server").len(), 1);
+        let (base, server) = serve(vec![
+            b"HTTP/1.1 301 Moved\r\nLocation: https://127.0.0.1:1/x\r\n\r\n".to_vec(),
+        ]);
+        let err = download(&format!("{base}/x")).expect_err("https redirect");
+        assert!(
+            err.to_string().contains("redirected to a https URL"),
+            "{err}"
+        );
+        server.join().expect("server");
     }
 
     proptest! {
