@@ -94,7 +94,8 @@ fn plan_modules(spec: &InitramfsSpec) -> anyhow::Result<(String, Vec<(String, Pa
             dep_path.display()
         )
     })?;
-    let index = ModuleIndex::parse(&dep).with_context(|| format!("parsing {}", dep_path.display()))?;
+    let index =
+        ModuleIndex::parse(&dep).with_context(|| format!("parsing {}", dep_path.display()))?;
     let names: Vec<&str> = spec.modules.iter().map(|m| m.name.as_str()).collect();
     let order = index.load_order(&names)?;
     let mut files = Vec::new();
@@ -131,15 +132,44 @@ fn parents<'a>(path: &'a str, written: &mut Vec<String>) -> Vec<&'a str> {
     out
 }
 
-/// Writes the gzipped archive to `out`.
+/// Writes the gzipped archive to `out` (through `out.partial`, renamed when complete, so a
+/// failure never leaves a truncated ramdisk under the real name).
 pub fn build(spec: &InitramfsSpec, out: &Path) -> anyhow::Result<InitramfsSummary> {
     let (module_list, modules) = plan_modules(spec)?;
+    let mut partial = out.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    match write_archive(spec, &module_list, &modules, &partial) {
+        Ok(()) => std::fs::rename(&partial, out)
+            .with_context(|| format!("renaming {} to {}", partial.display(), out.display()))?,
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            return Err(e);
+        }
+    }
+    let bytes = std::fs::metadata(out)
+        .with_context(|| format!("reading the size of {}", out.display()))?
+        .len();
+    Ok(InitramfsSummary {
+        module_count: modules.len(),
+        module_list,
+        bytes,
+    })
+}
+
+fn write_archive(
+    spec: &InitramfsSpec,
+    module_list: &str,
+    modules: &[(String, PathBuf)],
+    out: &Path,
+) -> anyhow::Result<()> {
     let file = File::create(out).with_context(|| format!("creating {}", out.display()))?;
     let gz = GzEncoder::new(BufWriter::new(file), flate2::Compression::best());
     let mut cpio = CpioWriter::new(gz);
     let mut dirs = Vec::new();
     for dir in ["dev", "proc", "sys", "run", "tmp", "etc", "etc/vmdeploy"] {
-        cpio.dir(dir, 0o755).with_context(|| format!("adding {dir}"))?;
+        cpio.dir(dir, 0o755)
+            .with_context(|| format!("adding {dir}"))?;
         dirs.push(dir.to_owned());
     }
     // Console: the kernel opens it for init's stdio before the agent can mount devtmpfs.
@@ -155,11 +185,13 @@ pub fn build(spec: &InitramfsSpec, out: &Path) -> anyhow::Result<InitramfsSummar
         .context("adding init")?;
     cpio.file(MODULE_LIST, 0o644, module_list.as_bytes())
         .context("adding the module list")?;
-    for (archive_path, host_path) in &modules {
+    for (archive_path, host_path) in modules {
         for dir in parents(archive_path, &mut dirs) {
-            cpio.dir(dir, 0o755).with_context(|| format!("adding {dir}"))?;
+            cpio.dir(dir, 0o755)
+                .with_context(|| format!("adding {dir}"))?;
         }
-        let f = File::open(host_path).with_context(|| format!("opening {}", host_path.display()))?;
+        let f =
+            File::open(host_path).with_context(|| format!("opening {}", host_path.display()))?;
         let len = f
             .metadata()
             .with_context(|| format!("reading the size of {}", host_path.display()))?
@@ -170,14 +202,7 @@ pub fn build(spec: &InitramfsSpec, out: &Path) -> anyhow::Result<InitramfsSummar
     let gz = cpio.finish().context("finishing the archive")?;
     let mut buffered = gz.finish().context("finishing the gzip stream")?;
     buffered.flush().context("flushing the ramdisk")?;
-    let bytes = std::fs::metadata(out)
-        .with_context(|| format!("reading the size of {}", out.display()))?
-        .len();
-    Ok(InitramfsSummary {
-        module_count: modules.len(),
-        module_list,
-        bytes,
-    })
+    Ok(())
 }
 
 #[cfg(test)]
@@ -248,5 +273,23 @@ mod tests {
         )
         .expect_err("no modules.dep");
         assert!(format!("{err:#}").contains("depmod -b"), "{err:#}");
+    }
+
+    #[test]
+    fn a_failed_write_leaves_no_ramdisk_behind() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = dir.path().join("initrd.cpio.gz");
+        let err = build(
+            &InitramfsSpec {
+                agent: dir.path().join("no-such-agent"),
+                modules_dir: None,
+                modules: Vec::new(),
+            },
+            &out,
+        )
+        .expect_err("no agent");
+        assert!(format!("{err:#}").contains("no-such-agent"), "{err:#}");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).expect("list").collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 }

@@ -1,6 +1,7 @@
 //! `vmdeploy-image-build`: builds the images a deploy needs.
 //!
-//! Today: the virtual floppy with the deploy parameters. The deploy ISO and the instance boot
+//! Today: the virtual floppy with the deploy parameters (`floppy`) and the deploy ramdisk with
+//! the agent as /init (`initramfs`, see [`initramfs`]). The deploy ISO and the instance boot
 //! ISOs come with the end-to-end issue.
 
 use std::path::PathBuf;

@@ -389,7 +389,10 @@ mod tests {
         assert_eq!(entries[0].1, 0o040_755);
         assert_eq!((entries[1].1, entries[1].2), (0o020_600, (5, 1)));
         assert_eq!((entries[2].1, entries[2].2), (0o060_660, (254, 0)));
-        assert_eq!((entries[3].1, entries[3].3.as_slice()), (0o120_777, &b"/init"[..]));
+        assert_eq!(
+            (entries[3].1, entries[3].3.as_slice()),
+            (0o120_777, &b"/init"[..])
+        );
         assert_eq!(entries[4].3, b"12345");
     }
 

@@ -75,7 +75,15 @@ fn gnu_cpio_lists_and_unpacks_the_archive() {
     );
 
     let unpacked = cpio(
-        &["-i", "--quiet", "-d", "-m", "--no-absolute-filenames", "-H", "newc"],
+        &[
+            "-i",
+            "--quiet",
+            "-d",
+            "-m",
+            "--no-absolute-filenames",
+            "-H",
+            "newc",
+        ],
         dir.path(),
         &bytes,
     );

@@ -63,12 +63,14 @@ impl FloppySearch {
             .collect();
         names.sort();
         for name in names {
-            // `size` is in 512-byte sectors; empty drives (a CD tray with no medium) are 0.
+            // `size` is in 512-byte sectors; empty drives (a CD tray with no medium) are 0. A
+            // floppy drive (fdN) reads 0 until it is first opened, so it is always probed
+            // (../shared/reference/qemu-and-boot.md §9).
             let size = std::fs::read_to_string(self.sys_class_block.join(&name).join("size"))
                 .ok()
                 .and_then(|s| s.trim().parse::<u64>().ok())
                 .unwrap_or(0);
-            if size == 0 {
+            if size == 0 && !name.starts_with("fd") {
                 continue;
             }
             let node = self.dev_dir.join(&name);

@@ -68,16 +68,34 @@ impl Default for HttpOptions {
 pub fn build_client(opts: &HttpOptions) -> anyhow::Result<reqwest::Client> {
     // Fails only when a provider is already installed, which is what we want anyway.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut builder = reqwest::Client::builder()
-        .connect_timeout(opts.connect_timeout)
-        .read_timeout(opts.read_timeout)
-        .no_proxy()
-        .http1_only();
+    let base = || {
+        reqwest::Client::builder()
+            .connect_timeout(opts.connect_timeout)
+            .read_timeout(opts.read_timeout)
+            .no_proxy()
+            .http1_only()
+    };
     if let Some(pem) = &opts.ca_pem {
         let cert = reqwest::Certificate::from_pem(pem).context("parsing the CA certificate")?;
-        builder = builder.tls_certs_only([cert]);
+        return base()
+            .tls_certs_only([cert])
+            .build()
+            .context("building the HTTP client");
     }
-    builder.build().context("building the HTTP client")
+    // The ramdisk has no system CA store, and reqwest refuses to build a client without one:
+    // fall back to an empty trust store, so plain http works and https needs the given CA.
+    match base().build() {
+        Ok(client) => Ok(client),
+        Err(e) => {
+            tracing::info!(
+                "no system CA certificates ({e}): https URLs need a CA from the parameters"
+            );
+            base()
+                .tls_certs_only(std::iter::empty::<reqwest::Certificate>())
+                .build()
+                .context("building the HTTP client")
+        }
+    }
 }
 
 /// A `Read` over chunks sent by the download thread; an `Err` chunk ends the stream with it.

@@ -11,6 +11,7 @@ pub mod tgt;
 pub mod http;
 pub mod ipa_standin;
 pub mod iscsi_standin;
+pub mod qemu;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,304 @@
+//! Booting the deploy ramdisk in QEMU (TCG) for end-to-end tests of the agent as a real `/init`
+//! (../shared/reference/qemu-and-boot.md §5, §8; DESIGN.md §9, §11).
+//!
+//! - [`kernel`]: the Debian kernel .deb that scripts/setup downloads into `.cache/kernel`, unpacked
+//!   once (`dpkg-deb -x`, then `depmod -b`, since the .deb ships no `modules.dep`) into
+//!   `$CARGO_TARGET_DIR/qemu-kernel/<package>/` and reused by later runs.
+//! - [`musl_agent`]: the static release agent that scripts/test builds before the tests.
+//! - [`build_initramfs`]: `vmdeploy-image-build initramfs`.
+//! - [`Qemu`]: a running `qemu-system-x86_64 -accel tcg` whose serial console (stdout) is read
+//!   unbuffered by a thread, timestamped from QEMU's start, written to a log file and kept for
+//!   waiting on; QEMU is killed on drop.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// An unpacked kernel package.
+#[derive(Debug, Clone)]
+pub struct KernelTree {
+    /// `boot/vmlinuz-<release>` (for `-kernel`).
+    pub vmlinuz: PathBuf,
+    /// `lib/modules/<release>` with a `modules.dep`.
+    pub modules_dir: PathBuf,
+    /// The kernel release, e.g. `6.1.0-57-amd64`.
+    pub release: String,
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::workspace_root().join("target"))
+}
+
+fn run_ok(cmd: &mut Command, what: &str) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The kernel from `.cache/kernel/linux-image-*.deb`, unpacked and depmod'ed once.
+pub fn kernel() -> KernelTree {
+    let cache = crate::workspace_root().join(".cache/kernel");
+    let deb = std::fs::read_dir(&cache)
+        .ok()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("linux-image-") && n.ends_with(".deb"))
+        })
+        .max()
+        .unwrap_or_else(|| {
+            panic!(
+                "no linux-image-*.deb in {}: run scripts/setup (it downloads the kernel)",
+                cache.display()
+            )
+        });
+    let stem = deb
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .expect("a .deb file name is UTF-8 here")
+        .to_owned();
+    let root = target_dir().join("qemu-kernel").join(&stem);
+    if !root.join(".complete").exists() {
+        // Unpack beside the final place and rename, so a crash never leaves half a tree in use.
+        let parent = root.parent().expect("root has a parent");
+        std::fs::create_dir_all(parent).expect("creating the kernel cache dir");
+        let scratch = tempfile::tempdir_in(parent).expect("scratch dir for the kernel");
+        run_ok(
+            Command::new("dpkg-deb")
+                .arg("-x")
+                .arg(&deb)
+                .arg(scratch.path()),
+            "dpkg-deb -x",
+        );
+        let release = only_release(&scratch.path().join("lib/modules"));
+        run_ok(
+            Command::new("depmod")
+                .arg("-b")
+                .arg(scratch.path())
+                .arg(&release),
+            "depmod -b",
+        );
+        std::fs::write(scratch.path().join(".complete"), b"").expect("marking complete");
+        let unpacked = scratch.keep();
+        if std::fs::rename(&unpacked, &root).is_err() {
+            // Another run got there first; use its copy.
+            let _ = std::fs::remove_dir_all(&unpacked);
+        }
+    }
+    let release = only_release(&root.join("lib/modules"));
+    KernelTree {
+        vmlinuz: root.join("boot").join(format!("vmlinuz-{release}")),
+        modules_dir: root.join("lib/modules").join(&release),
+        release,
+    }
+}
+
+fn only_release(modules: &Path) -> String {
+    std::fs::read_dir(modules)
+        .unwrap_or_else(|e| panic!("listing {}: {e}", modules.display()))
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .next()
+        .unwrap_or_else(|| panic!("no kernel release under {}", modules.display()))
+}
+
+/// The static musl release agent: `VMDEPLOY_AGENT_MUSL` (set by scripts/test), else
+/// `$CARGO_TARGET_DIR/x86_64-unknown-linux-musl/release/vmdeploy-agent`.
+pub fn musl_agent() -> PathBuf {
+    let path = std::env::var_os("VMDEPLOY_AGENT_MUSL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("x86_64-unknown-linux-musl/release/vmdeploy-agent"));
+    assert!(
+        path.exists(),
+        "{} is missing: build the static agent first with `cargo build --release -p \
+         vmdeploy-agent --target x86_64-unknown-linux-musl` (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+/// Builds the ramdisk with `vmdeploy-image-build initramfs`; returns its module list.
+pub fn build_initramfs(agent: &Path, kernel: &KernelTree, modules: &[&str], out: &Path) -> String {
+    let mut cmd = Command::new(crate::bin("vmdeploy-image-build"));
+    cmd.arg("initramfs")
+        .arg("--agent")
+        .arg(agent)
+        .arg("--modules-dir")
+        .arg(&kernel.modules_dir)
+        .arg("-o")
+        .arg(out);
+    for m in modules {
+        cmd.args(["--module", m]);
+    }
+    let out = cmd
+        .output()
+        .expect("running vmdeploy-image-build initramfs");
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "image-build initramfs failed: {said}");
+    said
+}
+
+/// One serial console line and when it arrived (since QEMU was started).
+#[derive(Debug, Clone)]
+pub struct ConsoleLine {
+    /// Time since the QEMU process was spawned.
+    pub at: Duration,
+    /// The line, without the line ending.
+    pub text: String,
+}
+
+/// A running QEMU; killed (and reaped) on drop.
+pub struct Qemu {
+    child: Child,
+    started: Instant,
+    lines: Arc<Mutex<Vec<ConsoleLine>>>,
+    log_path: PathBuf,
+}
+
+impl Qemu {
+    /// Starts `qemu-system-x86_64 -accel tcg -nographic -no-reboot <args>`; the serial console
+    /// goes to `log_path` (timestamped) and is kept for [`Qemu::wait_for`].
+    pub fn start(args: &[String], log_path: &Path) -> Qemu {
+        let mut child = Command::new("qemu-system-x86_64")
+            .args(["-accel", "tcg", "-nographic", "-no-reboot", "-m", "512"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting qemu-system-x86_64 (scripts/setup installs it)");
+        let started = Instant::now();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let mut log = std::fs::File::create(log_path).expect("creating the serial log");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            let mut buf = Vec::new();
+            // Read raw bytes: the console may carry non-UTF-8 noise.
+            while reader.read_until(b'\n', &mut buf).unwrap_or(0) > 0 {
+                let text = String::from_utf8_lossy(&buf)
+                    .trim_end_matches(['\r', '\n'])
+                    .to_owned();
+                let at = started.elapsed();
+                let _ = writeln!(log, "{:8.3} {text}", at.as_secs_f64());
+                sink.lock()
+                    .expect("console lock")
+                    .push(ConsoleLine { at, text });
+                buf.clear();
+            }
+        });
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let at = started.elapsed();
+                sink.lock().expect("console lock").push(ConsoleLine {
+                    at,
+                    text: format!("qemu stderr: {line}"),
+                });
+            }
+        });
+        Qemu {
+            child,
+            started,
+            lines,
+            log_path: log_path.to_owned(),
+        }
+    }
+
+    /// When QEMU was started.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// Every console line so far.
+    pub fn console(&self) -> Vec<ConsoleLine> {
+        self.lines.lock().expect("console lock").clone()
+    }
+
+    /// The console so far as text (for assertion messages).
+    pub fn console_text(&self) -> String {
+        self.console()
+            .iter()
+            .map(|l| format!("{:8.3} {}\n", l.at.as_secs_f64(), l.text))
+            .collect()
+    }
+
+    /// The first line matching `pred`, waiting up to `timeout`; `None` if QEMU exits or time
+    /// runs out first.
+    pub fn wait_for(
+        &mut self,
+        timeout: Duration,
+        pred: impl Fn(&str) -> bool,
+    ) -> Option<ConsoleLine> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(l) = self.console().into_iter().find(|l| pred(&l.text)) {
+                return Some(l);
+            }
+            if Instant::now() > deadline || self.exited() {
+                // One last look: the reader may have caught up meanwhile.
+                std::thread::sleep(Duration::from_millis(200));
+                return self.console().into_iter().find(|l| pred(&l.text));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// True once the QEMU process has exited.
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    /// Waits up to `timeout` for QEMU to exit by itself; the time since start when it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<Duration> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return Some(self.started.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    /// Kills QEMU now (the conductor powering the node off).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Prints the whole console (call before failing).
+    pub fn dump(&self) {
+        eprintln!(
+            "--- serial console ({}) ---\n{}--- end ---",
+            self.log_path.display(),
+            self.console_text()
+        );
+    }
+}
+
+impl Drop for Qemu {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            self.dump();
+        }
+    }
+}
