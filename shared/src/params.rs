@@ -61,6 +61,9 @@ pub mod keys {
     pub const BOOT_METHOD: &str = "boot_method";
     /// vmdeploy: the conductor's CA, PEM, standard base64 (no white space allowed in values).
     pub const IPA_AGENT_CA: &str = "ipa-agent-ca";
+    /// vmdeploy: an extra CA for image URLs (e.g. an external object store), PEM, base64;
+    /// trusted for image downloads only, together with [`IPA_AGENT_CA`].
+    pub const IMAGE_CA: &str = "vmdeploy-image-ca";
     /// vmdeploy: iSCSI CHAP user name the agent's target requires.
     pub const ISCSI_CHAP_USER: &str = "vmdeploy-iscsi-chap-user";
     /// vmdeploy: iSCSI CHAP secret the agent's target requires.
@@ -678,6 +681,8 @@ pub struct CommonParams {
     pub disks: Vec<String>,
     /// The conductor's CA certificate(s), PEM (`ipa-agent-ca`, base64 on the floppy).
     pub agent_ca_pem: Option<Vec<u8>>,
+    /// An extra CA for image URLs only (`vmdeploy-image-ca`, base64 PEM).
+    pub image_ca_pem: Option<Vec<u8>>,
     /// Static network configuration; DHCP when absent.
     pub static_network: Option<StaticNetwork>,
 }
@@ -703,34 +708,54 @@ impl CommonParams {
                     .collect()
             })
             .unwrap_or_default();
-        let agent_ca_pem = params
-            .get(keys::IPA_AGENT_CA)
-            .filter(|v| !v.is_empty())
-            .map(|b64| {
-                base64::engine::general_purpose::STANDARD
-                    .decode(b64)
-                    .map_err(|e| ParamsError::Invalid {
-                        key: keys::IPA_AGENT_CA,
-                        reason: format!("not base64: {e}"),
-                    })
-            })
-            .transpose()?;
-        if let Some(pem) = &agent_ca_pem {
-            if !pem.starts_with(b"-----BEGIN ") {
-                return Err(ParamsError::Invalid {
-                    key: keys::IPA_AGENT_CA,
-                    reason: "decoded value is not a PEM certificate".into(),
-                });
-            }
-        }
+        let agent_ca_pem = decode_pem_param(params, keys::IPA_AGENT_CA)?;
+        let image_ca_pem = decode_pem_param(params, keys::IMAGE_CA)?;
         Ok(CommonParams {
             bootif,
             root_device,
             disks,
             agent_ca_pem,
+            image_ca_pem,
             static_network: StaticNetwork::from_params(params)?,
         })
     }
+
+    /// The CAs trusted for image URLs: the conductor's and the image CA, as one PEM bundle.
+    pub fn image_trust_pem(&self) -> Option<Vec<u8>> {
+        match (&self.agent_ca_pem, &self.image_ca_pem) {
+            (None, None) => None,
+            (a, b) => {
+                let mut bundle = Vec::new();
+                for pem in [a, b].into_iter().flatten() {
+                    bundle.extend_from_slice(pem);
+                    if !bundle.ends_with(b"\n") {
+                        bundle.push(b'\n');
+                    }
+                }
+                Some(bundle)
+            }
+        }
+    }
+}
+
+/// A base64-encoded PEM value (values cannot hold white space, so PEM travels encoded).
+fn decode_pem_param(params: &Params, key: &'static str) -> Result<Option<Vec<u8>>, ParamsError> {
+    let Some(b64) = params.get(key).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .map_err(|e| ParamsError::Invalid {
+            key,
+            reason: format!("not base64: {e}"),
+        })?;
+    if !pem.starts_with(b"-----BEGIN ") {
+        return Err(ParamsError::Invalid {
+            key,
+            reason: "decoded value is not a PEM certificate".into(),
+        });
+    }
+    Ok(Some(pem))
 }
 
 /// The iSCSI deploy's parameters (`iscsi_ilo`, `pxe_ilo`).
@@ -996,6 +1021,38 @@ mod tests {
             agent.common.bootif.map(|m| m.to_string()).as_deref(),
             Some("52:54:00:aa:bb:cc")
         );
+    }
+
+    #[test]
+    fn image_urls_trust_the_conductor_ca_and_the_image_ca() {
+        let agent_pem = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----";
+        let image_pem = "-----BEGIN CERTIFICATE-----\nBBBB\n-----END CERTIFICATE-----\n";
+        let enc = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let base = "ipa-api-url=https://192.0.2.1:6385\n";
+        let none = AgentParams::from_params(&Params::parse(base.as_bytes()).expect("valid"))
+            .expect("valid");
+        assert_eq!(none.common.image_trust_pem(), None);
+        let file = format!(
+            "{base}ipa-agent-ca={}\nvmdeploy-image-ca={}\n",
+            enc(agent_pem),
+            enc(image_pem)
+        );
+        let both = AgentParams::from_params(&Params::parse(file.as_bytes()).expect("valid"))
+            .expect("valid");
+        let bundle =
+            String::from_utf8(both.common.image_trust_pem().expect("bundle")).expect("PEM is text");
+        assert_eq!(bundle, format!("{agent_pem}\n{image_pem}"));
+        let only_image = format!("{base}vmdeploy-image-ca={}\n", enc(image_pem));
+        let p = AgentParams::from_params(&Params::parse(only_image.as_bytes()).expect("valid"))
+            .expect("valid");
+        assert_eq!(
+            p.common.image_trust_pem().as_deref(),
+            Some(image_pem.as_bytes())
+        );
+        let bad = format!("{base}vmdeploy-image-ca={}\n", enc("not a certificate"));
+        let err = AgentParams::from_params(&Params::parse(bad.as_bytes()).expect("valid"))
+            .expect_err("not PEM");
+        assert!(err.to_string().contains("vmdeploy-image-ca"), "{err}");
     }
 
     #[test]

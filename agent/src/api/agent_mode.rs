@@ -145,7 +145,7 @@ async fn run_async(cfg: AgentModeConfig) -> anyhow::Result<FinalAction> {
     let dispatcher = Dispatcher {
         standby: Standby {
             disk,
-            ca_pem: cfg.params.common.agent_ca_pem.clone(),
+            ca_pem: cfg.params.common.image_trust_pem(),
             progress: Arc::clone(&progress),
             power_off: Arc::clone(&power_off),
         },

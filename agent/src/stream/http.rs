@@ -76,9 +76,13 @@ pub fn build_client(opts: &HttpOptions) -> anyhow::Result<reqwest::Client> {
             .http1_only()
     };
     if let Some(pem) = &opts.ca_pem {
-        let cert = reqwest::Certificate::from_pem(pem).context("parsing the CA certificate")?;
+        let certs =
+            reqwest::Certificate::from_pem_bundle(pem).context("parsing the CA certificates")?;
+        if certs.is_empty() {
+            anyhow::bail!("the CA file holds no PEM certificate");
+        }
         return base()
-            .tls_certs_only([cert])
+            .tls_certs_only(certs)
             .build()
             .context("building the HTTP client");
     }

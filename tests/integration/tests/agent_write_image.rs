@@ -340,7 +340,11 @@ fn tls_trusts_only_the_given_ca() {
     let good_ca = dir.path().join("ca.pem");
     std::fs::write(&good_ca, &pki.ca_pem).expect("ca file");
     let other_ca = dir.path().join("other.pem");
-    std::fs::write(&other_ca, TestPki::new().ca_pem).expect("ca file");
+    let other_pem = TestPki::new().ca_pem;
+    std::fs::write(&other_ca, &other_pem).expect("ca file");
+    // A bundle (the conductor's CA, then the image store's) is trusted as a whole.
+    let bundle = dir.path().join("bundle.pem");
+    std::fs::write(&bundle, format!("{other_pem}{}", pki.ca_pem)).expect("ca file");
 
     let disk = LoopDisk::new();
     let checksum = format!("md5:{}", digest_hex("md5", &image));
@@ -349,6 +353,15 @@ fn tls_trusts_only_the_given_ca() {
     let out = write_image(&url, &disk, &["--checksum", &checksum, "--ca", ca]);
     assert!(out.status.success(), "https with the right CA");
     assert_disk_holds(&disk, &image, "https");
+
+    let disk = LoopDisk::new();
+    let ca = bundle.to_str().expect("utf-8");
+    let out = write_image(&url, &disk, &["--checksum", &checksum, "--ca", ca]);
+    assert!(
+        out.status.success(),
+        "https with the right CA second in a bundle"
+    );
+    assert_disk_holds(&disk, &image, "https, CA bundle");
 
     let disk = LoopDisk::new();
     let ca = other_ca.to_str().expect("utf-8");
