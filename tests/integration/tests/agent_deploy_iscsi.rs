@@ -28,6 +28,17 @@ fn iqn() -> String {
     format!("iqn-{NODE}")
 }
 
+/// A stand-in over plain http for this test's node that answers at once and expects `key`.
+fn plain_standin(key: &str) -> IscsiStandin {
+    IscsiStandin::start(StandinConfig {
+        node: NODE.into(),
+        key: key.into(),
+        iqn: iqn(),
+        fail_first: 0,
+        tls: None,
+    })
+}
+
 /// A file attached as a loop device; detached (and the file removed) on drop.
 struct Loop {
     _dir: tempfile::TempDir,
@@ -307,13 +318,7 @@ fn parameters_without_a_deploy_are_refused() {
 #[test]
 fn a_missing_iscsi_key_is_named_and_reported() {
     assert_no_stray_floppy();
-    let standin = IscsiStandin::start(StandinConfig {
-        node: NODE.into(),
-        key: KEY.into(),
-        iqn: iqn(),
-        fail_first: 0,
-        tls: None,
-    });
+    let standin = plain_standin(KEY);
     let params =
         iscsi_params(&standin.api_url(), "").replace(&format!("iscsi_target_iqn={}\n", iqn()), "");
     let _floppy = floppy(&params);
@@ -335,13 +340,7 @@ fn a_missing_iscsi_key_is_named_and_reported() {
 fn no_disk_matching_the_hints_is_reported_to_the_conductor() {
     assert_no_stray_floppy();
     let disk = Loop::attach(&[], DISK_LEN);
-    let standin = IscsiStandin::start(StandinConfig {
-        node: NODE.into(),
-        key: KEY.into(),
-        iqn: iqn(),
-        fail_first: 0,
-        tls: None,
-    });
+    let standin = plain_standin(KEY);
     let _floppy = floppy(&iscsi_params(
         &standin.api_url(),
         &format!(
@@ -373,13 +372,7 @@ fn a_refused_pass_deploy_info_stops_the_agent() {
     assert_no_stray_floppy();
     let disk = Loop::attach(&[], DISK_LEN);
     // The conductor expects another key: 403, which no retry can fix.
-    let standin = IscsiStandin::start(StandinConfig {
-        node: NODE.into(),
-        key: "ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ".into(),
-        iqn: iqn(),
-        fail_first: 0,
-        tls: None,
-    });
+    let standin = plain_standin("ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ");
     let _floppy = floppy(&iscsi_params(
         &standin.api_url(),
         &format!("disk={}\n", disk.name()),
@@ -406,13 +399,7 @@ fn a_refused_pass_deploy_info_stops_the_agent() {
 fn no_done_within_the_timeout_fails_and_stops_the_target() {
     assert_no_stray_floppy();
     let disk = Loop::attach(&[], DISK_LEN);
-    let standin = IscsiStandin::start(StandinConfig {
-        node: NODE.into(),
-        key: KEY.into(),
-        iqn: iqn(),
-        fail_first: 0,
-        tls: None,
-    });
+    let standin = plain_standin(KEY);
     let _floppy = floppy(&iscsi_params(
         &standin.api_url(),
         &format!("root_device=name={}\n", disk.name()),
