@@ -3,7 +3,6 @@
 //! `power_off` answers and then lets the agent flow end with [`crate::init::FinalAction::PowerOff`].
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -189,11 +188,6 @@ impl Standby {
             if let Ok(mut s) = slot.lock() {
                 if let Some(s) = s.as_mut() {
                     s.ended = Some(Instant::now());
-                    // The pipeline counts the held-back first MiB (and, for qcow2, the spool)
-                    // differently; once done, what is on the disk is exactly the image.
-                    if let Ok(Ok(o)) = &outcome {
-                        s.progress.written.store(o.image_len, Ordering::Relaxed);
-                    }
                 }
             }
             match outcome {

@@ -244,6 +244,11 @@ fn write_verified(
             (ImageFormat::Qcow2, size)
         }
     };
+    // The sinks count the blocks as they go, which leaves out the held-back first MiB and, for
+    // qcow2, counts the spool too; once the head is down, the disk holds exactly the image.
+    progress
+        .written
+        .store(image_len, std::sync::atomic::Ordering::Relaxed);
     disk.sync_data().context("syncing the disk")?;
     disk.reread_partition_table();
     Ok(WriteOutcome {

@@ -10,6 +10,68 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+/// A listener on 127.0.0.1 (ephemeral port) that hands each connection, in blocking mode, to a
+/// handler on a thread of its own, until it is dropped. The test servers here and the conductor
+/// stand-ins are built on it.
+pub struct AcceptLoop {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl AcceptLoop {
+    /// Binds and starts accepting.
+    pub fn start(handler: impl Fn(TcpStream) + Send + Sync + 'static) -> AcceptLoop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("binding a loopback port");
+        // Non-blocking, so that the loop sees `stop` without a connection arriving.
+        listener
+            .set_nonblocking(true)
+            .expect("making the listener non-blocking");
+        let addr = listener.local_addr().expect("bound address");
+        let stop = Arc::new(AtomicBool::new(false));
+        let handler = Arc::new(handler);
+        let thread = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((stream, _)) => {
+                            if stream.set_nonblocking(false).is_err() {
+                                continue;
+                            }
+                            let handler = Arc::clone(&handler);
+                            std::thread::spawn(move || handler(stream));
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                        Err(_) => break,
+                    }
+                }
+            })
+        };
+        AcceptLoop {
+            addr,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// The listening address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for AcceptLoop {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// How the server answers.
 #[derive(Clone, Default)]
 pub struct ServerConfig {
@@ -39,10 +101,8 @@ pub struct RequestLog {
 
 /// A running server; stops on drop.
 pub struct TestHttpServer {
-    addr: SocketAddr,
+    accept: AcceptLoop,
     scheme: &'static str,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
     /// Every request seen, in order.
     pub requests: Arc<Mutex<Vec<RequestLog>>>,
 }
@@ -50,67 +110,34 @@ pub struct TestHttpServer {
 impl TestHttpServer {
     /// Starts serving `config` on 127.0.0.1 (ephemeral port).
     pub fn start(config: ServerConfig) -> TestHttpServer {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("binding a loopback port");
-        listener
-            .set_nonblocking(true)
-            .expect("making the listener non-blocking");
-        let addr = listener.local_addr().expect("bound address");
-        let stop = Arc::new(AtomicBool::new(false));
         let requests = Arc::new(Mutex::new(Vec::new()));
         let scheme = if config.tls.is_some() {
             "https"
         } else {
             "http"
         };
-        let thread = {
-            let stop = Arc::clone(&stop);
+        let accept = {
             let requests = Arc::clone(&requests);
-            let dropped = Arc::new(AtomicBool::new(false));
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    match listener.accept() {
-                        Ok((stream, _)) => {
-                            let config = config.clone();
-                            let requests = Arc::clone(&requests);
-                            let dropped = Arc::clone(&dropped);
-                            std::thread::spawn(move || {
-                                let _ = serve_connection(stream, &config, &requests, &dropped);
-                            });
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                            std::thread::sleep(Duration::from_millis(10));
-                        }
-                        Err(_) => break,
-                    }
-                }
+            let dropped = AtomicBool::new(false);
+            AcceptLoop::start(move |stream| {
+                let _ = serve_connection(stream, &config, &requests, &dropped);
             })
         };
         TestHttpServer {
-            addr,
+            accept,
             scheme,
-            stop,
-            thread: Some(thread),
             requests,
         }
     }
 
     /// URL of `path` on this server, by IP address (`path` starts with `/`).
     pub fn url(&self, path: &str) -> String {
-        format!("{}://{}{}", self.scheme, self.addr, path)
+        format!("{}://{}{}", self.scheme, self.accept.addr(), path)
     }
 
     /// The listening address.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for TestHttpServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.accept.addr()
     }
 }
 
@@ -120,7 +147,6 @@ fn serve_connection(
     requests: &Mutex<Vec<RequestLog>>,
     dropped: &AtomicBool,
 ) -> std::io::Result<()> {
-    tcp.set_nonblocking(false)?;
     tcp.set_read_timeout(Some(Duration::from_secs(30)))?;
     tcp.set_write_timeout(Some(Duration::from_secs(30)))?;
     match &config.tls {

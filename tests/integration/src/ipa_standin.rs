@@ -14,13 +14,14 @@
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+
+use crate::http::AcceptLoop;
 use vmdeploy_shared::api::ipa::{
     ApiVersion, CommandList, CommandResult, CommandStatus, Heartbeat, WriteProgress,
 };
@@ -71,9 +72,7 @@ struct Shared {
 
 /// The running stand-in; stops on drop.
 pub struct IpaStandin {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    accept: AcceptLoop,
     shared: Arc<Shared>,
 }
 
@@ -85,53 +84,26 @@ fn expected_version(cfg: &StandinConfig) -> ApiVersion {
 impl IpaStandin {
     /// Starts serving on 127.0.0.1 (ephemeral port).
     pub fn start(cfg: StandinConfig) -> IpaStandin {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("binding a loopback port");
-        listener
-            .set_nonblocking(true)
-            .expect("making the listener non-blocking");
-        let addr = listener.local_addr().expect("bound address");
-        let stop = Arc::new(AtomicBool::new(false));
         let shared = Arc::new(Shared::default());
         let started = Instant::now();
-        let thread = {
-            let stop = Arc::clone(&stop);
+        let accept = {
             let shared = Arc::clone(&shared);
-            let cfg = Arc::new(cfg);
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    match listener.accept() {
-                        Ok((stream, _)) => {
-                            let cfg = Arc::clone(&cfg);
-                            let shared = Arc::clone(&shared);
-                            std::thread::spawn(move || {
-                                if let Err(e) = serve(stream, &cfg, &shared, started) {
-                                    shared
-                                        .violations
-                                        .lock()
-                                        .expect("lock")
-                                        .push(format!("connection error: {e}"));
-                                }
-                            });
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                            std::thread::sleep(Duration::from_millis(10));
-                        }
-                        Err(_) => break,
-                    }
+            AcceptLoop::start(move |stream| {
+                if let Err(e) = serve(stream, &cfg, &shared, started) {
+                    shared
+                        .violations
+                        .lock()
+                        .expect("lock")
+                        .push(format!("connection error: {e}"));
                 }
             })
         };
-        IpaStandin {
-            addr,
-            stop,
-            thread: Some(thread),
-            shared,
-        }
+        IpaStandin { accept, shared }
     }
 
     /// The API URL to put in `ipa-api-url`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.accept.addr())
     }
 
     /// Every heartbeat so far.
@@ -159,15 +131,6 @@ impl IpaStandin {
             std::thread::sleep(Duration::from_millis(50));
         }
         None
-    }
-}
-
-impl Drop for IpaStandin {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
@@ -244,7 +207,6 @@ fn serve(
     shared: &Shared,
     started: Instant,
 ) -> std::io::Result<()> {
-    stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let req = read_request(&mut stream)?;
     let mut problems = Vec::new();

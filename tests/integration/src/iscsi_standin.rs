@@ -9,12 +9,13 @@
 //! Ironic's `notify` does (4 bytes, no newline, no reply read).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use crate::http::AcceptLoop;
 
 /// What the stand-in expects and how it misbehaves.
 #[derive(Clone)]
@@ -58,75 +59,56 @@ impl Received {
 
 /// The running stand-in; stops when dropped.
 pub struct IscsiStandin {
-    addr: SocketAddr,
+    accept: AcceptLoop,
     tls: bool,
     received: Arc<Mutex<Vec<Received>>>,
-    stop: Arc<AtomicBool>,
 }
 
 impl IscsiStandin {
     /// Starts serving on an ephemeral loopback port.
     pub fn start(cfg: StandinConfig) -> IscsiStandin {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("binding the stand-in");
-        listener
-            .set_nonblocking(true)
-            .expect("a non-blocking listener");
-        let addr = listener
-            .local_addr()
-            .expect("a bound listener has an address");
         let received = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (rec, stopped) = (received.clone(), stop.clone());
         let tls = cfg.tls.is_some();
-        std::thread::spawn(move || {
-            let mut failures_left = cfg.fail_first;
-            while !stopped.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((conn, _)) => {
-                        let handled = match &cfg.tls {
-                            None => handle(conn, &cfg, &mut failures_left),
-                            Some(tls) => {
-                                let Ok(session) = rustls::ServerConnection::new(tls.clone()) else {
-                                    continue;
-                                };
-                                if conn.set_nonblocking(false).is_err() {
-                                    continue;
-                                }
-                                let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-                                handle(
-                                    rustls::StreamOwned::new(session, conn),
-                                    &cfg,
-                                    &mut failures_left,
-                                )
-                            }
+        let accept = {
+            let rec = Arc::clone(&received);
+            // Held while a call is answered: calls are handled one at a time, in arrival order.
+            let failures_left = Mutex::new(cfg.fail_first);
+            AcceptLoop::start(move |conn| {
+                let mut failures_left = failures_left.lock().expect("stand-in lock");
+                let handled = match &cfg.tls {
+                    None => handle(conn, &cfg, &mut failures_left),
+                    Some(tls) => {
+                        let Ok(session) = rustls::ServerConnection::new(tls.clone()) else {
+                            return;
                         };
-                        if let Some(r) = handled {
-                            eprintln!(
-                                "iscsi stand-in: {} -> {} {:?}",
-                                r.request_line, r.status, r.problems
-                            );
-                            rec.lock().expect("stand-in lock").push(r);
-                        }
+                        let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+                        handle(
+                            rustls::StreamOwned::new(session, conn),
+                            &cfg,
+                            &mut failures_left,
+                        )
                     }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                };
+                if let Some(r) = handled {
+                    eprintln!(
+                        "iscsi stand-in: {} -> {} {:?}",
+                        r.request_line, r.status, r.problems
+                    );
+                    rec.lock().expect("stand-in lock").push(r);
                 }
-            }
-        });
+            })
+        };
         IscsiStandin {
-            addr,
+            accept,
             tls,
             received,
-            stop,
         }
     }
 
     /// The API root to put in `ironic_api_url` (no `/v1`).
     pub fn api_url(&self) -> String {
         let scheme = if self.tls { "https" } else { "http" };
-        format!("{scheme}://{}", self.addr)
+        format!("{scheme}://{}", self.accept.addr())
     }
 
     /// Every call so far.
@@ -144,12 +126,6 @@ impl IscsiStandin {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-    }
-}
-
-impl Drop for IscsiStandin {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
     }
 }
 
@@ -177,7 +153,6 @@ trait Prepare {
 
 impl Prepare for TcpStream {
     fn prepare(&self) -> Option<()> {
-        self.set_nonblocking(false).ok()?;
         self.set_read_timeout(Some(Duration::from_secs(10))).ok()
     }
 }
