@@ -11,6 +11,11 @@
 //!
 //! Plain std threads and a minimal HTTP/1.1 (one request per connection), so the stand-in shares
 //! no code with the agent's HTTP stack.
+//!
+//! Every check is made twice: through `shared`'s types (what the agent itself uses), and on the
+//! raw JSON and header text against the field names, versions and values written out here from
+//! ironic-protocols.md §3.2–3.3, so that a wrong type or constant in `shared` cannot pass both
+//! the agent and the check.
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -76,9 +81,23 @@ pub struct IpaStandin {
     shared: Arc<Shared>,
 }
 
-/// The version the agent must send: the smaller of the stand-in's and the agent's newest (1.72).
-fn expected_version(cfg: &StandinConfig) -> ApiVersion {
-    cfg.max_version.min(ApiVersion::AGENT_STATUS)
+/// The newest microversion the agent speaks: 1.72, the one that added `agent_status` (§3.2).
+const AGENT_NEWEST: (u32, u32) = (1, 72);
+
+/// Heartbeat fields and the microversion each came with, as §3.2 lists them (`callback_url` is
+/// as old as the `/v1/heartbeat` route, 1.22).
+const HEARTBEAT_FIELDS: [(&str, (u32, u32)); 6] = [
+    ("callback_url", (1, 22)),
+    ("agent_version", (1, 36)),
+    ("agent_token", (1, 62)),
+    ("agent_verify_ca", (1, 68)),
+    ("agent_status", (1, 72)),
+    ("agent_status_message", (1, 72)),
+];
+
+/// The version the agent must send: the smaller of the stand-in's and the agent's newest.
+fn expected_version(cfg: &StandinConfig) -> (u32, u32) {
+    (cfg.max_version.major, cfg.max_version.minor).min(AGENT_NEWEST)
 }
 
 impl IpaStandin {
@@ -308,14 +327,21 @@ fn serve(
     respond(&mut stream, status, &body)
 }
 
-fn check_version(req: &Request, want: ApiVersion, problems: &mut Vec<String>) {
-    match req
-        .header("X-OpenStack-Ironic-API-Version")
-        .map(ApiVersion::parse)
-    {
-        Some(Ok(v)) if v == want => {}
+fn check_version(req: &Request, want: (u32, u32), problems: &mut Vec<String>) {
+    let header = req.header("X-OpenStack-Ironic-API-Version");
+    // The raw text, as Ironic reads it: "<major>.<minor>".
+    let text = format!("{}.{}", want.0, want.1);
+    if header != Some(text.as_str()) {
+        problems.push(format!(
+            "{} {}: API version header {header:?}, expected {text:?}",
+            req.method, req.target
+        ));
+    }
+    // And through shared's parser, which the agent's own negotiation uses.
+    match header.map(ApiVersion::parse) {
+        Some(Ok(v)) if v == ApiVersion::new(want.0, want.1) => {}
         other => problems.push(format!(
-            "{} {}: API version header {other:?}, expected {want}",
+            "{} {}: API version header parses as {other:?}",
             req.method, req.target
         )),
     }
@@ -324,29 +350,23 @@ fn check_version(req: &Request, want: ApiVersion, problems: &mut Vec<String>) {
 fn check_heartbeat(
     body: &[u8],
     cfg: &StandinConfig,
-    version: ApiVersion,
+    version: (u32, u32),
     problems: &mut Vec<String>,
 ) -> Option<(Heartbeat, Option<WriteProgress>)> {
     let raw: Value = serde_json::from_slice(body).ok()?;
     let obj = raw.as_object()?;
     // Ironic's controller knows exactly these fields, each from its microversion on.
-    let known = [
-        ("callback_url", ApiVersion::new(1, 22)),
-        ("agent_version", ApiVersion::AGENT_VERSION),
-        ("agent_token", ApiVersion::AGENT_TOKEN),
-        ("agent_verify_ca", ApiVersion::AGENT_VERIFY_CA),
-        ("agent_status", ApiVersion::AGENT_STATUS),
-        ("agent_status_message", ApiVersion::AGENT_STATUS),
-    ];
     for key in obj.keys() {
-        match known.iter().find(|(k, _)| k == key) {
+        match HEARTBEAT_FIELDS.iter().find(|(k, _)| k == key) {
             Some((_, since)) if version >= *since => {}
             Some((_, since)) => problems.push(format!(
-                "heartbeat field {key} needs API {since}, sent at {version}"
+                "heartbeat field {key} needs API {}.{}, sent at {}.{}",
+                since.0, since.1, version.0, version.1
             )),
             None => problems.push(format!("unknown heartbeat field {key}")),
         }
     }
+    check_heartbeat_raw(obj, cfg, version, problems);
     let hb = Heartbeat::from_json(body).ok()?;
     match hb.callback_url.strip_prefix("http://") {
         Some(rest) if rest.parse::<SocketAddr>().is_ok() => {}
@@ -355,11 +375,10 @@ fn check_heartbeat(
             hb.callback_url
         )),
     }
-    if version >= ApiVersion::AGENT_TOKEN && hb.agent_token.as_deref() != Some(cfg.token.as_str()) {
+    if version >= (1, 62) && hb.agent_token.as_deref() != Some(cfg.token.as_str()) {
         problems.push("heartbeat agent_token is wrong or missing".into());
     }
-    if version >= ApiVersion::AGENT_VERSION && hb.agent_version.as_deref().is_none_or(str::is_empty)
-    {
+    if version >= (1, 36) && hb.agent_version.as_deref().is_none_or(str::is_empty) {
         problems.push("heartbeat agent_version is missing".into());
     }
     if let Some(s) = &hb.agent_status {
@@ -378,6 +397,96 @@ fn check_heartbeat(
         None => None,
     };
     Some((hb, progress))
+}
+
+/// The heartbeat's raw JSON against §3.2, without `shared`: field types, the token, the values
+/// `agent_status` may take.
+fn check_heartbeat_raw(
+    obj: &serde_json::Map<String, Value>,
+    cfg: &StandinConfig,
+    version: (u32, u32),
+    problems: &mut Vec<String>,
+) {
+    let text = |key: &str| obj.get(key).and_then(Value::as_str);
+    for (key, value) in obj {
+        if !value.is_string() {
+            problems.push(format!("raw heartbeat: {key} is not a string: {value}"));
+        }
+    }
+    match text("callback_url") {
+        Some(url) if url.starts_with("http://") || url.starts_with("https://") => {}
+        other => problems.push(format!("raw heartbeat: callback_url {other:?}")),
+    }
+    if version >= (1, 62) && text("agent_token") != Some(cfg.token.as_str()) {
+        problems.push("raw heartbeat: agent_token is not the node's token".into());
+    }
+    if version >= (1, 36) && text("agent_version").is_none_or(str::is_empty) {
+        problems.push("raw heartbeat: agent_version missing or empty".into());
+    }
+    if let Some(status) = obj.get("agent_status") {
+        if !["start", "end", "error"].contains(&status.as_str().unwrap_or_default()) {
+            problems.push(format!("raw heartbeat: agent_status {status}"));
+        }
+    }
+}
+
+/// The command states IPA reports (§3.3).
+const COMMAND_STATES: [&str; 4] = ["RUNNING", "SUCCEEDED", "FAILED", "CLEAN_VERSION_MISMATCH"];
+
+/// A CommandResult's raw JSON against §3.3, without `shared`: exactly the six fields, their
+/// types, a known state, and an error object `{type, code, message, details}`. Panics (this is
+/// the test's side) with what is wrong.
+pub fn assert_raw_command_result(v: &Value) {
+    let obj = v
+        .as_object()
+        .unwrap_or_else(|| panic!("a command result is not an object: {v}"));
+    let fields = [
+        "id",
+        "command_name",
+        "command_params",
+        "command_status",
+        "command_error",
+        "command_result",
+    ];
+    let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    let mut want = fields.to_vec();
+    want.sort_unstable();
+    assert_eq!(keys, want, "command result fields: {v}");
+    assert!(
+        obj["id"].as_str().is_some_and(|id| !id.is_empty()),
+        "command id: {v}"
+    );
+    assert!(
+        obj["command_name"]
+            .as_str()
+            .is_some_and(|n| !n.is_empty() && !n.contains('.')),
+        "command_name is the command part only (no extension): {v}"
+    );
+    assert!(obj["command_params"].is_object(), "command_params: {v}");
+    let state = obj["command_status"].as_str().unwrap_or_default();
+    assert!(COMMAND_STATES.contains(&state), "command_status: {v}");
+    match &obj["command_error"] {
+        Value::Null => assert_ne!(state, "FAILED", "a failed command has an error: {v}"),
+        Value::Object(e) => {
+            assert_eq!(
+                state, "FAILED",
+                "an error on a command that did not fail: {v}"
+            );
+            assert!(
+                e["type"].as_str().is_some_and(|t| !t.is_empty()),
+                "error type: {v}"
+            );
+            assert!(e["code"].is_u64(), "error code: {v}");
+            assert!(e["message"].is_string(), "error message: {v}");
+            assert!(e["details"].is_string(), "error details: {v}");
+        }
+        other => panic!("command_error is neither null nor an object: {other}"),
+    }
+    assert!(
+        obj["command_result"].is_null() || obj["command_result"].is_object(),
+        "command_result: {v}"
+    );
 }
 
 /// Calls the agent's command API as Ironic's agent client does.
@@ -435,6 +544,10 @@ impl AgentDriver {
             None,
         );
         assert_eq!(status, 200, "GET /v1/commands answered {status}: {body}");
+        let listed = body["commands"]
+            .as_array()
+            .unwrap_or_else(|| panic!("GET /v1/commands has no \"commands\" list: {body}"));
+        listed.iter().for_each(assert_raw_command_result);
         serde_json::from_value(body).expect("a CommandList")
     }
 
@@ -443,6 +556,9 @@ impl AgentDriver {
     pub fn run(&self, name: &str, params: Value, timeout: Duration) -> CommandResult {
         let (status, body) = self.post(name, params, false);
         assert_eq!(status, 200, "POST {name} answered {status}: {body}");
+        assert_raw_command_result(&body);
+        let (_, command) = name.split_once('.').expect("extension.command");
+        assert_eq!(body["command_name"], command, "{body}");
         let started: CommandResult = serde_json::from_value(body).expect("a CommandResult");
         let deadline = Instant::now() + timeout;
         loop {

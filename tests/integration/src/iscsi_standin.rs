@@ -7,11 +7,19 @@
 //! otherwise, and records every call. [`write_image`] and [`send_done`] then play the rest of the
 //! conductor's part: the image goes through `vmdeploy-conductor iscsi write`, `done` is sent as
 //! Ironic's `notify` does (4 bytes, no newline, no reply read).
+//!
+//! The body is checked as raw JSON against the field names and values the reference gives
+//! (§2.2 step 5: `address`, `key`, `iqn`, `error`, all strings), never through `shared::api`'s
+//! types, so that a wrong shared type cannot pass both the agent and this check.
+//!
+//! [`IscsiStandin::start_holding`] keeps each answer back until the test releases it, so that a
+//! test can stop the agent while it waits for the answer and watch what it does next.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -62,21 +70,66 @@ pub struct IscsiStandin {
     accept: AcceptLoop,
     tls: bool,
     received: Arc<Mutex<Vec<Received>>>,
+    /// With [`IscsiStandin::start_holding`]: told when a call waits for its answer, and the
+    /// channel that releases it.
+    hold: Option<(Mutex<Receiver<()>>, Sender<()>)>,
+}
+
+/// The stand-in's half of a hold: announces a waiting call, waits for its release.
+struct HoldGate {
+    arrived: Sender<()>,
+    release: Mutex<Receiver<()>>,
+}
+
+impl HoldGate {
+    fn wait(&self) {
+        let _ = self.arrived.send(());
+        // A test that never releases fails on its own timeout; do not hang past it.
+        let _ = self
+            .release
+            .lock()
+            .expect("stand-in lock")
+            .recv_timeout(Duration::from_secs(120));
+    }
 }
 
 impl IscsiStandin {
     /// Starts serving on an ephemeral loopback port.
     pub fn start(cfg: StandinConfig) -> IscsiStandin {
+        Self::start_with(cfg, false)
+    }
+
+    /// Like [`IscsiStandin::start`], but every answer waits until [`IscsiStandin::release`]:
+    /// [`IscsiStandin::wait_held`] says when a call is waiting.
+    pub fn start_holding(cfg: StandinConfig) -> IscsiStandin {
+        Self::start_with(cfg, true)
+    }
+
+    fn start_with(cfg: StandinConfig, holding: bool) -> IscsiStandin {
         let received = Arc::new(Mutex::new(Vec::new()));
         let tls = cfg.tls.is_some();
+        let (gate, hold) = if holding {
+            let (arrived_tx, arrived_rx) = channel();
+            let (release_tx, release_rx) = channel();
+            (
+                Some(HoldGate {
+                    arrived: arrived_tx,
+                    release: Mutex::new(release_rx),
+                }),
+                Some((Mutex::new(arrived_rx), release_tx)),
+            )
+        } else {
+            (None, None)
+        };
         let accept = {
             let rec = Arc::clone(&received);
             // Held while a call is answered: calls are handled one at a time, in arrival order.
             let failures_left = Mutex::new(cfg.fail_first);
             AcceptLoop::start(move |conn| {
                 let mut failures_left = failures_left.lock().expect("stand-in lock");
+                let gate = gate.as_ref();
                 let handled = match &cfg.tls {
-                    None => handle(conn, &cfg, &mut failures_left),
+                    None => handle(conn, &cfg, &mut failures_left, gate),
                     Some(tls) => {
                         let Ok(session) = rustls::ServerConnection::new(tls.clone()) else {
                             return;
@@ -86,6 +139,7 @@ impl IscsiStandin {
                             rustls::StreamOwned::new(session, conn),
                             &cfg,
                             &mut failures_left,
+                            gate,
                         )
                     }
                 };
@@ -102,7 +156,30 @@ impl IscsiStandin {
             accept,
             tls,
             received,
+            hold,
         }
+    }
+
+    /// With [`IscsiStandin::start_holding`]: waits until a call waits for its answer.
+    pub fn wait_held(&self, timeout: Duration) -> bool {
+        let (arrived, _) = self
+            .hold
+            .as_ref()
+            .expect("wait_held needs a stand-in started with start_holding");
+        arrived
+            .lock()
+            .expect("stand-in lock")
+            .recv_timeout(timeout)
+            .is_ok()
+    }
+
+    /// With [`IscsiStandin::start_holding`]: lets the waiting call have its answer.
+    pub fn release(&self) {
+        let (_, release) = self
+            .hold
+            .as_ref()
+            .expect("release needs a stand-in started with start_holding");
+        release.send(()).expect("the stand-in is running");
     }
 
     /// The API root to put in `ironic_api_url` (no `/v1`).
@@ -167,6 +244,7 @@ fn handle<S: Read + Write + Prepare>(
     mut conn: S,
     cfg: &StandinConfig,
     failures_left: &mut usize,
+    gate: Option<&HoldGate>,
 ) -> Option<Received> {
     conn.prepare()?;
     let mut reader = BufReader::new(&mut conn);
@@ -175,6 +253,7 @@ fn handle<S: Read + Write + Prepare>(
     let request_line = request_line.trim().to_owned();
     let mut len = 0usize;
     let mut content_type = String::new();
+    let mut accept = String::new();
     let mut auth_token = None;
     loop {
         let mut h = String::new();
@@ -187,6 +266,9 @@ fn handle<S: Read + Write + Prepare>(
         }
         if let Some(v) = lower.strip_prefix("content-type:") {
             content_type = v.trim().to_owned();
+        }
+        if let Some(v) = lower.strip_prefix("accept:") {
+            accept = v.trim().to_owned();
         }
         if lower.starts_with("x-auth-token:") {
             auth_token = Some(h["x-auth-token:".len()..].trim().to_owned());
@@ -211,6 +293,11 @@ fn handle<S: Read + Write + Prepare>(
         if !content_type.starts_with("application/json") {
             problems.push(format!("content-type {content_type:?}"));
         }
+        // DIB's curl sends `Accept: application/json` (§2.2 step 5).
+        if !accept.contains("application/json") {
+            problems.push(format!("accept {accept:?}"));
+        }
+        problems.extend(raw_body_problems(&body));
         let field = |k: &str| body.get(k).and_then(|v| v.as_str()).map(str::to_owned);
         match (field("address"), field("key"), field("iqn")) {
             _ if !body.is_object() => {
@@ -235,12 +322,6 @@ fn handle<S: Read + Write + Prepare>(
                 if !has_error && iqn != cfg.iqn {
                     problems.push(format!("iqn {iqn:?}, expected {:?}", cfg.iqn));
                 }
-                if !body
-                    .get("error")
-                    .is_none_or(|e| e.is_null() || e.is_string())
-                {
-                    problems.push("error is neither a string nor null".into());
-                }
                 if *failures_left > 0 {
                     *failures_left -= 1;
                     503
@@ -261,6 +342,9 @@ fn handle<S: Read + Write + Prepare>(
             problems.join("; ").replace('"', "'")
         ),
     };
+    if let Some(gate) = gate {
+        gate.wait();
+    }
     respond(&mut conn, status, &answer);
     let _ = conn.flush();
     Some(Received {
@@ -270,6 +354,45 @@ fn handle<S: Read + Write + Prepare>(
         problems,
         auth_token,
     })
+}
+
+/// The pass_deploy_info body against ironic-protocols.md §2.2 step 5, written out here: exactly
+/// the fields `address`, `key`, `iqn` and (optional, ours omits it on success) `error`, each a
+/// JSON string; `key` never empty, `iqn` empty only beside an error. `null` for `error` is what
+/// the conductor takes for "no error" too.
+fn raw_body_problems(body: &serde_json::Value) -> Vec<String> {
+    let Some(obj) = body.as_object() else {
+        return Vec::new(); // named by the caller ("body is not a JSON object")
+    };
+    let has_error = obj
+        .get("error")
+        .and_then(serde_json::Value::as_str)
+        .is_some_and(|e| !e.is_empty());
+    let mut problems = Vec::new();
+    for (name, value) in obj {
+        match name.as_str() {
+            "address" | "key" | "iqn" if !value.is_string() => {
+                problems.push(format!("{name} is not a string: {value}"));
+            }
+            "key" if value.as_str() == Some("") => problems.push("key is empty".into()),
+            // An agent that failed before it had a target name reports that with its error.
+            "iqn" if value.as_str() == Some("") && !has_error => {
+                problems.push("iqn is empty in a success report".into());
+            }
+            "address" | "key" | "iqn" => {}
+            "error" if !(value.is_string() || value.is_null()) => {
+                problems.push(format!("error is neither a string nor null: {value}"));
+            }
+            "error" => {}
+            other => problems.push(format!("field {other:?} is not in pass_deploy_info")),
+        }
+    }
+    for required in ["address", "key", "iqn"] {
+        if !obj.contains_key(required) {
+            problems.push(format!("field {required:?} is missing"));
+        }
+    }
+    problems
 }
 
 /// Writes `image` to LUN 1 of `iqn` at `portal` with the conductor's initiator CLI.

@@ -1,5 +1,6 @@
 //! Shared helpers for vmdeploy's integration tests: locating the built binaries and the Python
-//! peers, free loopback ports, and starting real peers (tgtd, Swift, sushy-tools) on loopback.
+//! peers, free loopback ports, loop devices, locks on shared names, and starting real peers
+//! (tgtd, Swift, sushy-tools) on loopback.
 //!
 //! The test command (`scripts/test`) builds every binary before the tests run; a test that cannot
 //! find one fails with a message that says how to build it.
@@ -8,9 +9,12 @@ pub mod sushy;
 pub mod swift;
 pub mod tgt;
 
+pub mod freeze;
 pub mod http;
 pub mod ipa_standin;
 pub mod iscsi_standin;
+pub mod lock;
+pub mod loopdev;
 pub mod qemu;
 
 use std::net::TcpListener;
@@ -64,4 +68,23 @@ pub fn free_port() -> u16 {
         .local_addr()
         .expect("a bound listener has an address")
         .port()
+}
+
+/// Whether any socket of this network namespace listens on TCP `port` (IPv4 or IPv6), read from
+/// /proc/net/tcp{,6} (proc(5)). Unlike a connect(2) probe it leaves nothing behind in the
+/// listener's queue, and it works while the listening process is stopped.
+pub fn tcp_listening(port: u16) -> bool {
+    const LISTEN: &str = "0A";
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|table| {
+        let text =
+            std::fs::read_to_string(table).unwrap_or_else(|e| panic!("reading {table}: {e}"));
+        text.lines().skip(1).any(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let local_port = fields
+                .get(1)
+                .and_then(|local| local.rsplit_once(':'))
+                .and_then(|(_, hex)| u16::from_str_radix(hex, 16).ok());
+            local_port == Some(port) && fields.get(3) == Some(&LISTEN)
+        })
+    })
 }

@@ -5,8 +5,13 @@
 //! Failure cases: no floppy, malformed or incomplete parameters, no disk matching the hints (the
 //! conductor hears why), and a refused pass_deploy_info.
 //!
-//! Integration tests run one at a time (nextest "heavy" group), but a loop device left over by a
-//! crashed run could carry the label too: each test first checks that none does.
+//! The agent finds the floppy by scanning every block device, so each test holds the lock on the
+//! label (another test process could attach a floppy with it), and first checks that no device
+//! left over by a crashed run carries it.
+//!
+//! "The target was stopped" is checked while the agent still runs: the agent is stopped
+//! (SIGSTOP) at a point where it waits, then run in short steps until its iSCSI port stops
+//! listening ([`freeze`]); a port found closed after the agent exited would prove nothing.
 
 use std::io::Read;
 use std::net::SocketAddr;
@@ -15,8 +20,11 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use vmdeploy_agent::floppy::{FloppySearch, PARAMS_FILE};
+use vmdeploy_integration_tests::freeze::{self, Stepped};
 use vmdeploy_integration_tests::iscsi_standin::{self, IscsiStandin, StandinConfig};
-use vmdeploy_integration_tests::{bin, free_port};
+use vmdeploy_integration_tests::lock::ResourceLock;
+use vmdeploy_integration_tests::loopdev::{LoopDevice, LoopIo};
+use vmdeploy_integration_tests::{bin, free_port, tcp_listening};
 
 const NODE: &str = "1be26c0b-03f2-4d2e-ae87-c02d7f33c123";
 const KEY: &str = "0123456789ABCDEFGHIJKLMNOPQRSTUV";
@@ -39,56 +47,16 @@ fn plain_standin(key: &str) -> IscsiStandin {
     })
 }
 
-/// A file attached as a loop device; detached (and the file removed) on drop.
-struct Loop {
-    _dir: tempfile::TempDir,
-    device: PathBuf,
+/// An empty (sparse) disk of `DISK_LEN` bytes on a loop device.
+fn new_disk() -> LoopDevice {
+    LoopDevice::attach(&[], DISK_LEN, LoopIo::Buffered)
 }
 
-impl Loop {
-    fn attach(contents: &[u8], len: u64) -> Loop {
-        let dir = tempfile::tempdir_in("/var/tmp").expect("scratch dir");
-        let file = dir.path().join("img");
-        std::fs::write(&file, contents).expect("image file");
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&file)
-            .expect("reopening the image");
-        f.set_len(len.max(contents.len() as u64))
-            .expect("sizing the image");
-        let out = Command::new("losetup")
-            .args(["--find", "--show"])
-            .arg(&file)
-            .output()
-            .expect("running losetup (needs root)");
-        assert!(
-            out.status.success(),
-            "losetup failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Loop {
-            _dir: dir,
-            device: PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()),
-        }
-    }
-
-    fn name(&self) -> String {
-        self.device
-            .file_name()
-            .expect("a device path has a name")
-            .to_string_lossy()
-            .into_owned()
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.device).status();
-    }
-}
-
-/// No other device may carry the floppy label, or the agent could read someone else's floppy.
-fn assert_no_stray_floppy() {
+/// Takes the lock on the floppy label (held until the returned guard drops), then checks that no
+/// device carries the label: the agent could read someone else's floppy.
+#[must_use = "the label is only ours while the guard lives"]
+fn claim_the_floppy_label() -> ResourceLock {
+    let guard = ResourceLock::acquire(&format!("floppy-label-{LABEL}"));
     let search = FloppySearch {
         attempts: 1,
         ..Default::default()
@@ -101,18 +69,18 @@ fn assert_no_stray_floppy() {
             dev.display()
         );
     }
+    guard
 }
 
-fn floppy(params: &str) -> Loop {
+fn floppy(params: &str) -> LoopDevice {
     floppy_with(params, &[])
 }
 
-fn floppy_with(params: &str, extra: &[(&str, &[u8])]) -> Loop {
+fn floppy_with(params: &str, extra: &[(&str, &[u8])]) -> LoopDevice {
     let mut files: Vec<(&str, &[u8])> = vec![(PARAMS_FILE, params.as_bytes())];
     files.extend_from_slice(extra);
     let image = vmdeploy_shared::fat::build_floppy(LABEL, &files).expect("building the floppy");
-    let len = image.len() as u64;
-    Loop::attach(&image, len)
+    LoopDevice::attach(&image, 0, LoopIo::Buffered)
 }
 
 fn iscsi_params(api_url: &str, extra: &str) -> String {
@@ -166,6 +134,30 @@ impl Agent {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
 
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// With the agent stopped ([`freeze::stop`]) at a point where its target still listens: lets
+    /// it run in short steps and requires its iSCSI port to stop listening while it is still
+    /// alive; then lets it carry on.
+    fn assert_target_stops_before_exit(&self) {
+        let port = self.iscsi.port();
+        assert!(
+            tcp_listening(port),
+            "the target does not listen on {port} before the stop; agent:\n{}",
+            self.stderr()
+        );
+        let seen = freeze::step_until(self.pid(), Duration::from_secs(30), || !tcp_listening(port));
+        freeze::resume(self.pid());
+        assert_eq!(
+            seen,
+            Stepped::HeldWhileAlive,
+            "the agent exited with its iSCSI port {port} still listening; agent:\n{}",
+            self.stderr()
+        );
+    }
+
     /// Waits for the exit; panics (after a kill) if it takes longer than `limit`.
     fn wait(&mut self, limit: Duration) -> (ExitStatus, String) {
         let start = Instant::now();
@@ -205,6 +197,17 @@ fn pattern(len: usize) -> Vec<u8> {
     out
 }
 
+/// Each of `lines` appears in `said`, in this order.
+fn assert_logged_in_order(said: &str, lines: &[&str]) {
+    let mut from = 0;
+    for line in lines {
+        match said[from..].find(line) {
+            Some(at) => from += at + line.len(),
+            None => panic!("{line:?} is missing or out of order in {lines:?}:\n{said}"),
+        }
+    }
+}
+
 fn read_device(dev: &Path, len: usize) -> Vec<u8> {
     let mut f = std::fs::File::open(dev).expect("opening the disk");
     let mut buf = vec![0u8; len];
@@ -214,8 +217,8 @@ fn read_device(dev: &Path, len: usize) -> Vec<u8> {
 
 #[test]
 fn iscsi_deploy_end_to_end_through_the_floppy_found_by_label() {
-    assert_no_stray_floppy();
-    let disk = Loop::attach(&[], DISK_LEN);
+    let _label = claim_the_floppy_label();
+    let disk = new_disk();
     // Two 503s first: the agent must retry (with backoff) until the 202.
     let standin = IscsiStandin::start(StandinConfig {
         node: NODE.into(),
@@ -256,29 +259,44 @@ fn iscsi_deploy_end_to_end_through_the_floppy_found_by_label() {
     let image = dir.path().join("image.raw");
     let data = pattern(IMAGE_LEN);
     std::fs::write(&image, &data).expect("image");
-    if let Err(e) = iscsi_standin::write_and_notify(
+    let out = iscsi_standin::write_image(
         &agent.iscsi.to_string(),
         &iqn(),
         &image,
-        agent.done,
         Duration::from_secs(120),
-    ) {
-        panic!("{e}\nagent: {}", agent.stderr());
-    }
+    );
+    assert!(
+        out.status.success(),
+        "iscsi write failed ({}): {}\nagent: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        agent.stderr()
+    );
+    // The agent waits for done: stop it there, send done, and watch it stop the target.
+    freeze::stop(agent.pid());
+    iscsi_standin::send_done(agent.done).expect("sending done");
+    agent.assert_target_stops_before_exit();
 
     let (status, said) = agent.wait(Duration::from_secs(60));
     assert!(status.success(), "agent exit {status}");
     assert!(said.contains("found the virtual floppy"), "{said}");
-    assert!(said.contains("done notification received"), "{said}");
+    assert_logged_in_order(
+        &said,
+        &[
+            "done notification received",
+            "stopping the iSCSI target",
+            "target stopped",
+        ],
+    );
     assert!(
-        read_device(&disk.device, IMAGE_LEN) == data,
+        read_device(disk.device(), IMAGE_LEN) == data,
         "the disk does not hold the image byte for byte"
     );
 }
 
 #[test]
 fn no_floppy_is_a_clear_error_after_the_bounded_wait() {
-    assert_no_stray_floppy();
+    let _label = claim_the_floppy_label();
     let start = Instant::now();
     let mut agent = Agent::start("boot_method=vmedia\n", &["--floppy-wait-secs", "2"]);
     let (status, said) = agent.wait(Duration::from_secs(30));
@@ -293,7 +311,7 @@ fn no_floppy_is_a_clear_error_after_the_bounded_wait() {
 
 #[test]
 fn malformed_parameters_are_named_on_the_console() {
-    assert_no_stray_floppy();
+    let _label = claim_the_floppy_label();
     let _floppy = floppy("deployment_id=x\nthis line has no equals sign\n");
     let mut agent = Agent::start("boot_method=vmedia\n", &["--floppy-wait-secs", "10"]);
     let (status, said) = agent.wait(Duration::from_secs(30));
@@ -304,7 +322,7 @@ fn malformed_parameters_are_named_on_the_console() {
 
 #[test]
 fn parameters_without_a_deploy_are_refused() {
-    assert_no_stray_floppy();
+    let _label = claim_the_floppy_label();
     let _floppy = floppy("deployment_id=x\nironic_api_url=http://127.0.0.1:1\ndisk=sda\n");
     let mut agent = Agent::start("boot_method=vmedia\n", &["--floppy-wait-secs", "10"]);
     let (status, said) = agent.wait(Duration::from_secs(30));
@@ -317,7 +335,7 @@ fn parameters_without_a_deploy_are_refused() {
 
 #[test]
 fn a_missing_iscsi_key_is_named_and_reported() {
-    assert_no_stray_floppy();
+    let _label = claim_the_floppy_label();
     let standin = plain_standin(KEY);
     let params =
         iscsi_params(&standin.api_url(), "").replace(&format!("iscsi_target_iqn={}\n", iqn()), "");
@@ -338,8 +356,8 @@ fn a_missing_iscsi_key_is_named_and_reported() {
 
 #[test]
 fn no_disk_matching_the_hints_is_reported_to_the_conductor() {
-    assert_no_stray_floppy();
-    let disk = Loop::attach(&[], DISK_LEN);
+    let _label = claim_the_floppy_label();
+    let disk = new_disk();
     let standin = plain_standin(KEY);
     let _floppy = floppy(&iscsi_params(
         &standin.api_url(),
@@ -369,15 +387,30 @@ fn no_disk_matching_the_hints_is_reported_to_the_conductor() {
 
 #[test]
 fn a_refused_pass_deploy_info_stops_the_agent() {
-    assert_no_stray_floppy();
-    let disk = Loop::attach(&[], DISK_LEN);
-    // The conductor expects another key: 403, which no retry can fix.
-    let standin = plain_standin("ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ");
+    let _label = claim_the_floppy_label();
+    let disk = new_disk();
+    // The conductor expects another key: 403, which no retry can fix. The answer is held back
+    // until the agent, waiting for it, has been stopped.
+    let standin = IscsiStandin::start_holding(StandinConfig {
+        node: NODE.into(),
+        key: "ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ".into(),
+        iqn: iqn(),
+        fail_first: 0,
+        tls: None,
+    });
     let _floppy = floppy(&iscsi_params(
         &standin.api_url(),
         &format!("disk={}\n", disk.name()),
     ));
     let mut agent = Agent::start("boot_method=vmedia\n", &["--floppy-wait-secs", "10"]);
+    assert!(
+        standin.wait_held(Duration::from_secs(30)),
+        "no pass_deploy_info within 30 s; agent:\n{}",
+        agent.stderr()
+    );
+    freeze::stop(agent.pid());
+    standin.release();
+    agent.assert_target_stops_before_exit();
     let (status, said) = agent.wait(Duration::from_secs(60));
     assert!(!status.success());
     assert!(
@@ -391,14 +424,20 @@ fn a_refused_pass_deploy_info_stops_the_agent() {
     let calls = standin.received();
     assert_eq!(calls.len(), 1, "a 403 is not retried: {calls:?}");
     assert_eq!(calls[0].status, 403);
-    // The target was stopped: nothing listens any more.
-    assert!(std::net::TcpStream::connect(agent.iscsi).is_err());
+    assert_logged_in_order(
+        &said,
+        &[
+            "stopping the iSCSI target",
+            "target stopped",
+            "deploy failed",
+        ],
+    );
 }
 
 #[test]
 fn no_done_within_the_timeout_fails_and_stops_the_target() {
-    assert_no_stray_floppy();
-    let disk = Loop::attach(&[], DISK_LEN);
+    let _label = claim_the_floppy_label();
+    let disk = new_disk();
     let standin = plain_standin(KEY);
     let _floppy = floppy(&iscsi_params(
         &standin.api_url(),
@@ -411,21 +450,28 @@ fn no_done_within_the_timeout_fails_and_stops_the_target() {
     let calls = standin.wait_for(1, Duration::from_secs(30));
     assert_eq!(calls.len(), 1, "{calls:?}");
     assert_eq!(calls[0].status, 202, "{:?}", calls[0].problems);
+    // Stopped while it waits for done; its 2 s run out meanwhile (the clock goes on).
+    freeze::stop(agent.pid());
+    std::thread::sleep(Duration::from_millis(2500));
+    agent.assert_target_stops_before_exit();
     let (status, said) = agent.wait(Duration::from_secs(30));
     assert!(!status.success());
-    assert!(
-        said.contains("no done notification from the conductor within 2 s"),
-        "{said}"
+    // The target stops first, then the agent names the failure and exits.
+    assert_logged_in_order(
+        &said,
+        &[
+            "stopping the iSCSI target",
+            "target stopped",
+            "deploy failed: no done notification from the conductor within 2 s",
+        ],
     );
-    assert!(said.contains("target stopped"), "{said}");
-    assert!(std::net::TcpStream::connect(agent.iscsi).is_err());
 }
 
 #[test]
 fn an_https_conductor_is_trusted_only_with_the_floppys_ca() {
     use base64::Engine as _;
-    assert_no_stray_floppy();
-    let disk = Loop::attach(&[], DISK_LEN);
+    let _label = claim_the_floppy_label();
+    let disk = new_disk();
     let pki = vmdeploy_integration_tests::http::TestPki::new();
     let stranger = vmdeploy_integration_tests::http::TestPki::new();
     let standin = IscsiStandin::start(StandinConfig {

@@ -3,42 +3,11 @@
 //! conductor's writer) and attached as a loop device; a decoy device carrying the label bytes
 //! without a valid BIOS parameter block must not be taken for it.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
 use vmdeploy_agent::floppy::{self, FloppySearch, PARAMS_FILE};
-
-struct Loop {
-    _dir: tempfile::TempDir,
-    device: PathBuf,
-}
-
-impl Loop {
-    fn attach(contents: &[u8]) -> Option<Loop> {
-        let dir = tempfile::tempdir_in("/var/tmp").expect("scratch dir");
-        let file = dir.path().join("img");
-        std::fs::write(&file, contents).expect("image file");
-        let out = Command::new("losetup")
-            .args(["--find", "--show"])
-            .arg(&file)
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            return None;
-        }
-        Some(Loop {
-            _dir: dir,
-            device: PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()),
-        })
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.device).status();
-    }
-}
+use vmdeploy_integration_tests::loopdev::{LoopDevice, LoopIo};
 
 #[test]
 fn floppy_on_a_loop_device_is_found_by_label_and_read_without_mounting() {
@@ -54,12 +23,10 @@ fn floppy_on_a_loop_device_is_found_by_label_and_read_without_mounting() {
     decoy[510] = 0x55;
     decoy[511] = 0xAA;
 
-    let (Some(real), Some(fake)) = (Loop::attach(&image), Loop::attach(&decoy)) else {
-        eprintln!("losetup unavailable: skipping (needs root)");
-        return;
-    };
+    let real = LoopDevice::attach(&image, 0, LoopIo::Buffered);
+    let fake = LoopDevice::attach(&decoy, 0, LoopIo::Buffered);
     assert!(
-        floppy::read_label(&fake.device).map_or(true, |l| l.is_none()),
+        floppy::read_label(fake.device()).map_or(true, |l| l.is_none()),
         "the decoy has no valid BPB"
     );
     let search = FloppySearch {
@@ -69,7 +36,7 @@ fn floppy_on_a_loop_device_is_found_by_label_and_read_without_mounting() {
         ..Default::default()
     };
     let found = search.find().expect("finding the floppy");
-    assert_eq!(found, real.device);
+    assert_eq!(found, real.device());
     let read = floppy::read_params(Path::new(&found)).expect("reading parameters.txt");
     assert_eq!(read.get("ipa-api-url"), Some("https://10.0.0.1:6385"));
     assert_eq!(read.get("BOOTIF"), Some("52:54:00:12:34:56"));

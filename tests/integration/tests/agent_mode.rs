@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256, Sha512};
 use vmdeploy_integration_tests::http::{ServerConfig, TestHttpServer};
 use vmdeploy_integration_tests::ipa_standin::{http_call, AgentDriver, IpaStandin, StandinConfig};
+use vmdeploy_integration_tests::loopdev::{LoopDevice, LoopIo};
 use vmdeploy_integration_tests::{bin, free_port};
 use vmdeploy_shared::api::ipa::{ApiVersion, CommandStatus};
 
@@ -26,48 +27,6 @@ const MAC: &str = "52:54:00:12:34:56";
 const LABEL: &str = "ir-vfd-amt";
 /// What a current Ironic claims in `GET /`.
 const NEWEST: ApiVersion = ApiVersion::new(1, 92);
-
-/// A loop device over a file in /var/tmp, detached on drop.
-struct LoopDev {
-    _dir: tempfile::TempDir,
-    device: PathBuf,
-}
-
-impl LoopDev {
-    fn new(contents: &[u8], direct: bool) -> Option<LoopDev> {
-        let dir = tempfile::Builder::new()
-            .prefix("vmdeploy-agent-mode")
-            .tempdir_in("/var/tmp")
-            .expect("scratch dir");
-        let file = dir.path().join("backing.img");
-        std::fs::write(&file, contents).expect("backing file");
-        let mut cmd = Command::new("losetup");
-        cmd.args(["--find", "--show"]);
-        if direct {
-            cmd.arg("--direct-io=on");
-        }
-        match cmd.arg(&file).output() {
-            Ok(o) if o.status.success() => Some(LoopDev {
-                _dir: dir,
-                device: PathBuf::from(String::from_utf8_lossy(&o.stdout).trim().to_owned()),
-            }),
-            other => {
-                eprintln!("losetup unavailable ({other:?}): these tests need root");
-                None
-            }
-        }
-    }
-
-    fn contents(&self) -> Vec<u8> {
-        std::fs::read(&self.device).expect("reading the loop device")
-    }
-}
-
-impl Drop for LoopDev {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.device).status();
-    }
-}
 
 /// The agent process, killed on drop; its log goes to a file printed on failure.
 struct Agent {
@@ -106,8 +65,8 @@ impl Drop for Agent {
 
 /// Everything one test needs: disk, floppy, stand-in, agent.
 struct Rig {
-    disk: LoopDev,
-    _floppy: LoopDev,
+    disk: LoopDevice,
+    _floppy: LoopDevice,
     standin: IpaStandin,
     agent: Agent,
     driver: AgentDriver,
@@ -122,9 +81,9 @@ fn rig(
     pregenerated: bool,
     max_version: ApiVersion,
     heartbeat_conflicts: u32,
-) -> Option<Rig> {
-    let disk = LoopDev::new(&vec![FILL; DISK_LEN as usize], true)?;
-    let disk_name = disk.device.display().to_string();
+) -> Rig {
+    let disk = LoopDevice::attach(&vec![FILL; DISK_LEN as usize], DISK_LEN, LoopIo::Direct);
+    let disk_name = disk.device().display().to_string();
     let token = "vmdeploy-test-token-0123456789abcdefghijklmnop".to_owned();
     let properties = if floppy_hints {
         json!({"cpus": 2})
@@ -151,7 +110,7 @@ fn rig(
     }
     let image = vmdeploy_shared::fat::build_floppy(LABEL, &[("parameters.txt", params.as_bytes())])
         .expect("building the floppy");
-    let floppy = LoopDev::new(&image, false)?;
+    let floppy = LoopDevice::attach(&image, 0, LoopIo::Buffered);
 
     let dir = tempfile::tempdir().expect("temp dir");
     let cmdline = dir.path().join("cmdline");
@@ -163,7 +122,7 @@ fn rig(
         .arg("--cmdline-file")
         .arg(&cmdline)
         .arg("--floppy")
-        .arg(&floppy.device)
+        .arg(floppy.device())
         .args(["--floppy-label", LABEL, "--floppy-wait-secs", "5"])
         .args([
             "--address",
@@ -206,7 +165,7 @@ fn rig(
         standin.lookups() >= 2,
         "the first lookup was answered 404 and retried"
     );
-    Some(Rig {
+    Rig {
         disk,
         _floppy: floppy,
         standin,
@@ -215,7 +174,7 @@ fn rig(
             base: format!("http://{listen}"),
             token,
         },
-    })
+    }
 }
 
 /// A pseudo-random image whose first sector is an MBR (disk signature 0x12345678, one Linux
@@ -256,7 +215,7 @@ fn serve(body: Vec<u8>) -> TestHttpServer {
     })
 }
 
-fn assert_disk_holds(disk: &LoopDev, image: &[u8]) {
+fn assert_disk_holds(disk: &LoopDevice, image: &[u8]) {
     let got = disk.contents();
     assert_eq!(got.len() as u64, DISK_LEN);
     if got[..image.len()] != image[..] {
@@ -280,9 +239,7 @@ fn power_off_and_exit(rig: &mut Rig) {
 
 #[test]
 fn full_flow_writes_the_disk_reports_progress_and_powers_off() {
-    let Some(mut rig) = rig(false, true, NEWEST, 0) else {
-        return;
-    };
+    let mut rig = rig(false, true, NEWEST, 0);
     let image = make_image(40 * MIB, 7);
     let server = serve(image.clone());
 
@@ -397,9 +354,7 @@ fn full_flow_writes_the_disk_reports_progress_and_powers_off() {
 
 #[test]
 fn wrong_checksum_fails_clearly_and_zeroes_the_first_mib() {
-    let Some(mut rig) = rig(true, true, NEWEST, 0) else {
-        return;
-    };
+    let mut rig = rig(true, true, NEWEST, 0);
     let image = make_image(8 * MIB, 11);
     let server = serve(image.clone());
     let wrong = hex_digest("md5", b"not the image");
@@ -429,9 +384,7 @@ fn wrong_checksum_fails_clearly_and_zeroes_the_first_mib() {
 #[test]
 fn every_checksum_algorithm_and_the_legacy_field() {
     // Token disclosed by the lookup; hints from the floppy.
-    let Some(mut rig) = rig(true, false, NEWEST, 0) else {
-        return;
-    };
+    let mut rig = rig(true, false, NEWEST, 0);
     let cases = [
         ("md5", true),
         ("sha256", true),
@@ -468,9 +421,7 @@ fn every_checksum_algorithm_and_the_legacy_field() {
 
 #[test]
 fn iscsi_target_started_through_the_api_takes_the_conductors_write() {
-    let Some(mut rig) = rig(false, true, NEWEST, 0) else {
-        return;
-    };
+    let mut rig = rig(false, true, NEWEST, 0);
     let iqn = format!("iqn-{NODE}");
     let port = free_port();
     let started = rig.driver.run(
@@ -528,9 +479,7 @@ fn an_older_conductor_gets_no_progress_fields() {
     // flags any field that version does not know; progress then goes to the console only.
     // The first heartbeat is answered 409 (node locked): the agent retries after IPA's error
     // interval (5 s x [1, 2]) and carries on.
-    let Some(mut rig) = rig(false, true, ApiVersion::new(1, 68), 1) else {
-        return;
-    };
+    let mut rig = rig(false, true, ApiVersion::new(1, 68), 1);
     let image = make_image(8 * MIB, 31);
     let server = serve(image.clone());
     let result = rig.driver.run(

@@ -5,7 +5,7 @@
 //! Fixtures are made here with the reference tools (gzip, zstd, xz, qemu-img) from one
 //! pseudo-random raw image, so every source must produce the same disk bytes.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
 
@@ -13,6 +13,7 @@ use md5::Md5;
 use sha2::{Digest, Sha256, Sha512};
 use vmdeploy_integration_tests::bin;
 use vmdeploy_integration_tests::http::{ServerConfig, TestHttpServer, TestPki};
+use vmdeploy_integration_tests::loopdev::{LoopDevice, LoopIo};
 
 const MIB: usize = 1024 * 1024;
 /// The loop device: large enough for a qcow2 spool behind the image.
@@ -20,57 +21,9 @@ const DISK_LEN: u64 = 48 * MIB as u64;
 /// Byte the disk is filled with before each run, to see what was (not) written.
 const FILL: u8 = 0xAA;
 
-/// A loop device over a file in /var/tmp (O_DIRECT-capable), detached on drop. Falls back to the
-/// plain file when `losetup` is not possible (not root), which tests the Buffered path instead.
-struct LoopDisk {
-    _dir: tempfile::TempDir,
-    file: PathBuf,
-    device: Option<PathBuf>,
-}
-
-impl LoopDisk {
-    fn new() -> LoopDisk {
-        let dir = tempfile::Builder::new()
-            .prefix("vmdeploy-agent-disk")
-            .tempdir_in("/var/tmp")
-            .expect("scratch dir");
-        let file = dir.path().join("disk.img");
-        std::fs::write(&file, vec![FILL; DISK_LEN as usize]).expect("disk file");
-        let out = Command::new("losetup")
-            .args(["--find", "--show", "--direct-io=on"])
-            .arg(&file)
-            .output();
-        let device = match out {
-            Ok(o) if o.status.success() => Some(PathBuf::from(
-                String::from_utf8_lossy(&o.stdout).trim().to_owned(),
-            )),
-            other => {
-                eprintln!("losetup unavailable ({other:?}); testing on the plain file");
-                None
-            }
-        };
-        LoopDisk {
-            _dir: dir,
-            file,
-            device,
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.device.as_deref().unwrap_or(&self.file)
-    }
-
-    fn contents(&self) -> Vec<u8> {
-        std::fs::read(self.path()).expect("reading the disk back")
-    }
-}
-
-impl Drop for LoopDisk {
-    fn drop(&mut self) {
-        if let Some(dev) = &self.device {
-            let _ = Command::new("losetup").arg("-d").arg(dev).status();
-        }
-    }
+/// A fresh disk: a loop device (O_DIRECT, as a real disk) filled with [`FILL`].
+fn new_disk() -> LoopDevice {
+    LoopDevice::attach(&vec![FILL; DISK_LEN as usize], DISK_LEN, LoopIo::Direct)
 }
 
 /// A pseudo-random image with an MBR-like signature in its first sector and compressible runs,
@@ -123,14 +76,14 @@ fn run_agent(args: &[&str]) -> Output {
     out
 }
 
-fn write_image(url: &str, disk: &LoopDisk, extra: &[&str]) -> Output {
-    let disk_path = disk.path().to_str().expect("utf-8 path").to_owned();
+fn write_image(url: &str, disk: &LoopDevice, extra: &[&str]) -> Output {
+    let disk_path = disk.device().to_str().expect("utf-8 path").to_owned();
     let mut args = vec!["--url", url, "--disk", &disk_path];
     args.extend_from_slice(extra);
     run_agent(&args)
 }
 
-fn assert_disk_holds(disk: &LoopDisk, image: &[u8], what: &str) {
+fn assert_disk_holds(disk: &LoopDevice, image: &[u8], what: &str) {
     let back = disk.contents();
     assert!(
         back[..image.len()] == *image,
@@ -180,7 +133,7 @@ fn every_checksum_algorithm_verifies_and_writes() {
     let image = make_image(5 * MIB + 4096 + 512 + 17);
     let server = serve(image.clone());
     for algo in ["md5", "sha256", "sha512"] {
-        let disk = LoopDisk::new();
+        let disk = new_disk();
         let checksum = format!("{algo}:{}", digest_hex(algo, &image));
         let out = write_image(&server.url("/img.raw"), &disk, &["--checksum", &checksum]);
         assert!(out.status.success(), "{algo}: write-image failed");
@@ -189,10 +142,12 @@ fn every_checksum_algorithm_verifies_and_writes() {
             stderr.contains(&format!("checksum {checksum} verified")),
             "{algo}: {stderr}"
         );
+        // A block device that takes O_DIRECT: the agent's direct path, not the buffered one.
+        assert!(stderr.contains("direct=true"), "{algo}: {stderr}");
         assert_disk_holds(&disk, &image, algo);
     }
     // A bare hex digest names its algorithm by length.
-    let disk = LoopDisk::new();
+    let disk = new_disk();
     let out = write_image(
         &server.url("/img.raw"),
         &disk,
@@ -241,7 +196,7 @@ fn compressed_and_qcow2_sources_give_identical_disks() {
         // gzip of a qcow2 for the last case is covered by the decode-then-sniff order below.
         let checksum = format!("sha256:{}", digest_hex("sha256", &fixture));
         let server = serve(fixture);
-        let disk = LoopDisk::new();
+        let disk = new_disk();
         let out = write_image(&server.url("/image"), &disk, &["--checksum", &checksum]);
         assert!(out.status.success(), "{name}: write-image failed");
         assert_disk_holds(&disk, &image, name);
@@ -250,7 +205,7 @@ fn compressed_and_qcow2_sources_give_identical_disks() {
     let qcow2 = std::fs::read(dir.path().join("image.qcow2")).expect("qcow2 fixture");
     let gz = tool("gzip", &["-1"], &qcow2, dir.path(), "image.qcow2.gz");
     let server = serve(gz);
-    let disk = LoopDisk::new();
+    let disk = new_disk();
     let out = write_image(&server.url("/image"), &disk, &[]);
     assert!(out.status.success(), "qcow2.gz: write-image failed");
     assert_disk_holds(&disk, &image, "qcow2.gz");
@@ -260,7 +215,7 @@ fn compressed_and_qcow2_sources_give_identical_disks() {
 fn checksum_mismatch_zeroes_the_first_mib_and_says_so() {
     let image = make_image(3 * MIB + 100);
     let server = serve(image.clone());
-    let disk = LoopDisk::new();
+    let disk = new_disk();
     let wrong = "0".repeat(64);
     let out = write_image(
         &server.url("/img"),
@@ -286,7 +241,7 @@ fn truncated_download_fails_and_leaves_no_bootable_disk() {
         truncate_at: Some(2 * MIB as u64 + 1234),
         ..Default::default()
     });
-    let disk = LoopDisk::new();
+    let disk = new_disk();
     let out = write_image(&server.url("/img"), &disk, &[]);
     assert!(!out.status.success(), "a truncated download must fail");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -315,7 +270,7 @@ fn dropped_connection_is_resumed_with_range() {
         etag: Some("\"v1\"".to_owned()),
         ..Default::default()
     });
-    let disk = LoopDisk::new();
+    let disk = new_disk();
     let checksum = format!("sha512:{}", digest_hex("sha512", &image));
     let out = write_image(&server.url("/img"), &disk, &["--checksum", &checksum]);
     assert!(out.status.success(), "the download must resume");
@@ -346,7 +301,7 @@ fn tls_trusts_only_the_given_ca() {
     let bundle = dir.path().join("bundle.pem");
     std::fs::write(&bundle, format!("{other_pem}{}", pki.ca_pem)).expect("ca file");
 
-    let disk = LoopDisk::new();
+    let disk = new_disk();
     let checksum = format!("md5:{}", digest_hex("md5", &image));
     let url = server.url("/img");
     let ca = good_ca.to_str().expect("utf-8");
@@ -354,7 +309,7 @@ fn tls_trusts_only_the_given_ca() {
     assert!(out.status.success(), "https with the right CA");
     assert_disk_holds(&disk, &image, "https");
 
-    let disk = LoopDisk::new();
+    let disk = new_disk();
     let ca = bundle.to_str().expect("utf-8");
     let out = write_image(&url, &disk, &["--checksum", &checksum, "--ca", ca]);
     assert!(
@@ -363,7 +318,7 @@ fn tls_trusts_only_the_given_ca() {
     );
     assert_disk_holds(&disk, &image, "https, CA bundle");
 
-    let disk = LoopDisk::new();
+    let disk = new_disk();
     let ca = other_ca.to_str().expect("utf-8");
     let out = write_image(&url, &disk, &["--ca", ca]);
     assert!(!out.status.success(), "an unknown CA must be refused");

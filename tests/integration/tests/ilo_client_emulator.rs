@@ -99,7 +99,11 @@ impl Emulator {
             "curl {path}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+        // Some admin calls answer with no body; anything else must be JSON.
+        if out.stdout.iter().all(u8::is_ascii_whitespace) {
+            return Value::Null;
+        }
+        parse_json(&out.stdout, &format!("{method} {path}"))
     }
 
     /// A Redfish resource as the emulator serves it (Basic auth), to compare the CLI against.
@@ -117,8 +121,12 @@ impl Emulator {
             .arg(format!("https://{}{path}", self.address))
             .output()
             .expect("running curl");
-        assert!(out.status.success(), "curl {path}");
-        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+        assert!(
+            out.status.success(),
+            "curl {path}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        parse_json(&out.stdout, &format!("GET {path}"))
     }
 
     fn state(&self) -> Value {
@@ -128,6 +136,12 @@ impl Emulator {
     fn fault(&self, spec: Value) {
         self.admin("POST", "/_emulator/faults", Some(&spec));
     }
+}
+
+/// `body` as JSON, or a panic that shows what came instead.
+fn parse_json(body: &[u8], what: &str) -> Value {
+    serde_json::from_slice(body)
+        .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {}", String::from_utf8_lossy(body)))
 }
 
 /// A tiny HTTP image server with Range support (the emulator reads media by range, as iLO does).
@@ -341,26 +355,38 @@ fn every_command_works(protocol: &str) {
         assert!(count(&health, "temperatures") > 0, "{health}");
         assert!(health["power"]["present_watts"].is_number(), "{health}");
     } else {
-        // Exactly what the emulator's chassis exposes (Thermal/Power links, when it has them).
+        // Exactly what the emulator's chassis exposes through its Thermal and Power links (it
+        // has both; a missing link, an empty list or a missing number fails here rather than
+        // shrinking the comparison to nothing).
         let chassis = emu.redfish_get("/redfish/v1/Chassis/1/");
-        let thermal = chassis["Thermal"]["@odata.id"]
-            .as_str()
-            .map(|t| emu.redfish_get(t))
-            .unwrap_or(Value::Null);
+        let link = |name: &str| {
+            chassis[name]["@odata.id"]
+                .as_str()
+                .unwrap_or_else(|| panic!("the chassis has no {name} link: {chassis}"))
+                .to_owned()
+        };
+        let thermal = emu.redfish_get(&link("Thermal"));
+        for (ours, theirs) in [("temperatures", "Temperatures"), ("fans", "Fans")] {
+            let expected = thermal[theirs]
+                .as_array()
+                .unwrap_or_else(|| panic!("Thermal has no {theirs} list: {thermal}"))
+                .len();
+            assert!(expected > 0, "Thermal lists no {theirs}: {thermal}");
+            let got = health[ours]
+                .as_array()
+                .unwrap_or_else(|| panic!("health has no {ours} list: {health}"))
+                .len();
+            assert_eq!(got, expected, "{ours}: {health}");
+        }
+        let power = emu.redfish_get(&link("Power"));
+        let watts = power["PowerControl"][0]["PowerConsumedWatts"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("Power has no PowerConsumedWatts: {power}"));
         assert_eq!(
-            count(&health, "temperatures"),
-            count(&thermal, "Temperatures"),
+            health["power"]["present_watts"].as_f64(),
+            Some(watts),
             "{health}"
         );
-        assert_eq!(count(&health, "fans"), count(&thermal, "Fans"), "{health}");
-        if let Some(power) = chassis["Power"]["@odata.id"].as_str() {
-            let power = emu.redfish_get(power);
-            assert_eq!(
-                health["power"]["present_watts"].as_f64(),
-                power["PowerControl"][0]["PowerConsumedWatts"].as_f64(),
-                "{health}"
-            );
-        }
     }
 
     // Wrong password.
