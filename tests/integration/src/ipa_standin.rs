@@ -474,12 +474,20 @@ pub fn assert_raw_command_result(v: &Value) {
                 "an error on a command that did not fail: {v}"
             );
             assert!(
-                e["type"].as_str().is_some_and(|t| !t.is_empty()),
+                e.get("type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| !t.is_empty()),
                 "error type: {v}"
             );
-            assert!(e["code"].is_u64(), "error code: {v}");
-            assert!(e["message"].is_string(), "error message: {v}");
-            assert!(e["details"].is_string(), "error details: {v}");
+            assert!(e.get("code").is_some_and(Value::is_u64), "error code: {v}");
+            assert!(
+                e.get("message").is_some_and(Value::is_string),
+                "error message: {v}"
+            );
+            assert!(
+                e.get("details").is_some_and(Value::is_string),
+                "error details: {v}"
+            );
         }
         other => panic!("command_error is neither null nor an object: {other}"),
     }
