@@ -11,4 +11,5 @@ pub mod io;
 pub mod iqn;
 pub mod iscsi;
 pub mod params;
+pub mod secret;
 pub mod tempurl;

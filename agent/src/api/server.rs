@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 use vmdeploy_shared::api::ipa::{
     CommandError, CommandList, CommandRequest, CommandResult, CommandStatus, Fault,
 };
+use vmdeploy_shared::secret::Secret;
 
 /// Largest request body accepted (image_info with a configdrive URL is a few KiB; an inline
 /// configdrive is up to 64 MiB in IPA, but vmdeploy passes configdrives by URL).
@@ -57,7 +58,7 @@ pub trait Executor: Send + Sync + 'static {
 
 /// State of the command API.
 pub struct CommandApi {
-    token: Option<String>,
+    token: Option<Secret>,
     executor: Arc<dyn Executor>,
     commands: Mutex<VecDeque<CommandResult>>,
 }
@@ -103,7 +104,7 @@ pub fn new_id() -> String {
 
 impl CommandApi {
     /// An API checking `token` (none: no check, for standalone use) and running `executor`.
-    pub fn new(token: Option<String>, executor: Arc<dyn Executor>) -> Arc<CommandApi> {
+    pub fn new(token: Option<Secret>, executor: Arc<dyn Executor>) -> Arc<CommandApi> {
         Arc::new(CommandApi {
             token,
             executor,
@@ -120,7 +121,7 @@ impl CommandApi {
             .find(|(k, _)| k == "agent_token")
             .map(|(_, v)| v.as_str())
             .unwrap_or("");
-        bool::from(given.as_bytes().ct_eq(want.as_bytes()))
+        bool::from(given.as_bytes().ct_eq(want.expose().as_bytes()))
     }
 
     fn find(&self, id: &str) -> Option<CommandResult> {
@@ -352,7 +353,7 @@ mod tests {
     async fn token_busy_and_command_results() {
         let gate = Arc::new(tokio::sync::Notify::new());
         let api = CommandApi::new(
-            Some("s3cret-token".into()),
+            Some(Secret::new("s3cret-token")),
             Arc::new(TestExec {
                 gate: Arc::clone(&gate),
             }),

@@ -4,6 +4,7 @@
 use std::fmt;
 
 use super::{cut, ParamsError, MAX_FILE_LEN, MAX_KEY_LEN, MAX_VALUE_LEN};
+use crate::secret::Secret;
 
 /// Ordered `key=value` pairs; keys are unique.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -17,7 +18,7 @@ impl fmt::Debug for Params {
         let mut map = f.debug_map();
         for (k, v) in &self.entries {
             if is_secret_key(k) {
-                map.entry(k, &"******");
+                map.entry(k, &Secret::<&str>::new(v.as_str()));
             } else {
                 map.entry(k, v);
             }

@@ -2,11 +2,11 @@
 //! ([`IscsiDeployParams`]) and the agent deploy's ([`AgentParams`]), with what both share
 //! ([`CommonParams`]).
 
-use std::fmt;
-
 use base64::Engine as _;
 
 use super::{cut, keys, MacAddr, Params, ParamsError, RootDeviceHints, StaticNetwork};
+use crate::iscsi::ChapCredentials;
+use crate::secret::Secret;
 
 /// `boot_option`: where the instance boots from after the deploy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,24 +58,6 @@ impl BootMode {
             Self::Bios => "bios",
             Self::Uefi => "uefi",
         }
-    }
-}
-
-/// CHAP credentials for the agent's iSCSI target.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ChapCredentials {
-    /// User name.
-    pub user: String,
-    /// Secret (RFC 7143 §12.1.3: 12 to 16 bytes recommended).
-    pub secret: String,
-}
-
-impl fmt::Debug for ChapCredentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ChapCredentials")
-            .field("user", &self.user)
-            .field("secret", &"******")
-            .finish()
     }
 }
 
@@ -179,12 +161,12 @@ fn decode_pem_param(params: &Params, key: &'static str) -> Result<Option<Vec<u8>
 }
 
 /// The iSCSI deploy's parameters (`iscsi_ilo`, `pxe_ilo`).
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IscsiDeployParams {
     /// Node UUID.
     pub deployment_id: String,
     /// One-time deploy key.
-    pub deployment_key: String,
+    pub deployment_key: Secret,
     /// Target name to serve the disk under.
     pub iscsi_target_iqn: String,
     /// Conductor API root, without `/v1` and without a trailing `/`.
@@ -199,21 +181,6 @@ pub struct IscsiDeployParams {
     pub common: CommonParams,
 }
 
-impl fmt::Debug for IscsiDeployParams {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IscsiDeployParams")
-            .field("deployment_id", &self.deployment_id)
-            .field("deployment_key", &"******")
-            .field("iscsi_target_iqn", &self.iscsi_target_iqn)
-            .field("ironic_api_url", &self.ironic_api_url)
-            .field("boot_option", &self.boot_option)
-            .field("boot_mode", &self.boot_mode)
-            .field("chap", &self.chap)
-            .field("common", &self.common)
-            .finish()
-    }
-}
-
 impl IscsiDeployParams {
     /// The typed view; fails naming the first missing or malformed key.
     pub fn from_params(params: &Params) -> Result<Self, ParamsError> {
@@ -222,10 +189,7 @@ impl IscsiDeployParams {
             params.get(keys::ISCSI_CHAP_SECRET),
         ) {
             (Some(user), Some(secret)) if !user.is_empty() && !secret.is_empty() => {
-                Some(ChapCredentials {
-                    user: user.to_owned(),
-                    secret: secret.to_owned(),
-                })
+                Some(ChapCredentials::new(user, secret))
             }
             (None, None) => None,
             _ => {
@@ -237,7 +201,7 @@ impl IscsiDeployParams {
         };
         Ok(IscsiDeployParams {
             deployment_id: params.require(keys::DEPLOYMENT_ID)?.to_owned(),
-            deployment_key: params.require(keys::DEPLOYMENT_KEY)?.to_owned(),
+            deployment_key: Secret::new(params.require(keys::DEPLOYMENT_KEY)?),
             iscsi_target_iqn: params.require(keys::ISCSI_TARGET_IQN)?.to_owned(),
             ironic_api_url: parse_url(keys::IRONIC_API_URL, params.require(keys::IRONIC_API_URL)?)?,
             boot_option: params
@@ -257,24 +221,14 @@ impl IscsiDeployParams {
 }
 
 /// The agent deploy's parameters (`agent_ilo`, IPA-compatible).
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AgentParams {
     /// Conductor API root, without `/v1`.
     pub api_url: String,
     /// Pre-generated agent token, if the conductor sent one.
-    pub agent_token: Option<String>,
+    pub agent_token: Option<Secret>,
     /// NIC, disk, CA, network.
     pub common: CommonParams,
-}
-
-impl fmt::Debug for AgentParams {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AgentParams")
-            .field("api_url", &self.api_url)
-            .field("agent_token", &self.agent_token.as_ref().map(|_| "******"))
-            .field("common", &self.common)
-            .finish()
-    }
 }
 
 impl AgentParams {
@@ -285,7 +239,7 @@ impl AgentParams {
             agent_token: params
                 .get(keys::IPA_AGENT_TOKEN)
                 .filter(|t| !t.is_empty())
-                .map(str::to_owned),
+                .map(Secret::new),
             common: CommonParams::from_params(params)?,
         })
     }
@@ -323,11 +277,24 @@ mod tests {
 
     #[test]
     fn debug_output_masks_secrets() {
-        let params = Params::parse(ISCSI_FILE.as_bytes()).expect("valid file");
-        let shown = format!("{params:?}");
+        let file = format!(
+            "{ISCSI_FILE}vmdeploy-iscsi-chap-user=alice\nvmdeploy-iscsi-chap-secret=chapsecret12\n"
+        );
+        let params = Params::parse(file.as_bytes()).expect("valid file");
+        let shown = format!("{params:?} {params:#?}");
         assert!(!shown.contains("0123456789ABCDEF"), "{shown}");
+        assert!(!shown.contains("chapsecret12"), "{shown}");
         let typed = IscsiDeployParams::from_params(&params).expect("valid");
-        assert!(!format!("{typed:?}").contains("0123456789ABCDEF"));
+        let shown = format!("{typed:?} {typed:#?}");
+        assert!(!shown.contains("0123456789ABCDEF"), "{shown}");
+        assert!(!shown.contains("chapsecret12"), "{shown}");
+        assert!(shown.contains("alice"), "{shown}");
+        assert_eq!(
+            typed.deployment_key.expose(),
+            "0123456789ABCDEFGHIJKLMNOPQRSTUV"
+        );
+        let chap = typed.chap.expect("CHAP given");
+        assert_eq!(chap.secret.expose(), b"chapsecret12");
     }
 
     #[test]
@@ -341,7 +308,10 @@ mod tests {
         );
         let params = Params::parse(file.as_bytes()).expect("valid");
         let agent = AgentParams::from_params(&params).expect("valid agent params");
-        assert_eq!(agent.agent_token.as_deref(), Some("tok"));
+        assert_eq!(
+            agent.agent_token.as_ref().map(|t| t.expose().as_str()),
+            Some("tok")
+        );
         assert_eq!(agent.common.agent_ca_pem.as_deref(), Some(pem.as_bytes()));
         assert!(!format!("{agent:?}").contains("tok\""));
         let net = agent.common.static_network.clone().expect("static network");
