@@ -17,7 +17,7 @@ use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
 use vmdeploy_shared::api::ipa::{
-    CommandError, CommandList, CommandRequest, CommandResult, CommandStatus, Fault,
+    CommandError, CommandList, CommandRequest, CommandResult, CommandStatus, Fault, IpaErrorKind,
 };
 use vmdeploy_shared::secret::Secret;
 
@@ -43,6 +43,17 @@ pub enum StartError {
     /// Parameters missing or wrong (400).
     #[error("invalid parameters: {0}")]
     InvalidParams(String),
+}
+
+impl StartError {
+    /// The IPA error kind, which gives the HTTP status.
+    pub fn kind(&self) -> IpaErrorKind {
+        match self {
+            StartError::UnknownExtension(_) => IpaErrorKind::RequestedObjectNotFound,
+            StartError::UnknownCommand(_) => IpaErrorKind::InvalidCommand,
+            StartError::InvalidParams(_) => IpaErrorKind::InvalidCommandParams,
+        }
+    }
 }
 
 /// Runs commands by name.
@@ -72,6 +83,12 @@ fn json_response(status: StatusCode, body: &impl serde::Serialize) -> Resp {
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from(bytes)))
         .expect("static headers are valid")
+}
+
+/// The WSME fault body for a refused request of this kind.
+fn kind_fault(kind: IpaErrorKind, msg: impl Into<String>) -> Resp {
+    let status = StatusCode::from_u16(kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    fault(status, msg)
 }
 
 fn fault(status: StatusCode, msg: impl Into<String>) -> Resp {
@@ -160,7 +177,7 @@ impl CommandApi {
             }
             (Method::GET, id) => match self.find(id.trim_start_matches('/')) {
                 Some(c) => json_response(StatusCode::OK, &c),
-                None => fault(StatusCode::NOT_FOUND, "no such command"),
+                None => kind_fault(IpaErrorKind::RequestedObjectNotFound, "no such command"),
             },
             (Method::POST, "") => {
                 let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
@@ -193,14 +210,14 @@ impl CommandApi {
                 .back()
                 .is_some_and(|c| c.command_status == CommandStatus::Running)
             {
-                return fault(StatusCode::CONFLICT, "agent is busy: a command is running");
+                return kind_fault(
+                    IpaErrorKind::AgentIsBusy,
+                    "agent is busy: a command is running",
+                );
             }
             let future = match self.executor.start(extension, command, &request.params) {
                 Ok(f) => f,
-                Err(e @ StartError::UnknownExtension(_)) => {
-                    return fault(StatusCode::NOT_FOUND, e.to_string())
-                }
-                Err(e) => return fault(StatusCode::BAD_REQUEST, e.to_string()),
+                Err(e) => return kind_fault(e.kind(), e.to_string()),
             };
             commands.push_back(CommandResult {
                 id: id.clone(),
@@ -319,12 +336,10 @@ mod tests {
                     Ok(serde_json::json!({ "result": params }))
                 })),
                 "fail" => Ok(Box::pin(async move {
-                    Err(CommandError {
-                        kind: "TestError".into(),
-                        code: 500,
-                        message: "it failed".into(),
-                        details: String::new(),
-                    })
+                    Err(CommandError::new(
+                        IpaErrorKind::CommandExecution,
+                        "it failed",
+                    ))
                 })),
                 other => Err(StartError::UnknownCommand(other.into())),
             }
@@ -417,6 +432,7 @@ mod tests {
         assert_eq!(s, 200);
         assert_eq!(v["command_status"], "FAILED");
         assert_eq!(v["command_error"]["message"], "it failed");
+        assert_eq!(v["command_error"]["type"], "CommandExecutionError");
 
         let (s, _) = call(
             addr,

@@ -321,6 +321,87 @@ pub enum CommandStatus {
     CleanVersionMismatch,
 }
 
+/// IPA's error kinds: the `type` of a failed command's error (IPA's exception class names,
+/// which conductors match on, so spelled exactly as IPA spells them) and the HTTP status of a
+/// request the command API refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpaErrorKind {
+    /// A command failed while running (`CommandExecutionError`).
+    CommandExecution,
+    /// No such command in the extension (`InvalidCommandError`, 400).
+    InvalidCommand,
+    /// The command's parameters are missing or wrong (`InvalidCommandParamsError`, 400).
+    InvalidCommandParams,
+    /// No such extension or command id (`RequestedObjectNotFoundError`, 404).
+    RequestedObjectNotFound,
+    /// A command is still running (`AgentIsBusy`, 409).
+    AgentIsBusy,
+    /// No disk to deploy onto (`DeviceNotFound`).
+    DeviceNotFound,
+    /// The image's digest does not match (`ImageChecksumError`).
+    ImageChecksum,
+    /// Downloading or writing the image failed (`ImageWriteError`).
+    ImageWrite,
+    /// The iSCSI target failed (`ISCSIError`).
+    Iscsi,
+}
+
+impl IpaErrorKind {
+    /// Every kind, for tables and parsing.
+    pub const ALL: [IpaErrorKind; 9] = [
+        Self::CommandExecution,
+        Self::InvalidCommand,
+        Self::InvalidCommandParams,
+        Self::RequestedObjectNotFound,
+        Self::AgentIsBusy,
+        Self::DeviceNotFound,
+        Self::ImageChecksum,
+        Self::ImageWrite,
+        Self::Iscsi,
+    ];
+
+    /// The name IPA sends in `command_error.type`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::CommandExecution => "CommandExecutionError",
+            Self::InvalidCommand => "InvalidCommandError",
+            Self::InvalidCommandParams => "InvalidCommandParamsError",
+            Self::RequestedObjectNotFound => "RequestedObjectNotFoundError",
+            Self::AgentIsBusy => "AgentIsBusy",
+            Self::DeviceNotFound => "DeviceNotFound",
+            Self::ImageChecksum => "ImageChecksumError",
+            Self::ImageWrite => "ImageWriteError",
+            Self::Iscsi => "ISCSIError",
+        }
+    }
+
+    /// The kind IPA names `name`, if vmdeploy knows it (an upstream agent may send others).
+    pub fn from_name(name: &str) -> Option<IpaErrorKind> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The HTTP status: of the refused request for the request kinds, else 500 (the `code` of
+    /// every failed command, as vmdeploy has always sent it).
+    pub const fn status(self) -> u16 {
+        match self {
+            Self::InvalidCommand | Self::InvalidCommandParams => 400,
+            Self::RequestedObjectNotFound => 404,
+            Self::AgentIsBusy => 409,
+            Self::CommandExecution
+            | Self::DeviceNotFound
+            | Self::ImageChecksum
+            | Self::ImageWrite
+            | Self::Iscsi => 500,
+        }
+    }
+}
+
+impl fmt::Display for IpaErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// The error of a failed command.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 pub struct CommandError {
@@ -334,6 +415,24 @@ pub struct CommandError {
     /// More detail.
     #[serde(default)]
     pub details: String,
+}
+
+impl CommandError {
+    /// The error of a command that failed with `kind`: the one way a failure becomes a
+    /// `command_error` (`type` from the kind, `code` its status, no details).
+    pub fn new(kind: IpaErrorKind, message: impl Into<String>) -> CommandError {
+        CommandError {
+            kind: kind.name().to_owned(),
+            code: kind.status(),
+            message: message.into(),
+            details: String::new(),
+        }
+    }
+
+    /// The kind, when it is one vmdeploy knows.
+    pub fn known_kind(&self) -> Option<IpaErrorKind> {
+        IpaErrorKind::from_name(&self.kind)
+    }
 }
 
 /// IPA's CommandResult.
@@ -502,17 +601,15 @@ mod tests {
             command_name: "prepare_image".into(),
             command_params: serde_json::json!({}),
             command_status: CommandStatus::Failed,
-            command_error: Some(CommandError {
-                kind: "ImageChecksumError".into(),
-                code: 500,
-                message: "m".into(),
-                details: String::new(),
-            }),
+            command_error: Some(CommandError::new(IpaErrorKind::ImageChecksum, "m")),
             command_result: None,
         };
         let v = serde_json::to_value(&r).expect("json");
         assert_eq!(v["command_status"], "FAILED");
-        assert_eq!(v["command_error"]["type"], "ImageChecksumError");
+        assert_eq!(
+            v["command_error"],
+            serde_json::json!({"type": "ImageChecksumError", "code": 500, "message": "m", "details": ""})
+        );
         assert!(v["command_result"].is_null());
         assert_eq!(
             CommandResult::from_json(v.to_string().as_bytes()),
@@ -525,6 +622,34 @@ mod tests {
             br#"{"id":"x","command_name":"y","command_status":"DONE"}"#
         )
         .is_err());
+    }
+
+    #[test]
+    fn error_kinds_are_spelled_as_ipa_spells_them() {
+        // IPA's exception class names (ironic_python_agent/errors.py), written out here so a
+        // typo in the enum cannot pass both ends.
+        let ipa = [
+            ("CommandExecutionError", 500),
+            ("InvalidCommandError", 400),
+            ("InvalidCommandParamsError", 400),
+            ("RequestedObjectNotFoundError", 404),
+            ("AgentIsBusy", 409),
+            ("DeviceNotFound", 500),
+            ("ImageChecksumError", 500),
+            ("ImageWriteError", 500),
+            ("ISCSIError", 500),
+        ];
+        let ours: Vec<(&str, u16)> = IpaErrorKind::ALL
+            .iter()
+            .map(|k| (k.name(), k.status()))
+            .collect();
+        assert_eq!(ours, ipa);
+        for kind in IpaErrorKind::ALL {
+            assert_eq!(IpaErrorKind::from_name(kind.name()), Some(kind));
+            assert_eq!(CommandError::new(kind, "x").known_kind(), Some(kind));
+        }
+        assert_eq!(IpaErrorKind::from_name("SoftwareRAIDError"), None);
+        assert_eq!(IpaErrorKind::from_name("imagewriteerror"), None);
     }
 
     fn arb_progress() -> impl Strategy<Value = WriteProgress> {
