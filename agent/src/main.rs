@@ -1,6 +1,12 @@
 //! `vmdeploy-agent`: the deploy ramdisk's `/init`, and the same pipeline as operator commands.
+//!
+//! Exit codes ([`vmdeploy_shared::exit`]): 0 on success, 64 for bad usage or configuration, 1 for
+//! a failure at run time. `run` as PID 1 never exits (it reboots or powers off).
+
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use vmdeploy_shared::exit;
 
 // musl's allocator maps and unmaps every large buffer, which made the image stream fault on
 // every network chunk (bench/agent-stream.sh); mimalloc reuses them.
@@ -31,20 +37,17 @@ enum Command {
     NetUp(vmdeploy_agent::net::cli::NetUpArgs),
 }
 
-fn main() -> std::process::ExitCode {
+fn main() -> ExitCode {
     vmdeploy_agent::logging::init();
-    // The kernel starts `/init` with no subcommand (maybe with stray words from its command
-    // line, e.g. `text`): that is `run --pid1`.
-    let cli = if started_as_init() {
-        match Cli::try_parse() {
-            Ok(cli) => cli,
-            Err(_) => {
-                let args = InitArgs::parse_from(["/init", "--pid1"]);
-                vmdeploy_agent::deploy::run(args.run)
-            }
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // The kernel starts `/init` with no subcommand (maybe with stray words from its command
+        // line, e.g. `text`): that is `run --pid1`.
+        Err(_) if started_as_init() => {
+            let args = InitArgs::parse_from(["/init", "--pid1"]);
+            vmdeploy_agent::deploy::run(args.run)
         }
-    } else {
-        Cli::parse()
+        Err(err) => return clap_exit(&err),
     };
     let result = match cli.command {
         Command::IscsiTarget(args) => vmdeploy_agent::target::cli::run(args),
@@ -54,11 +57,22 @@ fn main() -> std::process::ExitCode {
         Command::NetUp(args) => vmdeploy_agent::net::cli::run(args),
     };
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("vmdeploy-agent: {err:#}");
-            std::process::ExitCode::FAILURE
+            ExitCode::from(exit::code_for(err.chain()))
         }
+    }
+}
+
+/// clap's own outcome: `--help` and `--version` exit 0, a usage error [`exit::USAGE`] (clap
+/// would exit 2).
+fn clap_exit(err: &clap::Error) -> ExitCode {
+    let _ = err.print();
+    if err.use_stderr() {
+        ExitCode::from(exit::USAGE)
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

@@ -1,4 +1,5 @@
-//! Console logging: one line per event, with a timestamp, on stderr (the serial console as PID 1).
+//! Console logging: one line per event, with a timestamp, on stderr (stdout is kept for the
+//! operator commands' output, e.g. `--json`).
 
 /// Sets up `tracing` output; `RUST_LOG` overrides the default `info` level.
 pub fn init() {

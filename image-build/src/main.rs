@@ -3,11 +3,16 @@
 //! Today: the virtual floppy with the deploy parameters (`floppy`) and the deploy ramdisk with
 //! the agent as /init (`initramfs`, see [`initramfs`]). The deploy ISO and the instance boot
 //! ISOs come with the end-to-end issue.
+//!
+//! Exit codes ([`vmdeploy_shared::exit`]): 0 on success, 64 for bad usage or a bad input
+//! (arguments, a parameters file that does not parse), 1 for a failure while building.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use vmdeploy_shared::exit::{self, UsageError};
 use vmdeploy_shared::{fat, params::Params};
 
 mod initramfs;
@@ -58,12 +63,24 @@ enum Command {
     },
 }
 
-fn main() -> std::process::ExitCode {
-    match run(Cli::parse()) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            // `--help` and `--version` exit 0; usage errors 64 (clap would exit 2).
+            let _ = err.print();
+            return if err.use_stderr() {
+                ExitCode::from(exit::USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("vmdeploy-image-build: {err:#}");
-            std::process::ExitCode::FAILURE
+            ExitCode::from(exit::code_for(err.chain()))
         }
     }
 }
@@ -79,7 +96,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let modules = modules
                 .iter()
                 .map(|m| initramfs::ModuleRequest::parse(m))
-                .collect::<anyhow::Result<Vec<_>>>()?;
+                .collect::<anyhow::Result<Vec<_>>>()
+                .map_err(UsageError::wrap)?;
             let summary = initramfs::build(
                 &initramfs::InitramfsSpec {
                     agent,
@@ -99,25 +117,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Floppy { params, param, out } => {
-            let params = match params {
-                Some(path) => {
-                    let bytes = std::fs::read(&path)
-                        .with_context(|| format!("reading {}", path.display()))?;
-                    Params::parse(&bytes).with_context(|| format!("checking {}", path.display()))?
-                }
-                None => {
-                    let mut params = Params::new();
-                    for pair in &param {
-                        let (key, value) = pair
-                            .split_once('=')
-                            .with_context(|| format!("expected KEY=VALUE, found {pair:?}"))?;
-                        params
-                            .set(key, value)
-                            .with_context(|| format!("adding {key:?}"))?;
-                    }
-                    params
-                }
-            };
+            let params = floppy_params(params, &param).map_err(UsageError::wrap)?;
             let text = params.render().context("rendering parameters.txt")?;
             let image =
                 fat::build_floppy(fat::FLOPPY_LABEL, &[("parameters.txt", text.as_bytes())])
@@ -133,4 +133,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The floppy's parameters from `--params FILE` or `--param KEY=VALUE`s: all operator input, so
+/// every error here is a usage error.
+fn floppy_params(file: Option<PathBuf>, pairs: &[String]) -> anyhow::Result<Params> {
+    if let Some(path) = file {
+        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        return Params::parse(&bytes).with_context(|| format!("checking {}", path.display()));
+    }
+    let mut params = Params::new();
+    for pair in pairs {
+        let (key, value) = pair
+            .split_once('=')
+            .with_context(|| format!("expected KEY=VALUE, found {pair:?}"))?;
+        params
+            .set(key, value)
+            .with_context(|| format!("adding {key:?}"))?;
+    }
+    Ok(params)
 }

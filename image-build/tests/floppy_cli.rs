@@ -48,7 +48,11 @@ fn bad_parameters_fail_with_a_reason_and_write_nothing() {
         .arg(&out)
         .output()
         .expect("runs");
-    assert!(!result.status.success());
+    assert_eq!(
+        result.status.code(),
+        Some(64),
+        "a bad input is a usage error"
+    );
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert!(stderr.contains("line 2"), "{stderr}");
     assert!(!out.exists());
@@ -58,6 +62,32 @@ fn bad_parameters_fail_with_a_reason_and_write_nothing() {
         .arg(&out)
         .output()
         .expect("runs");
-    assert!(!result.status.success());
+    assert_eq!(
+        result.status.code(),
+        Some(64),
+        "a bad input is a usage error"
+    );
     assert!(!out.exists());
+}
+
+#[test]
+fn exit_codes_tell_usage_from_run_time_failures() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let unknown = image_build()
+        .args(["floppy", "--no-such-flag"])
+        .output()
+        .expect("runs");
+    assert_eq!(unknown.status.code(), Some(64), "{unknown:?}");
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("--no-such-flag"));
+    let help = image_build().arg("--help").output().expect("runs");
+    assert_eq!(help.status.code(), Some(0), "{help:?}");
+    // Writing the image fails at run time: 1.
+    let out = dir.path().join("no-such-dir").join("fd.img");
+    let failed = image_build()
+        .args(["floppy", "--param", "a=1", "-o"])
+        .arg(&out)
+        .output()
+        .expect("runs");
+    assert_eq!(failed.status.code(), Some(1), "{failed:?}");
+    assert!(String::from_utf8_lossy(&failed.stderr).contains("fd.img"));
 }

@@ -9,6 +9,7 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::iqn;
+use crate::secret::Secret;
 
 pub mod ipa;
 
@@ -34,15 +35,16 @@ pub enum ApiError {
 /// `POST {ironic_api_url}/v1/nodes/{uuid}/vendor_passthru/pass_deploy_info`, sent by the agent
 /// once the node's disk is exposed over iSCSI (`ironic-protocols.md` §2.2 step 5).
 ///
-/// Fields are as the DIB ramdisk sends them; `error` is empty or absent on success.
-#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// Fields are as the DIB ramdisk sends them; `error` is empty or absent on success. The key
+/// goes on the wire as it is (the conductor checks it) and is masked everywhere else.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PassDeployInfo {
     /// The agent's IP address (the iSCSI portal's host).
     #[serde(default)]
     pub address: String,
     /// The one-time deploy key from the floppy.
-    #[serde(default)]
-    pub key: String,
+    #[serde(default, serialize_with = "crate::secret::serialize_exposed")]
+    pub key: Secret,
     /// The target name the disk is served under.
     #[serde(default)]
     pub iqn: String,
@@ -51,39 +53,17 @@ pub struct PassDeployInfo {
     pub error: Option<String>,
 }
 
-impl std::fmt::Debug for PassDeployInfo {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PassDeployInfo")
-            .field("address", &self.address)
-            .field("key", &"******")
-            .field("iqn", &self.iqn)
-            .field("error", &self.error)
-            .finish()
-    }
-}
-
 /// A checked [`PassDeployInfo`].
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ValidPassDeployInfo {
     /// The agent's address.
     pub address: IpAddr,
-    /// The deploy key, to be compared in constant time by the conductor.
-    pub key: String,
+    /// The deploy key (compared in constant time by `Secret`'s `PartialEq`).
+    pub key: Secret,
     /// The target name.
     pub iqn: String,
     /// The agent's error, if it reported one.
     pub error: Option<String>,
-}
-
-impl std::fmt::Debug for ValidPassDeployInfo {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ValidPassDeployInfo")
-            .field("address", &self.address)
-            .field("key", &"******")
-            .field("iqn", &self.iqn)
-            .field("error", &self.error)
-            .finish()
-    }
 }
 
 /// Longest `error` text kept from an agent; longer ones are cut (the conductor stores it in
@@ -100,7 +80,7 @@ impl PassDeployInfo {
     /// 3720 or Ironic's `iqn-<uuid>`). An agent that reports an error may leave `address` and
     /// `iqn` empty: it has nothing to serve.
     pub fn validate(&self) -> Result<ValidPassDeployInfo, ApiError> {
-        if self.key.is_empty() {
+        if self.key.expose().is_empty() {
             return Err(ApiError::MissingField("key"));
         }
         let error = self
@@ -162,8 +142,30 @@ mod tests {
         let valid = info.validate().expect("valid");
         assert_eq!(valid.address, "10.0.2.15".parse::<IpAddr>().expect("ip"));
         assert_eq!(valid.error, None);
+        assert_eq!(valid.key.expose(), "ABC123");
         assert!(!format!("{valid:?}").contains("ABC123"), "key masked");
-        assert!(!format!("{info:?}").contains("ABC123"), "key masked");
+        assert!(
+            !format!("{info:?} {info:#?}").contains("ABC123"),
+            "key masked"
+        );
+    }
+
+    #[test]
+    fn the_wire_body_carries_the_key_and_debug_does_not() {
+        let info = PassDeployInfo {
+            address: "10.0.2.15".into(),
+            key: Secret::new("0123456789ABCDEF"),
+            iqn: "iqn-x".into(),
+            error: None,
+        };
+        let wire = serde_json::to_value(&info).expect("json");
+        assert_eq!(
+            wire,
+            serde_json::json!({"address": "10.0.2.15", "key": "0123456789ABCDEF", "iqn": "iqn-x"})
+        );
+        assert!(!format!("{info:?}").contains("0123456789ABCDEF"));
+        let back = PassDeployInfo::from_json(wire.to_string().as_bytes()).expect("parse");
+        assert_eq!(back, info);
     }
 
     #[test]
@@ -240,7 +242,7 @@ mod tests {
 
         #[test]
         fn arbitrary_fields_never_panic(a in "\\PC{0,40}", k in "\\PC{0,10}", i in "\\PC{0,40}", e in "\\PC{0,20}") {
-            let _ = PassDeployInfo { address: a, key: k, iqn: i, error: Some(e) }.validate();
+            let _ = PassDeployInfo { address: a, key: Secret::new(k), iqn: i, error: Some(e) }.validate();
         }
     }
 }

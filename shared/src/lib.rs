@@ -6,9 +6,11 @@
 
 pub mod api;
 pub mod cpio;
+pub mod exit;
 pub mod fat;
 pub mod io;
 pub mod iqn;
 pub mod iscsi;
 pub mod params;
+pub mod secret;
 pub mod tempurl;

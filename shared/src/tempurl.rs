@@ -16,10 +16,10 @@
 //! Prefix-scoped (`temp_url_prefix`) and IP-restricted (`temp_url_ip_range`) URLs are refused on
 //! verification rather than half-supported.
 
-use std::fmt;
-
 use base64::Engine as _;
 use hmac::{Hmac, KeyInit, Mac};
+
+use crate::secret::Secret;
 
 /// A temp URL digest algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -104,25 +104,20 @@ pub enum TempUrlError {
     BadMethod(String),
 }
 
-/// A temp URL key (`X-Account-Meta-Temp-URL-Key`). Never printed.
-#[derive(Clone, PartialEq, Eq)]
-pub struct TempUrlKey(Vec<u8>);
+/// A temp URL key (`X-Account-Meta-Temp-URL-Key`). Never printed: `Debug` shows
+/// `TempUrlKey(******)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TempUrlKey(Secret<Vec<u8>>);
 
 impl TempUrlKey {
     /// Wraps key bytes.
     pub fn new(key: impl Into<Vec<u8>>) -> Self {
-        Self(key.into())
+        Self(Secret::new(key.into()))
     }
 
     /// The key bytes.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-impl fmt::Debug for TempUrlKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("TempUrlKey(******)")
+        self.0.expose()
     }
 }
 
@@ -189,7 +184,7 @@ pub fn sign(
     check_method(method)?;
     let mac = hmac_bytes(
         digest,
-        &key.0,
+        key.as_bytes(),
         signed_message(method, expires, path).as_bytes(),
     );
     Ok(match encoding {
@@ -387,7 +382,7 @@ pub fn verify(
     for key in keys {
         for m in methods {
             let message = signed_message(m, params.expires, path);
-            let ok = hmac_matches(digest, &key.0, message.as_bytes(), &sig);
+            let ok = hmac_matches(digest, key.as_bytes(), message.as_bytes(), &sig);
             if ok {
                 return Ok(digest);
             }
@@ -428,6 +423,14 @@ mod tests {
             .next()
             .expect("openssl prints the digest first")
             .to_owned()
+    }
+
+    #[test]
+    fn the_key_is_never_printed() {
+        let key = TempUrlKey::new("s3cr3tkey");
+        assert_eq!(format!("{key:?}"), "TempUrlKey(******)");
+        assert!(!format!("{key:#?}").contains("s3cr3t"));
+        assert_eq!(key.as_bytes(), b"s3cr3tkey");
     }
 
     #[test]

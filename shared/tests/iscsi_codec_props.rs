@@ -151,7 +151,7 @@ proptest! {
             let mut initiator = Negotiation::new(Role::Initiator, OperationalParams::default());
             let _ = initiator.offer();
             let _ = initiator.receive(&keys);
-            let creds = ChapCredentials { user: "u".into(), secret: b"s".to_vec() };
+            let creds = ChapCredentials::new("u", "s");
             let _ = respond_to_challenge(&keys, &creds, None);
             if let Ok(challenge) = ChapChallenge::generate() {
                 let _ = challenge.check(&keys, &creds);

@@ -107,7 +107,7 @@ async fn run_async(cfg: AgentModeConfig) -> anyhow::Result<FinalAction> {
     // The floppy's pre-generated token wins (the lookup then answers `******`).
     let token = match (&cfg.params.agent_token, found.disclosed_token()) {
         (Some(t), _) => t.clone(),
-        (None, Some(t)) => t.to_owned(),
+        (None, Some(t)) => t.clone(),
         (None, None) => bail!(
             "no agent token: neither ipa-agent-token in the parameters nor one disclosed by the \
              lookup (it answered a masked or no token); refusing to serve commands unauthenticated"

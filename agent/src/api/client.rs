@@ -202,13 +202,14 @@ impl ConductorClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vmdeploy_shared::secret::Secret;
 
     #[test]
     fn heartbeat_fields_follow_the_version() {
         let mut c = ConductorClient::new("http://127.0.0.1:1", None).expect("client");
         let full = Heartbeat {
             callback_url: "http://a:9999".into(),
-            agent_token: Some("t".into()),
+            agent_token: Some(Secret::new("t")),
             agent_version: Some("v".into()),
             agent_status: None,
             agent_status_message: Some("image write: written=1 total=2 rate=3".into()),

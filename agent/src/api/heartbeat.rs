@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 use vmdeploy_shared::api::ipa::{Heartbeat, WriteProgress};
+use vmdeploy_shared::secret::Secret;
 
 use super::client::ConductorClient;
 use crate::stream::progress::Progress;
@@ -109,7 +110,7 @@ pub struct HeartbeatPlan {
     /// `http://advertise:port`.
     pub callback_url: String,
     /// The agent token.
-    pub agent_token: String,
+    pub agent_token: Secret,
     /// The conductor's heartbeat timeout.
     pub heartbeat_timeout: Duration,
 }

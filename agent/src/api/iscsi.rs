@@ -14,9 +14,10 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+use vmdeploy_shared::api::ipa::{CommandError, IpaErrorKind};
 
 use super::server::{CommandFuture, StartError};
-use super::standby::{command_error, require_disk, DiskChoice};
+use super::standby::{require_disk, DiskChoice};
 use crate::target::backend::BlockBackend;
 use crate::target::commands::{Identity, Lun};
 use crate::target::server::{serve, TargetShared};
@@ -86,7 +87,7 @@ impl Iscsi {
         Ok(Box::pin(async move {
             let path = require_disk(&disk)?;
             let fail = |what: &str, e: &dyn std::fmt::Display| {
-                command_error("ISCSIError", format!("{what}: {e:#}"))
+                CommandError::new(IpaErrorKind::Iscsi, format!("{what}: {e:#}"))
             };
             let backend = {
                 let path_for_job = path.clone();

@@ -6,7 +6,8 @@
 //! calls to the conductor, [`heartbeat`] decides when and with what progress, [`server`] is the
 //! `/v1/commands` API, [`standby`] and [`iscsi`] are the extensions (image write with
 //! [`crate::stream`], partition table with [`partitions`], the iSCSI target with
-//! [`crate::target`]), and [`agent_mode`] runs the whole flow.
+//! [`crate::target`]), and [`agent_mode`] runs the whole flow. A failed or refused command is
+//! reported with an `IpaErrorKind` (`vmdeploy_shared::api::ipa`), never a spelled-out name.
 //!
 //! # Limitations
 //! `standby.prepare_image` writes whole-disk images only.

@@ -17,8 +17,9 @@ use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
 use vmdeploy_shared::api::ipa::{
-    CommandError, CommandList, CommandRequest, CommandResult, CommandStatus, Fault,
+    CommandError, CommandList, CommandRequest, CommandResult, CommandStatus, Fault, IpaErrorKind,
 };
+use vmdeploy_shared::secret::Secret;
 
 /// Largest request body accepted (image_info with a configdrive URL is a few KiB; an inline
 /// configdrive is up to 64 MiB in IPA, but vmdeploy passes configdrives by URL).
@@ -44,6 +45,17 @@ pub enum StartError {
     InvalidParams(String),
 }
 
+impl StartError {
+    /// The IPA error kind, which gives the HTTP status.
+    pub fn kind(&self) -> IpaErrorKind {
+        match self {
+            StartError::UnknownExtension(_) => IpaErrorKind::RequestedObjectNotFound,
+            StartError::UnknownCommand(_) => IpaErrorKind::InvalidCommand,
+            StartError::InvalidParams(_) => IpaErrorKind::InvalidCommandParams,
+        }
+    }
+}
+
 /// Runs commands by name.
 pub trait Executor: Send + Sync + 'static {
     /// Validates `params` and returns the command's future (not yet polled).
@@ -57,7 +69,7 @@ pub trait Executor: Send + Sync + 'static {
 
 /// State of the command API.
 pub struct CommandApi {
-    token: Option<String>,
+    token: Option<Secret>,
     executor: Arc<dyn Executor>,
     commands: Mutex<VecDeque<CommandResult>>,
 }
@@ -71,6 +83,12 @@ fn json_response(status: StatusCode, body: &impl serde::Serialize) -> Resp {
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from(bytes)))
         .expect("static headers are valid")
+}
+
+/// The WSME fault body for a refused request of this kind.
+fn kind_fault(kind: IpaErrorKind, msg: impl Into<String>) -> Resp {
+    let status = StatusCode::from_u16(kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    fault(status, msg)
 }
 
 fn fault(status: StatusCode, msg: impl Into<String>) -> Resp {
@@ -103,7 +121,7 @@ pub fn new_id() -> String {
 
 impl CommandApi {
     /// An API checking `token` (none: no check, for standalone use) and running `executor`.
-    pub fn new(token: Option<String>, executor: Arc<dyn Executor>) -> Arc<CommandApi> {
+    pub fn new(token: Option<Secret>, executor: Arc<dyn Executor>) -> Arc<CommandApi> {
         Arc::new(CommandApi {
             token,
             executor,
@@ -120,7 +138,7 @@ impl CommandApi {
             .find(|(k, _)| k == "agent_token")
             .map(|(_, v)| v.as_str())
             .unwrap_or("");
-        bool::from(given.as_bytes().ct_eq(want.as_bytes()))
+        bool::from(given.as_bytes().ct_eq(want.expose().as_bytes()))
     }
 
     fn find(&self, id: &str) -> Option<CommandResult> {
@@ -159,7 +177,7 @@ impl CommandApi {
             }
             (Method::GET, id) => match self.find(id.trim_start_matches('/')) {
                 Some(c) => json_response(StatusCode::OK, &c),
-                None => fault(StatusCode::NOT_FOUND, "no such command"),
+                None => kind_fault(IpaErrorKind::RequestedObjectNotFound, "no such command"),
             },
             (Method::POST, "") => {
                 let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
@@ -192,14 +210,14 @@ impl CommandApi {
                 .back()
                 .is_some_and(|c| c.command_status == CommandStatus::Running)
             {
-                return fault(StatusCode::CONFLICT, "agent is busy: a command is running");
+                return kind_fault(
+                    IpaErrorKind::AgentIsBusy,
+                    "agent is busy: a command is running",
+                );
             }
             let future = match self.executor.start(extension, command, &request.params) {
                 Ok(f) => f,
-                Err(e @ StartError::UnknownExtension(_)) => {
-                    return fault(StatusCode::NOT_FOUND, e.to_string())
-                }
-                Err(e) => return fault(StatusCode::BAD_REQUEST, e.to_string()),
+                Err(e) => return kind_fault(e.kind(), e.to_string()),
             };
             commands.push_back(CommandResult {
                 id: id.clone(),
@@ -318,12 +336,10 @@ mod tests {
                     Ok(serde_json::json!({ "result": params }))
                 })),
                 "fail" => Ok(Box::pin(async move {
-                    Err(CommandError {
-                        kind: "TestError".into(),
-                        code: 500,
-                        message: "it failed".into(),
-                        details: String::new(),
-                    })
+                    Err(CommandError::new(
+                        IpaErrorKind::CommandExecution,
+                        "it failed",
+                    ))
                 })),
                 other => Err(StartError::UnknownCommand(other.into())),
             }
@@ -352,7 +368,7 @@ mod tests {
     async fn token_busy_and_command_results() {
         let gate = Arc::new(tokio::sync::Notify::new());
         let api = CommandApi::new(
-            Some("s3cret-token".into()),
+            Some(Secret::new("s3cret-token")),
             Arc::new(TestExec {
                 gate: Arc::clone(&gate),
             }),
@@ -416,6 +432,7 @@ mod tests {
         assert_eq!(s, 200);
         assert_eq!(v["command_status"], "FAILED");
         assert_eq!(v["command_error"]["message"], "it failed");
+        assert_eq!(v["command_error"]["type"], "CommandExecutionError");
 
         let (s, _) = call(
             addr,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tokio::sync::Notify;
-use vmdeploy_shared::api::ipa::CommandError;
+use vmdeploy_shared::api::ipa::{CommandError, IpaErrorKind};
 use vmdeploy_shared::io::hash::{ExpectedDigest, HashAlgo, HashError};
 
 use super::heartbeat::{ProgressSlot, SharedProgress};
@@ -56,22 +56,12 @@ pub fn expected_digest(info: &Value) -> Result<Option<ExpectedDigest>, String> {
     }
 }
 
-/// A FAILED command's error, IPA-style (`type`, `code` 500, `message`).
-pub fn command_error(kind: &str, message: String) -> CommandError {
-    CommandError {
-        kind: kind.into(),
-        code: 500,
-        message,
-        details: String::new(),
-    }
-}
-
 /// The disk, or the FAILED error saying why there is none.
 pub fn require_disk(disk: &DiskChoice) -> Result<PathBuf, CommandError> {
     match disk.as_ref() {
         Ok(p) => Ok(p.clone()),
-        Err(why) => Err(command_error(
-            "DeviceNotFound",
+        Err(why) => Err(CommandError::new(
+            IpaErrorKind::DeviceNotFound,
             format!("no install disk: {why}"),
         )),
     }
@@ -93,12 +83,12 @@ impl Standby {
                     .await
                     {
                         Ok(Ok(v)) => Ok(v),
-                        Ok(Err(e)) => Err(command_error(
-                            "CommandExecutionError",
+                        Ok(Err(e)) => Err(CommandError::new(
+                            IpaErrorKind::CommandExecution,
                             format!("reading the partition table of {shown}: {e:#}"),
                         )),
-                        Err(e) => Err(command_error(
-                            "CommandExecutionError",
+                        Err(e) => Err(CommandError::new(
+                            IpaErrorKind::CommandExecution,
                             format!("the partition reader died: {e}"),
                         )),
                     }
@@ -110,7 +100,9 @@ impl Standby {
                     unsafe { libc::sync() };
                 })
                 .await
-                .map_err(|e| command_error("CommandExecutionError", format!("sync: {e}")))?;
+                .map_err(|e| {
+                    CommandError::new(IpaErrorKind::CommandExecution, format!("sync: {e}"))
+                })?;
                 Ok(json!({"result": "sync: done"}))
             })),
             "power_off" => {
@@ -121,7 +113,9 @@ impl Standby {
                         unsafe { libc::sync() };
                     })
                     .await
-                    .map_err(|e| command_error("CommandExecutionError", format!("sync: {e}")))?;
+                    .map_err(|e| {
+                        CommandError::new(IpaErrorKind::CommandExecution, format!("sync: {e}"))
+                    })?;
                     tracing::info!("power_off requested by the conductor");
                     notify.notify_one();
                     Ok(json!({"result": "power_off: the agent is powering the node off"}))
@@ -200,17 +194,17 @@ impl Standby {
                 })),
                 Ok(Err(e)) => {
                     let kind = if e.chain().any(|c| c.is::<HashError>()) {
-                        "ImageChecksumError"
+                        IpaErrorKind::ImageChecksum
                     } else {
-                        "ImageWriteError"
+                        IpaErrorKind::ImageWrite
                     };
-                    Err(command_error(
+                    Err(CommandError::new(
                         kind,
                         format!("writing image {id} to {shown}: {e:#} (the first MiB of the disk was zeroed)"),
                     ))
                 }
-                Err(e) => Err(command_error(
-                    "ImageWriteError",
+                Err(e) => Err(CommandError::new(
+                    IpaErrorKind::ImageWrite,
                     format!("the writer task died: {e}"),
                 )),
             }

@@ -163,14 +163,7 @@ async fn prepare(
         .with_context(|| format!("checking iscsi_target_iqn {iqn:?}"))?;
     let backend = Arc::new(BlockBackend::open(&disk.path, false)?);
     let lun = Lun::new(backend, Identity::derive(iqn, &disk.path));
-    let chap = cfg
-        .params
-        .chap
-        .as_ref()
-        .map(|c| vmdeploy_shared::iscsi::ChapCredentials {
-            user: c.user.clone(),
-            secret: c.secret.as_bytes().to_vec(),
-        });
+    let chap = cfg.params.chap.clone();
     let shared = Arc::new(TargetShared::new(iqn.clone(), chap, lun));
     let listener = tokio::net::TcpListener::bind(cfg.iscsi_listen)
         .await

@@ -17,6 +17,7 @@ use anyhow::{bail, Context};
 use reqwest::StatusCode;
 use vmdeploy_shared::api::{PassDeployInfo, MAX_AGENT_ERROR_LEN};
 use vmdeploy_shared::params::{keys, IscsiDeployParams, Params};
+use vmdeploy_shared::secret::Secret;
 
 use super::RunArgs;
 
@@ -156,12 +157,12 @@ async fn post_once(
 #[derive(Debug, Clone)]
 pub struct Reporter {
     url: String,
-    key: String,
+    key: Secret,
     iqn: String,
     /// The address given on the command line, used when the network never came up.
     known_address: Option<IpAddr>,
     /// Keystone token from the floppy's `token` file, sent as `X-Auth-Token` (§1.1 item 4).
-    auth_token: Option<String>,
+    auth_token: Option<Secret>,
     client: reqwest::Client,
     /// The retry policy.
     pub policy: RetryPolicy,
@@ -173,7 +174,7 @@ impl Reporter {
         Reporter::build(
             &params.ironic_api_url,
             &params.deployment_id,
-            &params.deployment_key,
+            params.deployment_key.expose(),
             &params.iscsi_target_iqn,
             params.common.agent_ca_pem.clone(),
             args,
@@ -219,7 +220,7 @@ impl Reporter {
         };
         Ok(Reporter {
             url: pass_deploy_info_url(api_url, node),
-            key: key.to_owned(),
+            key: Secret::new(key),
             iqn: iqn.to_owned(),
             known_address: args.address,
             auth_token: None,
@@ -231,7 +232,7 @@ impl Reporter {
 
     /// Sends `token` as `X-Auth-Token` with every call.
     pub fn with_auth_token(mut self, token: Option<String>) -> Reporter {
-        self.auth_token = token;
+        self.auth_token = token.map(Secret::new);
         self
     }
 
@@ -254,7 +255,7 @@ impl Reporter {
         post_with_retries(
             &self.client,
             &self.url,
-            self.auth_token.as_deref(),
+            self.auth_token.as_ref().map(|t| t.expose().as_str()),
             &self.body(Some(address), None),
             self.policy,
         )
@@ -267,7 +268,7 @@ impl Reporter {
         match post_with_retries(
             &self.client,
             &self.url,
-            self.auth_token.as_deref(),
+            self.auth_token.as_ref().map(|t| t.expose().as_str()),
             &self.body(address, Some(error)),
             self.policy,
         )

@@ -22,34 +22,9 @@ use serde::Serialize;
 
 pub mod ilo;
 
-/// A password or other secret: shown as `******` by `Debug` and `Display`, so it never reaches a
-/// log line (DESIGN.md §7).
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The secret itself, for the one place that must send it (a login).
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("******")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("******")
-    }
-}
+/// A password or other secret: shown as `******` by `Debug`, `Display` and `Serialize`, so it
+/// never reaches a log line (DESIGN.md §7); `expose()` reads it for a login.
+pub use vmdeploy_shared::secret::Secret;
 
 /// Host power as the BMC reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -537,10 +512,16 @@ mod tests {
 
     #[test]
     fn secrets_never_print() {
-        let s = Secret::new("hunter2");
+        let s: Secret = Secret::new("hunter2");
         assert_eq!(format!("{s:?}"), "******");
         assert_eq!(format!("{s}"), "******");
         assert_eq!(s.expose(), "hunter2");
+        let config = ilo::IloConfig::new("10.0.0.9", "admin", Secret::new("hunter2"));
+        let shown = format!("{config:?} {config:#?}");
+        assert!(
+            shown.contains("admin") && !shown.contains("hunter2"),
+            "{shown}"
+        );
     }
 
     #[test]

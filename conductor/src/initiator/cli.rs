@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context as _;
+use vmdeploy_shared::exit::UsageError;
 use vmdeploy_shared::iscsi::chap::ChapCredentials;
 
 use super::session::DEFAULT_QUEUE_DEPTH;
@@ -129,7 +130,7 @@ pub fn run(args: IscsiArgs) -> anyhow::Result<()> {
 async fn run_async(args: IscsiArgs) -> anyhow::Result<()> {
     match &args.op {
         IscsiOp::Discover => {
-            let config = config(&args, false)?;
+            let config = config(&args, false).map_err(UsageError::wrap)?;
             let targets = discover(&config)
                 .await
                 .with_context(|| format!("discovering targets at {}", config.portal))?;
@@ -139,7 +140,7 @@ async fn run_async(args: IscsiArgs) -> anyhow::Result<()> {
             Ok(())
         }
         IscsiOp::Capacity => {
-            let config = config(&args, true)?;
+            let config = config(&args, true).map_err(UsageError::wrap)?;
             let session = Session::open(&config)
                 .await
                 .with_context(|| format!("logging in to {} at {}", config.target, config.portal))?;
@@ -148,7 +149,7 @@ async fn run_async(args: IscsiArgs) -> anyhow::Result<()> {
             Ok(())
         }
         IscsiOp::Write { file } => {
-            let config = config(&args, true)?;
+            let config = config(&args, true).map_err(UsageError::wrap)?;
             // Fail on a missing image before touching the target.
             std::fs::metadata(file).with_context(|| format!("opening {}", file.display()))?;
             let session = Session::open(&config)
@@ -167,7 +168,7 @@ async fn run_async(args: IscsiArgs) -> anyhow::Result<()> {
             Ok(())
         }
         IscsiOp::Read { out } => {
-            let config = config(&args, true)?;
+            let config = config(&args, true).map_err(UsageError::wrap)?;
             let session = Session::open(&config)
                 .await
                 .with_context(|| format!("logging in to {} at {}", config.target, config.portal))?;

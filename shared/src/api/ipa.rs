@@ -11,6 +11,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::secret::{serialize_exposed_option, Secret};
+
 /// What is wrong with a protocol body.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum IpaError {
@@ -142,11 +144,11 @@ impl LookupResponse {
 
     /// The token the lookup disclosed, when it is a real one: `******` means "already disclosed
     /// or pre-generated", and IPA ignores tokens shorter than 32 characters.
-    pub fn disclosed_token(&self) -> Option<&str> {
+    pub fn disclosed_token(&self) -> Option<&Secret> {
         self.config
             .as_ref()
-            .and_then(|c| c.agent_token.as_deref())
-            .filter(|t| t.len() >= MIN_TOKEN_LEN && *t != MASKED_TOKEN)
+            .and_then(|c| c.agent_token.as_ref())
+            .filter(|t| t.expose().len() >= MIN_TOKEN_LEN && t.expose() != MASKED_TOKEN)
     }
 }
 
@@ -175,39 +177,35 @@ fn null_as_empty<'de, D: serde::Deserializer<'de>>(
     Ok(Option::<serde_json::Map<String, Value>>::deserialize(d)?.unwrap_or_default())
 }
 
-/// The config part of a lookup answer.
-#[derive(Clone, Deserialize, Serialize, PartialEq)]
+/// The config part of a lookup answer (the token goes on the wire as it is, and is masked in
+/// `Debug`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 pub struct LookupConfig {
     /// Seconds the conductor waits between heartbeats before it gives up.
     #[serde(default)]
     pub heartbeat_timeout: Option<u64>,
     /// The agent token, or `******` when it was already disclosed / pre-generated.
-    #[serde(default)]
-    pub agent_token: Option<String>,
+    #[serde(default, serialize_with = "serialize_exposed_option")]
+    pub agent_token: Option<Secret>,
     /// Whether every call must carry the token.
     #[serde(default)]
     pub agent_token_required: Option<bool>,
 }
 
-impl fmt::Debug for LookupConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LookupConfig")
-            .field("heartbeat_timeout", &self.heartbeat_timeout)
-            .field("agent_token", &self.agent_token.as_ref().map(|_| "******"))
-            .field("agent_token_required", &self.agent_token_required)
-            .finish()
-    }
-}
-
 /// `POST /v1/heartbeat/{node}` body. Optional fields are sent only at the microversion that
-/// knows them (Ironic rejects an unknown field with 400), see [`ApiVersion`].
-#[derive(Clone, Deserialize, Serialize, PartialEq)]
+/// knows them (Ironic rejects an unknown field with 400), see [`ApiVersion`]. The token goes on
+/// the wire as it is, and is masked in `Debug`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 pub struct Heartbeat {
     /// Where the conductor reaches the agent's command API.
     pub callback_url: String,
     /// The agent token (API >= 1.62).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent_token: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_exposed_option"
+    )]
+    pub agent_token: Option<Secret>,
     /// Agent version (API >= 1.36; required by modern conductors).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_version: Option<String>,
@@ -223,18 +221,6 @@ impl Heartbeat {
     /// Parses the JSON body of a heartbeat.
     pub fn from_json(body: &[u8]) -> Result<Heartbeat, IpaError> {
         from_json(body)
-    }
-}
-
-impl fmt::Debug for Heartbeat {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Heartbeat")
-            .field("callback_url", &self.callback_url)
-            .field("agent_token", &self.agent_token.as_ref().map(|_| "******"))
-            .field("agent_version", &self.agent_version)
-            .field("agent_status", &self.agent_status)
-            .field("agent_status_message", &self.agent_status_message)
-            .finish()
     }
 }
 
@@ -335,6 +321,87 @@ pub enum CommandStatus {
     CleanVersionMismatch,
 }
 
+/// IPA's error kinds: the `type` of a failed command's error (IPA's exception class names,
+/// which conductors match on, so spelled exactly as IPA spells them) and the HTTP status of a
+/// request the command API refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpaErrorKind {
+    /// A command failed while running (`CommandExecutionError`).
+    CommandExecution,
+    /// No such command in the extension (`InvalidCommandError`, 400).
+    InvalidCommand,
+    /// The command's parameters are missing or wrong (`InvalidCommandParamsError`, 400).
+    InvalidCommandParams,
+    /// No such extension or command id (`RequestedObjectNotFoundError`, 404).
+    RequestedObjectNotFound,
+    /// A command is still running (`AgentIsBusy`, 409).
+    AgentIsBusy,
+    /// No disk to deploy onto (`DeviceNotFound`).
+    DeviceNotFound,
+    /// The image's digest does not match (`ImageChecksumError`).
+    ImageChecksum,
+    /// Downloading or writing the image failed (`ImageWriteError`).
+    ImageWrite,
+    /// The iSCSI target failed (`ISCSIError`).
+    Iscsi,
+}
+
+impl IpaErrorKind {
+    /// Every kind, for tables and parsing.
+    pub const ALL: [IpaErrorKind; 9] = [
+        Self::CommandExecution,
+        Self::InvalidCommand,
+        Self::InvalidCommandParams,
+        Self::RequestedObjectNotFound,
+        Self::AgentIsBusy,
+        Self::DeviceNotFound,
+        Self::ImageChecksum,
+        Self::ImageWrite,
+        Self::Iscsi,
+    ];
+
+    /// The name IPA sends in `command_error.type`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::CommandExecution => "CommandExecutionError",
+            Self::InvalidCommand => "InvalidCommandError",
+            Self::InvalidCommandParams => "InvalidCommandParamsError",
+            Self::RequestedObjectNotFound => "RequestedObjectNotFoundError",
+            Self::AgentIsBusy => "AgentIsBusy",
+            Self::DeviceNotFound => "DeviceNotFound",
+            Self::ImageChecksum => "ImageChecksumError",
+            Self::ImageWrite => "ImageWriteError",
+            Self::Iscsi => "ISCSIError",
+        }
+    }
+
+    /// The kind IPA names `name`, if vmdeploy knows it (an upstream agent may send others).
+    pub fn from_name(name: &str) -> Option<IpaErrorKind> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The HTTP status: of the refused request for the request kinds, else 500 (the `code` of
+    /// every failed command, as vmdeploy has always sent it).
+    pub const fn status(self) -> u16 {
+        match self {
+            Self::InvalidCommand | Self::InvalidCommandParams => 400,
+            Self::RequestedObjectNotFound => 404,
+            Self::AgentIsBusy => 409,
+            Self::CommandExecution
+            | Self::DeviceNotFound
+            | Self::ImageChecksum
+            | Self::ImageWrite
+            | Self::Iscsi => 500,
+        }
+    }
+}
+
+impl fmt::Display for IpaErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// The error of a failed command.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 pub struct CommandError {
@@ -348,6 +415,24 @@ pub struct CommandError {
     /// More detail.
     #[serde(default)]
     pub details: String,
+}
+
+impl CommandError {
+    /// The error of a command that failed with `kind`: the one way a failure becomes a
+    /// `command_error` (`type` from the kind, `code` its status, no details).
+    pub fn new(kind: IpaErrorKind, message: impl Into<String>) -> CommandError {
+        CommandError {
+            kind: kind.name().to_owned(),
+            code: kind.status(),
+            message: message.into(),
+            details: String::new(),
+        }
+    }
+
+    /// The kind, when it is one vmdeploy knows.
+    pub fn known_kind(&self) -> Option<IpaErrorKind> {
+        IpaErrorKind::from_name(&self.kind)
+    }
 }
 
 /// IPA's CommandResult.
@@ -435,11 +520,17 @@ mod tests {
         let tok = "t".repeat(43);
         let body = format!(r#"{{"node":{{"uuid":"u"}},"config":{{"agent_token":"{tok}"}}}}"#);
         let with_token = LookupResponse::from_json(body.as_bytes()).expect("token");
-        assert_eq!(with_token.disclosed_token(), Some(tok.as_str()));
+        assert_eq!(
+            with_token.disclosed_token().map(|t| t.expose().as_str()),
+            Some(tok.as_str())
+        );
         assert!(
             !format!("{with_token:?}").contains(&tok),
             "token masked in Debug"
         );
+        // The conductor's side: the lookup answer it sends carries the real token.
+        let sent = serde_json::to_value(&with_token).expect("json");
+        assert_eq!(sent["config"]["agent_token"], tok.as_str());
 
         let old = LookupResponse::from_json(br#"{"node":{"uuid":"u"},"heartbeat_timeout":60}"#)
             .expect("old");
@@ -454,7 +545,7 @@ mod tests {
     fn heartbeat_omits_absent_fields_and_masks_the_token() {
         let hb = Heartbeat {
             callback_url: "http://10.0.0.5:9999".into(),
-            agent_token: Some("secret-token".into()),
+            agent_token: Some(Secret::new("secret-token")),
             agent_version: Some("1.0".into()),
             agent_status: None,
             agent_status_message: None,
@@ -467,7 +558,11 @@ mod tests {
             .map(String::as_str)
             .collect();
         assert_eq!(keys, ["agent_token", "agent_version", "callback_url"]);
-        assert!(!format!("{hb:?}").contains("secret-token"));
+        assert_eq!(
+            json["agent_token"], "secret-token",
+            "the wire body has the real token"
+        );
+        assert!(!format!("{hb:?} {hb:#?}").contains("secret-token"));
         let back = Heartbeat::from_json(json.to_string().as_bytes()).expect("parse");
         assert_eq!(back, hb);
     }
@@ -506,17 +601,15 @@ mod tests {
             command_name: "prepare_image".into(),
             command_params: serde_json::json!({}),
             command_status: CommandStatus::Failed,
-            command_error: Some(CommandError {
-                kind: "ImageChecksumError".into(),
-                code: 500,
-                message: "m".into(),
-                details: String::new(),
-            }),
+            command_error: Some(CommandError::new(IpaErrorKind::ImageChecksum, "m")),
             command_result: None,
         };
         let v = serde_json::to_value(&r).expect("json");
         assert_eq!(v["command_status"], "FAILED");
-        assert_eq!(v["command_error"]["type"], "ImageChecksumError");
+        assert_eq!(
+            v["command_error"],
+            serde_json::json!({"type": "ImageChecksumError", "code": 500, "message": "m", "details": ""})
+        );
         assert!(v["command_result"].is_null());
         assert_eq!(
             CommandResult::from_json(v.to_string().as_bytes()),
@@ -529,6 +622,34 @@ mod tests {
             br#"{"id":"x","command_name":"y","command_status":"DONE"}"#
         )
         .is_err());
+    }
+
+    #[test]
+    fn error_kinds_are_spelled_as_ipa_spells_them() {
+        // IPA's exception class names (ironic_python_agent/errors.py), written out here so a
+        // typo in the enum cannot pass both ends.
+        let ipa = [
+            ("CommandExecutionError", 500),
+            ("InvalidCommandError", 400),
+            ("InvalidCommandParamsError", 400),
+            ("RequestedObjectNotFoundError", 404),
+            ("AgentIsBusy", 409),
+            ("DeviceNotFound", 500),
+            ("ImageChecksumError", 500),
+            ("ImageWriteError", 500),
+            ("ISCSIError", 500),
+        ];
+        let ours: Vec<(&str, u16)> = IpaErrorKind::ALL
+            .iter()
+            .map(|k| (k.name(), k.status()))
+            .collect();
+        assert_eq!(ours, ipa);
+        for kind in IpaErrorKind::ALL {
+            assert_eq!(IpaErrorKind::from_name(kind.name()), Some(kind));
+            assert_eq!(CommandError::new(kind, "x").known_kind(), Some(kind));
+        }
+        assert_eq!(IpaErrorKind::from_name("SoftwareRAIDError"), None);
+        assert_eq!(IpaErrorKind::from_name("imagewriteerror"), None);
     }
 
     fn arb_progress() -> impl Strategy<Value = WriteProgress> {
@@ -553,7 +674,7 @@ mod tests {
         #[test]
         fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
             let _ = ApiRoot::from_json(&bytes).map(|r| r.max_version());
-            let _ = LookupResponse::from_json(&bytes).map(|l| (l.heartbeat_timeout(), l.disclosed_token().map(str::len)));
+            let _ = LookupResponse::from_json(&bytes).map(|l| (l.heartbeat_timeout(), l.disclosed_token().map(|t| t.expose().len())));
             let _ = Heartbeat::from_json(&bytes);
             let _ = CommandRequest::from_json(&bytes);
             let _ = CommandResult::from_json(&bytes);
@@ -572,7 +693,7 @@ mod tests {
         fn heartbeat_round_trip(url in "\\PC{0,40}", tok in proptest::option::of("\\PC{0,50}"),
                                 ver in proptest::option::of("[0-9.]{0,10}"),
                                 msg in proptest::option::of("\\PC{0,80}")) {
-            let hb = Heartbeat { callback_url: url, agent_token: tok, agent_version: ver,
+            let hb = Heartbeat { callback_url: url, agent_token: tok.map(Secret::new), agent_version: ver,
                                  agent_status: None, agent_status_message: msg };
             let text = serde_json::to_vec(&hb).expect("serialize");
             prop_assert_eq!(Heartbeat::from_json(&text), Ok(hb));
@@ -583,7 +704,7 @@ mod tests {
                              tok in proptest::option::of("\\PC{0,50}")) {
             let l = LookupResponse {
                 node: LookupNode { uuid, properties: Default::default(), other: Default::default() },
-                config: Some(LookupConfig { heartbeat_timeout: timeout, agent_token: tok, agent_token_required: Some(true) }),
+                config: Some(LookupConfig { heartbeat_timeout: timeout, agent_token: tok.map(Secret::new), agent_token_required: Some(true) }),
                 heartbeat_timeout: None,
             };
             let text = serde_json::to_vec(&l).expect("serialize");

@@ -20,6 +20,7 @@ use subtle::ConstantTimeEq as _;
 use thiserror::Error;
 
 use super::keys::{decode_binary, encode_binary, key, TextKeys};
+use crate::secret::Secret;
 
 /// CHAP_A value for MD5 (RFC 1994 §4.1, RFC 7143 §12.1.3).
 pub const CHAP_ALGORITHM_MD5: u32 = 5;
@@ -66,21 +67,22 @@ pub enum ChapError {
     BadCredentials,
 }
 
-/// A CHAP user name and secret.
-#[derive(Clone, PartialEq, Eq)]
+/// A CHAP user name and secret (the secret masked in `Debug`).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChapCredentials {
     /// CHAP_N.
     pub user: String,
-    /// The shared secret.
-    pub secret: Vec<u8>,
+    /// The shared secret (RFC 7143 §12.1.3: 12 to 16 bytes recommended).
+    pub secret: Secret<Vec<u8>>,
 }
 
-impl std::fmt::Debug for ChapCredentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChapCredentials")
-            .field("user", &self.user)
-            .field("secret", &"******")
-            .finish()
+impl ChapCredentials {
+    /// A user name and secret.
+    pub fn new(user: impl Into<String>, secret: impl Into<Vec<u8>>) -> Self {
+        Self {
+            user: user.into(),
+            secret: Secret::new(secret.into()),
+        }
     }
 }
 
@@ -93,10 +95,7 @@ impl std::str::FromStr for ChapCredentials {
         if user.is_empty() || secret.is_empty() {
             return Err(ChapError::BadCredentials);
         }
-        Ok(ChapCredentials {
-            user: user.to_string(),
-            secret: secret.as_bytes().to_vec(),
-        })
+        Ok(ChapCredentials::new(user, secret))
     }
 }
 
@@ -188,7 +187,7 @@ impl ChapChallenge {
         )?;
         let response_ok = verify_response(
             self.identifier,
-            &expected.secret,
+            expected.secret.expose(),
             &self.challenge,
             &response,
         );
@@ -232,7 +231,7 @@ pub fn respond_to_challenge(
         key::CHAP_R,
         encode_binary(&chap_md5_response(
             identifier,
-            &credentials.secret,
+            credentials.secret.expose(),
             &challenge,
         )),
     );
@@ -331,7 +330,7 @@ mod tests {
         assert!("nocolon".parse::<ChapCredentials>().is_err());
         assert!(":s".parse::<ChapCredentials>().is_err());
         let c: ChapCredentials = "u:a:b".parse().expect("colon in secret");
-        assert_eq!(c.secret, b"a:b");
-        assert!(!format!("{c:?}").contains("a:b"));
+        assert_eq!(c.secret.expose(), b"a:b");
+        assert!(!format!("{c:?} {c:#?}").contains("a:b"));
     }
 }

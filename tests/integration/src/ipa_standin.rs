@@ -375,7 +375,9 @@ fn check_heartbeat(
             hb.callback_url
         )),
     }
-    if version >= (1, 62) && hb.agent_token.as_deref() != Some(cfg.token.as_str()) {
+    if version >= (1, 62)
+        && hb.agent_token.as_ref().map(|t| t.expose().as_str()) != Some(cfg.token.as_str())
+    {
         problems.push("heartbeat agent_token is wrong or missing".into());
     }
     if version >= (1, 36) && hb.agent_version.as_deref().is_none_or(str::is_empty) {

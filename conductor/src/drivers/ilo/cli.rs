@@ -9,10 +9,12 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::{Subcommand, ValueEnum};
 use serde_json::{json, Value};
+use vmdeploy_shared::exit::UsageError;
 
 use super::{IloClient, IloConfig, Protocol, TlsVerify};
 use crate::drivers::{
-    BootDevice, BootMode, Management, Power, PowerAction, Secret, VmediaBootOption, VmediaDevice,
+    BootDevice, BootMode, DriverError, Management, Power, PowerAction, Secret, VmediaBootOption,
+    VmediaDevice,
 };
 
 /// Arguments of `vmdeploy-conductor ilo`.
@@ -263,29 +265,48 @@ fn config(args: &IloArgs) -> anyhow::Result<IloConfig> {
     Ok(config)
 }
 
-/// Runs an iLO operator command.
+/// Runs an iLO operator command. Errors in the arguments, and requests the iLO was never sent
+/// because their input is wrong ([`DriverError::InvalidRequest`]: an address, a CA file, an
+/// image URL), are [`UsageError`]s (exit 64).
 pub fn run(args: IloArgs) -> anyhow::Result<()> {
-    let config = config(&args)?;
+    let config = config(&args).map_err(UsageError::wrap)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let output = runtime.block_on(async {
-        let client = IloClient::connect(&config)
-            .await
-            .with_context(|| format!("connecting to iLO {}", config.address))?;
-        let result = execute(&client, &args.command).await;
-        if let IloClient::Redfish(redfish) = &client {
-            redfish.logout().await;
-        }
-        result
-    })?;
+    let output = runtime
+        .block_on(async {
+            let client = IloClient::connect(&config)
+                .await
+                .with_context(|| format!("connecting to iLO {}", config.address))?;
+            let result = execute(&client, &args.command).await;
+            if let IloClient::Redfish(redfish) = &client {
+                redfish.logout().await;
+            }
+            result
+        })
+        .map_err(usage_if_invalid_request)?;
     if args.json {
         println!("{}", output.json);
     } else if !output.text.is_empty() {
         println!("{}", output.text);
     }
     Ok(())
+}
+
+/// `err` marked as a usage error when a request was refused before reaching the iLO.
+fn usage_if_invalid_request(err: anyhow::Error) -> anyhow::Error {
+    let invalid = err.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<DriverError>(),
+            Some(DriverError::InvalidRequest(_))
+        )
+    });
+    if invalid {
+        UsageError::wrap(err).into()
+    } else {
+        err
+    }
 }
 
 /// What a command prints.
@@ -430,7 +451,7 @@ async fn execute(client: &IloClient, command: &IloCommand) -> anyhow::Result<Out
             match action {
                 VmediaAction::Insert => {
                     let Some(url) = url else {
-                        bail!("vmedia insert needs an image URL");
+                        return Err(UsageError::new("vmedia insert needs an image URL").into());
                     };
                     client
                         .insert_vmedia(device, url)
@@ -462,7 +483,7 @@ async fn execute(client: &IloClient, command: &IloCommand) -> anyhow::Result<Out
                 }
                 VmediaAction::SetStatus => {
                     let Some(option) = boot_option else {
-                        bail!("vmedia set-status needs --boot-option");
+                        return Err(UsageError::new("vmedia set-status needs --boot-option").into());
                     };
                     let option = match option {
                         VmBootArg::BootAlways => VmediaBootOption::BootAlways,

@@ -104,10 +104,29 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
-/// Whether the handshake failed on the peer's certificate (retrying cannot help).
-fn is_certificate_error(err: &reqwest::Error) -> bool {
-    let chain = error_chain(err).to_ascii_lowercase();
-    chain.contains("certificate") || chain.contains("handshake")
+/// The TLS failure behind `err`, if the TLS layer refused the session (an unverified or
+/// mismatched certificate, a handshake the peer or we aborted): retrying cannot help.
+///
+/// Found by type, walking the source chain. `std::io::Error::source` skips the error it wraps
+/// (it returns that error's own source), and rustls reaches reqwest inside an `io::Error`, so
+/// each `io::Error` is also opened with `get_ref`.
+pub fn tls_failure<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut next = Some(err);
+    while let Some(cause) = next {
+        if let Some(tls) = cause.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        if let Some(inner) = cause
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            if let Some(tls) = tls_failure(inner) {
+                return Some(tls);
+            }
+        }
+        next = cause.source();
+    }
+    None
 }
 
 /// Whether the peer closed the connection in the middle of a reply (hyper's incomplete
@@ -127,7 +146,7 @@ pub fn map_reqwest_error(url: &str, timeout: Duration, err: &reqwest::Error) -> 
             url: url.to_string(),
             seconds: timeout.as_secs_f64(),
         }
-    } else if is_certificate_error(err) {
+    } else if tls_failure(err).is_some() {
         DriverError::Tls {
             url: url.to_string(),
             message: error_chain(err),
@@ -281,6 +300,23 @@ mod tests {
         .await;
         assert!(matches!(r, Err(DriverError::Timeout { .. })));
         assert!(start.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn tls_failures_are_found_by_type_not_by_text() {
+        let cert = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        // As rustls reaches reqwest: inside an io::Error, itself inside another error.
+        let wrapped = std::io::Error::new(std::io::ErrorKind::InvalidData, cert.clone());
+        assert_eq!(tls_failure(&wrapped), Some(&cert));
+        let outer = std::io::Error::other(wrapped);
+        assert_eq!(tls_failure(&outer), Some(&cert));
+        let handshake = rustls::Error::AlertReceived(rustls::AlertDescription::HandshakeFailure);
+        assert_eq!(tls_failure(&handshake), Some(&handshake));
+        // Words alone are not a TLS failure.
+        let text = std::io::Error::other("certificate handshake failed");
+        assert_eq!(tls_failure(&text), None);
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(tls_failure(&refused), None);
     }
 
     #[tokio::test]

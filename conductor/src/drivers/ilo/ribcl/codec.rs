@@ -438,8 +438,12 @@ fn attach(
 ) -> Result<(), RibclParseError> {
     if stack.len() == 1 {
         if element.name.eq_ignore_ascii_case("RESPONSE") {
-            let status = parse_status(element.get("STATUS").unwrap_or("0x0000"))?;
             let message = element.get("MESSAGE").unwrap_or("").to_string();
+            // Fail closed: a RESPONSE that does not say how the stage went is not a success.
+            let Some(status) = element.get("STATUS") else {
+                return Err(RibclParseError::MissingStatus { message });
+            };
+            let status = parse_status(status)?;
             reply.responses.push(RibclResponse { status, message });
         } else {
             reply.payload.push(element);
@@ -553,6 +557,8 @@ mod tests {
             (b"<?xml version=\"1.0\"?><RIBCL VERSION=\"2.23\"></RIBCL>", "noresp"),
             (b"<?xml version=\"1.0\"?><RIBCL><RESPONSE STATUS=\"zz\" MESSAGE='x'/></RIBCL>", "status"),
             (b"<?xml version=\"1.0\"?><RIBCL><A></B></RIBCL>", "malformed"),
+            (b"<?xml version=\"1.0\"?><RIBCL VERSION=\"2.23\"><RESPONSE MESSAGE='No error'/></RIBCL>", "nostatus"),
+            (b"<?xml version=\"1.0\"?><RIBCL VERSION=\"2.23\"><RESPONSE/><GET_HOST_POWER HOST_POWER=\"ON\"/></RIBCL>", "nostatus"),
         ];
         for (body, want) in cases {
             let got = parse_reply(body).expect_err("must fail");
@@ -563,6 +569,7 @@ mod tests {
                 RibclParseError::Truncated { .. } => "trunc",
                 RibclParseError::NoResponse => "noresp",
                 RibclParseError::BadStatus(_) => "status",
+                RibclParseError::MissingStatus { .. } => "nostatus",
                 RibclParseError::Malformed { .. } => "malformed",
                 _ => "other",
             };
@@ -625,6 +632,23 @@ mod tests {
             let mut spliced = body[j..].to_vec();
             spliced.extend_from_slice(&body[..j]);
             let _ = parse_reply(&spliced);
+        }
+
+        /// A valid reply with the STATUS of any one RESPONSE taken out is an error, never a
+        /// success (fail closed), whichever stage lost it.
+        #[test]
+        fn a_response_without_status_is_an_error(which in 0usize..4, pick in any::<prop::sample::Index>()) {
+            let body = &valid_bodies()[which];
+            let statuses: Vec<usize> = body.match_indices("STATUS=\"").map(|(i, _)| i).collect();
+            let start = statuses[pick.index(statuses.len())];
+            let len = body[start..].find("\"\r\n").map(|end| end + 1).unwrap_or(0);
+            prop_assert!(len > 0, "every sample puts STATUS on its own line");
+            let stripped = format!("{}{}", &body[..start], &body[start + len..]);
+            let got = parse_reply(stripped.as_bytes());
+            prop_assert!(
+                matches!(got, Err(RibclParseError::MissingStatus { .. })),
+                "{stripped:?} gave {got:?}"
+            );
         }
     }
 }

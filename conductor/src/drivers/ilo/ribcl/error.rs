@@ -38,6 +38,12 @@ pub enum RibclParseError {
     /// Well-formed RIBCL, but no RESPONSE element anywhere: every real reply has one per stage.
     #[error("reply has no RESPONSE element")]
     NoResponse,
+    /// A RESPONSE has no STATUS: the outcome is unknown, so it is not taken for success.
+    #[error("RESPONSE without STATUS (MESSAGE {message:?})")]
+    MissingStatus {
+        /// The RESPONSE's MESSAGE, if any.
+        message: String,
+    },
     /// A RESPONSE STATUS is not a hex number.
     #[error("RESPONSE STATUS {0:?} is not a hex number")]
     BadStatus(String),
