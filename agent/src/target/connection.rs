@@ -23,13 +23,13 @@ use vmdeploy_shared::iscsi::pdu::{
 use vmdeploy_shared::iscsi::scsi::{asc, ScsiCommand as Cdb, Sense};
 use vmdeploy_shared::iscsi::{
     Bhs, DataIn, LogoutResponse, NopIn, OperationalParams, PduError, R2t, Reject, ScsiCommand,
-    ScsiResponse, TaskMgmtResponse, TextKeys, TextResponse, BHS_LEN, RESERVED_TAG,
+    ScsiResponse, SessionKind, TaskMgmtResponse, TextKeys, TextResponse, BHS_LEN, RESERVED_TAG,
 };
 
 use super::backend::AlignedBuf;
 use super::commands::{Outcome, Payload, Transfer};
 use super::framing::{self, Header};
-use super::login::{self, SessionKind, PORTAL_GROUP_TAG};
+use super::login::{self, PORTAL_GROUP_TAG};
 use super::server::TargetShared;
 
 /// MaxRecvDataSegmentLength this target declares: big PDUs keep header work per byte low
@@ -205,7 +205,7 @@ async fn run(
         return Ok(());
     };
     tracing::info!(
-        initiator = %session.initiator,
+        initiator = %session.initiator_name,
         kind = ?session.kind,
         tsih = session.tsih,
         max_recv = session.params.max_recv_data_segment_length,
@@ -217,7 +217,7 @@ async fn run(
         "login complete"
     );
     let window = Arc::new(CmdWindow {
-        exp_cmd_sn: AtomicU32::new(session.exp_cmd_sn),
+        exp_cmd_sn: AtomicU32::new(session.cmd_sn),
     });
     let (tx, rx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(writer_task(wr, rx, session.stat_sn, window.clone()));

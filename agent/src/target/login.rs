@@ -8,8 +8,8 @@ use vmdeploy_shared::iscsi::chap::{self, respond_to_challenge};
 use vmdeploy_shared::iscsi::keys::{key, value};
 use vmdeploy_shared::iscsi::pdu::ISCSI_VERSION;
 use vmdeploy_shared::iscsi::{
-    Bhs, ChapChallenge, LoginResponse, LoginStage, LoginStatus, Negotiation, OperationalParams,
-    Pdu, Role, TextKeys,
+    Bhs, ChapChallenge, LoggedIn, LoginResponse, LoginStage, LoginStatus, Negotiation,
+    OperationalParams, Pdu, Role, SessionKind, TextKeys,
 };
 
 use super::framing::{self, Header};
@@ -23,32 +23,6 @@ const LOGIN_MAX_DATA: usize = 8192;
 const LOGIN_MAX_TEXT: usize = 64 * 1024;
 /// The one target portal group.
 pub const PORTAL_GROUP_TAG: u16 = 1;
-
-/// Kind of session the initiator asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionKind {
-    /// SendTargets only.
-    Discovery,
-    /// SCSI commands to LUN 1.
-    Normal,
-}
-
-/// A finished login.
-#[derive(Debug)]
-pub struct LoggedIn {
-    /// Session type.
-    pub kind: SessionKind,
-    /// Negotiated parameters in force.
-    pub params: OperationalParams,
-    /// Next StatSN to send.
-    pub stat_sn: u32,
-    /// Next expected CmdSN.
-    pub exp_cmd_sn: u32,
-    /// Initiator name.
-    pub initiator: String,
-    /// TSIH given to the session.
-    pub tsih: u16,
-}
 
 enum ChapState {
     NotStarted,
@@ -195,19 +169,18 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                 .await;
             };
             initiator = name.to_string();
-            kind = match keys.get(key::SESSION_TYPE) {
-                None | Some(value::NORMAL) => SessionKind::Normal,
-                Some(value::DISCOVERY) => SessionKind::Discovery,
-                Some(other) => {
-                    return send_refusal(
-                        stream,
-                        resp,
-                        LoginStatus::SESSION_TYPE_NOT_SUPPORTED,
-                        format!("session type {other:?}"),
-                    )
-                    .await;
-                }
+            let session_type = keys.get(key::SESSION_TYPE);
+            let Some(asked) = SessionKind::from_session_type(session_type) else {
+                let other = session_type.unwrap_or_default();
+                return send_refusal(
+                    stream,
+                    resp,
+                    LoginStatus::SESSION_TYPE_NOT_SUPPORTED,
+                    format!("session type {other:?}"),
+                )
+                .await;
             };
+            kind = asked;
             if kind == SessionKind::Normal {
                 match keys.get(key::TARGET_NAME) {
                     None => {
@@ -384,7 +357,7 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                 answers.extend(neg.offer());
                 let tsih = shared.next_tsih();
                 resp.tsih = tsih;
-                let exp_cmd_sn = req.cmd_sn;
+                let max_cmd_sn = resp.max_cmd_sn;
                 send(stream, resp, answers).await?;
                 let mut params = neg.result.clone();
                 // The digests this target uses are always None (it never offers or accepts CRC32C).
@@ -393,10 +366,12 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                 return Ok(Some(LoggedIn {
                     kind,
                     params,
-                    stat_sn,
-                    exp_cmd_sn,
-                    initiator,
+                    initiator_name: initiator,
+                    isid: req.isid,
                     tsih,
+                    cmd_sn: req.cmd_sn,
+                    max_cmd_sn,
+                    stat_sn,
                 }));
             }
         }

@@ -34,10 +34,10 @@ use vmdeploy_shared::iscsi::pdu::{
 };
 use vmdeploy_shared::iscsi::scsi::{build, Capacity, Sense, SenseKey};
 use vmdeploy_shared::iscsi::{
-    Bhs, DataOut, Digests, LogoutRequest, Lun, NopOut, Pdu, ScsiCommand, RESERVED_TAG,
+    Bhs, DataOut, Digests, LogoutRequest, Lun, NopOut, Pdu, ScsiCommand, SessionKind, RESERVED_TAG,
 };
 
-use super::login::{login, SessionKind};
+use super::login::login;
 use super::transport::{send_pdu, shutdown, PduReader};
 use super::{with_timeout, InitiatorError, SessionConfig, Timeouts};
 
@@ -234,28 +234,29 @@ impl Session {
     /// Connects, logs in, and reads the LUN's capacity (clearing the unit attention a fresh
     /// session may report first).
     pub async fn open(config: &SessionConfig) -> Result<Session, InitiatorError> {
-        let logged = login(config, SessionKind::Normal).await?;
+        let connected = login(config, SessionKind::Normal).await?;
+        let logged = connected.session;
         let inner = Arc::new(Inner {
-            writer: tokio::sync::Mutex::new(logged.writer),
+            writer: tokio::sync::Mutex::new(connected.writer),
             seq: Mutex::new(Sequence {
                 cmd_sn: logged.cmd_sn,
                 exp_cmd_sn: logged.cmd_sn,
                 max_cmd_sn: logged.max_cmd_sn,
-                exp_stat_sn: logged.exp_stat_sn,
+                exp_stat_sn: logged.stat_sn,
                 next_itt: 0x10,
             }),
             window: Notify::new(),
             tasks: Mutex::new(HashMap::new()),
             dead: Mutex::new(None),
             closing: AtomicBool::new(false),
+            digests: logged.digests(),
             params: logged.params,
-            digests: logged.digests,
             lun: Lun::from_number(config.lun),
             timeouts: config.timeouts,
             target: config.target.clone(),
             reader: Mutex::new(None),
         });
-        let reader = tokio::spawn(read_loop(Arc::downgrade(&inner), logged.reader));
+        let reader = tokio::spawn(read_loop(Arc::downgrade(&inner), connected.reader));
         *lock(&inner.reader) = Some(reader);
         let mut session = Session {
             inner,
