@@ -18,7 +18,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, TryAcquireError};
 use vmdeploy_shared::iscsi::keys::{key, value};
 use vmdeploy_shared::iscsi::pdu::{
-    logout_response, reject_reason, response_code, sense_segment, sn_le, tmf_function, tmf_response,
+    logout_response, reject_reason, response_code, sense_segment, sn_le, stamp_sequence_numbers,
+    tmf_function, tmf_response,
 };
 use vmdeploy_shared::iscsi::scsi::{asc, ScsiCommand as Cdb, Sense};
 use vmdeploy_shared::iscsi::{
@@ -28,7 +29,7 @@ use vmdeploy_shared::iscsi::{
 
 use super::backend::AlignedBuf;
 use super::commands::{Outcome, Payload, Transfer};
-use super::framing::{self, Header};
+use super::framing::{self, Header, Limits};
 use super::login::{self, PORTAL_GROUP_TAG};
 use super::server::TargetShared;
 
@@ -223,6 +224,7 @@ async fn run(
     let writer = tokio::spawn(writer_task(wr, rx, session.stat_sn, window.clone()));
     let mut conn = Connection {
         shared,
+        limits: Limits::new(session.params.max_recv_data_segment_length as usize),
         params: session.params,
         kind: session.kind,
         local,
@@ -255,10 +257,7 @@ async fn writer_task<W: AsyncWrite + Unpin>(
 ) -> anyhow::Result<()> {
     use tokio::io::AsyncWriteExt;
     while let Some(mut pdu) = rx.recv().await {
-        // Every target PDU has StatSN, ExpCmdSN, MaxCmdSN at bytes 24..36 (RFC 7143 §11).
-        pdu.header[24..28].copy_from_slice(&stat_sn.to_be_bytes());
-        pdu.header[28..32].copy_from_slice(&window.exp().to_be_bytes());
-        pdu.header[32..36].copy_from_slice(&window.max().to_be_bytes());
+        stamp_sequence_numbers(&mut pdu.header, stat_sn, window.exp(), window.max());
         if pdu.takes_stat_sn {
             stat_sn = stat_sn.wrapping_add(1);
         }
@@ -285,6 +284,8 @@ async fn writer_task<W: AsyncWrite + Unpin>(
 
 struct Connection {
     shared: Arc<TargetShared>,
+    /// Framing limits: MaxRecvDataSegmentLength as declared at login.
+    limits: Limits,
     params: OperationalParams,
     kind: SessionKind,
     local: Option<SocketAddr>,
@@ -304,21 +305,15 @@ enum Next {
 impl Connection {
     async fn reader_loop<R: AsyncRead + Unpin>(&mut self, rd: &mut R) -> anyhow::Result<()> {
         loop {
-            let Some(header) = framing::read_header(rd).await? else {
+            // The limit is MaxRecvDataSegmentLength, checked from the header before any data.
+            let Some(header) = framing::read_header(rd, &self.limits).await? else {
                 return Ok(());
             };
-            if header.data_len > self.params.max_recv_data_segment_length as usize {
-                anyhow::bail!(
-                    "data segment of {} bytes is over MaxRecvDataSegmentLength {}",
-                    header.data_len,
-                    self.params.max_recv_data_segment_length
-                );
-            }
-            framing::skip(rd, header.ahs_len).await?;
+            framing::skip(rd, header.layout.ahs_len).await?;
             let bhs = match Bhs::decode(&header.raw) {
                 Ok(b) => b,
                 Err(e) => {
-                    framing::skip(rd, framing_len(&header)).await?;
+                    framing::skip(rd, header.body_len()).await?;
                     let reason = match e {
                         PduError::UnknownOpcode(_) => reject_reason::COMMAND_NOT_SUPPORTED,
                         _ => reject_reason::INVALID_PDU_FIELD,
@@ -371,7 +366,7 @@ impl Connection {
         match bhs {
             Bhs::ScsiCommand(cmd) => {
                 if self.kind == SessionKind::Discovery {
-                    framing::skip(rd, framing_len(header)).await?;
+                    framing::skip(rd, header.body_len()).await?;
                     self.reject(reject_reason::PROTOCOL_ERROR, header);
                     return Ok(Next::Continue);
                 }
@@ -379,7 +374,7 @@ impl Connection {
             }
             Bhs::DataOut(d) => self.data_out(rd, header, d).await?,
             Bhs::NopOut(nop) => {
-                let data = framing::read_data_vec(rd, header.data_len).await?;
+                let data = framing::read_data_vec(rd, header).await?;
                 if !self.accept_cmd_sn(nop.immediate, nop.cmd_sn) {
                     return Ok(Next::Continue);
                 }
@@ -397,7 +392,7 @@ impl Connection {
                 }
             }
             Bhs::TextRequest(t) => {
-                let data = framing::read_data_vec(rd, header.data_len).await?;
+                let data = framing::read_data_vec(rd, header).await?;
                 if !self.accept_cmd_sn(t.immediate, t.cmd_sn) {
                     return Ok(Next::Continue);
                 }
@@ -439,7 +434,7 @@ impl Connection {
                 );
             }
             Bhs::TaskMgmtRequest(tmf) => {
-                framing::skip(rd, framing_len(header)).await?;
+                framing::skip(rd, header.body_len()).await?;
                 if !self.accept_cmd_sn(tmf.immediate, tmf.cmd_sn) {
                     return Ok(Next::Continue);
                 }
@@ -476,7 +471,7 @@ impl Connection {
                 }
             }
             Bhs::LogoutRequest(l) => {
-                framing::skip(rd, framing_len(header)).await?;
+                framing::skip(rd, header.body_len()).await?;
                 self.accept_cmd_sn(l.immediate, l.cmd_sn);
                 self.out.push(
                     LogoutResponse {
@@ -492,13 +487,13 @@ impl Connection {
             }
             Bhs::Snack(_) => {
                 // ErrorRecoveryLevel 0: SNACK is not supported (RFC 7143 §11.16).
-                framing::skip(rd, framing_len(header)).await?;
+                framing::skip(rd, header.body_len()).await?;
                 self.reject(reject_reason::SNACK_REJECT, header);
             }
             other => {
                 // A target-to-initiator opcode or a Login Request in full feature phase.
                 tracing::warn!(opcode = ?other.opcode(), "unexpected PDU from the initiator");
-                framing::skip(rd, framing_len(header)).await?;
+                framing::skip(rd, header.body_len()).await?;
                 self.reject(reject_reason::PROTOCOL_ERROR, header);
             }
         }
@@ -511,20 +506,20 @@ impl Connection {
         header: &Header,
         cmd: ScsiCommand,
     ) -> anyhow::Result<()> {
-        let immediate_len = header.data_len;
+        let immediate_len = header.data_len();
         if !self.accept_cmd_sn(cmd.immediate, cmd.cmd_sn) {
-            framing::skip(rd, framing_len(header)).await?;
+            framing::skip(rd, header.body_len()).await?;
             return Ok(());
         }
         if self.pending.contains_key(&cmd.itt) {
-            framing::skip(rd, framing_len(header)).await?;
+            framing::skip(rd, header.body_len()).await?;
             self.reject(reject_reason::TASK_IN_PROGRESS, header);
             return Ok(());
         }
         let lun = u64::from(cmd.lun.number().unwrap_or(u16::MAX));
         let edtl = cmd.expected_data_len;
         tracing::trace!(itt = cmd.itt, cmd_sn = cmd.cmd_sn, edtl, cdb = ?cmd.cdb, immediate_len, "SCSI command");
-        let prepared = if header.ahs_len > 0 {
+        let prepared = if header.layout.ahs_len > 0 {
             // Extended CDBs (AHS type 1) are not supported: no command here needs one.
             Err(Sense::invalid_opcode())
         } else {
@@ -533,13 +528,13 @@ impl Connection {
         let (cdb, transfer) = match prepared {
             Ok(p) => p,
             Err(sense) => {
-                framing::skip(rd, framing_len(header)).await?;
+                framing::skip(rd, header.body_len()).await?;
                 self.fail_command(&cmd, sense, None);
                 return Ok(());
             }
         };
         let Transfer::Out(needed) = transfer else {
-            framing::skip(rd, framing_len(header)).await?;
+            framing::skip(rd, header.body_len()).await?;
             self.dispatch(lun, cdb, cmd.itt, edtl, cmd.read, DataOutBuf::Empty, None);
             return Ok(());
         };
@@ -559,7 +554,7 @@ impl Connection {
                     residual = Some((over, count));
                 }
                 _ => {
-                    framing::skip(rd, framing_len(header)).await?;
+                    framing::skip(rd, header.body_len()).await?;
                     // COMPARE AND WRITE's length is a single CDB byte: a data-out of another
                     // size means the CDB does not describe it (libiscsi expects this sense).
                     let sense = if matches!(cdb, Cdb::CompareAndWrite { .. }) {
@@ -579,13 +574,13 @@ impl Connection {
             );
         }
         if needed == 0 {
-            framing::skip(rd, framing_len(header)).await?;
+            framing::skip(rd, header.body_len()).await?;
             self.dispatch(lun, cdb, cmd.itt, edtl, false, DataOutBuf::Empty, residual);
             return Ok(());
         }
         let mut buf = self.shared.buffers.take(needed as usize);
         framing::read_body(rd, &mut buf[..immediate_len]).await?;
-        framing::skip_padding(rd, immediate_len).await?;
+        framing::skip_padding(rd, header).await?;
         // Unsolicited data covers the first min(FirstBurstLength, EDTL) bytes unless the F bit
         // says no Data-Out follows (RFC 7143 §4.2.5.2).
         let unsolicited_open = !cmd.final_ && !self.params.initial_r2t;
@@ -684,14 +679,14 @@ impl Connection {
         header: &Header,
         d: vmdeploy_shared::iscsi::DataOut,
     ) -> anyhow::Result<()> {
-        let len = header.data_len;
+        let len = header.data_len();
         let Some(mut p) = self.pending.remove(&d.itt) else {
             // Data for a command already answered (rejected, aborted): drop it quietly.
-            framing::skip(rd, framing_len(header)).await?;
+            framing::skip(rd, header.body_len()).await?;
             return Ok(());
         };
         if let Some((sense, residual)) = p.verdict {
-            framing::skip(rd, framing_len(header)).await?;
+            framing::skip(rd, header.body_len()).await?;
             if d.final_ {
                 self.respond_sense(d.itt, sense, residual);
             } else {
@@ -731,7 +726,7 @@ impl Connection {
             p.buf[p.filled_to..offset].fill(0);
         }
         framing::read_body(rd, &mut p.buf[offset..end]).await?;
-        framing::skip_padding(rd, len).await?;
+        framing::skip_padding(rd, header).await?;
         p.received += len;
         p.filled_to = p.filled_to.max(end);
         if d.final_ {
@@ -865,10 +860,6 @@ impl From<AlignedBuf> for DataOutBuf {
     fn from(b: AlignedBuf) -> Self {
         DataOutBuf::Aligned(b)
     }
-}
-
-fn framing_len(header: &Header) -> usize {
-    vmdeploy_shared::iscsi::pdu::padded_len(header.data_len)
 }
 
 fn send_sense(out: &Outbox, itt: u32, sense: Sense, residual: Option<(bool, u32)>) {

@@ -12,7 +12,7 @@ use vmdeploy_shared::iscsi::{
     OperationalParams, Pdu, Role, SessionKind, TextKeys,
 };
 
-use super::framing::{self, Header};
+use super::framing::{self, Header, Limits};
 use super::server::TargetShared;
 
 /// Longest a login may wait for the initiator's next PDU.
@@ -51,20 +51,17 @@ pub fn local_params() -> OperationalParams {
 async fn read_login_pdu<R: AsyncRead + Unpin>(
     r: &mut R,
 ) -> anyhow::Result<Option<(Header, Bhs, Vec<u8>)>> {
-    let header = match tokio::time::timeout(LOGIN_PDU_TIMEOUT, framing::read_header(r)).await {
-        Ok(h) => h?,
-        Err(_) => anyhow::bail!("no login PDU within {LOGIN_PDU_TIMEOUT:?}"),
-    };
+    let limits = Limits::new(LOGIN_MAX_DATA);
+    let header =
+        match tokio::time::timeout(LOGIN_PDU_TIMEOUT, framing::read_header(r, &limits)).await {
+            Ok(h) => h.context("reading a login PDU")?,
+            Err(_) => anyhow::bail!("no login PDU within {LOGIN_PDU_TIMEOUT:?}"),
+        };
     let Some(header) = header else {
         return Ok(None);
     };
-    anyhow::ensure!(
-        header.data_len <= LOGIN_MAX_DATA,
-        "login PDU data segment of {} bytes is over {LOGIN_MAX_DATA}",
-        header.data_len
-    );
-    framing::skip(r, header.ahs_len).await?;
-    let data = framing::read_data_vec(r, header.data_len).await?;
+    framing::skip(r, header.layout.ahs_len).await?;
+    let data = framing::read_data_vec(r, &header).await?;
     let bhs = Bhs::decode(&header.raw).context("decoding a login-phase PDU")?;
     Ok(Some((header, bhs, data)))
 }
