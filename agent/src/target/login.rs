@@ -102,7 +102,7 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
             itt: req.itt,
             stat_sn,
             exp_cmd_sn: req.cmd_sn,
-            max_cmd_sn: req.cmd_sn.wrapping_add(super::connection::CMD_WINDOW - 1),
+            max_cmd_sn: req.cmd_sn.wrapping_add(super::outbox::CMD_WINDOW - 1),
             status: LoginStatus::SUCCESS,
         };
         stat_sn = stat_sn.wrapping_add(1);
@@ -295,19 +295,6 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                         auth_done = true;
                     }
                 }
-                // Operational keys may already come in the security stage.
-                match neg.receive(&keys) {
-                    Ok(a) => answers.extend(a),
-                    Err(e) => {
-                        return send_refusal(
-                            stream,
-                            resp,
-                            LoginStatus::INITIATOR_ERROR,
-                            format!("negotiation: {e}"),
-                        )
-                        .await;
-                    }
-                }
             }
             LoginStage::Operational => {
                 if !auth_done {
@@ -319,18 +306,6 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                     )
                     .await;
                 }
-                match neg.receive(&keys) {
-                    Ok(a) => answers.extend(a),
-                    Err(e) => {
-                        return send_refusal(
-                            stream,
-                            resp,
-                            LoginStatus::INITIATOR_ERROR,
-                            format!("negotiation: {e}"),
-                        )
-                        .await;
-                    }
-                }
             }
             LoginStage::FullFeature => {
                 return send_refusal(
@@ -338,6 +313,19 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                     resp,
                     LoginStatus::INITIATOR_ERROR,
                     "login PDU in full feature stage".into(),
+                )
+                .await;
+            }
+        }
+        // Operational keys, in either stage (they may already come in the security stage).
+        match neg.receive(&keys) {
+            Ok(a) => answers.extend(a),
+            Err(e) => {
+                return send_refusal(
+                    stream,
+                    resp,
+                    LoginStatus::INITIATOR_ERROR,
+                    format!("negotiation: {e}"),
                 )
                 .await;
             }
