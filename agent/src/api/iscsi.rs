@@ -19,8 +19,7 @@ use vmdeploy_shared::api::ipa::{CommandError, IpaErrorKind};
 use super::server::{CommandFuture, StartError};
 use super::standby::{require_disk, DiskChoice};
 use crate::target::backend::BlockBackend;
-use crate::target::commands::{Identity, Lun};
-use crate::target::server::{serve, TargetShared};
+use crate::target::server::{Target, TargetConfig};
 
 /// IPA's default portal port.
 pub const DEFAULT_PORTAL_PORT: u16 = 3260;
@@ -86,31 +85,31 @@ impl Iscsi {
         let running = Arc::clone(&self.running);
         Ok(Box::pin(async move {
             let path = require_disk(&disk)?;
-            let fail = |what: &str, e: &dyn std::fmt::Display| {
-                CommandError::new(IpaErrorKind::Iscsi, format!("{what}: {e:#}"))
+            let config = TargetConfig {
+                iqn: iqn.clone(),
+                disk: path.clone(),
+                listen: addr,
+                chap: None,
+                buffered: false,
             };
-            let backend = {
-                let path_for_job = path.clone();
-                tokio::task::spawn_blocking(move || -> anyhow::Result<BlockBackend> {
-                    let backend = BlockBackend::open(&path_for_job, false)?;
-                    if wipe {
-                        wipe_metadata(&backend)?;
-                    }
-                    Ok(backend)
-                })
-                .await
-                .map_err(|e| fail("opening the disk", &e))?
-                .map_err(|e| fail(&format!("preparing {}", path.display()), &e))?
-            };
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| fail(&format!("listening on {addr}"), &e))?;
-            let lun = Lun::new(Arc::new(backend), Identity::derive(&iqn, &path));
-            let shared = Arc::new(TargetShared::new(iqn.clone(), None, lun));
+            let target = Target::start_with(config, move |backend| {
+                if wipe {
+                    wipe_metadata(backend)?;
+                }
+                Ok(())
+            })
+            .await
+            .map_err(|e| {
+                CommandError::new(
+                    IpaErrorKind::Iscsi,
+                    format!("starting the iSCSI target: {e:#}"),
+                )
+            })?;
             tracing::info!(%addr, %iqn, disk = %path.display(), wipe, "iSCSI target started");
-            let task = tokio::spawn(serve(listener, shared, async move {
+            let task = tokio::spawn(async move {
                 stop.notified().await;
-            }));
+                target.stop().await
+            });
             if let Ok(mut r) = running.lock() {
                 *r = Some(task);
             }

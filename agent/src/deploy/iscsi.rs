@@ -11,7 +11,6 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -20,9 +19,7 @@ use vmdeploy_shared::params::IscsiDeployParams;
 use super::report::Reporter;
 use crate::disk::select::{self, BlockDevice};
 use crate::init::FinalAction;
-use crate::target::backend::BlockBackend;
-use crate::target::commands::{Identity, Lun};
-use crate::target::server::{self, TargetShared};
+use crate::target::server::{Target, TargetConfig};
 
 /// Everything the iSCSI flow needs.
 #[derive(Debug, Clone)]
@@ -131,14 +128,7 @@ pub fn run(cfg: IscsiConfig, reporter: &Reporter) -> anyhow::Result<FinalAction>
 }
 
 /// The part that may fail before the conductor has the address: reported as `error`.
-async fn prepare(
-    cfg: &IscsiConfig,
-) -> anyhow::Result<(
-    PathBuf,
-    tokio::net::TcpListener,
-    tokio::net::TcpListener,
-    Arc<TargetShared>,
-)> {
+async fn prepare(cfg: &IscsiConfig) -> anyhow::Result<(PathBuf, tokio::net::TcpListener, Target)> {
     let disks = select::list_disks(&cfg.sys_class_block, &cfg.dev_dir, true)
         .context("listing the disks")?;
     tracing::info!(
@@ -161,22 +151,25 @@ async fn prepare(
     let iqn = &cfg.params.iscsi_target_iqn;
     vmdeploy_shared::iqn::validate(iqn)
         .with_context(|| format!("checking iscsi_target_iqn {iqn:?}"))?;
-    let backend = Arc::new(BlockBackend::open(&disk.path, false)?);
-    let lun = Lun::new(backend, Identity::derive(iqn, &disk.path));
     let chap = cfg.params.chap.clone();
-    let shared = Arc::new(TargetShared::new(iqn.clone(), chap, lun));
-    let listener = tokio::net::TcpListener::bind(cfg.iscsi_listen)
-        .await
-        .with_context(|| format!("listening for iSCSI on {}", cfg.iscsi_listen))?;
     let done = tokio::net::TcpListener::bind(cfg.done_listen)
         .await
         .with_context(|| format!("listening for done on {}", cfg.done_listen))?;
+    let target = Target::start(TargetConfig {
+        iqn: iqn.clone(),
+        disk: disk.path.clone(),
+        listen: cfg.iscsi_listen,
+        chap,
+        buffered: false,
+    })
+    .await
+    .with_context(|| format!("starting the iSCSI target for iscsi_target_iqn {iqn:?}"))?;
     tracing::info!(listen = %cfg.iscsi_listen, done_listen = %cfg.done_listen, %iqn, "iSCSI target ready");
-    Ok((disk.path, listener, done, shared))
+    Ok((disk.path, done, target))
 }
 
 async fn serve_until_done(cfg: &IscsiConfig, reporter: &Reporter) -> anyhow::Result<PathBuf> {
-    let (disk, listener, done, shared) = match prepare(cfg).await {
+    let (disk, done, target) = match prepare(cfg).await {
         Ok(p) => p,
         Err(err) => {
             reporter
@@ -185,10 +178,6 @@ async fn serve_until_done(cfg: &IscsiConfig, reporter: &Reporter) -> anyhow::Res
             return Err(err);
         }
     };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let target = tokio::spawn(server::serve(listener, shared, async move {
-        let _ = stop_rx.await;
-    }));
 
     let outcome = async {
         reporter
@@ -211,11 +200,7 @@ async fn serve_until_done(cfg: &IscsiConfig, reporter: &Reporter) -> anyhow::Res
     .await;
 
     tracing::info!("stopping the iSCSI target");
-    let _ = stop_tx.send(());
-    let stopped = match target.await {
-        Ok(r) => r,
-        Err(e) => Err(anyhow::anyhow!("the target task failed: {e}")),
-    };
+    let stopped = target.stop().await;
     outcome?;
     stopped.context("stopping the target")?;
     Ok(disk)

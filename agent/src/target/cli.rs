@@ -2,14 +2,11 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::Context as _;
 use vmdeploy_shared::iscsi::ChapCredentials;
 
-use super::backend::BlockBackend;
-use super::commands::{Identity, Lun};
-use super::server::{self, TargetShared};
+use super::server::{Target, TargetConfig};
 
 /// The port of the "done" notification (reference ironic-protocols.md §2.4).
 pub const DONE_PORT: u16 = 10000;
@@ -40,8 +37,6 @@ pub struct IscsiTargetArgs {
 /// Runs the target in the foreground until SIGTERM/SIGINT or a "done" notification, then flushes
 /// the disk and returns.
 pub fn run(args: IscsiTargetArgs) -> anyhow::Result<()> {
-    vmdeploy_shared::iqn::validate(&args.iqn)
-        .with_context(|| format!("checking target name {:?}", args.iqn))?;
     let listen: SocketAddr = args
         .listen
         .parse()
@@ -58,44 +53,50 @@ pub fn run(args: IscsiTargetArgs) -> anyhow::Result<()> {
         .map(str::parse::<ChapCredentials>)
         .transpose()
         .context("parsing --chap (USER:SECRET)")?;
-    let backend = Arc::new(BlockBackend::open(&args.disk, args.buffered)?);
-    let lun = Lun::new(backend, Identity::derive(&args.iqn, &args.disk));
-    let shared = Arc::new(TargetShared::new(args.iqn.clone(), chap, lun));
+    let config = TargetConfig {
+        iqn: args.iqn,
+        disk: args.disk,
+        listen,
+        chap,
+        buffered: args.buffered,
+    };
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .with_context(|| format!("listening on {listen}"))?;
         let done = tokio::net::TcpListener::bind(done_listen)
             .await
             .with_context(|| format!("listening for done on {done_listen}"))?;
-        tracing::info!(%listen, %done_listen, iqn = %args.iqn, "iSCSI target ready");
-        let stop = async move {
-            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot watch SIGTERM");
-                    return;
-                }
-            };
-            tokio::select! {
-                r = super::done::wait_for_done(done) => {
-                    if let Err(e) = r {
-                        tracing::error!(error = %format!("{e:#}"), "done listener failed; stopping");
-                    }
-                }
-                _ = term.recv() => tracing::info!("SIGTERM received"),
-                _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
-            }
-        };
-        server::serve(listener, shared, stop).await
+        let iqn = config.iqn.clone();
+        let target = Target::start(config).await?;
+        tracing::info!(%listen, %done_listen, %iqn, "iSCSI target ready");
+        wait_for_stop(done).await;
+        target.stop().await
     })?;
-    // Command jobs have all finished (server::serve waited for them); do not wait on anything
+    // Command jobs have all finished (Target::stop waited for them); do not wait on anything
     // else still parked in the blocking pool.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     Ok(())
+}
+
+/// Returns on a "done" notification, SIGTERM or SIGINT.
+async fn wait_for_stop(done: tokio::net::TcpListener) {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot watch SIGTERM");
+            return;
+        }
+    };
+    tokio::select! {
+        r = super::done::wait_for_done(done) => {
+            if let Err(e) = r {
+                tracing::error!(error = %format!("{e:#}"), "done listener failed; stopping");
+            }
+        }
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+    }
 }

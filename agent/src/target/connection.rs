@@ -11,32 +11,30 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use bytes::Bytes;
-use tokio::io::{AsyncRead, AsyncWrite, BufReader, BufWriter};
+use tokio::io::{AsyncRead, BufReader, BufWriter};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, TryAcquireError};
+use tokio::sync::{OwnedSemaphorePermit, TryAcquireError};
 use vmdeploy_shared::iscsi::keys::{key, value};
-use vmdeploy_shared::iscsi::pdu::{
-    logout_response, reject_reason, response_code, sense_segment, sn_le, tmf_function, tmf_response,
-};
+use vmdeploy_shared::iscsi::pdu::{logout_response, reject_reason, tmf_function, tmf_response};
 use vmdeploy_shared::iscsi::scsi::{asc, ScsiCommand as Cdb, Sense};
 use vmdeploy_shared::iscsi::{
-    Bhs, DataIn, LogoutResponse, NopIn, OperationalParams, PduError, R2t, Reject, ScsiCommand,
-    ScsiResponse, TaskMgmtResponse, TextKeys, TextResponse, BHS_LEN, RESERVED_TAG,
+    Bhs, LogoutResponse, NopIn, OperationalParams, PduError, R2t, ScsiCommand, SessionKind,
+    TaskMgmtResponse, TextKeys, TextResponse, RESERVED_TAG,
 };
 
 use super::backend::AlignedBuf;
-use super::commands::{Outcome, Payload, Transfer};
-use super::framing::{self, Header};
-use super::login::{self, SessionKind, PORTAL_GROUP_TAG};
+use super::commands::{Outcome, Transfer};
+use super::framing::{self, Header, Limits};
+use super::gather::{Gather, Step};
+use super::login::{self, PORTAL_GROUP_TAG};
+use super::outbox::{writer_task, CmdWindow, OutData, Outbox};
+use super::responses::{send_outcome, send_reject, send_sense, Answer, DataInLimits, Residual};
 use super::server::TargetShared;
 
 /// MaxRecvDataSegmentLength this target declares: big PDUs keep header work per byte low
 /// (reference iscsi-and-swift-peers.md §3: 256 KiB PDUs bring tgtd near disk speed).
 pub const MAX_RECV_DATA_SEGMENT: u32 = 1 << 20;
-/// Commands the initiator may have outstanding (MaxCmdSN - ExpCmdSN + 1).
-pub const CMD_WINDOW: u32 = 64;
 /// How much more data than its CDB asks for a WRITE may carry (residual overflow of the
 /// initiator's buffer) before it is refused instead of drained.
 const MAX_WRITE_SLACK: u32 = 1 << 20;
@@ -45,89 +43,24 @@ const READ_BUFFER: usize = 16 * 1024;
 /// Largest Data-In data segment this target sends, whatever the initiator allows.
 const MAX_SEND_SEGMENT: usize = 1 << 20;
 
-/// Data attached to an outgoing PDU.
-enum OutData {
-    None,
-    Bytes(Bytes),
-    Slice(Arc<Payload>, usize, usize),
-}
-
-/// An outgoing PDU; the writer fills in the sequence numbers.
-struct OutPdu {
-    header: [u8; BHS_LEN],
-    data: OutData,
-    /// The PDU carries a status and takes the next StatSN.
-    takes_stat_sn: bool,
-    /// Close the connection after this PDU (logout).
-    close_after: bool,
-}
-
-/// CmdSN window state of the session (one connection per session here).
-struct CmdWindow {
-    exp_cmd_sn: AtomicU32,
-}
-
-impl CmdWindow {
-    fn exp(&self) -> u32 {
-        self.exp_cmd_sn.load(Ordering::Acquire)
-    }
-    fn max(&self) -> u32 {
-        self.exp().wrapping_add(CMD_WINDOW - 1)
-    }
-}
-
-/// The sender side for the writer task.
-#[derive(Clone)]
-struct Outbox {
-    tx: mpsc::UnboundedSender<OutPdu>,
-}
-
-impl Outbox {
-    fn send(&self, bhs: impl Into<Bhs>, data: OutData, takes_stat_sn: bool) {
-        self.push(bhs, data, takes_stat_sn, false);
-    }
-
-    fn push(&self, bhs: impl Into<Bhs>, data: OutData, takes_stat_sn: bool, close_after: bool) {
-        let len = match &data {
-            OutData::None => 0,
-            OutData::Bytes(b) => b.len(),
-            OutData::Slice(_, a, b) => b - a,
-        };
-        let header = bhs.into().encode(0, len);
-        // A closed channel means the writer ended; the reader notices on its next read.
-        let _ = self.tx.send(OutPdu {
-            header,
-            data,
-            takes_stat_sn,
-            close_after,
-        });
-    }
-}
-
 /// A write command waiting for its data.
 struct PendingWrite {
     lun: u64,
     cmd: Cdb,
     buf: AlignedBuf,
-    received: usize,
-    /// Every byte below this has been written by the initiator's data; the buffer may come
-    /// from the pool with an earlier command's data, so bytes the initiator skips are zeroed
-    /// (as a fresh buffer would have them).
-    filled_to: usize,
-    /// Unsolicited Data-Out may still arrive.
-    unsolicited_open: bool,
-    unsolicited_data_sn: u32,
-    /// Data up to here has been covered by unsolicited data or R2Ts sent.
-    requested: usize,
-    /// The R2T outstanding: (TTT, offset, length, expected next DataSN).
-    r2t: Option<(u32, usize, usize, u32)>,
-    r2t_sn: u32,
+    gather: Gather,
     expected_len: u32,
-    /// The command already failed; its unsolicited data is drained before the status goes out
-    /// (answering while the initiator is still sending trips up libiscsi 1.19).
-    verdict: Option<(Sense, Option<(bool, u32)>)>,
     /// Residual to report (expected length and CDB disagree).
-    residual: Option<(bool, u32)>,
+    residual: Residual,
+}
+
+/// A command that still expects Data-Out.
+enum Pending {
+    /// Gathering its data.
+    Write(PendingWrite),
+    /// Already failed: its unsolicited data is drained before the status goes out (answering
+    /// while the initiator is still sending trips up libiscsi 1.19).
+    Draining { sense: Sense, residual: Residual },
 }
 
 /// Counters of one connection's SCSI command jobs, logged once when it ends: how many commands
@@ -205,7 +138,7 @@ async fn run(
         return Ok(());
     };
     tracing::info!(
-        initiator = %session.initiator,
+        initiator = %session.initiator_name,
         kind = ?session.kind,
         tsih = session.tsih,
         max_recv = session.params.max_recv_data_segment_length,
@@ -216,18 +149,17 @@ async fn run(
         immediate_data = session.params.immediate_data,
         "login complete"
     );
-    let window = Arc::new(CmdWindow {
-        exp_cmd_sn: AtomicU32::new(session.exp_cmd_sn),
-    });
-    let (tx, rx) = mpsc::unbounded_channel();
+    let window = Arc::new(CmdWindow::new(session.cmd_sn));
+    let (out, rx) = Outbox::channel();
     let writer = tokio::spawn(writer_task(wr, rx, session.stat_sn, window.clone()));
     let mut conn = Connection {
         shared,
+        limits: Limits::new(session.params.max_recv_data_segment_length as usize),
         params: session.params,
         kind: session.kind,
         local,
         window,
-        out: Outbox { tx },
+        out,
         pending: HashMap::new(),
         next_ttt: 1,
         stats: Arc::new(JobStats::default()),
@@ -247,50 +179,16 @@ async fn run(
     result
 }
 
-async fn writer_task<W: AsyncWrite + Unpin>(
-    mut wr: W,
-    mut rx: mpsc::UnboundedReceiver<OutPdu>,
-    mut stat_sn: u32,
-    window: Arc<CmdWindow>,
-) -> anyhow::Result<()> {
-    use tokio::io::AsyncWriteExt;
-    while let Some(mut pdu) = rx.recv().await {
-        // Every target PDU has StatSN, ExpCmdSN, MaxCmdSN at bytes 24..36 (RFC 7143 §11).
-        pdu.header[24..28].copy_from_slice(&stat_sn.to_be_bytes());
-        pdu.header[28..32].copy_from_slice(&window.exp().to_be_bytes());
-        pdu.header[32..36].copy_from_slice(&window.max().to_be_bytes());
-        if pdu.takes_stat_sn {
-            stat_sn = stat_sn.wrapping_add(1);
-        }
-        let data: &[u8] = match &pdu.data {
-            OutData::None => &[],
-            OutData::Bytes(b) => b,
-            OutData::Slice(p, a, b) => &p.as_slice()[*a..*b],
-        };
-        framing::write_pdu(&mut wr, &pdu.header, data)
-            .await
-            .context("sending a PDU")?;
-        if pdu.close_after {
-            wr.flush().await.context("flushing")?;
-            wr.shutdown().await.ok();
-            return Ok(());
-        }
-        if rx.is_empty() {
-            wr.flush().await.context("flushing")?;
-        }
-    }
-    wr.flush().await.ok();
-    Ok(())
-}
-
 struct Connection {
     shared: Arc<TargetShared>,
+    /// Framing limits: MaxRecvDataSegmentLength as declared at login.
+    limits: Limits,
     params: OperationalParams,
     kind: SessionKind,
     local: Option<SocketAddr>,
     window: Arc<CmdWindow>,
     out: Outbox,
-    pending: HashMap<u32, PendingWrite>,
+    pending: HashMap<u32, Pending>,
     next_ttt: u32,
     stats: Arc<JobStats>,
 }
@@ -304,21 +202,15 @@ enum Next {
 impl Connection {
     async fn reader_loop<R: AsyncRead + Unpin>(&mut self, rd: &mut R) -> anyhow::Result<()> {
         loop {
-            let Some(header) = framing::read_header(rd).await? else {
+            // The limit is MaxRecvDataSegmentLength, checked from the header before any data.
+            let Some(header) = framing::read_header(rd, &self.limits).await? else {
                 return Ok(());
             };
-            if header.data_len > self.params.max_recv_data_segment_length as usize {
-                anyhow::bail!(
-                    "data segment of {} bytes is over MaxRecvDataSegmentLength {}",
-                    header.data_len,
-                    self.params.max_recv_data_segment_length
-                );
-            }
-            framing::skip(rd, header.ahs_len).await?;
+            framing::skip(rd, header.layout.ahs_len).await?;
             let bhs = match Bhs::decode(&header.raw) {
                 Ok(b) => b,
                 Err(e) => {
-                    framing::skip(rd, framing_len(&header)).await?;
+                    framing::skip(rd, header.body_len()).await?;
                     let reason = match e {
                         PduError::UnknownOpcode(_) => reject_reason::COMMAND_NOT_SUPPORTED,
                         _ => reject_reason::INVALID_PDU_FIELD,
@@ -336,30 +228,12 @@ impl Connection {
     }
 
     fn reject(&self, reason: u8, header: &Header) {
-        self.out.send(
-            Reject {
-                reason,
-                data_sn: 0,
-                ..Default::default()
-            },
-            OutData::Bytes(Bytes::copy_from_slice(&header.raw)),
-            true,
-        );
+        send_reject(&self.out, reason, &header.raw);
     }
 
     /// Checks a CmdSN (RFC 7143 §4.2.2.1). `false`: outside the window, ignore the PDU.
     fn accept_cmd_sn(&self, immediate: bool, cmd_sn: u32) -> bool {
-        let exp = self.window.exp();
-        if !sn_le(exp, cmd_sn) || !sn_le(cmd_sn, self.window.max()) {
-            tracing::warn!(cmd_sn, exp, "CmdSN outside the window; PDU ignored");
-            return false;
-        }
-        if !immediate {
-            self.window
-                .exp_cmd_sn
-                .store(cmd_sn.wrapping_add(1), Ordering::Release);
-        }
-        true
+        self.window.accept(immediate, cmd_sn)
     }
 
     async fn handle<R: AsyncRead + Unpin>(
@@ -371,7 +245,7 @@ impl Connection {
         match bhs {
             Bhs::ScsiCommand(cmd) => {
                 if self.kind == SessionKind::Discovery {
-                    framing::skip(rd, framing_len(header)).await?;
+                    framing::skip(rd, header.body_len()).await?;
                     self.reject(reject_reason::PROTOCOL_ERROR, header);
                     return Ok(Next::Continue);
                 }
@@ -379,7 +253,7 @@ impl Connection {
             }
             Bhs::DataOut(d) => self.data_out(rd, header, d).await?,
             Bhs::NopOut(nop) => {
-                let data = framing::read_data_vec(rd, header.data_len).await?;
+                let data = framing::read_data_vec(rd, header).await?;
                 if !self.accept_cmd_sn(nop.immediate, nop.cmd_sn) {
                     return Ok(Next::Continue);
                 }
@@ -397,7 +271,7 @@ impl Connection {
                 }
             }
             Bhs::TextRequest(t) => {
-                let data = framing::read_data_vec(rd, header.data_len).await?;
+                let data = framing::read_data_vec(rd, header).await?;
                 if !self.accept_cmd_sn(t.immediate, t.cmd_sn) {
                     return Ok(Next::Continue);
                 }
@@ -439,7 +313,7 @@ impl Connection {
                 );
             }
             Bhs::TaskMgmtRequest(tmf) => {
-                framing::skip(rd, framing_len(header)).await?;
+                framing::skip(rd, header.body_len()).await?;
                 if !self.accept_cmd_sn(tmf.immediate, tmf.cmd_sn) {
                     return Ok(Next::Continue);
                 }
@@ -476,9 +350,9 @@ impl Connection {
                 }
             }
             Bhs::LogoutRequest(l) => {
-                framing::skip(rd, framing_len(header)).await?;
+                framing::skip(rd, header.body_len()).await?;
                 self.accept_cmd_sn(l.immediate, l.cmd_sn);
-                self.out.push(
+                self.out.send_last(
                     LogoutResponse {
                         response: logout_response::SUCCESS,
                         itt: l.itt,
@@ -486,19 +360,18 @@ impl Connection {
                     },
                     OutData::None,
                     true,
-                    true,
                 );
                 return Ok(Next::Close);
             }
             Bhs::Snack(_) => {
                 // ErrorRecoveryLevel 0: SNACK is not supported (RFC 7143 §11.16).
-                framing::skip(rd, framing_len(header)).await?;
+                framing::skip(rd, header.body_len()).await?;
                 self.reject(reject_reason::SNACK_REJECT, header);
             }
             other => {
                 // A target-to-initiator opcode or a Login Request in full feature phase.
                 tracing::warn!(opcode = ?other.opcode(), "unexpected PDU from the initiator");
-                framing::skip(rd, framing_len(header)).await?;
+                framing::skip(rd, header.body_len()).await?;
                 self.reject(reject_reason::PROTOCOL_ERROR, header);
             }
         }
@@ -511,20 +384,20 @@ impl Connection {
         header: &Header,
         cmd: ScsiCommand,
     ) -> anyhow::Result<()> {
-        let immediate_len = header.data_len;
+        let immediate_len = header.data_len();
         if !self.accept_cmd_sn(cmd.immediate, cmd.cmd_sn) {
-            framing::skip(rd, framing_len(header)).await?;
+            framing::skip(rd, header.body_len()).await?;
             return Ok(());
         }
         if self.pending.contains_key(&cmd.itt) {
-            framing::skip(rd, framing_len(header)).await?;
+            framing::skip(rd, header.body_len()).await?;
             self.reject(reject_reason::TASK_IN_PROGRESS, header);
             return Ok(());
         }
         let lun = u64::from(cmd.lun.number().unwrap_or(u16::MAX));
         let edtl = cmd.expected_data_len;
         tracing::trace!(itt = cmd.itt, cmd_sn = cmd.cmd_sn, edtl, cdb = ?cmd.cdb, immediate_len, "SCSI command");
-        let prepared = if header.ahs_len > 0 {
+        let prepared = if header.layout.ahs_len > 0 {
             // Extended CDBs (AHS type 1) are not supported: no command here needs one.
             Err(Sense::invalid_opcode())
         } else {
@@ -533,14 +406,20 @@ impl Connection {
         let (cdb, transfer) = match prepared {
             Ok(p) => p,
             Err(sense) => {
-                framing::skip(rd, framing_len(header)).await?;
+                framing::skip(rd, header.body_len()).await?;
                 self.fail_command(&cmd, sense, None);
                 return Ok(());
             }
         };
         let Transfer::Out(needed) = transfer else {
-            framing::skip(rd, framing_len(header)).await?;
-            self.dispatch(lun, cdb, cmd.itt, edtl, cmd.read, DataOutBuf::Empty, None);
+            framing::skip(rd, header.body_len()).await?;
+            let answer = Answer {
+                itt: cmd.itt,
+                edtl,
+                read: cmd.read,
+                write_residual: None,
+            };
+            self.dispatch(lun, cdb, answer, DataOutBuf::Empty);
             return Ok(());
         };
         // A WRITE whose expected length differs from the CDB's transfers only what both allow
@@ -559,7 +438,7 @@ impl Connection {
                     residual = Some((over, count));
                 }
                 _ => {
-                    framing::skip(rd, framing_len(header)).await?;
+                    framing::skip(rd, header.body_len()).await?;
                     // COMPARE AND WRITE's length is a single CDB byte: a data-out of another
                     // size means the CDB does not describe it (libiscsi expects this sense).
                     let sense = if matches!(cdb, Cdb::CompareAndWrite { .. }) {
@@ -579,41 +458,34 @@ impl Connection {
             );
         }
         if needed == 0 {
-            framing::skip(rd, framing_len(header)).await?;
-            self.dispatch(lun, cdb, cmd.itt, edtl, false, DataOutBuf::Empty, residual);
+            framing::skip(rd, header.body_len()).await?;
+            let answer = Answer {
+                itt: cmd.itt,
+                edtl,
+                read: false,
+                write_residual: residual,
+            };
+            self.dispatch(lun, cdb, answer, DataOutBuf::Empty);
             return Ok(());
         }
         let mut buf = self.shared.buffers.take(needed as usize);
         framing::read_body(rd, &mut buf[..immediate_len]).await?;
-        framing::skip_padding(rd, immediate_len).await?;
-        // Unsolicited data covers the first min(FirstBurstLength, EDTL) bytes unless the F bit
-        // says no Data-Out follows (RFC 7143 §4.2.5.2).
+        framing::skip_padding(rd, header).await?;
         let unsolicited_open = !cmd.final_ && !self.params.initial_r2t;
-        let requested = if unsolicited_open {
-            (self.params.first_burst_length as usize).min(needed as usize)
-        } else {
-            immediate_len
-        };
-        let mut pending = PendingWrite {
+        let pending = PendingWrite {
             lun,
             cmd: cdb,
             buf,
-            received: immediate_len,
-            filled_to: immediate_len,
-            unsolicited_open,
-            unsolicited_data_sn: 0,
-            requested,
-            r2t: None,
-            r2t_sn: 0,
+            gather: Gather::new(
+                needed as usize,
+                immediate_len,
+                unsolicited_open,
+                self.params.first_burst_length as usize,
+            ),
             expected_len: edtl,
-            verdict: None,
             residual,
         };
-        if self.advance_write(cmd.itt, &mut pending) {
-            self.dispatch_write(cmd.itt, pending);
-        } else {
-            self.pending.insert(cmd.itt, pending);
-        }
+        self.advance_write(cmd.itt, pending);
         Ok(())
     }
 
@@ -624,58 +496,46 @@ impl Connection {
             self.respond_sense(cmd.itt, sense, residual);
             return;
         }
-        self.pending.insert(
-            cmd.itt,
-            PendingWrite {
-                lun: 0,
-                cmd: Cdb::TestUnitReady,
-                buf: AlignedBuf::zeroed(0),
-                received: 0,
-                filled_to: 0,
-                unsolicited_open: true,
-                unsolicited_data_sn: 0,
-                requested: 0,
-                r2t: None,
-                r2t_sn: 0,
-                expected_len: cmd.expected_data_len,
-                verdict: Some((sense, residual)),
-                residual: None,
-            },
-        );
+        self.pending
+            .insert(cmd.itt, Pending::Draining { sense, residual });
     }
 
-    /// Sends the next R2T when nothing is outstanding. `true`: all data is in.
-    fn advance_write(&mut self, itt: u32, p: &mut PendingWrite) -> bool {
-        if p.unsolicited_open || p.r2t.is_some() {
-            return false;
+    /// Sends the next R2T, or runs the write once all its data is in; otherwise keeps it
+    /// pending.
+    fn advance_write(&mut self, itt: u32, mut p: PendingWrite) {
+        let max_burst = self.params.max_burst_length as usize;
+        match p.gather.next(max_burst, || self.new_ttt()) {
+            Step::Complete => self.dispatch_write(itt, p),
+            Step::Waiting => {
+                self.pending.insert(itt, Pending::Write(p));
+            }
+            Step::R2t(r2t) => {
+                self.out.send(
+                    R2t {
+                        lun: vmdeploy_shared::iscsi::Lun::from_number(p.lun as u16),
+                        itt,
+                        ttt: r2t.ttt,
+                        r2t_sn: r2t.r2t_sn,
+                        buffer_offset: r2t.offset as u32,
+                        desired_len: r2t.len as u32,
+                        ..Default::default()
+                    },
+                    OutData::None,
+                    false,
+                );
+                self.pending.insert(itt, Pending::Write(p));
+            }
         }
-        let total = p.buf.len();
-        if p.requested >= total {
-            return true;
-        }
-        let len = (total - p.requested).min(self.params.max_burst_length as usize);
+    }
+
+    /// The next Target Transfer Tag (never the reserved value).
+    fn new_ttt(&mut self) -> u32 {
         let ttt = self.next_ttt;
         self.next_ttt = self.next_ttt.wrapping_add(1);
         if self.next_ttt == RESERVED_TAG {
             self.next_ttt = 1;
         }
-        self.out.send(
-            R2t {
-                lun: vmdeploy_shared::iscsi::Lun::from_number(p.lun as u16),
-                itt,
-                ttt,
-                r2t_sn: p.r2t_sn,
-                buffer_offset: p.requested as u32,
-                desired_len: len as u32,
-                ..Default::default()
-            },
-            OutData::None,
-            false,
-        );
-        p.r2t_sn = p.r2t_sn.wrapping_add(1);
-        p.r2t = Some((ttt, p.requested, len, 0));
-        p.requested += len;
-        false
+        ttt
     }
 
     async fn data_out<R: AsyncRead + Unpin>(
@@ -684,76 +544,39 @@ impl Connection {
         header: &Header,
         d: vmdeploy_shared::iscsi::DataOut,
     ) -> anyhow::Result<()> {
-        let len = header.data_len;
-        let Some(mut p) = self.pending.remove(&d.itt) else {
-            // Data for a command already answered (rejected, aborted): drop it quietly.
-            framing::skip(rd, framing_len(header)).await?;
-            return Ok(());
-        };
-        if let Some((sense, residual)) = p.verdict {
-            framing::skip(rd, framing_len(header)).await?;
-            if d.final_ {
-                self.respond_sense(d.itt, sense, residual);
-            } else {
-                self.pending.insert(d.itt, p);
-            }
-            return Ok(());
-        }
-        let offset = d.buffer_offset as usize;
-        let end = offset.saturating_add(len);
-        // Which sequence does this PDU belong to, and is its DataSN the next one?
-        let in_sequence = if d.ttt == RESERVED_TAG {
-            let ok = p.unsolicited_open
-                && d.data_sn == p.unsolicited_data_sn
-                && end <= (self.params.first_burst_length as usize).min(p.buf.len());
-            p.unsolicited_data_sn = p.unsolicited_data_sn.wrapping_add(1);
-            ok
-        } else {
-            match &mut p.r2t {
-                Some((ttt, r_off, r_len, next_sn)) if *ttt == d.ttt => {
-                    let ok = d.data_sn == *next_sn && offset >= *r_off && end <= *r_off + *r_len;
-                    *next_sn = next_sn.wrapping_add(1);
-                    ok
+        let p = match self.pending.remove(&d.itt) {
+            Some(Pending::Write(p)) => p,
+            Some(Pending::Draining { sense, residual }) => {
+                framing::skip(rd, header.body_len()).await?;
+                if d.final_ {
+                    self.respond_sense(d.itt, sense, residual);
+                } else {
+                    self.pending
+                        .insert(d.itt, Pending::Draining { sense, residual });
                 }
-                _ => false,
+                return Ok(());
+            }
+            None => {
+                // Data for a command already answered (rejected, aborted): drop it quietly.
+                framing::skip(rd, header.body_len()).await?;
+                return Ok(());
             }
         };
-        if !in_sequence || end > p.buf.len() {
-            // ERL 0: a sequence error in Data-Out ends the connection (RFC 7143 §7.1.4.1).
-            anyhow::bail!(
-                "Data-Out for ITT {:#x} out of sequence (DataSN {}, offset {offset}, {len} bytes, TTT {:#x})",
-                d.itt,
-                d.data_sn,
-                d.ttt
-            );
-        }
-        if offset > p.filled_to {
-            p.buf[p.filled_to..offset].fill(0);
-        }
-        framing::read_body(rd, &mut p.buf[offset..end]).await?;
-        framing::skip_padding(rd, len).await?;
-        p.received += len;
-        p.filled_to = p.filled_to.max(end);
-        if d.final_ {
-            if d.ttt == RESERVED_TAG {
-                p.unsolicited_open = false;
-            } else {
-                p.r2t = None;
-            }
-        }
-        if self.advance_write(d.itt, &mut p) {
-            self.dispatch_write(d.itt, p);
-        } else {
-            self.pending.insert(d.itt, p);
-        }
+        let mut p = p;
+        // ERL 0: a sequence error in Data-Out ends the connection (RFC 7143 §7.1.4.1).
+        let place = p.gather.place(&d, header.data_len())?;
+        p.buf[place.zero].fill(0);
+        framing::read_body(rd, &mut p.buf[place.data]).await?;
+        framing::skip_padding(rd, header).await?;
+        self.advance_write(d.itt, p);
         Ok(())
     }
 
     fn dispatch_write(&mut self, itt: u32, mut p: PendingWrite) {
-        if p.received < p.buf.len() {
+        if p.gather.received() < p.buf.len() {
             tracing::warn!(
                 itt,
-                received = p.received,
+                received = p.gather.received(),
                 needed = p.buf.len(),
                 "write data incomplete"
             );
@@ -766,38 +589,28 @@ impl Connection {
             return;
         }
         // Overlapping Data-Out can add up to the length and still leave bytes unwritten.
-        let filled_to = p.filled_to;
+        let filled_to = p.gather.filled_to();
         if let Some(rest) = p.buf.get_mut(filled_to..) {
             rest.fill(0);
         }
-        self.dispatch(
-            p.lun,
-            p.cmd,
+        let answer = Answer {
             itt,
-            p.expected_len,
-            false,
-            p.buf.into(),
-            p.residual,
-        );
+            edtl: p.expected_len,
+            read: false,
+            write_residual: p.residual,
+        };
+        self.dispatch(p.lun, p.cmd, answer, p.buf.into());
     }
 
     /// Runs a command on the blocking pool and queues its response.
-    #[allow(clippy::too_many_arguments)]
-    fn dispatch(
-        &self,
-        lun: u64,
-        cmd: Cdb,
-        itt: u32,
-        edtl: u32,
-        read: bool,
-        data: DataOutBuf,
-        residual: Option<(bool, u32)>,
-    ) {
+    fn dispatch(&self, lun: u64, cmd: Cdb, answer: Answer, data: DataOutBuf) {
         let shared = self.shared.clone();
         let out = self.out.clone();
-        let max_xmit =
-            (self.params.max_xmit_data_segment_length as usize).clamp(512, MAX_SEND_SEGMENT);
-        let max_burst = self.params.max_burst_length as usize;
+        let limits = DataInLimits {
+            max_xmit: (self.params.max_xmit_data_segment_length as usize)
+                .clamp(512, MAX_SEND_SEGMENT),
+            max_burst: self.params.max_burst_length as usize,
+        };
         let stats = self.stats.clone();
         stats.started(data.as_slice().len());
         let job_stats = stats.clone();
@@ -820,9 +633,7 @@ impl Connection {
                 shared.buffers.give(buf);
             }
             job_stats.finished();
-            send_outcome(
-                &out, itt, edtl, read, outcome, max_xmit, max_burst, residual,
-            );
+            send_outcome(&out, &answer, outcome, limits);
         };
         match inflight.clone().try_acquire_owned() {
             Ok(permit) => {
@@ -841,7 +652,7 @@ impl Connection {
         }
     }
 
-    fn respond_sense(&self, itt: u32, sense: Sense, residual: Option<(bool, u32)>) {
+    fn respond_sense(&self, itt: u32, sense: Sense, residual: Residual) {
         send_sense(&self.out, itt, sense, residual);
     }
 }
@@ -864,109 +675,5 @@ impl DataOutBuf {
 impl From<AlignedBuf> for DataOutBuf {
     fn from(b: AlignedBuf) -> Self {
         DataOutBuf::Aligned(b)
-    }
-}
-
-fn framing_len(header: &Header) -> usize {
-    vmdeploy_shared::iscsi::pdu::padded_len(header.data_len)
-}
-
-fn send_sense(out: &Outbox, itt: u32, sense: Sense, residual: Option<(bool, u32)>) {
-    let (overflow, underflow, count) = match residual {
-        Some((true, n)) if n > 0 => (true, false, n),
-        Some((false, n)) if n > 0 => (false, true, n),
-        _ => (false, false, 0),
-    };
-    out.send(
-        ScsiResponse {
-            overflow,
-            underflow,
-            residual_count: count,
-            response: response_code::COMPLETED,
-            status: vmdeploy_shared::iscsi::pdu::scsi_status::CHECK_CONDITION,
-            itt,
-            ..Default::default()
-        },
-        OutData::Bytes(Bytes::from(sense_segment(&sense.to_fixed()))),
-        true,
-    );
-}
-
-/// Queues Data-In (with the status in the last PDU) or a SCSI Response for a finished command.
-#[allow(clippy::too_many_arguments)]
-fn send_outcome(
-    out: &Outbox,
-    itt: u32,
-    edtl: u32,
-    read: bool,
-    outcome: Outcome,
-    max_xmit: usize,
-    max_burst: usize,
-    write_residual: Option<(bool, u32)>,
-) {
-    let payload = match outcome {
-        Err(sense) => return send_sense(out, itt, sense, None),
-        Ok(p) => p,
-    };
-    let produced = payload.as_ref().map_or(0, |p| p.as_slice().len());
-    let edtl = if read { edtl as usize } else { 0 };
-    let sent = produced.min(edtl);
-    let (overflow, underflow, residual) = if let Some((over, n)) = write_residual {
-        (over, !over, n as usize)
-    } else if produced > edtl && payload.is_some() {
-        (true, false, produced - edtl)
-    } else if edtl > produced {
-        (false, true, edtl - produced)
-    } else {
-        (false, false, 0)
-    };
-    if sent == 0 {
-        out.send(
-            ScsiResponse {
-                overflow,
-                underflow,
-                residual_count: residual as u32,
-                response: response_code::COMPLETED,
-                status: vmdeploy_shared::iscsi::pdu::scsi_status::GOOD,
-                itt,
-                ..Default::default()
-            },
-            OutData::None,
-            true,
-        );
-        return;
-    }
-    let payload = Arc::new(payload.expect("sent > 0 implies a payload"));
-    let mut offset = 0usize;
-    let mut data_sn = 0u32;
-    let mut burst_start = 0usize;
-    while offset < sent {
-        let len = (sent - offset).min(max_xmit);
-        let end = offset + len;
-        let last = end == sent;
-        // F closes a Data-In sequence at each MaxBurstLength and at the end (RFC 7143 §11.7.1).
-        let burst_end = last || end - burst_start >= max_burst;
-        out.send(
-            DataIn {
-                final_: burst_end,
-                has_status: last,
-                status: vmdeploy_shared::iscsi::pdu::scsi_status::GOOD,
-                overflow: last && overflow,
-                underflow: last && underflow,
-                residual_count: if last { residual as u32 } else { 0 },
-                itt,
-                ttt: RESERVED_TAG,
-                data_sn,
-                buffer_offset: offset as u32,
-                ..Default::default()
-            },
-            OutData::Slice(payload.clone(), offset, end),
-            last,
-        );
-        if burst_end {
-            burst_start = end;
-        }
-        data_sn = data_sn.wrapping_add(1);
-        offset = end;
     }
 }

@@ -8,11 +8,11 @@ use vmdeploy_shared::iscsi::chap::{self, respond_to_challenge};
 use vmdeploy_shared::iscsi::keys::{key, value};
 use vmdeploy_shared::iscsi::pdu::ISCSI_VERSION;
 use vmdeploy_shared::iscsi::{
-    Bhs, ChapChallenge, LoginResponse, LoginStage, LoginStatus, Negotiation, OperationalParams,
-    Pdu, Role, TextKeys,
+    Bhs, ChapChallenge, LoggedIn, LoginResponse, LoginStage, LoginStatus, Negotiation,
+    OperationalParams, Pdu, Role, SessionKind, TextKeys,
 };
 
-use super::framing::{self, Header};
+use super::framing::{self, Header, Limits};
 use super::server::TargetShared;
 
 /// Longest a login may wait for the initiator's next PDU.
@@ -23,32 +23,6 @@ const LOGIN_MAX_DATA: usize = 8192;
 const LOGIN_MAX_TEXT: usize = 64 * 1024;
 /// The one target portal group.
 pub const PORTAL_GROUP_TAG: u16 = 1;
-
-/// Kind of session the initiator asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionKind {
-    /// SendTargets only.
-    Discovery,
-    /// SCSI commands to LUN 1.
-    Normal,
-}
-
-/// A finished login.
-#[derive(Debug)]
-pub struct LoggedIn {
-    /// Session type.
-    pub kind: SessionKind,
-    /// Negotiated parameters in force.
-    pub params: OperationalParams,
-    /// Next StatSN to send.
-    pub stat_sn: u32,
-    /// Next expected CmdSN.
-    pub exp_cmd_sn: u32,
-    /// Initiator name.
-    pub initiator: String,
-    /// TSIH given to the session.
-    pub tsih: u16,
-}
 
 enum ChapState {
     NotStarted,
@@ -77,20 +51,17 @@ pub fn local_params() -> OperationalParams {
 async fn read_login_pdu<R: AsyncRead + Unpin>(
     r: &mut R,
 ) -> anyhow::Result<Option<(Header, Bhs, Vec<u8>)>> {
-    let header = match tokio::time::timeout(LOGIN_PDU_TIMEOUT, framing::read_header(r)).await {
-        Ok(h) => h?,
-        Err(_) => anyhow::bail!("no login PDU within {LOGIN_PDU_TIMEOUT:?}"),
-    };
+    let limits = Limits::new(LOGIN_MAX_DATA);
+    let header =
+        match tokio::time::timeout(LOGIN_PDU_TIMEOUT, framing::read_header(r, &limits)).await {
+            Ok(h) => h.context("reading a login PDU")?,
+            Err(_) => anyhow::bail!("no login PDU within {LOGIN_PDU_TIMEOUT:?}"),
+        };
     let Some(header) = header else {
         return Ok(None);
     };
-    anyhow::ensure!(
-        header.data_len <= LOGIN_MAX_DATA,
-        "login PDU data segment of {} bytes is over {LOGIN_MAX_DATA}",
-        header.data_len
-    );
-    framing::skip(r, header.ahs_len).await?;
-    let data = framing::read_data_vec(r, header.data_len).await?;
+    framing::skip(r, header.layout.ahs_len).await?;
+    let data = framing::read_data_vec(r, &header).await?;
     let bhs = Bhs::decode(&header.raw).context("decoding a login-phase PDU")?;
     Ok(Some((header, bhs, data)))
 }
@@ -131,7 +102,7 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
             itt: req.itt,
             stat_sn,
             exp_cmd_sn: req.cmd_sn,
-            max_cmd_sn: req.cmd_sn.wrapping_add(super::connection::CMD_WINDOW - 1),
+            max_cmd_sn: req.cmd_sn.wrapping_add(super::outbox::CMD_WINDOW - 1),
             status: LoginStatus::SUCCESS,
         };
         stat_sn = stat_sn.wrapping_add(1);
@@ -195,19 +166,18 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                 .await;
             };
             initiator = name.to_string();
-            kind = match keys.get(key::SESSION_TYPE) {
-                None | Some(value::NORMAL) => SessionKind::Normal,
-                Some(value::DISCOVERY) => SessionKind::Discovery,
-                Some(other) => {
-                    return send_refusal(
-                        stream,
-                        resp,
-                        LoginStatus::SESSION_TYPE_NOT_SUPPORTED,
-                        format!("session type {other:?}"),
-                    )
-                    .await;
-                }
+            let session_type = keys.get(key::SESSION_TYPE);
+            let Some(asked) = SessionKind::from_session_type(session_type) else {
+                let other = session_type.unwrap_or_default();
+                return send_refusal(
+                    stream,
+                    resp,
+                    LoginStatus::SESSION_TYPE_NOT_SUPPORTED,
+                    format!("session type {other:?}"),
+                )
+                .await;
             };
+            kind = asked;
             if kind == SessionKind::Normal {
                 match keys.get(key::TARGET_NAME) {
                     None => {
@@ -325,19 +295,6 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                         auth_done = true;
                     }
                 }
-                // Operational keys may already come in the security stage.
-                match neg.receive(&keys) {
-                    Ok(a) => answers.extend(a),
-                    Err(e) => {
-                        return send_refusal(
-                            stream,
-                            resp,
-                            LoginStatus::INITIATOR_ERROR,
-                            format!("negotiation: {e}"),
-                        )
-                        .await;
-                    }
-                }
             }
             LoginStage::Operational => {
                 if !auth_done {
@@ -349,18 +306,6 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                     )
                     .await;
                 }
-                match neg.receive(&keys) {
-                    Ok(a) => answers.extend(a),
-                    Err(e) => {
-                        return send_refusal(
-                            stream,
-                            resp,
-                            LoginStatus::INITIATOR_ERROR,
-                            format!("negotiation: {e}"),
-                        )
-                        .await;
-                    }
-                }
             }
             LoginStage::FullFeature => {
                 return send_refusal(
@@ -368,6 +313,19 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                     resp,
                     LoginStatus::INITIATOR_ERROR,
                     "login PDU in full feature stage".into(),
+                )
+                .await;
+            }
+        }
+        // Operational keys, in either stage (they may already come in the security stage).
+        match neg.receive(&keys) {
+            Ok(a) => answers.extend(a),
+            Err(e) => {
+                return send_refusal(
+                    stream,
+                    resp,
+                    LoginStatus::INITIATOR_ERROR,
+                    format!("negotiation: {e}"),
                 )
                 .await;
             }
@@ -384,7 +342,7 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                 answers.extend(neg.offer());
                 let tsih = shared.next_tsih();
                 resp.tsih = tsih;
-                let exp_cmd_sn = req.cmd_sn;
+                let max_cmd_sn = resp.max_cmd_sn;
                 send(stream, resp, answers).await?;
                 let mut params = neg.result.clone();
                 // The digests this target uses are always None (it never offers or accepts CRC32C).
@@ -393,10 +351,12 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                 return Ok(Some(LoggedIn {
                     kind,
                     params,
-                    stat_sn,
-                    exp_cmd_sn,
-                    initiator,
+                    initiator_name: initiator,
+                    isid: req.isid,
                     tsih,
+                    cmd_sn: req.cmd_sn,
+                    max_cmd_sn,
+                    stat_sn,
                 }));
             }
         }

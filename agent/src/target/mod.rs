@@ -1,8 +1,10 @@
 //! The agent's iSCSI target: serves the node's disk as LUN 1 (iscsi_ilo, pxe_ilo).
 //!
 //! Layers, bottom up: [`backend`] (O_DIRECT block I/O), [`commands`] (SCSI semantics),
-//! [`framing`] and [`login`] and [`connection`] (iSCSI, RFC 7143), [`server`] (accept loop and
-//! shutdown), [`done`] (the conductor's "done" notification), [`cli`].
+//! [`framing`] and [`login`] and [`connection`] (iSCSI, RFC 7143; the connection's parts:
+//! [`outbox`] for what it sends, [`gather`] for where write data goes, [`responses`] for how a
+//! command is answered), [`server`] ([`server::Target::start`], accept loop and shutdown),
+//! [`done`] (the conductor's "done" notification), [`cli`].
 
 pub mod backend;
 pub mod cli;
@@ -10,5 +12,8 @@ pub mod commands;
 pub mod connection;
 pub mod done;
 pub mod framing;
+pub mod gather;
 pub mod login;
+pub mod outbox;
+pub mod responses;
 pub mod server;

@@ -1,17 +1,101 @@
-//! The target's accept loop and the state every connection shares.
+//! Starting and stopping the target ([`Target::start`], the one start-up the CLI, the iSCSI
+//! deploy flow and the `iscsi` API extension share), its accept loop, and the state every
+//! connection shares.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
+use tokio::sync::{oneshot, Semaphore};
+use tokio::task::{JoinHandle, JoinSet};
 use vmdeploy_shared::iscsi::ChapCredentials;
 
-use super::backend::BufferPool;
-use super::commands::Lun;
+use super::backend::{BlockBackend, BufferPool};
+use super::commands::{Identity, Lun};
+
+/// What a target serves, and where.
+#[derive(Debug, Clone)]
+pub struct TargetConfig {
+    /// Target name (`iqn.…` or Ironic's `iqn-<uuid>`); checked by [`Target::start`].
+    pub iqn: String,
+    /// Block device or file served as LUN 1.
+    pub disk: PathBuf,
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// CHAP credentials, when CHAP is required.
+    pub chap: Option<ChapCredentials>,
+    /// Buffered I/O even where O_DIRECT works.
+    pub buffered: bool,
+}
+
+/// A running target: listening and serving its LUN until [`Target::stop`].
+#[derive(Debug)]
+pub struct Target {
+    addr: SocketAddr,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Target {
+    /// Checks the name, opens the disk, listens, and serves in a task of the current runtime.
+    pub async fn start(config: TargetConfig) -> anyhow::Result<Target> {
+        Target::start_with(config, |_| Ok(())).await
+    }
+
+    /// [`Target::start`], running `prepare` on the opened disk (on the blocking pool) before
+    /// the port is bound: no initiator sees the disk before it is done.
+    pub async fn start_with(
+        config: TargetConfig,
+        prepare: impl FnOnce(&BlockBackend) -> anyhow::Result<()> + Send + 'static,
+    ) -> anyhow::Result<Target> {
+        let TargetConfig {
+            iqn,
+            disk,
+            listen,
+            chap,
+            buffered,
+        } = config;
+        vmdeploy_shared::iqn::validate(&iqn)
+            .with_context(|| format!("checking target name {iqn:?}"))?;
+        let path = disk.clone();
+        let backend = tokio::task::spawn_blocking(move || -> anyhow::Result<BlockBackend> {
+            let backend = BlockBackend::open(&path, buffered)?;
+            prepare(&backend).with_context(|| format!("preparing {}", path.display()))?;
+            Ok(backend)
+        })
+        .await
+        .context("joining the disk's opening")??;
+        let listener = TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("listening for iSCSI on {listen}"))?;
+        let addr = listener
+            .local_addr()
+            .context("reading the iSCSI listener's address")?;
+        let lun = Lun::new(Arc::new(backend), Identity::derive(&iqn, &disk));
+        let shared = Arc::new(TargetShared::new(iqn, chap, lun));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(serve(listener, shared, async move {
+            // A dropped sender stops the target too.
+            let _ = stopped.await;
+        }));
+        Ok(Target { addr, stop, task })
+    }
+
+    /// The address the target listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting, drops every connection, waits for the commands in flight and flushes
+    /// the disk.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(());
+        self.task.await.context("the target task failed")?
+    }
+}
 
 /// Upper bound of SCSI command jobs running at once, over all connections; shutdown takes all
 /// permits to wait for the jobs in flight before the final flush.

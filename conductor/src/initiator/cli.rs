@@ -12,8 +12,7 @@ use anyhow::Context as _;
 use vmdeploy_shared::exit::UsageError;
 use vmdeploy_shared::iscsi::chap::ChapCredentials;
 
-use super::session::DEFAULT_QUEUE_DEPTH;
-use super::session::{read_to_file, write_file};
+use super::pipeline::{read_to_file, write_file, DEFAULT_QUEUE_DEPTH};
 use super::{discover, Session, SessionConfig};
 
 /// Arguments of `vmdeploy-conductor iscsi`.

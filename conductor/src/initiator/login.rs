@@ -7,12 +7,12 @@ use tokio::net::TcpStream;
 use tracing::{debug, info};
 use vmdeploy_shared::iscsi::chap::{respond_to_challenge, ChapChallenge};
 use vmdeploy_shared::iscsi::keys::{
-    key, parse_send_targets, value, DiscoveredTarget, Negotiation, OperationalParams, Role,
+    key, parse_send_targets, value, DiscoveredTarget, Negotiation, Role,
 };
 use vmdeploy_shared::iscsi::pdu::{logout_reason, logout_response, ISCSI_VERSION};
 use vmdeploy_shared::iscsi::{
-    Bhs, Digests, LoginRequest, LoginResponse, LoginStage, LogoutRequest, Pdu, PduDecoder,
-    TextKeys, TextRequest, RESERVED_TAG,
+    Bhs, Digests, LoggedIn, LoginRequest, LoginResponse, LoginStage, LogoutRequest, Pdu,
+    PduDecoder, SessionKind, TextKeys, TextRequest, RESERVED_TAG,
 };
 
 use super::transport::{send_pdu, shutdown, PduReader};
@@ -28,35 +28,14 @@ const LOGIN_ITT: u32 = 0;
 /// The connection ID (one connection per session).
 const CID: u16 = 0;
 
-/// What kind of session to open.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SessionKind {
-    /// A normal session to `SessionConfig::target`.
-    Normal,
-    /// A discovery session (no target name).
-    Discovery,
-}
-
-/// A connection in the full feature phase with the values negotiated for it.
-pub struct LoggedIn {
+/// A connection in the full feature phase: its two halves and what the login established.
+pub struct Connected {
     /// Receive side.
     pub reader: PduReader<OwnedReadHalf>,
     /// Send side.
     pub writer: OwnedWriteHalf,
-    /// The negotiated operational parameters.
-    pub params: OperationalParams,
-    /// Digests in use from now on.
-    pub digests: Digests,
-    /// ISID of the session.
-    pub isid: [u8; 6],
-    /// TSIH the target gave the session.
-    pub tsih: u16,
-    /// Next CmdSN to use.
-    pub cmd_sn: u32,
-    /// ExpStatSN to send.
-    pub exp_stat_sn: u32,
-    /// The target's MaxCmdSN from the last login response.
-    pub max_cmd_sn: u32,
+    /// The negotiated values and where the sequence numbers start.
+    pub session: LoggedIn,
 }
 
 fn random_isid() -> [u8; 6] {
@@ -334,7 +313,7 @@ impl Login<'_> {
 
 /// Logs in: security stage (with CHAP when configured), operational negotiation, full feature
 /// phase. Every wait is bounded by `config.timeouts`.
-pub async fn login(config: &SessionConfig, kind: SessionKind) -> Result<LoggedIn, InitiatorError> {
+pub async fn login(config: &SessionConfig, kind: SessionKind) -> Result<Connected, InitiatorError> {
     if kind == SessionKind::Normal {
         vmdeploy_shared::iqn::validate(&config.target)?;
     }
@@ -357,12 +336,9 @@ pub async fn login(config: &SessionConfig, kind: SessionKind) -> Result<LoggedIn
     };
     let mut first = TextKeys::new();
     first.push(key::INITIATOR_NAME, config.initiator_name.clone());
-    match kind {
-        SessionKind::Normal => {
-            first.push(key::SESSION_TYPE, value::NORMAL);
-            first.push(key::TARGET_NAME, config.target.clone());
-        }
-        SessionKind::Discovery => first.push(key::SESSION_TYPE, value::DISCOVERY),
+    first.push(key::SESSION_TYPE, kind.session_type());
+    if kind == SessionKind::Normal {
+        first.push(key::TARGET_NAME, config.target.clone());
     }
     login.security_stage(first).await?;
     let mut local = config.params.clone();
@@ -387,16 +363,19 @@ pub async fn login(config: &SessionConfig, kind: SessionKind) -> Result<LoggedIn
     );
     let mut reader = login.reader;
     reader.decoder = PduDecoder::new(digests, params.max_recv_data_segment_length as usize);
-    Ok(LoggedIn {
+    Ok(Connected {
         reader,
         writer: login.writer,
-        params,
-        digests,
-        isid: login.isid,
-        tsih: login.tsih,
-        cmd_sn: login.cmd_sn,
-        exp_stat_sn: login.exp_stat_sn,
-        max_cmd_sn: login.max_cmd_sn,
+        session: LoggedIn {
+            kind,
+            params,
+            initiator_name: config.initiator_name.clone(),
+            isid: login.isid,
+            tsih: login.tsih,
+            cmd_sn: login.cmd_sn,
+            max_cmd_sn: login.max_cmd_sn,
+            stat_sn: login.exp_stat_sn,
+        },
     })
 }
 
@@ -418,18 +397,18 @@ pub async fn discover(config: &SessionConfig) -> Result<Vec<DiscoveredTarget>, I
             continue_: false,
             itt,
             ttt,
-            cmd_sn: s.cmd_sn,
-            exp_stat_sn: s.exp_stat_sn,
+            cmd_sn: s.session.cmd_sn,
+            exp_stat_sn: s.session.stat_sn,
             ..Default::default()
         };
         send_pdu(
             &mut s.writer,
             &Pdu::with_data(request, std::mem::take(&mut data)),
-            s.digests,
+            s.session.digests(),
             limit,
         )
         .await?;
-        s.cmd_sn = s.cmd_sn.wrapping_add(1);
+        s.session.cmd_sn = s.session.cmd_sn.wrapping_add(1);
         let reply = s
             .reader
             .next_within(limit, "waiting for the SendTargets answer")
@@ -440,7 +419,7 @@ pub async fn discover(config: &SessionConfig) -> Result<Vec<DiscoveredTarget>, I
                 reply.bhs.opcode()
             )));
         };
-        s.exp_stat_sn = h.stat_sn.wrapping_add(1);
+        s.session.stat_sn = h.stat_sn.wrapping_add(1);
         collected.extend_from_slice(&reply.data);
         if h.final_ && !h.continue_ {
             break;
@@ -454,16 +433,25 @@ pub async fn discover(config: &SessionConfig) -> Result<Vec<DiscoveredTarget>, I
 }
 
 /// Logs out of a session that has no reader task (discovery).
-async fn logout_inline(s: &mut LoggedIn, limit: std::time::Duration) -> Result<(), InitiatorError> {
+async fn logout_inline(
+    s: &mut Connected,
+    limit: std::time::Duration,
+) -> Result<(), InitiatorError> {
     let request = LogoutRequest {
         immediate: true,
         reason: logout_reason::CLOSE_SESSION,
         itt: 2,
         cid: CID,
-        cmd_sn: s.cmd_sn,
-        exp_stat_sn: s.exp_stat_sn,
+        cmd_sn: s.session.cmd_sn,
+        exp_stat_sn: s.session.stat_sn,
     };
-    send_pdu(&mut s.writer, &Pdu::new(request), s.digests, limit).await?;
+    send_pdu(
+        &mut s.writer,
+        &Pdu::new(request),
+        s.session.digests(),
+        limit,
+    )
+    .await?;
     let reply = s
         .reader
         .next_within(limit, "waiting for the logout response")

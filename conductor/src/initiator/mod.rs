@@ -11,7 +11,8 @@
 //! - [`session`]: the full feature phase. One reader task routes PDUs by Initiator Task Tag to the
 //!   command futures; commands wait for the CmdSN window, send immediate and unsolicited data,
 //!   answer R2Ts, collect Data-In, and finish on the status. Many commands run at once
-//!   ([`session::write_image`], [`session::read_image`] keep a queue of them in flight).
+//! - [`pipeline`]: whole-image transfers ([`pipeline::write_image`], [`pipeline::read_image`]
+//!   keep a queue of commands in flight).
 //! - [`blocking`]: a `Read + Write + Seek` view of a LUN for the synchronous partitioning code.
 //! - [`cli`]: `vmdeploy-conductor iscsi write|read|capacity|discover`.
 //!
@@ -23,6 +24,7 @@
 pub mod blocking;
 pub mod cli;
 pub mod login;
+pub mod pipeline;
 pub mod session;
 pub mod transport;
 
@@ -34,7 +36,8 @@ use vmdeploy_shared::iscsi::{KeysError, LoginStatus, PduError};
 
 pub use blocking::BlockingLun;
 pub use login::discover;
-pub use session::{read_image, read_to_file, write_file, write_image, Session};
+pub use pipeline::{read_image, read_to_file, write_file, write_image};
+pub use session::Session;
 
 /// The initiator name used when the caller gives none.
 pub const DEFAULT_INITIATOR_NAME: &str = "iqn.2024-01.org.vmdeploy:conductor";

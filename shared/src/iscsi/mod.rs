@@ -13,6 +13,7 @@
 //!   answers.
 //! - [`chap`]: CHAP-MD5 responses, challenges and the initiator's answer (one-way and mutual).
 //! - [`digest`]: CRC32C as iSCSI sends it.
+//! - [`session`]: what both ends hold after a login ([`LoggedIn`], [`SessionKind`]).
 //! - iSCSI names (including Ironic's `iqn-<uuid>` form) are checked by [`crate::iqn`].
 //!
 //! A typical exchange on the initiator side:
@@ -35,6 +36,7 @@ pub mod digest;
 pub mod keys;
 pub mod pdu;
 pub mod scsi;
+pub mod session;
 
 pub use chap::{ChapChallenge, ChapCredentials, ChapError};
 pub use digest::Digests;
@@ -45,6 +47,7 @@ pub use pdu::{
     PduError, R2t, Reject, ScsiCommand, ScsiResponse, Snack, TaskMgmtRequest, TaskMgmtResponse,
     TextRequest, TextResponse, BHS_LEN, RESERVED_TAG,
 };
+pub use session::{LoggedIn, SessionKind};
 
 /// The well-known iSCSI TCP port (RFC 7143 §13.2; DESIGN.md §4).
 pub const ISCSI_PORT: u16 = 3260;

@@ -1,7 +1,7 @@
 //! The full feature phase: SCSI commands over one logged-in connection, many at once.
 //!
 //! # Design
-//! A reader task owns the receive side. It keeps ExpStatSN and the CmdSN window (ExpCmdSN,
+//! A reader task (`reader.rs`) owns the receive side. It keeps ExpStatSN and the CmdSN window (ExpCmdSN,
 //! MaxCmdSN; RFC 7143 §4.2.2.1) up to date, answers target pings (NOP-In with a transfer tag),
 //! and routes every other PDU by Initiator Task Tag to the command that owns it. A command:
 //! 1. waits until CmdSN ≤ MaxCmdSN, then, holding the send lock, takes the next CmdSN and sends
@@ -14,16 +14,14 @@
 //! A target that says nothing for `Timeouts::command` fails the command; a lost connection fails
 //! every command with the reason the reader saw.
 //!
-//! [`write_image`] and [`read_image`] keep a queue of commands in flight (pipelining) and
-//! consume results in order.
+//! Whole-image transfers with many commands in flight are in `pipeline.rs`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use bytes::Bytes;
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
@@ -34,17 +32,14 @@ use vmdeploy_shared::iscsi::pdu::{
 };
 use vmdeploy_shared::iscsi::scsi::{build, Capacity, Sense, SenseKey};
 use vmdeploy_shared::iscsi::{
-    Bhs, DataOut, Digests, LogoutRequest, Lun, NopOut, Pdu, ScsiCommand, RESERVED_TAG,
+    Bhs, DataOut, Digests, LogoutRequest, Lun, Pdu, ScsiCommand, SessionKind, RESERVED_TAG,
 };
 
-use super::login::{login, SessionKind};
-use super::transport::{send_pdu, shutdown, PduReader};
-use super::{with_timeout, InitiatorError, SessionConfig, Timeouts};
+mod reader;
 
-/// Commands [`write_image`]/[`read_image`] keep in flight by default: enough to cover the
-/// round trip of an R2T and the target's disk latency (tgtd queues 128 per session,
-/// reference/iscsi-and-swift-peers.md §1).
-pub const DEFAULT_QUEUE_DEPTH: usize = 16;
+use super::login::login;
+use super::transport::{send_pdu, shutdown};
+use super::{with_timeout, InitiatorError, SessionConfig, Timeouts};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic elsewhere while holding the lock leaves plain counters behind: still usable.
@@ -234,28 +229,29 @@ impl Session {
     /// Connects, logs in, and reads the LUN's capacity (clearing the unit attention a fresh
     /// session may report first).
     pub async fn open(config: &SessionConfig) -> Result<Session, InitiatorError> {
-        let logged = login(config, SessionKind::Normal).await?;
+        let connected = login(config, SessionKind::Normal).await?;
+        let logged = connected.session;
         let inner = Arc::new(Inner {
-            writer: tokio::sync::Mutex::new(logged.writer),
+            writer: tokio::sync::Mutex::new(connected.writer),
             seq: Mutex::new(Sequence {
                 cmd_sn: logged.cmd_sn,
                 exp_cmd_sn: logged.cmd_sn,
                 max_cmd_sn: logged.max_cmd_sn,
-                exp_stat_sn: logged.exp_stat_sn,
+                exp_stat_sn: logged.stat_sn,
                 next_itt: 0x10,
             }),
             window: Notify::new(),
             tasks: Mutex::new(HashMap::new()),
             dead: Mutex::new(None),
             closing: AtomicBool::new(false),
+            digests: logged.digests(),
             params: logged.params,
-            digests: logged.digests,
             lun: Lun::from_number(config.lun),
             timeouts: config.timeouts,
             target: config.target.clone(),
             reader: Mutex::new(None),
         });
-        let reader = tokio::spawn(read_loop(Arc::downgrade(&inner), logged.reader));
+        let reader = tokio::spawn(reader::read_loop(Arc::downgrade(&inner), connected.reader));
         *lock(&inner.reader) = Some(reader);
         let mut session = Session {
             inner,
@@ -693,394 +689,4 @@ fn check_status(
         }
         other => Err(InitiatorError::ScsiStatus { op, status: other }),
     }
-}
-
-/// The reader task: decodes PDUs, keeps the sequence numbers, routes PDUs to their commands.
-async fn read_loop(weak: Weak<Inner>, mut reader: PduReader<OwnedReadHalf>) {
-    let reason = loop {
-        let next = reader.next().await;
-        let Some(inner) = weak.upgrade() else {
-            return;
-        };
-        let pdu = match next {
-            Ok(Some(pdu)) => pdu,
-            Ok(None) => break "the target closed the connection".to_string(),
-            Err(e) => break e.to_string(),
-        };
-        match &pdu.bhs {
-            Bhs::ScsiResponse(h) => {
-                inner.update_stat_sn(h.stat_sn);
-                inner.update_window(h.exp_cmd_sn, h.max_cmd_sn);
-            }
-            Bhs::DataIn(h) => {
-                if h.has_status {
-                    inner.update_stat_sn(h.stat_sn);
-                }
-                inner.update_window(h.exp_cmd_sn, h.max_cmd_sn);
-            }
-            Bhs::R2t(h) => inner.update_window(h.exp_cmd_sn, h.max_cmd_sn),
-            Bhs::NopIn(h) => inner.update_window(h.exp_cmd_sn, h.max_cmd_sn),
-            Bhs::TextResponse(h) => {
-                inner.update_stat_sn(h.stat_sn);
-                inner.update_window(h.exp_cmd_sn, h.max_cmd_sn);
-            }
-            Bhs::LogoutResponse(h) => {
-                inner.update_stat_sn(h.stat_sn);
-                inner.update_window(h.exp_cmd_sn, h.max_cmd_sn);
-            }
-            Bhs::TaskMgmtResponse(h) => {
-                inner.update_stat_sn(h.stat_sn);
-                inner.update_window(h.exp_cmd_sn, h.max_cmd_sn);
-            }
-            Bhs::AsyncMessage(h) => {
-                inner.update_stat_sn(h.stat_sn);
-                inner.update_window(h.exp_cmd_sn, h.max_cmd_sn);
-            }
-            Bhs::Reject(h) => {
-                inner.update_stat_sn(h.stat_sn);
-                inner.update_window(h.exp_cmd_sn, h.max_cmd_sn);
-            }
-            _ => {}
-        }
-        let route_to = match &pdu.bhs {
-            Bhs::NopIn(h) => {
-                if h.ttt != RESERVED_TAG {
-                    // The target pings and wants an answer (RFC 7143 §11.19.1).
-                    let (ttt, lun) = (h.ttt, h.lun);
-                    let weak = weak.clone();
-                    tokio::spawn(async move {
-                        if let Some(inner) = weak.upgrade() {
-                            answer_ping(&inner, ttt, lun).await;
-                        }
-                    });
-                }
-                (h.itt != RESERVED_TAG).then_some(h.itt)
-            }
-            Bhs::AsyncMessage(h) => {
-                match h.event {
-                    1 => warn!(target_name = %inner.target, "the target asks for a logout"),
-                    2 | 3 => {
-                        break format!(
-                            "the target announced it drops the connection (async event {})",
-                            h.event
-                        )
-                    }
-                    _ => debug!(event = h.event, "async message"),
-                }
-                None
-            }
-            // The data segment of a Reject is the rejected header: its ITT names the command.
-            Bhs::Reject(_) => pdu
-                .data
-                .get(16..20)
-                .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]])),
-            other => Some(other.itt()),
-        };
-        if let Some(itt) = route_to {
-            let sender = lock(&inner.tasks).get(&itt).cloned();
-            match sender {
-                Some(tx) => {
-                    let _ = tx.send(pdu);
-                }
-                None => debug!(itt, opcode = ?pdu.bhs.opcode(), "PDU for no running command"),
-            }
-        }
-    };
-    if let Some(inner) = weak.upgrade() {
-        inner.fail(reason);
-    }
-}
-
-async fn answer_ping(inner: &Inner, ttt: u32, lun: Lun) {
-    let Ok(mut writer) = inner.lock_writer().await else {
-        return;
-    };
-    let (cmd_sn, exp_stat_sn) = {
-        let seq = lock(&inner.seq);
-        (seq.cmd_sn, seq.exp_stat_sn)
-    };
-    let answer = NopOut {
-        immediate: true,
-        lun,
-        itt: RESERVED_TAG,
-        ttt,
-        cmd_sn,
-        exp_stat_sn,
-    };
-    let _ = inner.send(&mut writer, &Pdu::new(answer)).await;
-}
-
-/// WRITE commands in flight, completed in submission order; the ones still queued are aborted
-/// if the pipeline is dropped early (an error).
-struct WritePipeline<'a> {
-    session: &'a Session,
-    queue: VecDeque<JoinHandle<Result<(), InitiatorError>>>,
-    depth: usize,
-    lba: u64,
-    bytes: u64,
-    started: std::time::Instant,
-}
-
-impl Drop for WritePipeline<'_> {
-    fn drop(&mut self) {
-        for handle in &self.queue {
-            handle.abort();
-        }
-    }
-}
-
-async fn join<T>(handle: JoinHandle<Result<T, InitiatorError>>) -> Result<T, InitiatorError> {
-    handle
-        .await
-        .map_err(|e| InitiatorError::Protocol(format!("a command task ended abnormally: {e}")))?
-}
-
-impl<'a> WritePipeline<'a> {
-    fn new(session: &'a Session, len: u64, depth: usize) -> Result<Self, InitiatorError> {
-        if len > session.size_bytes() {
-            return Err(InitiatorError::Range(format!(
-                "the image ({len} bytes) is larger than the LUN ({} bytes)",
-                session.size_bytes()
-            )));
-        }
-        Ok(WritePipeline {
-            session,
-            queue: VecDeque::new(),
-            depth: depth.max(1),
-            lba: 0,
-            bytes: 0,
-            started: std::time::Instant::now(),
-        })
-    }
-
-    /// Queues the next chunk (padded with zeroes to whole blocks); waits for the oldest WRITE
-    /// when `depth` are in flight.
-    async fn push(&mut self, mut chunk: BytesMut) -> Result<(), InitiatorError> {
-        let bl = self.session.block_len();
-        self.bytes += chunk.len() as u64;
-        let padded = chunk.len().div_ceil(bl) * bl;
-        chunk.resize(padded, 0);
-        let data = chunk.freeze();
-        let blocks = (data.len() / bl) as u64;
-        let (s, lba) = (self.session.clone(), self.lba);
-        self.queue
-            .push_back(tokio::spawn(async move { s.write(lba, data).await }));
-        self.lba += blocks;
-        if self.queue.len() >= self.depth {
-            let front = self.queue.pop_front().expect("queue is not empty");
-            join(front).await?;
-        }
-        Ok(())
-    }
-
-    /// Waits for every WRITE, then SYNCHRONIZE CACHE.
-    async fn finish(mut self) -> Result<u64, InitiatorError> {
-        while let Some(front) = self.queue.pop_front() {
-            join(front).await?;
-        }
-        self.session.synchronize_cache().await?;
-        let secs = self.started.elapsed().as_secs_f64();
-        info!(
-            bytes = self.bytes,
-            secs,
-            mb_per_s = self.bytes as f64 / secs.max(1e-9) / 1e6,
-            "image written"
-        );
-        Ok(self.bytes)
-    }
-}
-
-fn early_end(done: u64, len: u64) -> InitiatorError {
-    InitiatorError::Io(
-        "reading the image",
-        std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            format!("the image ended after {done} of {len} bytes"),
-        ),
-    )
-}
-
-/// Writes `len` bytes from `src` to the LUN from offset 0, with `depth` WRITEs in flight, then
-/// SYNCHRONIZE CACHE. A last partial block is padded with zeroes. Returns the bytes written.
-pub async fn write_image<R: AsyncRead + Unpin>(
-    session: &Session,
-    mut src: R,
-    len: u64,
-    depth: usize,
-) -> Result<u64, InitiatorError> {
-    let mut pipeline = WritePipeline::new(session, len, depth)?;
-    let io = session.io_size();
-    let mut done = 0u64;
-    while done < len {
-        let want = io.min((len - done) as usize);
-        let mut buf = BytesMut::with_capacity(want);
-        while buf.len() < want {
-            let n = (&mut src)
-                .take((want - buf.len()) as u64)
-                .read_buf(&mut buf)
-                .await
-                .map_err(|e| InitiatorError::Io("reading the image", e))?;
-            if n == 0 {
-                return Err(early_end(done + buf.len() as u64, len));
-            }
-        }
-        done += want as u64;
-        pipeline.push(buf).await?;
-    }
-    pipeline.finish().await
-}
-
-/// Writes a local file to the LUN from offset 0, like [`write_image`]. The file is read on a
-/// blocking thread straight into the buffers the Data-Out PDUs are sent from (one copy, the
-/// kernel's; tokio's async file would add two: DESIGN.md §10 throughput target).
-pub async fn write_file(
-    session: &Session,
-    path: &std::path::Path,
-    depth: usize,
-) -> Result<u64, InitiatorError> {
-    use std::io::Read as _;
-    let mut file =
-        std::fs::File::open(path).map_err(|e| InitiatorError::Io("opening the image", e))?;
-    let len = file
-        .metadata()
-        .map_err(|e| InitiatorError::Io("reading the image's size", e))?
-        .len();
-    let mut pipeline = WritePipeline::new(session, len, depth)?;
-    let io = session.io_size();
-    let (tx, mut rx) = mpsc::channel::<Result<BytesMut, InitiatorError>>(depth.max(1));
-    let reader = tokio::task::spawn_blocking(move || {
-        let mut done = 0u64;
-        while done < len {
-            let want = io.min((len - done) as usize);
-            let mut buf = BytesMut::zeroed(want);
-            let chunk = match file.read_exact(&mut buf) {
-                Ok(()) => Ok(buf),
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                    Err(early_end(done, len))
-                }
-                Err(e) => Err(InitiatorError::Io("reading the image", e)),
-            };
-            let failed = chunk.is_err();
-            if tx.blocking_send(chunk).is_err() || failed {
-                return;
-            }
-            done += want as u64;
-        }
-    });
-    while let Some(chunk) = rx.recv().await {
-        pipeline.push(chunk?).await?;
-    }
-    drop(rx);
-    let _ = reader.await;
-    if pipeline.bytes != len {
-        return Err(early_end(pipeline.bytes, len));
-    }
-    pipeline.finish().await
-}
-
-/// READ commands in flight, consumed in order; aborted if dropped early.
-struct ReadPipeline<'a> {
-    session: &'a Session,
-    queue: VecDeque<JoinHandle<Result<Vec<u8>, InitiatorError>>>,
-    depth: usize,
-    next: u64,
-}
-
-impl Drop for ReadPipeline<'_> {
-    fn drop(&mut self) {
-        for handle in &self.queue {
-            handle.abort();
-        }
-    }
-}
-
-impl ReadPipeline<'_> {
-    /// The next chunk of the LUN in order, `None` at the end.
-    async fn next(&mut self) -> Result<Option<Vec<u8>>, InitiatorError> {
-        let per_io = (self.session.io_size() / self.session.block_len()) as u64;
-        let total = self.session.capacity().blocks;
-        while self.next < total && self.queue.len() < self.depth {
-            let blocks = per_io.min(total - self.next) as u32;
-            let (s, lba) = (self.session.clone(), self.next);
-            self.queue
-                .push_back(tokio::spawn(async move { s.read(lba, blocks).await }));
-            self.next += u64::from(blocks);
-        }
-        match self.queue.pop_front() {
-            Some(front) => join(front).await.map(Some),
-            None => Ok(None),
-        }
-    }
-}
-
-/// Reads the whole LUN into `dst`, with `depth` READs in flight. Returns the bytes read.
-pub async fn read_image<W: AsyncWrite + Unpin>(
-    session: &Session,
-    mut dst: W,
-    depth: usize,
-) -> Result<u64, InitiatorError> {
-    let mut pipeline = ReadPipeline {
-        session,
-        queue: VecDeque::new(),
-        depth: depth.max(1),
-        next: 0,
-    };
-    let mut written = 0u64;
-    while let Some(data) = pipeline.next().await? {
-        dst.write_all(&data)
-            .await
-            .map_err(|e| InitiatorError::Io("writing the output", e))?;
-        written += data.len() as u64;
-    }
-    dst.flush()
-        .await
-        .map_err(|e| InitiatorError::Io("writing the output", e))?;
-    Ok(written)
-}
-
-/// Reads the whole LUN into a new local file, like [`read_image`], writing it on a blocking
-/// thread (no extra copies through tokio's async file).
-pub async fn read_to_file(
-    session: &Session,
-    path: &std::path::Path,
-    depth: usize,
-) -> Result<u64, InitiatorError> {
-    use std::io::Write as _;
-    let mut file =
-        std::fs::File::create(path).map_err(|e| InitiatorError::Io("creating the output", e))?;
-    let mut pipeline = ReadPipeline {
-        session,
-        queue: VecDeque::new(),
-        depth: depth.max(1),
-        next: 0,
-    };
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(depth.max(1));
-    let writer = tokio::task::spawn_blocking(move || -> std::io::Result<u64> {
-        let mut written = 0u64;
-        while let Some(data) = rx.blocking_recv() {
-            file.write_all(&data)?;
-            written += data.len() as u64;
-        }
-        file.flush()?;
-        Ok(written)
-    });
-    let mut sent = Ok(());
-    while let Some(data) = pipeline.next().await? {
-        if tx.send(data).await.is_err() {
-            sent = Err(());
-            break;
-        }
-    }
-    drop(tx);
-    let written = writer
-        .await
-        .map_err(|e| InitiatorError::Protocol(format!("the file writer ended abnormally: {e}")))?
-        .map_err(|e| InitiatorError::Io("writing the output", e))?;
-    if sent.is_err() {
-        return Err(InitiatorError::Io(
-            "writing the output",
-            std::io::Error::other("the file writer stopped early"),
-        ));
-    }
-    Ok(written)
 }
