@@ -14,8 +14,8 @@ use vmdeploy_shared::io::hash::{ExpectedDigest, HashAlgo, HashError};
 use super::heartbeat::{ProgressSlot, SharedProgress};
 use super::server::{CommandFuture, StartError};
 use crate::disk::DiskWriter;
-use crate::stream::http::{spawn_download, HttpOptions};
 use crate::stream::progress::{ConsoleReporter, Progress};
+use crate::stream::source::{spawn_download, HttpOptions};
 use crate::stream::write_image_from;
 
 /// The install disk, or why there is none (reported by every command that needs it).
@@ -206,7 +206,7 @@ impl Standby {
                     };
                     Err(command_error(
                         kind,
-                        format!("writing image {id} to {shown}: {e:#} (the first MiB of the disk was zeroed)"),
+                        format!("writing image {id} to {shown}: {e:#}"),
                     ))
                 }
                 Err(e) => Err(command_error(
