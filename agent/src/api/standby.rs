@@ -13,7 +13,7 @@ use vmdeploy_shared::io::hash::{ExpectedDigest, HashAlgo, HashError};
 
 use super::heartbeat::{ProgressSlot, SharedProgress};
 use super::server::{CommandFuture, StartError};
-use crate::disk::DiskWriter;
+use crate::disk::Disk;
 use crate::stream::progress::{ConsoleReporter, Progress};
 use crate::stream::source::{spawn_download, HttpOptions};
 use crate::stream::write_image_from;
@@ -180,7 +180,7 @@ impl Standby {
             let outcome = tokio::task::spawn_blocking(move || {
                 let _console =
                     ConsoleReporter::start(Arc::clone(&progress), CONSOLE_PROGRESS_EVERY);
-                let writer = Arc::new(DiskWriter::open(&disk)?);
+                let writer = Arc::new(Disk::open(&disk)?);
                 let source = spawn_download(&url, &opts, Arc::clone(&progress))?;
                 write_image_from(source, writer, Some(&expected), &progress)
             })

@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 
 use vmdeploy_shared::io::hash::Hasher;
 
-use super::{AlignedBuf, DiskWriter, HEAD_LEN};
+use super::{AlignedBuf, Disk, HEAD_LEN};
 
 /// Size of one disk write: 4 MiB, the block size of the `dd bs=4M oflag=direct` peer that
 /// DESIGN.md §10 measures against; large writes keep per-request overhead of a loop device or a
@@ -103,7 +103,7 @@ pub struct SinkDone {
 
 /// One writer thread: takes jobs until the queue closes or another writer failed.
 fn writer_loop(
-    disk: &DiskWriter,
+    disk: &Disk,
     jobs: &Mutex<Receiver<Job>>,
     free: &SyncSender<AlignedBuf>,
     written: &AtomicU64,
@@ -119,7 +119,7 @@ fn writer_loop(
             return Ok(());
         };
         let len = buf.len();
-        let result = disk.write_all_at(&buf, offset);
+        let result = disk.write_at(&buf, offset);
         // Back to the pool even after a failure, so the sink never waits for a lost block.
         release(buf, free);
         if let Err(e) = result {
@@ -147,7 +147,7 @@ impl ImageSink {
     /// A sink writing at `base` (block-aligned), counting bytes written into `written`, and
     /// digesting the whole stream with `digest` when given ([`SinkDone::digest`] returns it).
     pub fn new(
-        disk: Arc<DiskWriter>,
+        disk: Arc<Disk>,
         base: u64,
         hold_head: bool,
         written: Arc<AtomicU64>,
@@ -163,7 +163,7 @@ impl ImageSink {
         let (free_tx, free_rx) = mpsc::sync_channel::<AlignedBuf>(POOL_BLOCKS);
         for _ in 0..POOL_BLOCKS {
             free_tx
-                .send(AlignedBuf::new(BLOCK_LEN))
+                .send(AlignedBuf::with_capacity(BLOCK_LEN))
                 .expect("the pool channel has room for every buffer");
         }
         let jobs_rx = Arc::new(Mutex::new(jobs_rx));
@@ -194,7 +194,7 @@ impl ImageSink {
             base,
             hash: digest.map_or(HashStage::Off, HashStage::Pending),
             free_tx,
-            head: hold_head.then(|| AlignedBuf::new(HEAD_LEN)),
+            head: hold_head.then(|| AlignedBuf::with_capacity(HEAD_LEN)),
             pos: 0,
             cur: None,
             cur_offset: 0,
@@ -343,7 +343,8 @@ impl ImageSink {
                     let len = head.len();
                     let room = head.remaining().min(READ_LEN);
                     let n = read_retrying(r, &mut head.full_mut()[len..len + room])?;
-                    head.set_len(len + n);
+                    let filled = head.set_len_within(len + n);
+                    debug_assert!(filled, "a read fills at most the room it was given");
                     n
                 }
                 None => {
@@ -352,7 +353,8 @@ impl ImageSink {
                     let len = cur.len();
                     let room = cur.remaining().min(READ_LEN);
                     let n = read_retrying(r, &mut cur.full_mut()[len..len + room])?;
-                    cur.set_len(len + n);
+                    let filled = cur.set_len_within(len + n);
+                    debug_assert!(filled, "a read fills at most the room it was given");
                     if cur.remaining() == 0 {
                         self.pos += n as u64;
                         self.submit()?;
@@ -374,7 +376,7 @@ impl ImageSink {
         let digest = self.stop_hashing()?;
         self.join_workers()?;
         Ok(SinkDone {
-            head: self.head.take().unwrap_or_else(|| AlignedBuf::new(0)),
+            head: self.head.take().unwrap_or_else(|| AlignedBuf::zeroed(0)),
             len: self.pos,
             digest,
         })
@@ -417,25 +419,24 @@ impl Drop for ImageSink {
 
 /// Writes the held-back head at `base` (through an aligned copy when `head` is not aligned, so
 /// O_DIRECT accepts it).
-pub fn write_head(disk: &DiskWriter, base: u64, head: &[u8]) -> io::Result<()> {
+pub fn write_head(disk: &Disk, base: u64, head: &[u8]) -> io::Result<()> {
     if head.is_empty() {
         return Ok(());
     }
     if (head.as_ptr() as usize).is_multiple_of(super::MEM_ALIGN) {
-        return disk.write_all_at(head, base);
+        return disk.write_at(head, base);
     }
-    let mut buf = AlignedBuf::new(HEAD_LEN);
+    let mut buf = AlignedBuf::with_capacity(head.len());
     buf.extend_from(head);
-    disk.write_all_at(&buf, base)
+    disk.write_at(&buf, base)
 }
 
 /// Overwrites the first `len` bytes at `base` with zeros and syncs: a failed deploy must not
 /// leave a disk that boots half an image (STYLE.md §3 "log, clean up, then fail").
-pub fn zero_head(disk: &DiskWriter, base: u64, len: usize) -> io::Result<()> {
-    let mut buf = AlignedBuf::new(HEAD_LEN);
-    buf.set_len(len.min(HEAD_LEN));
-    disk.write_all_at(&buf, base)?;
-    disk.sync_data()
+pub fn zero_head(disk: &Disk, base: u64, len: usize) -> io::Result<()> {
+    let buf = AlignedBuf::zeroed(len.min(HEAD_LEN));
+    disk.write_at(&buf, base)?;
+    disk.sync()
 }
 
 #[cfg(test)]
@@ -468,7 +469,7 @@ mod tests {
         ];
         for &(len, chunk) in cases {
             let (_dir, path) = scratch_disk(len + 8192);
-            let disk = Arc::new(DiskWriter::open(&path).expect("open"));
+            let disk = Arc::new(Disk::open(&path).expect("open"));
             let written = Arc::new(AtomicU64::new(0));
             let mut sink = ImageSink::new(Arc::clone(&disk), 0, true, Arc::clone(&written), None)
                 .expect("sink");
@@ -485,7 +486,7 @@ mod tests {
             let done = sink.finish().expect("finishing");
             assert_eq!(done.len, len as u64);
             assert_eq!(&done.head[..], &data[..len.min(HEAD_LEN)]);
-            disk.sync_data().expect("sync");
+            disk.sync().expect("sync");
             let back = std::fs::read(&path).expect("read back");
             assert!(
                 back[..len.min(HEAD_LEN)].iter().all(|&b| b == 0xEE),
@@ -517,12 +518,7 @@ mod tests {
     fn write_error_surfaces_from_the_worker() {
         // A block device-less way to make writes fail: a read-only descriptor.
         let (_dir, path) = scratch_disk(4096);
-        let file = std::fs::File::open(&path).expect("ro open");
-        let disk = Arc::new(DiskWriter::Buffered(super::super::BufferedWriter {
-            file,
-            path: path.clone(),
-            block_device: false,
-        }));
+        let disk = Arc::new(Disk::open_read_only(&path).expect("ro open"));
         let mut sink =
             ImageSink::new(disk, 0, false, Arc::new(AtomicU64::new(0)), None).expect("sink");
         let data = vec![1u8; BLOCK_LEN * (POOL_BLOCKS + 2)];
@@ -555,7 +551,7 @@ mod tests {
     fn fill_and_check(data: &[u8], sizes: Vec<usize>, hold_head: bool, base: u64, digest: bool) {
         let len = data.len();
         let (_dir, path) = scratch_disk(base as usize + len + 8192);
-        let disk = Arc::new(DiskWriter::open(&path).expect("open"));
+        let disk = Arc::new(Disk::open(&path).expect("open"));
         let written = Arc::new(AtomicU64::new(0));
         let mut sink = ImageSink::new(
             Arc::clone(&disk),

@@ -39,7 +39,7 @@ use vmdeploy_shared::io::peek::PeekReader;
 use vmdeploy_shared::io::BUFFER_SIZE;
 
 use crate::disk::sink::{self, ImageSink, SinkDone};
-use crate::disk::{DiskWriter, HEAD_LEN};
+use crate::disk::{Disk, HEAD_LEN};
 use decompress::Compression;
 use progress::Progress;
 
@@ -124,7 +124,7 @@ impl Plan {
 /// [`vmdeploy_shared::io::hash::HashError::Mismatch`] (downcast to tell it apart).
 pub fn write_image_from(
     source: impl Read,
-    disk: Arc<DiskWriter>,
+    disk: Arc<Disk>,
     expected: Option<&ExpectedDigest>,
     progress: &Progress,
 ) -> anyhow::Result<WriteOutcome> {
@@ -133,10 +133,9 @@ pub fn write_image_from(
         Err(err) => err,
     };
     tracing::error!(disk = %disk.path().display(), "image write failed: {err:#}");
-    let len = match disk.capacity() {
-        Ok(Some(cap)) => (cap.min(HEAD_LEN as u64)) as usize,
-        _ => HEAD_LEN,
-    };
+    let len = disk
+        .capacity()
+        .map_or(HEAD_LEN, |cap| cap.min(HEAD_LEN as u64) as usize);
     match sink::zero_head(&disk, 0, len) {
         Ok(()) => Err(err.context("image write failed, so the first MiB of the disk was zeroed")),
         Err(zero) => Err(err.context(format!(
@@ -150,11 +149,11 @@ pub fn write_image_from(
 /// commit.
 fn write_verified(
     source: impl Read,
-    disk: &Arc<DiskWriter>,
+    disk: &Arc<Disk>,
     expected: Option<&ExpectedDigest>,
     progress: &Progress,
 ) -> anyhow::Result<WriteOutcome> {
-    let capacity = disk.capacity().context("reading the disk size")?;
+    let capacity = disk.capacity();
     let mut magic = PeekReader::with_capacity(decompress::MAGIC_LEN, source);
     let compression = Compression::detect(
         magic
@@ -230,7 +229,7 @@ fn write_verified(
     // The sinks count the blocks as they go, which leaves out the held-back first MiB and, for
     // qcow2, counts the spool too; once the head is down, the disk holds exactly the image.
     progress.written.store(image_len, Ordering::Relaxed);
-    disk.sync_data().context("syncing the disk")?;
+    disk.sync().context("syncing the disk")?;
     disk.reread_partition_table();
     Ok(WriteOutcome {
         compression,
@@ -260,13 +259,13 @@ fn verify(
 /// Converts the verified qcow2 spool (`len` bytes at `spool`) to raw at offset 0, first MiB last,
 /// and wipes the spool's header; the raw image's size.
 fn convert_spool(
-    disk: &Arc<DiskWriter>,
+    disk: &Arc<Disk>,
     spool: u64,
     len: u64,
     capacity: Option<u64>,
     progress: &Progress,
 ) -> anyhow::Result<u64> {
-    disk.sync_data().context("syncing the qcow2 spool")?;
+    disk.sync().context("syncing the qcow2 spool")?;
     let region = qcow2::DiskRegion::open(disk.path().to_owned(), spool, len)
         .context("opening the qcow2 spool")?;
     let mut sink = ImageSink::new(
@@ -328,7 +327,7 @@ pub fn run_write_image(args: WriteImageArgs) -> anyhow::Result<()> {
         .map(|p| std::fs::read(p).with_context(|| format!("reading the CA file {}", p.display())))
         .transpose()?;
     let disk = Arc::new(
-        DiskWriter::open(&args.disk)
+        Disk::open(&args.disk)
             .with_context(|| format!("opening the disk {}", args.disk.display()))?,
     );
     tracing::info!(disk = %args.disk.display(), direct = disk.is_direct(), "disk opened");
@@ -365,14 +364,14 @@ mod tests {
     use super::*;
     use std::io::{Cursor, Write};
 
-    fn disk_file(len: usize) -> (tempfile::TempDir, Arc<DiskWriter>) {
+    fn disk_file(len: usize) -> (tempfile::TempDir, Arc<Disk>) {
         let dir = tempfile::Builder::new()
             .prefix("vmdeploy-stream-test")
             .tempdir_in("/var/tmp")
             .expect("scratch dir");
         let path = dir.path().join("disk.img");
         std::fs::write(&path, vec![0xEEu8; len]).expect("disk file");
-        let disk = Arc::new(DiskWriter::open(&path).expect("open"));
+        let disk = Arc::new(Disk::open(&path).expect("open"));
         (dir, disk)
     }
 
@@ -481,6 +480,25 @@ mod tests {
         );
         let back = std::fs::read(disk.path()).expect("read back");
         assert!(back[..HEAD_LEN].iter().all(|&b| b == 0), "first MiB zeroed");
+    }
+
+    #[test]
+    fn when_zeroing_fails_too_the_error_says_so() {
+        let (dir, _) = disk_file(2 * HEAD_LEN);
+        let disk = Arc::new(Disk::open_read_only(&dir.path().join("disk.img")).expect("ro"));
+        let err = write_image_from(
+            Cursor::new(vec![1u8; 3 * HEAD_LEN]),
+            disk,
+            None,
+            &Progress::default(),
+        )
+        .expect_err("a read-only disk");
+        let msg = format!("{err:#}");
+        assert!(
+            msg.contains("zeroing the first MiB of the disk failed too"),
+            "{msg}"
+        );
+        assert!(!msg.contains("was zeroed"), "{msg}");
     }
 
     #[test]
