@@ -26,7 +26,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::resume::{Answer, Decision, Ended, Resume};
+use super::resume::{Answer, Ended, Next, Resume};
 use super::wire::{parse_head, Body, Conn, ResponseHead};
 use crate::http::HttpOptions;
 use crate::stream::progress::Progress;
@@ -228,25 +228,21 @@ impl PlainDownload {
                 head.content_length()
                     .map_err(|e| format!("GET {redacted}: {e}"))?
             };
-            let decision = self.resume.decide(&Answer {
+            let next = self.resume.answer(&Answer {
                 status: head.status,
                 content_length,
                 content_range: head.header("content-range"),
                 etag: head.header("etag"),
                 last_modified: head.header("last-modified"),
             });
-            self.resume.apply(&decision);
-            let skip = match decision {
-                Decision::Start { total, .. } => {
-                    if let Some(t) = total {
-                        self.progress.download_total.store(t, Ordering::Relaxed);
-                    }
-                    0
-                }
-                Decision::Resume { skip } => skip,
-                Decision::Retry(_) => continue,
-                Decision::Fail(e) => return Err(format!("GET {redacted}: {e}")),
+            let skip = match next {
+                Next::Read { skip } => skip,
+                Next::Retry => continue,
+                Next::Fail(e) => return Err(format!("GET {redacted}: {e}")),
             };
+            if let Some(t) = self.resume.total {
+                self.progress.download_total.store(t, Ordering::Relaxed);
+            }
             self.body = Some(Body::new(conn, &head).map_err(|e| format!("GET {redacted}: {e}"))?);
             self.skip = skip;
             return Ok(());

@@ -56,6 +56,20 @@ pub enum Decision {
     Fail(String),
 }
 
+/// What a client does next with a response (a [`Decision`], recorded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Read the body, dropping its first `skip` bytes.
+    Read {
+        /// Bytes of the body already received earlier.
+        skip: u64,
+    },
+    /// Try again after [`Resume::pause`].
+    Retry,
+    /// Give up.
+    Fail(String),
+}
+
 /// How a body ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ended {
@@ -185,6 +199,18 @@ impl Resume {
             Decision::Resume { .. } => self.attempt_start = self.received,
             Decision::Retry(e) => self.failed(e.clone()),
             Decision::Fail(_) => {}
+        }
+    }
+
+    /// Decides on the response `a` and records the decision: what the client does next.
+    pub fn answer(&mut self, a: &Answer<'_>) -> Next {
+        let decision = self.decide(a);
+        self.apply(&decision);
+        match decision {
+            Decision::Start { .. } => Next::Read { skip: 0 },
+            Decision::Resume { skip } => Next::Read { skip },
+            Decision::Retry(_) => Next::Retry,
+            Decision::Fail(e) => Next::Fail(e),
         }
     }
 
@@ -497,12 +523,17 @@ mod tests {
         let mut r = at(0, None, None);
         assert_eq!(r.range(), None);
         assert_eq!(r.pause(backoff), Ok(None));
-        r.apply(&r.decide(&Answer {
+        let first = Answer {
             status: 200,
             content_length: Some(100),
             etag: Some("\"e\""),
             ..Default::default()
-        }));
+        };
+        assert_eq!(r.answer(&first), Next::Read { skip: 0 });
+        assert_eq!(
+            (r.total, r.validator.as_deref()),
+            (Some(100), Some("\"e\""))
+        );
         r.received = 30;
         assert!(matches!(r.ended(None), Ended::Resume(_)));
         assert_eq!(r.failures, 1);
@@ -515,11 +546,12 @@ mod tests {
                 Ok(Some((backoff * (1 << (n - 1))).min(MAX_PAUSE)))
             );
         }
-        r.failed("refused".into());
+        assert_eq!(r.answer(&answer(503)), Next::Retry);
+        assert_eq!(r.last_error, "server answered 503");
         assert_eq!(
             r.pause(backoff),
             Err(format!(
-                "failed after {MAX_RETRIES} retries at byte 30: refused"
+                "failed after {MAX_RETRIES} retries at byte 30: server answered 503"
             ))
         );
         // A body that brings bytes starts the count at one again.

@@ -20,7 +20,7 @@ use anyhow::{bail, Context};
 use reqwest::header::{CONTENT_RANGE, ETAG, IF_RANGE, LAST_MODIFIED, RANGE};
 use tokio::sync::mpsc;
 
-use super::resume::{Answer, Decision, Ended, Resume};
+use super::resume::{Answer, Ended, Next, Resume};
 use crate::http::{build_client, error_chain, is_tls_error, HttpOptions};
 use crate::stream::progress::Progress;
 
@@ -157,25 +157,21 @@ impl Download<'_> {
                 }
             };
             let header = |name| resp.headers().get(name).and_then(|v| v.to_str().ok());
-            let decision = resume.decide(&Answer {
+            let next = resume.answer(&Answer {
                 status: resp.status().as_u16(),
                 content_length: resp.content_length(),
                 content_range: header(CONTENT_RANGE),
                 etag: header(ETAG),
                 last_modified: header(LAST_MODIFIED),
             });
-            resume.apply(&decision);
-            let skip = match decision {
-                Decision::Start { total, .. } => {
-                    if let Some(t) = total {
-                        self.progress.download_total.store(t, Ordering::Relaxed);
-                    }
-                    0
-                }
-                Decision::Resume { skip } => skip,
-                Decision::Retry(_) => continue,
-                Decision::Fail(e) => bail!("GET {redacted}: {e}"),
+            let skip = match next {
+                Next::Read { skip } => skip,
+                Next::Retry => continue,
+                Next::Fail(e) => bail!("GET {redacted}: {e}"),
             };
+            if let Some(t) = resume.total {
+                self.progress.download_total.store(t, Ordering::Relaxed);
+            }
             let error = match self.body(resp, skip, &mut resume).await {
                 Some(Ok(())) => return Ok(()),
                 Some(Err(e)) => Some(e),
