@@ -8,6 +8,7 @@ pub mod api;
 pub mod deploy;
 pub mod disk;
 pub mod floppy;
+pub mod http;
 pub mod init;
 pub mod logging;
 pub mod net;

@@ -45,14 +45,14 @@ impl ConductorClient {
         if !lower.starts_with("https://") && !lower.starts_with("http://") {
             bail!("ipa-api-url {api_url} is neither http:// nor https://");
         }
-        let opts = crate::stream::http::HttpOptions {
+        let opts = crate::http::HttpOptions {
             ca_pem,
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(30),
             ..Default::default()
         };
         Ok(ConductorClient {
-            http: crate::stream::http::build_client(&opts)?,
+            http: crate::http::build_client(&opts)?,
             api_url: api_url.trim_end_matches('/').to_owned(),
             version: FALLBACK_API_VERSION,
         })

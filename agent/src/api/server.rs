@@ -352,7 +352,7 @@ mod tests {
         path: &str,
         body: Option<&str>,
     ) -> (u16, Value) {
-        let client = crate::stream::http::build_client(&Default::default()).expect("client");
+        let client = crate::http::build_client(&Default::default()).expect("client");
         let url = format!("http://{addr}{path}");
         let req = match method {
             "POST" => client.post(&url).body(body.unwrap_or("").to_owned()),

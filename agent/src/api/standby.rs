@@ -13,9 +13,9 @@ use vmdeploy_shared::io::hash::{ExpectedDigest, HashAlgo, HashError};
 
 use super::heartbeat::{ProgressSlot, SharedProgress};
 use super::server::{CommandFuture, StartError};
-use crate::disk::DiskWriter;
-use crate::stream::http::{spawn_download, HttpOptions};
+use crate::disk::Disk;
 use crate::stream::progress::{ConsoleReporter, Progress};
+use crate::stream::source::{spawn_download, HttpOptions};
 use crate::stream::write_image_from;
 
 /// The install disk, or why there is none (reported by every command that needs it).
@@ -174,7 +174,7 @@ impl Standby {
             let outcome = tokio::task::spawn_blocking(move || {
                 let _console =
                     ConsoleReporter::start(Arc::clone(&progress), CONSOLE_PROGRESS_EVERY);
-                let writer = Arc::new(DiskWriter::open(&disk)?);
+                let writer = Arc::new(Disk::open(&disk)?);
                 let source = spawn_download(&url, &opts, Arc::clone(&progress))?;
                 write_image_from(source, writer, Some(&expected), &progress)
             })
@@ -200,7 +200,7 @@ impl Standby {
                     };
                     Err(CommandError::new(
                         kind,
-                        format!("writing image {id} to {shown}: {e:#} (the first MiB of the disk was zeroed)"),
+                        format!("writing image {id} to {shown}: {e:#}"),
                     ))
                 }
                 Err(e) => Err(CommandError::new(

@@ -209,9 +209,9 @@ async fn serve_until_done(cfg: &IscsiConfig, reporter: &Reporter) -> anyhow::Res
 /// fsync and a partition table re-read, so the new partitions are seen before the reboot
 /// (§2.2 step 8). Failures are logged: the target already flushed through its own handle.
 fn flush(disk: &Path) {
-    match crate::disk::DiskWriter::open_buffered(disk) {
+    match crate::disk::Disk::open_buffered(disk) {
         Ok(w) => {
-            match w.sync_data() {
+            match w.sync() {
                 Ok(()) => tracing::info!(disk = %disk.display(), "disk flushed"),
                 Err(e) => tracing::error!(disk = %disk.display(), "flushing the disk failed: {e}"),
             }

@@ -212,7 +212,7 @@ impl Reporter {
             total: Duration::from_secs(args.report_timeout_secs),
             ..Default::default()
         };
-        let opts = crate::stream::http::HttpOptions {
+        let opts = crate::http::HttpOptions {
             ca_pem,
             connect_timeout: Duration::from_secs(10),
             read_timeout: policy.request_timeout,
@@ -224,7 +224,7 @@ impl Reporter {
             iqn: iqn.to_owned(),
             known_address: args.address,
             auth_token: None,
-            client: crate::stream::http::build_client(&opts)
+            client: crate::http::build_client(&opts)
                 .context("building the conductor client (ipa-agent-ca)")?,
             policy,
         })

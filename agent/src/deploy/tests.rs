@@ -315,7 +315,7 @@ fn body() -> vmdeploy_shared::api::PassDeployInfo {
 }
 
 fn post(url: &str, policy: RetryPolicy) -> anyhow::Result<()> {
-    let client = crate::stream::http::build_client(&Default::default()).expect("client");
+    let client = crate::http::build_client(&Default::default()).expect("client");
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -1,9 +1,10 @@
 //! [`ImageSink`]: the `Write` end of the image stream. Aligned blocks, a bounded queue to two
 //! writer threads, and the first MiB held back.
 //!
-//! With [`ImageSink::hash_blocks`] the sink also digests the stream, on a thread of its own
+//! Given a hasher, the sink owns the stream's digest from its first byte to its last: the
+//! held-back head on the caller's thread, every block after it on a hashing thread of its own
 //! that reads each block while the writers write it (the block goes back to the pool when both
-//! are done): SHA-256 (~1.8 GB/s on one core here) then runs beside the `recv` + TCP work of the
+//! are done). SHA-256 (~1.8 GB/s on one core here) then runs beside the `recv` + TCP work of the
 //! reading thread instead of after it, which is what lets the stream keep up with the disk on
 //! two cores (bench/agent-stream.sh).
 //!
@@ -20,7 +21,7 @@ use std::thread::JoinHandle;
 
 use vmdeploy_shared::io::hash::Hasher;
 
-use super::{AlignedBuf, DiskWriter, HEAD_LEN};
+use super::{AlignedBuf, Disk, HEAD_LEN};
 
 /// Size of one disk write: 4 MiB, the block size of the `dd bs=4M oflag=direct` peer that
 /// DESIGN.md §10 measures against; large writes keep per-request overhead of a loop device or a
@@ -57,15 +58,15 @@ fn release(block: Arc<AlignedBuf>, free: &SyncSender<AlignedBuf>) {
     }
 }
 
-/// Where the sink's digest is (see [`ImageSink::hash_blocks`]).
+/// Where the sink's digest is.
 enum HashStage {
     /// The sink does not hash.
     Off,
-    /// Not started yet: the hasher, and how many leading stream bytes it has already seen.
-    Pending(Hasher, u64),
-    /// The hashing thread: blocks with their stream positions go in, the hasher comes back.
+    /// No block submitted yet: the head (if any) is still to be digested.
+    Pending(Hasher),
+    /// The hashing thread: blocks go in, in stream order; the hasher comes back.
     Running {
-        blocks: SyncSender<(Arc<AlignedBuf>, u64)>,
+        blocks: SyncSender<Arc<AlignedBuf>>,
         thread: JoinHandle<Hasher>,
     },
 }
@@ -96,13 +97,13 @@ pub struct SinkDone {
     pub head: AlignedBuf,
     /// Bytes the stream had.
     pub len: u64,
-    /// The hasher given to [`ImageSink::hash_blocks`], having digested the whole stream.
-    pub hasher: Option<Hasher>,
+    /// The hasher given to [`ImageSink::new`], having digested the whole stream.
+    pub digest: Option<Hasher>,
 }
 
 /// One writer thread: takes jobs until the queue closes or another writer failed.
 fn writer_loop(
-    disk: &DiskWriter,
+    disk: &Disk,
     jobs: &Mutex<Receiver<Job>>,
     free: &SyncSender<AlignedBuf>,
     written: &AtomicU64,
@@ -118,7 +119,7 @@ fn writer_loop(
             return Ok(());
         };
         let len = buf.len();
-        let result = disk.write_all_at(&buf, offset);
+        let result = disk.write_at(&buf, offset);
         // Back to the pool even after a failure, so the sink never waits for a lost block.
         release(buf, free);
         if let Err(e) = result {
@@ -143,12 +144,14 @@ fn read_retrying(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 impl ImageSink {
-    /// A sink writing at `base` (block-aligned), counting bytes written into `written`.
+    /// A sink writing at `base` (block-aligned), counting bytes written into `written`, and
+    /// digesting the whole stream with `digest` when given ([`SinkDone::digest`] returns it).
     pub fn new(
-        disk: Arc<DiskWriter>,
+        disk: Arc<Disk>,
         base: u64,
         hold_head: bool,
         written: Arc<AtomicU64>,
+        digest: Option<Hasher>,
     ) -> io::Result<ImageSink> {
         if !base.is_multiple_of(super::MEM_ALIGN as u64) {
             return Err(io::Error::new(
@@ -160,7 +163,7 @@ impl ImageSink {
         let (free_tx, free_rx) = mpsc::sync_channel::<AlignedBuf>(POOL_BLOCKS);
         for _ in 0..POOL_BLOCKS {
             free_tx
-                .send(AlignedBuf::new(BLOCK_LEN))
+                .send(AlignedBuf::with_capacity(BLOCK_LEN))
                 .expect("the pool channel has room for every buffer");
         }
         let jobs_rx = Arc::new(Mutex::new(jobs_rx));
@@ -189,9 +192,9 @@ impl ImageSink {
         }
         Ok(ImageSink {
             base,
-            hash: HashStage::Off,
+            hash: digest.map_or(HashStage::Off, HashStage::Pending),
             free_tx,
-            head: hold_head.then(|| AlignedBuf::new(HEAD_LEN)),
+            head: hold_head.then(|| AlignedBuf::with_capacity(HEAD_LEN)),
             pos: 0,
             cur: None,
             cur_offset: 0,
@@ -206,41 +209,25 @@ impl ImageSink {
         self.pos
     }
 
-    /// Makes the sink digest the stream with `hasher`, which has already seen its first
-    /// `already` bytes (they are not digested again). Call before any data.
-    ///
-    /// The held-back head is digested on the caller's thread once complete, every block after it
-    /// on the sink's hashing thread, in stream order; [`SinkDone::hasher`] returns the hasher.
-    pub fn hash_blocks(&mut self, hasher: Hasher, already: u64) {
-        self.hash = HashStage::Pending(hasher, already);
-    }
-
-    /// Digests the head (its bytes not seen yet) and starts the hashing thread.
+    /// Digests the head and starts the hashing thread (at the first block).
     fn start_hashing(&mut self) -> io::Result<()> {
-        if !matches!(self.hash, HashStage::Pending(..)) {
+        if !matches!(self.hash, HashStage::Pending(_)) {
             return Ok(());
         }
-        let HashStage::Pending(mut hasher, already) =
-            std::mem::replace(&mut self.hash, HashStage::Off)
+        let HashStage::Pending(mut hasher) = std::mem::replace(&mut self.hash, HashStage::Off)
         else {
             return Ok(());
         };
         if let Some(head) = &self.head {
-            let from = usize::try_from(already)
-                .unwrap_or(usize::MAX)
-                .min(head.len());
-            hasher.update(&head[from..]);
+            hasher.update(head);
         }
-        let (tx, rx) = mpsc::sync_channel::<(Arc<AlignedBuf>, u64)>(POOL_BLOCKS);
+        let (tx, rx) = mpsc::sync_channel::<Arc<AlignedBuf>>(POOL_BLOCKS);
         let free = self.free_tx.clone();
         let thread = std::thread::Builder::new()
             .name("hasher".into())
             .spawn(move || {
-                for (block, pos) in rx {
-                    let from = usize::try_from(already.saturating_sub(pos))
-                        .unwrap_or(usize::MAX)
-                        .min(block.len());
-                    hasher.update(&block[from..]);
+                for block in rx {
+                    hasher.update(&block);
                     release(block, &free);
                 }
                 hasher
@@ -253,13 +240,10 @@ impl ImageSink {
     fn stop_hashing(&mut self) -> io::Result<Option<Hasher>> {
         match std::mem::replace(&mut self.hash, HashStage::Off) {
             HashStage::Off => Ok(None),
-            HashStage::Pending(mut hasher, already) => {
+            HashStage::Pending(mut hasher) => {
                 // No block was ever submitted: only the head holds data.
                 if let Some(head) = &self.head {
-                    let from = usize::try_from(already)
-                        .unwrap_or(usize::MAX)
-                        .min(head.len());
-                    hasher.update(&head[from..]);
+                    hasher.update(head);
                 }
                 Ok(Some(hasher))
             }
@@ -333,9 +317,8 @@ impl ImageSink {
         }
         self.start_hashing()?;
         let block = Arc::new(buf);
-        let stream_pos = self.cur_offset - self.base;
         if let HashStage::Running { blocks, .. } = &self.hash {
-            if blocks.send((Arc::clone(&block), stream_pos)).is_err() {
+            if blocks.send(Arc::clone(&block)).is_err() {
                 return Err(io::Error::other("the hashing thread stopped"));
             }
         }
@@ -360,7 +343,8 @@ impl ImageSink {
                     let len = head.len();
                     let room = head.remaining().min(READ_LEN);
                     let n = read_retrying(r, &mut head.full_mut()[len..len + room])?;
-                    head.set_len(len + n);
+                    let filled = head.set_len_within(len + n);
+                    debug_assert!(filled, "a read fills at most the room it was given");
                     n
                 }
                 None => {
@@ -369,7 +353,8 @@ impl ImageSink {
                     let len = cur.len();
                     let room = cur.remaining().min(READ_LEN);
                     let n = read_retrying(r, &mut cur.full_mut()[len..len + room])?;
-                    cur.set_len(len + n);
+                    let filled = cur.set_len_within(len + n);
+                    debug_assert!(filled, "a read fills at most the room it was given");
                     if cur.remaining() == 0 {
                         self.pos += n as u64;
                         self.submit()?;
@@ -388,12 +373,12 @@ impl ImageSink {
     /// Writes out what is buffered, waits for the writer threads, and returns the held-back head.
     pub fn finish(mut self) -> io::Result<SinkDone> {
         self.submit()?;
-        let hasher = self.stop_hashing()?;
+        let digest = self.stop_hashing()?;
         self.join_workers()?;
         Ok(SinkDone {
-            head: self.head.take().unwrap_or_else(|| AlignedBuf::new(0)),
+            head: self.head.take().unwrap_or_else(|| AlignedBuf::zeroed(0)),
             len: self.pos,
-            hasher,
+            digest,
         })
     }
 }
@@ -434,25 +419,24 @@ impl Drop for ImageSink {
 
 /// Writes the held-back head at `base` (through an aligned copy when `head` is not aligned, so
 /// O_DIRECT accepts it).
-pub fn write_head(disk: &DiskWriter, base: u64, head: &[u8]) -> io::Result<()> {
+pub fn write_head(disk: &Disk, base: u64, head: &[u8]) -> io::Result<()> {
     if head.is_empty() {
         return Ok(());
     }
     if (head.as_ptr() as usize).is_multiple_of(super::MEM_ALIGN) {
-        return disk.write_all_at(head, base);
+        return disk.write_at(head, base);
     }
-    let mut buf = AlignedBuf::new(HEAD_LEN);
+    let mut buf = AlignedBuf::with_capacity(head.len());
     buf.extend_from(head);
-    disk.write_all_at(&buf, base)
+    disk.write_at(&buf, base)
 }
 
 /// Overwrites the first `len` bytes at `base` with zeros and syncs: a failed deploy must not
 /// leave a disk that boots half an image (STYLE.md §3 "log, clean up, then fail").
-pub fn zero_head(disk: &DiskWriter, base: u64, len: usize) -> io::Result<()> {
-    let mut buf = AlignedBuf::new(HEAD_LEN);
-    buf.set_len(len.min(HEAD_LEN));
-    disk.write_all_at(&buf, base)?;
-    disk.sync_data()
+pub fn zero_head(disk: &Disk, base: u64, len: usize) -> io::Result<()> {
+    let buf = AlignedBuf::zeroed(len.min(HEAD_LEN));
+    disk.write_at(&buf, base)?;
+    disk.sync()
 }
 
 #[cfg(test)]
@@ -485,10 +469,10 @@ mod tests {
         ];
         for &(len, chunk) in cases {
             let (_dir, path) = scratch_disk(len + 8192);
-            let disk = Arc::new(DiskWriter::open(&path).expect("open"));
+            let disk = Arc::new(Disk::open(&path).expect("open"));
             let written = Arc::new(AtomicU64::new(0));
-            let mut sink =
-                ImageSink::new(Arc::clone(&disk), 0, true, Arc::clone(&written)).expect("sink");
+            let mut sink = ImageSink::new(Arc::clone(&disk), 0, true, Arc::clone(&written), None)
+                .expect("sink");
             let data = pattern(len);
             // 1-byte writes are slow; use them only for the small cases.
             let chunk = if len > 4 * HEAD_LEN {
@@ -502,7 +486,7 @@ mod tests {
             let done = sink.finish().expect("finishing");
             assert_eq!(done.len, len as u64);
             assert_eq!(&done.head[..], &data[..len.min(HEAD_LEN)]);
-            disk.sync_data().expect("sync");
+            disk.sync().expect("sync");
             let back = std::fs::read(&path).expect("read back");
             assert!(
                 back[..len.min(HEAD_LEN)].iter().all(|&b| b == 0xEE),
@@ -534,13 +518,9 @@ mod tests {
     fn write_error_surfaces_from_the_worker() {
         // A block device-less way to make writes fail: a read-only descriptor.
         let (_dir, path) = scratch_disk(4096);
-        let file = std::fs::File::open(&path).expect("ro open");
-        let disk = Arc::new(DiskWriter::Buffered(super::super::BufferedWriter {
-            file,
-            path: path.clone(),
-            block_device: false,
-        }));
-        let mut sink = ImageSink::new(disk, 0, false, Arc::new(AtomicU64::new(0))).expect("sink");
+        let disk = Arc::new(Disk::open_read_only(&path).expect("ro open"));
+        let mut sink =
+            ImageSink::new(disk, 0, false, Arc::new(AtomicU64::new(0)), None).expect("sink");
         let data = vec![1u8; BLOCK_LEN * (POOL_BLOCKS + 2)];
         let result = sink
             .write_all(&data)
@@ -567,25 +547,20 @@ mod tests {
     }
 
     /// Runs `data` through `fill_from` in the given read sizes; checks disk, head and counters.
-    /// With `already`, the sink also digests the stream (its first `already` bytes pre-hashed).
-    fn fill_and_check(
-        data: &[u8],
-        sizes: Vec<usize>,
-        hold_head: bool,
-        base: u64,
-        already: Option<usize>,
-    ) {
+    /// With `digest`, the sink also digests the stream.
+    fn fill_and_check(data: &[u8], sizes: Vec<usize>, hold_head: bool, base: u64, digest: bool) {
         let len = data.len();
         let (_dir, path) = scratch_disk(base as usize + len + 8192);
-        let disk = Arc::new(DiskWriter::open(&path).expect("open"));
+        let disk = Arc::new(Disk::open(&path).expect("open"));
         let written = Arc::new(AtomicU64::new(0));
-        let mut sink =
-            ImageSink::new(Arc::clone(&disk), base, hold_head, Arc::clone(&written)).expect("sink");
-        if let Some(k) = already {
-            let mut h = Hasher::new(HashAlgo::Sha256);
-            h.update(&data[..k]);
-            sink.hash_blocks(h, k as u64);
-        }
+        let mut sink = ImageSink::new(
+            Arc::clone(&disk),
+            base,
+            hold_head,
+            Arc::clone(&written),
+            digest.then(|| Hasher::new(HashAlgo::Sha256)),
+        )
+        .expect("sink");
         let mut src = Chunked {
             data,
             sizes,
@@ -596,13 +571,13 @@ mod tests {
         assert_eq!(done.len, len as u64);
         let held = if hold_head { len.min(HEAD_LEN) } else { 0 };
         assert_eq!(&done.head[..], &data[..held]);
-        match (already, done.hasher) {
-            (Some(_), Some(h)) => {
+        match (digest, done.digest) {
+            (true, Some(h)) => {
                 let want = digest_reader(HashAlgo::Sha256, data).expect("in memory");
                 assert_eq!(h.finalize_hex(), want, "digest of the whole stream");
             }
-            (None, None) => {}
-            (a, h) => panic!("hasher given {a:?}, returned {h:?}"),
+            (false, None) => {}
+            (d, h) => panic!("digest asked {d}, returned {h:?}"),
         }
         assert_eq!(written.load(Ordering::Relaxed), (len - held) as u64);
         let back = std::fs::read(&path).expect("read back");
@@ -632,15 +607,9 @@ mod tests {
         ];
         for len in sizes {
             let data = pattern(len);
-            fill_and_check(&data, vec![READ_LEN], true, 0, None);
-            fill_and_check(
-                &data,
-                vec![65_537, 3, 1 << 20],
-                false,
-                8192,
-                Some(len.min(5000)),
-            );
-            fill_and_check(&data, vec![READ_LEN], true, 0, Some(len.min(300_000)));
+            fill_and_check(&data, vec![READ_LEN], true, 0, false);
+            fill_and_check(&data, vec![65_537, 3, 1 << 20], false, 8192, true);
+            fill_and_check(&data, vec![READ_LEN], true, 0, true);
         }
     }
 
@@ -651,9 +620,9 @@ mod tests {
             len in 0usize..(HEAD_LEN + 2 * BLOCK_LEN + 5000),
             sizes in proptest::collection::vec(1usize..(READ_LEN + 100), 1..8),
             hold_head in proptest::bool::ANY,
-            already in proptest::option::of(0usize..400_000),
+            digest in proptest::bool::ANY,
         ) {
-            fill_and_check(&pattern(len), sizes, hold_head, 0, already.map(|k| k.min(len)));
+            fill_and_check(&pattern(len), sizes, hold_head, 0, digest);
         }
     }
 }

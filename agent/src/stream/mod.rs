@@ -1,32 +1,35 @@
 //! The agent_ilo image stream: HTTP(S) body → checksum → decompress → (qcow2 spool) → disk.
 //!
 //! # Design
-//! One function reads top to bottom ([`write_image_from`], STYLE.md §2, after coreos-installer's
-//! `write_image`): the source is hashed exactly as downloaded (Ironic's `os_hash_value` and
-//! `image_checksum` are digests of the image file, ../shared/reference/ironic-protocols.md §3.4),
-//! then peeked for compression magic, decompressed, limited to the disk's size and written by
-//! [`ImageSink`] with the first MiB held back. The rest of the source is drained to EOF
-//! (CVE-2021-20319: a decoder may stop before the end), the digest compared, and only then the
-//! first MiB written and the disk synced. Any failure zeroes the first MiB, so a half-written or
-//! unverified image never boots.
+//! One function reads top to bottom ([`write_verified`], STYLE.md §2, after coreos-installer's
+//! `write_image`): the download is peeked for compression magic, decoded, peeked again for the
+//! image format, which fixes the [`Plan`] (raw onto the disk, or a qcow2 spooled behind its own
+//! virtual size), and written by one [`ImageSink`] with the first MiB held back. The rest of the
+//! download is drained to EOF (CVE-2021-20319: a decoder may stop before the end), the digest
+//! compared, and only then the first MiB written (or the qcow2 converted) and the disk synced. Any
+//! failure zeroes the first MiB, so a half-written or unverified image never boots.
 //!
-//! Speed (bench/agent-stream.sh): for an uncompressed image the bytes the sink receives are the
-//! download itself, so the digest moves from the reading chain to the sink's hashing thread
-//! ([`ImageSink::hash_blocks`]), and `http://` bodies are read by [`plain`] straight into the
+//! The digest covers the image file as downloaded (Ironic's `os_hash_value` and `image_checksum`,
+//! ../shared/reference/ironic-protocols.md §3.4). Where it is taken is decided once, from the
+//! compression: uncompressed, the bytes the sink receives are the download itself, so the sink
+//! owns the digest and takes it on its own thread beside the disk writes
+//! ([`crate::disk::sink`]); compressed, the reading chain digests the download before decoding.
+//!
+//! Speed (bench/agent-stream.sh): `http://` bodies are read by [`source::plain`] straight into the
 //! disk blocks: one copy (the kernel's `recv`) between socket and disk, SHA-256 on one core and
 //! `recv` + TCP on the other.
 //!
 //! # Limitations
-//! One image at a time; the HTTP side is [`http`] / [`plain`] (resume with Range, bounded
-//! retries). Compressed images are hashed on the reading thread, before decoding.
+//! One image at a time; the HTTP side is [`source`] (resume with Range, bounded retries).
+//! Compressed images are hashed on the reading thread, before decoding.
 
 pub mod decompress;
-pub mod http;
-pub mod plain;
 pub mod progress;
 pub mod qcow2;
+pub mod source;
 
 use std::io::Read;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
@@ -35,8 +38,8 @@ use vmdeploy_shared::io::limit::LimitReader;
 use vmdeploy_shared::io::peek::PeekReader;
 use vmdeploy_shared::io::BUFFER_SIZE;
 
-use crate::disk::sink::{self, ImageSink};
-use crate::disk::{DiskWriter, HEAD_LEN};
+use crate::disk::sink::{self, ImageSink, SinkDone};
+use crate::disk::{Disk, HEAD_LEN};
 use decompress::Compression;
 use progress::Progress;
 
@@ -64,142 +67,142 @@ pub struct WriteOutcome {
     pub digest: Option<String>,
 }
 
-/// Writes the image read from `source` to `disk`, verifying `expected` when given.
-///
-/// On failure the first MiB of the disk is zeroed (best effort, logged) before the error is
-/// returned; a checksum failure's error is a [`vmdeploy_shared::io::hash::HashError::Mismatch`]
-/// (downcast to tell it apart).
-pub fn write_image_from(
-    source: impl Read,
-    disk: Arc<DiskWriter>,
-    expected: Option<&ExpectedDigest>,
-    progress: &Progress,
-) -> anyhow::Result<WriteOutcome> {
-    let result = write_verified(source, &disk, expected, progress);
-    if let Err(err) = &result {
-        tracing::error!(disk = %disk.path().display(), "image write failed: {err:#}");
-        let len = match disk.capacity() {
-            Ok(Some(cap)) => (cap.min(HEAD_LEN as u64)) as usize,
-            _ => HEAD_LEN,
-        };
-        match sink::zero_head(&disk, 0, len) {
-            Ok(()) => tracing::info!("zeroed the first MiB of the disk after the failure"),
-            Err(e) => tracing::error!("zeroing the first MiB after the failure also failed: {e}"),
-        }
-    }
-    result
+/// How the decoded image reaches the disk, chosen from its first bytes before anything is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    /// Written as is from offset 0, the first MiB held back until verified.
+    Raw,
+    /// Spooled at `spool` (behind the image's virtual size), then converted to raw at offset 0.
+    Qcow2 {
+        /// Disk offset of the spool.
+        spool: u64,
+    },
 }
 
-fn write_verified(
+impl Plan {
+    /// The plan for an image starting with `head` on a disk of `capacity` bytes (`None`: a file).
+    pub fn choose(head: &[u8], capacity: Option<u64>) -> anyhow::Result<Plan> {
+        if !qcow2::is_qcow2(head) {
+            return Ok(Plan::Raw);
+        }
+        let header = qcow2::parse_header(head)?;
+        let spool = qcow2::spool_offset(&header)?;
+        if let Some(cap) = capacity {
+            if cap < spool + HEAD_LEN as u64 {
+                bail!(
+                    "the qcow2 image's virtual size ({} bytes) does not fit the disk ({cap} bytes) with room to spool it",
+                    header.virtual_size
+                );
+            }
+        }
+        tracing::info!(
+            virtual_size = header.virtual_size,
+            spool,
+            "qcow2 image: spooling beyond its end"
+        );
+        Ok(Plan::Qcow2 { spool })
+    }
+
+    /// Where the sink starts writing.
+    fn base(self) -> u64 {
+        match self {
+            Plan::Raw => 0,
+            Plan::Qcow2 { spool } => spool,
+        }
+    }
+
+    /// Most bytes the decoded stream may have on a disk of `capacity` bytes.
+    fn room(self, capacity: Option<u64>) -> u64 {
+        capacity.map_or(u64::MAX, |cap| cap.saturating_sub(self.base()))
+    }
+}
+
+/// Writes the image read from `source` to `disk`, verifying `expected` when given.
+///
+/// On failure the first MiB of the disk is zeroed and the error says so; when zeroing fails too,
+/// the error says that instead. A checksum failure's error is a
+/// [`vmdeploy_shared::io::hash::HashError::Mismatch`] (downcast to tell it apart).
+pub fn write_image_from(
     source: impl Read,
-    disk: &Arc<DiskWriter>,
+    disk: Arc<Disk>,
     expected: Option<&ExpectedDigest>,
     progress: &Progress,
 ) -> anyhow::Result<WriteOutcome> {
-    let capacity = disk.capacity().context("reading the disk size")?;
-    let mut hashed = HashReader::new(source, expected.map(|d| Hasher::new(d.algo)));
-    let mut outer = PeekReader::with_capacity(BUFFER_SIZE, &mut hashed);
+    let err = match write_verified(source, &disk, expected, progress) {
+        Ok(outcome) => return Ok(outcome),
+        Err(err) => err,
+    };
+    tracing::error!(disk = %disk.path().display(), "image write failed: {err:#}");
+    let len = disk
+        .capacity()
+        .map_or(HEAD_LEN, |cap| cap.min(HEAD_LEN as u64) as usize);
+    match sink::zero_head(&disk, 0, len) {
+        Ok(()) => Err(err.context("image write failed, so the first MiB of the disk was zeroed")),
+        Err(zero) => Err(err.context(format!(
+            "image write failed, and zeroing the first MiB of the disk failed too ({zero}): \
+             the disk may hold a partial image"
+        ))),
+    }
+}
+
+/// The chain: peek the compression, decode, peek the format and [`Plan`], sink, drain, verify,
+/// commit.
+fn write_verified(
+    source: impl Read,
+    disk: &Arc<Disk>,
+    expected: Option<&ExpectedDigest>,
+    progress: &Progress,
+) -> anyhow::Result<WriteOutcome> {
+    let capacity = disk.capacity();
+    let mut magic = PeekReader::with_capacity(decompress::MAGIC_LEN, source);
     let compression = Compression::detect(
-        outer
+        magic
             .peek(decompress::MAGIC_LEN)
             .context("reading the image")?,
     );
     tracing::info!(?compression, "image stream started");
-    // Uncompressed, the bytes the sink receives are the download itself, in order: the sink
-    // digests them on its own thread (disk/sink.rs), beside the reading thread's recv work.
-    // What was read so far (the peeked bytes) is already in the digest.
-    let offload = match compression {
-        Compression::None => {
-            let already = outer.get_mut().count();
-            outer.get_mut().take_hasher().map(|h| (h, already))
-        }
-        _ => None,
+    let hasher = || expected.map(|d| Hasher::new(d.algo));
+    let (chain_digest, sink_digest) = match compression {
+        Compression::None => (None, hasher()),
+        _ => (hasher(), None),
     };
+    // The peeked magic is still unread: the digest (on either side) starts at byte 0.
+    let mut download = PeekReader::with_capacity(BUFFER_SIZE, HashReader::new(magic, chain_digest));
 
-    // Decode into the disk; what is written depends on the inner format.
-    enum Written {
-        Raw(sink::SinkDone),
-        Qcow2 {
-            spool: u64,
-            len: u64,
-            hasher: Option<Hasher>,
-        },
-    }
-    let mut written = {
-        let decoded = compression.decoder(&mut outer);
-        let mut inner = PeekReader::with_capacity(BUFFER_SIZE, decoded);
-        let head = inner
+    let (plan, done) = {
+        let mut image = PeekReader::with_capacity(BUFFER_SIZE, compression.decoder(&mut download));
+        let head = image
             .peek(qcow2::HEADER_LEN)
             .with_context(|| format!("decoding the {compression:?} image"))?;
-        if qcow2::is_qcow2(head) {
-            let header = qcow2::parse_header(head)?;
-            let spool = qcow2::spool_offset(&header)?;
-            let room = match capacity {
-                Some(cap) if cap < spool + HEAD_LEN as u64 => bail!(
-                    "the qcow2 image's virtual size ({} bytes) does not fit the disk ({cap} bytes) with room to spool it",
-                    header.virtual_size
-                ),
-                Some(cap) => cap - spool,
-                None => u64::MAX,
-            };
-            tracing::info!(
-                virtual_size = header.virtual_size,
-                spool,
-                "qcow2 image: spooling beyond its end"
-            );
-            let mut sink = ImageSink::new(
-                Arc::clone(disk),
-                spool,
-                false,
-                Arc::clone(&progress.written),
-            )
-            .context("starting the disk writer")?;
-            if let Some((hasher, already)) = offload {
-                sink.hash_blocks(hasher, already);
-            }
-            sink.fill_from(&mut LimitReader::new(inner, room))
-                .context("spooling the qcow2 image (it must fit behind its own virtual size)")?;
-            let done = sink.finish().context("writing the qcow2 spool")?;
-            Written::Qcow2 {
-                spool,
-                len: done.len,
-                hasher: done.hasher,
-            }
-        } else {
-            let limit = capacity.unwrap_or(u64::MAX);
-            let mut sink = ImageSink::new(Arc::clone(disk), 0, true, Arc::clone(&progress.written))
-                .context("starting the disk writer")?;
-            if let Some((hasher, already)) = offload {
-                sink.hash_blocks(hasher, already);
-            }
-            sink.fill_from(&mut LimitReader::new(inner, limit))
-                .with_context(|| match capacity {
-                    Some(cap) => format!("streaming the image to the disk ({cap} bytes)"),
-                    None => "streaming the image to the disk".to_owned(),
-                })?;
-            Written::Raw(sink.finish().context("writing the image")?)
-        }
+        let plan = Plan::choose(head, capacity)?;
+        let mut sink = ImageSink::new(
+            Arc::clone(disk),
+            plan.base(),
+            plan == Plan::Raw,
+            Arc::clone(&progress.written),
+            sink_digest,
+        )
+        .context("starting the disk writer")?;
+        sink.fill_from(&mut LimitReader::new(image, plan.room(capacity)))
+            .with_context(|| match (plan, capacity) {
+                (Plan::Qcow2 { .. }, _) => {
+                    "spooling the qcow2 image (it must fit behind its own virtual size)".to_owned()
+                }
+                (Plan::Raw, Some(cap)) => format!("streaming the image to the disk ({cap} bytes)"),
+                (Plan::Raw, None) => "streaming the image to the disk".to_owned(),
+            })?;
+        (plan, sink.finish().context("writing the image")?)
     };
 
-    // The sink's digest (if it took one) continues over anything after the image.
-    match &mut written {
-        Written::Raw(done) => {
-            if let Some(h) = done.hasher.take() {
-                outer.get_mut().put_hasher(Some(h));
-            }
-        }
-        Written::Qcow2 { hasher, .. } => {
-            if let Some(h) = hasher.take() {
-                outer.get_mut().put_hasher(Some(h));
-            }
-        }
-    }
     // Everything after the compressed stream still belongs to the download and its digest.
-    let (trailing, nonzero) =
-        vmdeploy_shared::io::drain_to_eof(&mut outer).context("reading the end of the download")?;
-    drop(outer);
+    let (trailing, nonzero) = vmdeploy_shared::io::drain_to_eof(&mut download)
+        .context("reading the end of the download")?;
     if trailing > 0 {
-        if nonzero && compression != Compression::None {
+        if compression == Compression::None {
+            // The sink read the download to its end; nothing can follow it undigested.
+            bail!("internal error: {trailing} bytes after the end of an uncompressed image");
+        }
+        if nonzero {
             bail!(
                 "{trailing} bytes of unexpected data after the end of the {compression:?} stream"
             );
@@ -209,47 +212,24 @@ fn write_verified(
             "ignoring zero padding after the compressed stream"
         );
     }
-    let (_, hasher, downloaded) = hashed.into_parts();
-    let digest = match (expected, hasher) {
-        (Some(want), Some(h)) => {
-            let got = h.finalize_hex();
-            want.verify(&got)?;
-            tracing::info!(digest = %want, "image checksum verified");
-            Some(want.to_string())
-        }
-        (Some(_), None) => bail!("internal error: the image digest was lost before verification"),
-        (None, _) => None,
-    };
+    let (download, _) = download.into_inner();
+    let (_, chain_hasher, downloaded) = download.into_parts();
+    let digest = verify(expected, done.digest.or(chain_hasher))?;
 
-    let (format, image_len) = match written {
-        Written::Raw(done) => {
+    let (format, image_len) = match plan {
+        Plan::Raw => {
             sink::write_head(disk, 0, &done.head).context("writing the first MiB")?;
             (ImageFormat::Raw, done.len)
         }
-        Written::Qcow2 { spool, len, .. } => {
-            disk.sync_data().context("syncing the qcow2 spool")?;
-            let region = qcow2::DiskRegion::open(disk.path().to_owned(), spool, len)
-                .context("opening the qcow2 spool")?;
-            let mut sink = ImageSink::new(Arc::clone(disk), 0, true, Arc::clone(&progress.written))
-                .context("starting the disk writer")?;
-            let size = qcow2::convert(region, &mut sink)?;
-            let done = sink.finish().context("writing the converted image")?;
-            sink::write_head(disk, 0, &done.head).context("writing the first MiB")?;
-            // Wipe the spool's header so the leftover is not mistaken for an image later.
-            let wipe = match capacity {
-                Some(cap) => (cap - spool).min(HEAD_LEN as u64) as usize,
-                None => HEAD_LEN.min(len as usize),
-            };
-            sink::zero_head(disk, spool, wipe).context("wiping the qcow2 spool header")?;
+        Plan::Qcow2 { spool } => {
+            let size = convert_spool(disk, spool, done.len, capacity, progress)?;
             (ImageFormat::Qcow2, size)
         }
     };
     // The sinks count the blocks as they go, which leaves out the held-back first MiB and, for
     // qcow2, counts the spool too; once the head is down, the disk holds exactly the image.
-    progress
-        .written
-        .store(image_len, std::sync::atomic::Ordering::Relaxed);
-    disk.sync_data().context("syncing the disk")?;
+    progress.written.store(image_len, Ordering::Relaxed);
+    disk.sync().context("syncing the disk")?;
     disk.reread_partition_table();
     Ok(WriteOutcome {
         compression,
@@ -258,6 +238,54 @@ fn write_verified(
         image_len,
         digest,
     })
+}
+
+/// Compares the digest of the download with `expected`; the verified `algo:hex`.
+fn verify(
+    expected: Option<&ExpectedDigest>,
+    hasher: Option<Hasher>,
+) -> anyhow::Result<Option<String>> {
+    match (expected, hasher) {
+        (Some(want), Some(h)) => {
+            want.verify(&h.finalize_hex())?;
+            tracing::info!(digest = %want, "image checksum verified");
+            Ok(Some(want.to_string()))
+        }
+        (Some(_), None) => bail!("internal error: the image digest was lost before verification"),
+        (None, _) => Ok(None),
+    }
+}
+
+/// Converts the verified qcow2 spool (`len` bytes at `spool`) to raw at offset 0, first MiB last,
+/// and wipes the spool's header; the raw image's size.
+fn convert_spool(
+    disk: &Arc<Disk>,
+    spool: u64,
+    len: u64,
+    capacity: Option<u64>,
+    progress: &Progress,
+) -> anyhow::Result<u64> {
+    disk.sync().context("syncing the qcow2 spool")?;
+    let region = qcow2::DiskRegion::open(disk.path().to_owned(), spool, len)
+        .context("opening the qcow2 spool")?;
+    let mut sink = ImageSink::new(
+        Arc::clone(disk),
+        0,
+        true,
+        Arc::clone(&progress.written),
+        None,
+    )
+    .context("starting the disk writer")?;
+    let size = qcow2::convert(region, &mut sink)?;
+    let SinkDone { head, .. } = sink.finish().context("writing the converted image")?;
+    sink::write_head(disk, 0, &head).context("writing the first MiB")?;
+    // Wipe the spool's header so the leftover is not mistaken for an image later.
+    let wipe = match capacity {
+        Some(cap) => (cap - spool).min(HEAD_LEN as u64) as usize,
+        None => HEAD_LEN.min(len as usize),
+    };
+    sink::zero_head(disk, spool, wipe).context("wiping the qcow2 spool header")?;
+    Ok(size)
 }
 
 /// Options of the `write-image` command.
@@ -299,17 +327,17 @@ pub fn run_write_image(args: WriteImageArgs) -> anyhow::Result<()> {
         .map(|p| std::fs::read(p).with_context(|| format!("reading the CA file {}", p.display())))
         .transpose()?;
     let disk = Arc::new(
-        DiskWriter::open(&args.disk)
+        Disk::open(&args.disk)
             .with_context(|| format!("opening the disk {}", args.disk.display()))?,
     );
     tracing::info!(disk = %args.disk.display(), direct = disk.is_direct(), "disk opened");
     let progress = Arc::new(Progress::default());
-    let opts = http::HttpOptions {
+    let opts = source::HttpOptions {
         ca_pem,
         retry_backoff: std::time::Duration::from_millis(args.retry_backoff_ms),
         ..Default::default()
     };
-    let source = http::spawn_download(&args.url, &opts, Arc::clone(&progress))?;
+    let source = source::spawn_download(&args.url, &opts, Arc::clone(&progress))?;
     let reporter =
         progress::ConsoleReporter::start(Arc::clone(&progress), std::time::Duration::from_secs(2));
     let outcome = write_image_from(source, Arc::clone(&disk), expected.as_ref(), &progress);
@@ -336,14 +364,14 @@ mod tests {
     use super::*;
     use std::io::{Cursor, Write};
 
-    fn disk_file(len: usize) -> (tempfile::TempDir, Arc<DiskWriter>) {
+    fn disk_file(len: usize) -> (tempfile::TempDir, Arc<Disk>) {
         let dir = tempfile::Builder::new()
             .prefix("vmdeploy-stream-test")
             .tempdir_in("/var/tmp")
             .expect("scratch dir");
         let path = dir.path().join("disk.img");
         std::fs::write(&path, vec![0xEEu8; len]).expect("disk file");
-        let disk = Arc::new(DiskWriter::open(&path).expect("open"));
+        let disk = Arc::new(Disk::open(&path).expect("open"));
         (dir, disk)
     }
 
@@ -403,6 +431,97 @@ mod tests {
         );
         let back = std::fs::read(disk.path()).expect("read back");
         assert!(back[..HEAD_LEN].iter().all(|&b| b == 0), "first MiB zeroed");
+    }
+
+    fn sha256(data: &[u8]) -> ExpectedDigest {
+        use vmdeploy_shared::io::hash::{digest_reader, HashAlgo};
+        let hex = digest_reader(HashAlgo::Sha256, data).expect("in memory");
+        ExpectedDigest::new(HashAlgo::Sha256, &hex).expect("valid")
+    }
+
+    #[test]
+    fn raw_image_digest_is_the_sinks_from_the_first_byte() {
+        let image: Vec<u8> = (0..3 * HEAD_LEN + 4321).map(|i| (i % 241) as u8).collect();
+        let (_dir, disk) = disk_file(4 * HEAD_LEN);
+        let out = write_image_from(
+            Cursor::new(image.clone()),
+            Arc::clone(&disk),
+            Some(&sha256(&image)),
+            &Progress::default(),
+        )
+        .expect("written");
+        assert_eq!(
+            (out.compression, out.format),
+            (Compression::None, ImageFormat::Raw)
+        );
+        assert_eq!(out.downloaded, image.len() as u64);
+        let back = std::fs::read(disk.path()).expect("read back");
+        assert_eq!(&back[..image.len()], &image[..]);
+
+        // One byte off: a mismatch, told apart by type, and the disk does not boot.
+        let mut other = image.clone();
+        other[HEAD_LEN + 7] ^= 1;
+        let (_dir, disk) = disk_file(4 * HEAD_LEN);
+        let err = write_image_from(
+            Cursor::new(other),
+            Arc::clone(&disk),
+            Some(&sha256(&image)),
+            &Progress::default(),
+        )
+        .expect_err("mismatch");
+        assert!(
+            err.chain()
+                .any(|c| c.is::<vmdeploy_shared::io::hash::HashError>()),
+            "{err:#}"
+        );
+        assert!(
+            format!("{err:#}").contains("so the first MiB of the disk was zeroed"),
+            "{err:#}"
+        );
+        let back = std::fs::read(disk.path()).expect("read back");
+        assert!(back[..HEAD_LEN].iter().all(|&b| b == 0), "first MiB zeroed");
+    }
+
+    #[test]
+    fn when_zeroing_fails_too_the_error_says_so() {
+        let (dir, _) = disk_file(2 * HEAD_LEN);
+        let disk = Arc::new(Disk::open_read_only(&dir.path().join("disk.img")).expect("ro"));
+        let err = write_image_from(
+            Cursor::new(vec![1u8; 3 * HEAD_LEN]),
+            disk,
+            None,
+            &Progress::default(),
+        )
+        .expect_err("a read-only disk");
+        let msg = format!("{err:#}");
+        assert!(
+            msg.contains("zeroing the first MiB of the disk failed too"),
+            "{msg}"
+        );
+        assert!(!msg.contains("was zeroed"), "{msg}");
+    }
+
+    #[test]
+    fn the_plan_comes_from_the_header() {
+        let mut qcow = vec![0u8; qcow2::HEADER_LEN];
+        qcow[..4].copy_from_slice(&qcow2::MAGIC);
+        qcow[4..8].copy_from_slice(&3u32.to_be_bytes());
+        qcow[24..32].copy_from_slice(&(10 * HEAD_LEN as u64 + 1).to_be_bytes());
+        let spool = 11 * HEAD_LEN as u64;
+        assert_eq!(Plan::choose(b"raw bytes", Some(1)).expect("raw"), Plan::Raw);
+        assert_eq!(Plan::choose(&[], None).expect("empty"), Plan::Raw);
+        assert_eq!(
+            Plan::choose(&qcow, None).expect("a file grows"),
+            Plan::Qcow2 { spool }
+        );
+        assert_eq!(
+            Plan::choose(&qcow, Some(spool + HEAD_LEN as u64)).expect("fits"),
+            Plan::Qcow2 { spool }
+        );
+        let err = Plan::choose(&qcow, Some(spool + HEAD_LEN as u64 - 1)).expect_err("no room");
+        assert!(err.to_string().contains("does not fit the disk"), "{err}");
+        assert_eq!(Plan::Qcow2 { spool }.room(Some(spool + 5)), 5);
+        assert_eq!(Plan::Raw.room(None), u64::MAX);
     }
 
     #[test]
