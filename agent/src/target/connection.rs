@@ -20,7 +20,7 @@ use vmdeploy_shared::iscsi::keys::{key, value};
 use vmdeploy_shared::iscsi::pdu::{
     logout_response, reject_reason, response_code, sense_segment, sn_le, tmf_function, tmf_response,
 };
-use vmdeploy_shared::iscsi::scsi::{asc, ScsiCommand as Cdb, Sense};
+use vmdeploy_shared::iscsi::scsi::{asc, Failure, ScsiCommand as Cdb, Sense};
 use vmdeploy_shared::iscsi::{
     Bhs, DataIn, LogoutResponse, NopIn, OperationalParams, PduError, R2t, Reject, ScsiCommand,
     ScsiResponse, TaskMgmtResponse, TextKeys, TextResponse, BHS_LEN, RESERVED_TAG,
@@ -30,6 +30,7 @@ use super::backend::AlignedBuf;
 use super::commands::{Outcome, Payload, Transfer};
 use super::framing::{self, Header};
 use super::login::{self, SessionKind, PORTAL_GROUP_TAG};
+use super::reservations::Nexus;
 use super::server::TargetShared;
 
 /// MaxRecvDataSegmentLength this target declares: big PDUs keep header work per byte low
@@ -125,7 +126,7 @@ struct PendingWrite {
     expected_len: u32,
     /// The command already failed; its unsolicited data is drained before the status goes out
     /// (answering while the initiator is still sending trips up libiscsi 1.19).
-    verdict: Option<(Sense, Option<(bool, u32)>)>,
+    verdict: Option<(Failure, Option<(bool, u32)>)>,
     /// Residual to report (expected length and CDB disagree).
     residual: Option<(bool, u32)>,
 }
@@ -219,6 +220,10 @@ async fn run(
     let window = Arc::new(CmdWindow {
         exp_cmd_sn: AtomicU32::new(session.exp_cmd_sn),
     });
+    let nexus = Arc::new(Nexus {
+        initiator: session.initiator.clone(),
+        isid: session.isid,
+    });
     let (tx, rx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(writer_task(wr, rx, session.stat_sn, window.clone()));
     let mut conn = Connection {
@@ -231,8 +236,11 @@ async fn run(
         pending: HashMap::new(),
         next_ttt: 1,
         stats: Arc::new(JobStats::default()),
+        nexus: nexus.clone(),
     };
     let result = conn.reader_loop(&mut rd).await;
+    // Logout or a lost connection ends the I_T nexus (one connection per session).
+    conn.shared.lun.nexus_lost(&nexus);
     if conn.kind == SessionKind::Normal {
         conn.stats.log();
     }
@@ -293,6 +301,7 @@ struct Connection {
     pending: HashMap<u32, PendingWrite>,
     next_ttt: u32,
     stats: Arc<JobStats>,
+    nexus: Arc<Nexus>,
 }
 
 /// What the reader does after one PDU.
@@ -458,6 +467,11 @@ impl Connection {
                     | tmf_function::TARGET_WARM_RESET
                     | tmf_function::TARGET_COLD_RESET => {
                         self.pending.clear();
+                        if tmf.function != tmf_function::ABORT_TASK_SET
+                            && tmf.function != tmf_function::CLEAR_TASK_SET
+                        {
+                            self.shared.lun.reset();
+                        }
                         tmf_response::COMPLETE
                     }
                     _ => tmf_response::NOT_SUPPORTED,
@@ -526,9 +540,9 @@ impl Connection {
         tracing::trace!(itt = cmd.itt, cmd_sn = cmd.cmd_sn, edtl, cdb = ?cmd.cdb, immediate_len, "SCSI command");
         let prepared = if header.ahs_len > 0 {
             // Extended CDBs (AHS type 1) are not supported: no command here needs one.
-            Err(Sense::invalid_opcode())
+            Err(Sense::invalid_opcode().into())
         } else {
-            self.shared.lun.prepare(lun, &cmd.cdb)
+            self.shared.lun.prepare(&self.nexus, lun, &cmd.cdb)
         };
         let (cdb, transfer) = match prepared {
             Ok(p) => p,
@@ -543,7 +557,8 @@ impl Connection {
             self.dispatch(lun, cdb, cmd.itt, edtl, cmd.read, DataOutBuf::Empty, None);
             return Ok(());
         };
-        // A WRITE whose expected length differs from the CDB's transfers only what both allow
+        // A WRITE (or WRITE AND VERIFY) whose expected length differs from the CDB's transfers
+        // only what both allow
         // and reports the residual (FCP-4 §9.4.2 option a; libiscsi 1.19's residual tests want
         // GOOD). Other data-out commands are refused without writing (option b).
         let sent = if cmd.write { edtl } else { 0 };
@@ -552,10 +567,10 @@ impl Connection {
         if sent != needed {
             let over = needed > sent;
             let count = needed.abs_diff(sent);
-            match cdb {
-                Cdb::Write(mut r) if sent <= needed.saturating_add(MAX_WRITE_SLACK) => {
-                    r.blocks = needed.min(sent) / self.shared.lun.backend().block_len();
-                    cdb = Cdb::Write(r);
+            let blocks = needed.min(sent) / self.shared.lun.backend().block_len();
+            match cdb.with_write_blocks(blocks) {
+                Some(trimmed) if sent <= needed.saturating_add(MAX_WRITE_SLACK) => {
+                    cdb = trimmed;
                     residual = Some((over, count));
                 }
                 _ => {
@@ -618,7 +633,13 @@ impl Connection {
     }
 
     /// Answers a failed command at once, or once its unsolicited Data-Out has been drained.
-    fn fail_command(&mut self, cmd: &ScsiCommand, sense: Sense, residual: Option<(bool, u32)>) {
+    fn fail_command(
+        &mut self,
+        cmd: &ScsiCommand,
+        sense: impl Into<Failure>,
+        residual: Option<(bool, u32)>,
+    ) {
+        let sense = sense.into();
         let unsolicited_follows = cmd.write && !cmd.final_ && !self.params.initial_r2t;
         if !unsolicited_follows {
             self.respond_sense(cmd.itt, sense, residual);
@@ -794,6 +815,7 @@ impl Connection {
         residual: Option<(bool, u32)>,
     ) {
         let shared = self.shared.clone();
+        let nexus = self.nexus.clone();
         let out = self.out.clone();
         let max_xmit =
             (self.params.max_xmit_data_segment_length as usize).clamp(512, MAX_SEND_SEGMENT);
@@ -807,14 +829,15 @@ impl Connection {
         let job = move |permit: OwnedSemaphorePermit| {
             let _permit = permit;
             let outcome: Outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                shared.lun.execute(lun, &cmd, data.as_slice())
+                shared.lun.execute(&nexus, lun, &cmd, data.as_slice())
             }))
             .unwrap_or_else(|_| {
                 tracing::error!("SCSI command job panicked");
                 Err(Sense::new(
                     vmdeploy_shared::iscsi::scsi::SenseKey::HardwareError,
                     asc::INTERNAL_TARGET_FAILURE,
-                ))
+                )
+                .into())
             });
             if let DataOutBuf::Aligned(buf) = data {
                 shared.buffers.give(buf);
@@ -841,8 +864,8 @@ impl Connection {
         }
     }
 
-    fn respond_sense(&self, itt: u32, sense: Sense, residual: Option<(bool, u32)>) {
-        send_sense(&self.out, itt, sense, residual);
+    fn respond_sense(&self, itt: u32, sense: impl Into<Failure>, residual: Option<(bool, u32)>) {
+        send_sense(&self.out, itt, sense.into(), residual);
     }
 }
 
@@ -871,7 +894,7 @@ fn framing_len(header: &Header) -> usize {
     vmdeploy_shared::iscsi::pdu::padded_len(header.data_len)
 }
 
-fn send_sense(out: &Outbox, itt: u32, sense: Sense, residual: Option<(bool, u32)>) {
+fn send_sense(out: &Outbox, itt: u32, failure: Failure, residual: Option<(bool, u32)>) {
     let (overflow, underflow, count) = match residual {
         Some((true, n)) if n > 0 => (true, false, n),
         Some((false, n)) if n > 0 => (false, true, n),
@@ -883,11 +906,14 @@ fn send_sense(out: &Outbox, itt: u32, sense: Sense, residual: Option<(bool, u32)
             underflow,
             residual_count: count,
             response: response_code::COMPLETED,
-            status: vmdeploy_shared::iscsi::pdu::scsi_status::CHECK_CONDITION,
+            status: failure.status(),
             itt,
             ..Default::default()
         },
-        OutData::Bytes(Bytes::from(sense_segment(&sense.to_fixed()))),
+        match failure.sense() {
+            Some(sense) => OutData::Bytes(Bytes::from(sense_segment(&sense.to_fixed()))),
+            None => OutData::None,
+        },
         true,
     );
 }

@@ -46,6 +46,8 @@ pub struct LoggedIn {
     pub exp_cmd_sn: u32,
     /// Initiator name.
     pub initiator: String,
+    /// ISID: with the name, the initiator port of the I_T nexus (SPC-4 reservations).
+    pub isid: [u8; 6],
     /// TSIH given to the session.
     pub tsih: u16,
 }
@@ -396,6 +398,7 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                     stat_sn,
                     exp_cmd_sn,
                     initiator,
+                    isid: req.isid,
                     tsih,
                 }));
             }

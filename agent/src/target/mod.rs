@@ -1,6 +1,7 @@
 //! The agent's iSCSI target: serves the node's disk as LUN 1 (iscsi_ilo, pxe_ilo).
 //!
-//! Layers, bottom up: [`backend`] (O_DIRECT block I/O), [`commands`] (SCSI semantics),
+//! Layers, bottom up: [`backend`] (O_DIRECT block I/O), [`commands`] (SCSI semantics) with
+//! [`reservations`] (RESERVE/RELEASE and persistent reservations per I_T nexus),
 //! [`framing`] and [`login`] and [`connection`] (iSCSI, RFC 7143), [`server`] (accept loop and
 //! shutdown), [`done`] (the conductor's "done" notification), [`cli`].
 
@@ -11,4 +12,5 @@ pub mod connection;
 pub mod done;
 pub mod framing;
 pub mod login;
+pub mod reservations;
 pub mod server;
