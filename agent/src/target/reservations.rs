@@ -178,15 +178,18 @@ impl Reservations {
         let access = access_of(cmd);
         let s = self.lock();
         if let Some(owner) = &s.spc2 {
-            // SPC-2 §5.5.1: only the commands that cannot disturb the owner pass; RELEASE(6) from
-            // another initiator is a no-op with GOOD (SPC-2 §7.17).
-            let passes = matches!(access, Access::Always)
-                || matches!(cmd, ScsiCommand::Release6)
-                || matches!(cmd, ScsiCommand::Reserve6) && owner == nexus;
-            if owner != nexus && !passes {
-                return Err(conflict());
-            }
-            if owner != nexus && access == Access::Persistent {
+            // SPC-2 §5.5.1: another initiator's commands conflict, TEST UNIT READY and READ
+            // CAPACITY included (as tgtd does), except those that only identify the device;
+            // RELEASE(6) from another initiator is a no-op with GOOD (SPC-2 §7.17).
+            let identifies = matches!(
+                cmd,
+                ScsiCommand::Inquiry { .. }
+                    | ScsiCommand::ReportLuns { .. }
+                    | ScsiCommand::RequestSense { .. }
+                    | ScsiCommand::ReportSupportedOpcodes { .. }
+                    | ScsiCommand::Release6
+            );
+            if owner != nexus && !identifies {
                 return Err(conflict());
             }
         }
@@ -458,6 +461,16 @@ mod tests {
         r.reserve6(&a).expect("the owner may reserve again");
         assert_eq!(r.reserve6(&b), Err(Failure::ReservationConflict));
         assert_eq!(r.check(&b, &READ), Err(Failure::ReservationConflict));
+        assert_eq!(
+            r.check(&b, &ScsiCommand::TestUnitReady),
+            Err(Failure::ReservationConflict)
+        );
+        let inquiry = ScsiCommand::Inquiry {
+            evpd: false,
+            page_code: 0,
+            allocation_length: 96,
+        };
+        assert_eq!(r.check(&b, &inquiry), Ok(()));
         assert_eq!(r.check(&b, &ScsiCommand::Release6), Ok(()));
         r.release6(&b);
         assert_eq!(r.check(&b, &WRITE), Err(Failure::ReservationConflict));
