@@ -7,11 +7,13 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use vmdeploy_shared::iscsi::scsi::{
-    self, asc, designation_descriptor, truncate_to, vpd, vpd_page, BlockRange, Capacity,
-    ScsiCommand, Sense, SenseKey,
+    self, asc, supported, truncate_to, BlockRange, Capacity, Failure, ScsiCommand, Sense, SenseKey,
 };
 
 use super::backend::{AlignedBuf, BlockBackend};
+use super::reservations::{Nexus, Reservations};
+
+mod pages;
 
 /// The LUN number the disk is served as (Ironic uses LUN 1, reference ironic-protocols.md §2.2).
 pub const DISK_LUN: u64 = 1;
@@ -48,8 +50,9 @@ impl Payload {
     }
 }
 
-/// Result of one command: GOOD with optional data, or CHECK CONDITION with sense.
-pub type Outcome = Result<Option<Payload>, Sense>;
+/// Result of one command: GOOD with optional data, or CHECK CONDITION with sense, or another
+/// status (RESERVATION CONFLICT).
+pub type Outcome = Result<Option<Payload>, Failure>;
 
 /// Names the device reports about itself.
 #[derive(Debug, Clone)]
@@ -102,9 +105,11 @@ pub enum Transfer {
 pub struct Lun {
     backend: Arc<BlockBackend>,
     identity: Identity,
-    /// Serialises COMPARE AND WRITE so the compare and the write are atomic with respect to each
-    /// other (SBC-3 §5.2).
+    /// Serialises COMPARE AND WRITE and ORWRITE so each read-modify-write is atomic with respect
+    /// to the others (SBC-3 §5.2, §5.8).
     compare_and_write: std::sync::Mutex<()>,
+    /// SPC-2 and persistent reservations.
+    reservations: Reservations,
 }
 
 impl Lun {
@@ -114,12 +119,23 @@ impl Lun {
             backend,
             identity,
             compare_and_write: std::sync::Mutex::new(()),
+            reservations: Reservations::default(),
         }
     }
 
     /// The backing store.
     pub fn backend(&self) -> &Arc<BlockBackend> {
         &self.backend
+    }
+
+    /// An I_T nexus ended (logout or connection loss): see [`Reservations::nexus_lost`].
+    pub fn nexus_lost(&self, nexus: &Nexus) {
+        self.reservations.nexus_lost(nexus);
+    }
+
+    /// LOGICAL UNIT RESET or a target reset: see [`Reservations::reset`].
+    pub fn reset(&self) {
+        self.reservations.reset();
     }
 
     fn capacity(&self) -> Capacity {
@@ -140,10 +156,16 @@ impl Lun {
         MAX_TRANSFER_BYTES / self.backend.block_len()
     }
 
-    /// Decodes a CDB for `lun` and checks everything that can be checked before data moves
-    /// (LUN, ranges, limits). Returns the command and the data-out it needs.
-    pub fn prepare(&self, lun: u64, cdb: &[u8; 16]) -> Result<(ScsiCommand, Transfer), Sense> {
-        let cmd = ScsiCommand::parse(cdb)?;
+    /// Decodes a CDB for `lun` sent through `nexus` and checks everything that can be checked
+    /// before data moves (LUN, reservations, ranges, limits). Returns the command and the
+    /// data-out it needs.
+    pub fn prepare(
+        &self,
+        nexus: &Nexus,
+        lun: u64,
+        cdb: &[u8; 16],
+    ) -> Result<(ScsiCommand, Transfer), Failure> {
+        let mut cmd = ScsiCommand::parse(cdb)?;
         if lun != DISK_LUN
             && !matches!(
                 cmd,
@@ -152,8 +174,9 @@ impl Lun {
                     | ScsiCommand::RequestSense { .. }
             )
         {
-            return Err(Sense::illegal_request(asc::LOGICAL_UNIT_NOT_SUPPORTED));
+            return Err(Sense::illegal_request(asc::LOGICAL_UNIT_NOT_SUPPORTED).into());
         }
+        self.reservations.check(nexus, &cmd)?;
         let total = self.backend.blocks();
         let bl = self.backend.block_len();
         let range_ok = |r: &BlockRange| -> Result<(), Sense> {
@@ -184,18 +207,38 @@ impl Lun {
                 }
             }
             ScsiCommand::WriteSame {
-                range, no_data_out, ..
+                range,
+                unmap,
+                no_data_out,
             } => {
-                // WSNZ=1 in Block Limits: zero blocks is not "to the end of the medium".
-                if range.blocks == 0 || u64::from(range.blocks) > MAX_WRITE_SAME_BLOCKS {
+                let too_long = || {
                     let byte = if cdb[0] == scsi::opcode::WRITE_SAME_10 {
                         7
                     } else {
                         10
                     };
-                    return Err(Sense::invalid_field_in_cdb(byte, None));
+                    Sense::invalid_field_in_cdb(byte, None)
+                };
+                if u64::from(range.blocks) > MAX_WRITE_SAME_BLOCKS {
+                    return Err(too_long().into());
                 }
                 range_ok(&range)?;
+                if range.blocks == 0 {
+                    // WSNZ=0 in Block Limits: zero blocks means up to the end of the medium
+                    // (SBC-3 §5.42), within MAXIMUM WRITE SAME LENGTH like any other length.
+                    let to_end = total - range.lba;
+                    if to_end > MAX_WRITE_SAME_BLOCKS {
+                        return Err(too_long().into());
+                    }
+                    cmd = ScsiCommand::WriteSame {
+                        range: BlockRange {
+                            blocks: to_end as u32,
+                            ..range
+                        },
+                        unmap,
+                        no_data_out,
+                    };
+                }
                 if no_data_out {
                     Transfer::None
                 } else {
@@ -209,16 +252,36 @@ impl Lun {
                 range_ok(&range)?;
                 Transfer::None
             }
+            ScsiCommand::WriteAndVerify { range, .. } | ScsiCommand::OrWrite(range) => {
+                range_ok(&range)?;
+                self.check_transfer_len(cdb, range.blocks)?;
+                Transfer::Out(range.blocks * bl)
+            }
+            ScsiCommand::PreFetch { range, .. } => {
+                range_ok(&range)?;
+                Transfer::None
+            }
+            ScsiCommand::PersistentReserveOut {
+                parameter_list_length,
+                ..
+            } => {
+                // Only the basic 24-byte list is accepted (no SPEC_I_PT); refusing any other
+                // length here keeps a bogus length from sizing a buffer.
+                if parameter_list_length != scsi::reservation::PR_OUT_BASIC_LEN {
+                    return Err(Sense::illegal_request(asc::PARAMETER_LIST_LENGTH_ERROR).into());
+                }
+                Transfer::Out(parameter_list_length)
+            }
             ScsiCommand::CompareAndWrite { range } => {
                 if range.blocks > MAX_COMPARE_AND_WRITE_BLOCKS {
-                    return Err(Sense::invalid_field_in_cdb(13, None));
+                    return Err(Sense::invalid_field_in_cdb(13, None).into());
                 }
                 range_ok(&range)?;
                 Transfer::Out(2 * range.blocks * bl)
             }
             ScsiCommand::GetLbaStatus { lba, .. } => {
                 if lba >= total {
-                    return Err(Sense::lba_out_of_range());
+                    return Err(Sense::lba_out_of_range().into());
                 }
                 Transfer::None
             }
@@ -227,10 +290,10 @@ impl Lun {
                 allocation_length,
             } => {
                 if allocation_length < 16 {
-                    return Err(Sense::invalid_field_in_cdb(6, None));
+                    return Err(Sense::invalid_field_in_cdb(6, None).into());
                 }
                 if !matches!(select_report, 0..=2 | 0x10..=0x12) {
-                    return Err(Sense::invalid_field_in_cdb(2, None));
+                    return Err(Sense::invalid_field_in_cdb(2, None).into());
                 }
                 Transfer::None
             }
@@ -252,12 +315,64 @@ impl Lun {
         Ok(())
     }
 
-    /// Runs a prepared command. `data_out` holds exactly the bytes [`Transfer::Out`] asked for.
-    /// Blocking.
-    pub fn execute(&self, lun: u64, cmd: &ScsiCommand, data_out: &[u8]) -> Outcome {
+    /// Runs a prepared command sent through `nexus`. `data_out` holds exactly the bytes
+    /// [`Transfer::Out`] asked for. Blocking.
+    pub fn execute(&self, nexus: &Nexus, lun: u64, cmd: &ScsiCommand, data_out: &[u8]) -> Outcome {
         let bl = self.block_len();
         match *cmd {
-            ScsiCommand::TestUnitReady => Ok(None),
+            ScsiCommand::TestUnitReady | ScsiCommand::PreFetch { .. } => {
+                // PRE-FETCH: the backend reads with O_DIRECT and keeps no cache to fill, so GOOD
+                // (not CONDITION MET) is the answer SBC-3 §5.9 gives for "no room in the cache".
+                Ok(None)
+            }
+            ScsiCommand::Reserve6 => {
+                self.reservations.reserve6(nexus)?;
+                Ok(None)
+            }
+            ScsiCommand::Release6 => {
+                self.reservations.release6(nexus);
+                Ok(None)
+            }
+            ScsiCommand::PersistentReserveIn {
+                service_action,
+                allocation_length,
+            } => {
+                let data = self.reservations.persistent_in(service_action)?;
+                Ok(Some(Payload::Heap(truncate_to(data, allocation_length))))
+            }
+            ScsiCommand::PersistentReserveOut {
+                service_action,
+                scope,
+                pr_type,
+                ..
+            } => {
+                self.reservations.persistent_out(
+                    nexus,
+                    service_action,
+                    scope,
+                    pr_type,
+                    data_out,
+                )?;
+                Ok(None)
+            }
+            ScsiCommand::ReportSupportedOpcodes {
+                timeouts,
+                options,
+                opcode,
+                service_action,
+                allocation_length,
+            } => {
+                let data = if options == 0 {
+                    supported::all_commands(timeouts)
+                } else {
+                    supported::one_command(options, opcode, service_action, timeouts)?
+                };
+                Ok(Some(Payload::Heap(truncate_to(data, allocation_length))))
+            }
+            ScsiCommand::WriteAndVerify { range, byte_check } => {
+                self.write_and_verify(range, byte_check, data_out)
+            }
+            ScsiCommand::OrWrite(range) => self.or_write(range, data_out),
             ScsiCommand::RequestSense {
                 descriptor,
                 allocation_length,
@@ -284,7 +399,7 @@ impl Lun {
                 let data = if lun != DISK_LUN {
                     // Peripheral qualifier 3: no logical unit at this LUN (SPC-4 §6.6.2).
                     if evpd {
-                        return Err(Sense::illegal_request(asc::LOGICAL_UNIT_NOT_SUPPORTED));
+                        return Err(Sense::illegal_request(asc::LOGICAL_UNIT_NOT_SUPPORTED).into());
                     }
                     let mut d = self.standard_inquiry();
                     d[0] = 0x7f;
@@ -408,10 +523,7 @@ impl Lun {
                 };
                 match mismatch {
                     None => Ok(None),
-                    Some(offset) => Err(Sense {
-                        information: Some(offset as u64),
-                        ..Sense::new(SenseKey::Miscompare, asc::MISCOMPARE_DURING_VERIFY)
-                    }),
+                    Some(offset) => Err(miscompare(offset).into()),
                 }
             }
             ScsiCommand::WriteSame {
@@ -455,10 +567,7 @@ impl Lun {
                     .read_at(&mut current, range.lba * bl)
                     .map_err(|e| io_sense(e, asc::UNRECOVERED_READ_ERROR))?;
                 if let Some(offset) = current.iter().zip(verify).position(|(a, b)| a != b) {
-                    return Err(Sense {
-                        information: Some(offset as u64),
-                        ..Sense::new(SenseKey::Miscompare, asc::MISCOMPARE_DURING_VERIFY)
-                    });
+                    return Err(miscompare(offset).into());
                 }
                 let mut aligned = AlignedBuf::zeroed(len);
                 aligned.copy_from_slice(write);
@@ -479,6 +588,66 @@ impl Lun {
                 Ok(None)
             }
         }
+    }
+
+    /// WRITE AND VERIFY: writes, flushes, and reads the blocks back from the medium; with BYTCHK
+    /// the read-back must equal the data-out (SBC-3 §5.41).
+    fn write_and_verify(&self, range: BlockRange, byte_check: bool, data_out: &[u8]) -> Outcome {
+        let bl = self.block_len();
+        let len = usize::try_from(u64::from(range.blocks) * bl).map_err(|_| internal())?;
+        if len == 0 {
+            return Ok(None);
+        }
+        let data_out = data_out.get(..len).ok_or_else(internal)?;
+        let mut aligned = AlignedBuf::zeroed(len);
+        aligned.copy_from_slice(data_out);
+        self.backend
+            .write_at(&aligned, range.lba * bl)
+            .map_err(|e| io_sense(e, asc::WRITE_ERROR))?;
+        self.backend
+            .sync()
+            .map_err(|e| io_sense(e, asc::WRITE_ERROR))?;
+        let mut back = AlignedBuf::zeroed(len);
+        self.backend
+            .read_at(&mut back, range.lba * bl)
+            .map_err(|e| io_sense(e, asc::UNRECOVERED_READ_ERROR))?;
+        if byte_check {
+            if let Some(offset) = back.iter().zip(data_out).position(|(a, b)| a != b) {
+                return Err(miscompare(offset).into());
+            }
+        }
+        Ok(None)
+    }
+
+    /// ORWRITE: each block becomes itself OR the data-out, atomically with respect to COMPARE
+    /// AND WRITE and other ORWRITEs (SBC-3 §5.8).
+    fn or_write(&self, range: BlockRange, data_out: &[u8]) -> Outcome {
+        let bl = self.block_len();
+        let len = usize::try_from(u64::from(range.blocks) * bl).map_err(|_| internal())?;
+        if len == 0 {
+            return Ok(None);
+        }
+        let data_out = data_out.get(..len).ok_or_else(internal)?;
+        let _atomic = self
+            .compare_and_write
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut blocks = AlignedBuf::zeroed(len);
+        self.backend
+            .read_at(&mut blocks, range.lba * bl)
+            .map_err(|e| io_sense(e, asc::UNRECOVERED_READ_ERROR))?;
+        for (b, d) in blocks.iter_mut().zip(data_out) {
+            *b |= d;
+        }
+        self.backend
+            .write_at(&blocks, range.lba * bl)
+            .map_err(|e| io_sense(e, asc::WRITE_ERROR))?;
+        if range.fua {
+            self.backend
+                .sync()
+                .map_err(|e| io_sense(e, asc::WRITE_ERROR))?;
+        }
+        Ok(None)
     }
 
     /// Parses and checks an UNMAP parameter list (SBC-3 §5.28.2).
@@ -518,161 +687,13 @@ impl Lun {
         }
         Ok(out)
     }
+}
 
-    fn standard_inquiry(&self) -> Vec<u8> {
-        let mut d = vec![0u8; 66];
-        d[0] = 0x00; // connected direct-access block device
-        d[1] = 0x00; // not removable
-        d[2] = 0x06; // SPC-4
-        d[3] = 0x12; // HISUP, response data format 2
-        d[4] = (d.len() - 5) as u8;
-        d[7] = 0x02; // CMDQUE
-        d[8..16].copy_from_slice(b"VMDEPLOY");
-        d[16..32].copy_from_slice(b"AGENT DISK      ");
-        d[32..36].copy_from_slice(b"0001");
-        // Version descriptors (SPC-4 table 29): SAM-5, iSCSI, SPC-4, SBC-3.
-        for (i, v) in [0x00a0u16, 0x0960, 0x0460, 0x04c0].iter().enumerate() {
-            d[58 + 2 * i..60 + 2 * i].copy_from_slice(&v.to_be_bytes());
-        }
-        d
-    }
-
-    fn vpd(&self, page: u8) -> Result<Vec<u8>, Sense> {
-        let bl = self.backend.block_len();
-        Ok(match page {
-            vpd::SUPPORTED_PAGES => vpd_page(
-                page,
-                &[
-                    vpd::SUPPORTED_PAGES,
-                    vpd::UNIT_SERIAL_NUMBER,
-                    vpd::DEVICE_IDENTIFICATION,
-                    vpd::BLOCK_LIMITS,
-                    vpd::BLOCK_DEVICE_CHARACTERISTICS,
-                    vpd::LOGICAL_BLOCK_PROVISIONING,
-                ],
-            ),
-            vpd::UNIT_SERIAL_NUMBER => vpd_page(page, self.identity.serial.as_bytes()),
-            vpd::DEVICE_IDENTIFICATION => {
-                let mut body = Vec::new();
-                // NAA, binary, associated with the logical unit.
-                body.extend(designation_descriptor(None, 1, 0, 3, &self.identity.naa));
-                // T10 vendor ID, ASCII: vendor then serial.
-                let t10 = format!("VMDEPLOY{}", self.identity.serial);
-                body.extend(designation_descriptor(None, 2, 0, 1, t10.as_bytes()));
-                // SCSI name string of the target device, UTF-8, NUL-padded to a multiple of 4,
-                // protocol identifier 5 = iSCSI (SPC-4 §7.8.6.11).
-                let mut name = self.identity.target_name.as_bytes().to_vec();
-                name.truncate(251);
-                name.push(0);
-                while !name.len().is_multiple_of(4) {
-                    name.push(0);
-                }
-                body.extend(designation_descriptor(Some(5), 3, 2, 8, &name));
-                // Relative target port 1 and target port group 1, associated with the port.
-                body.extend(designation_descriptor(Some(5), 1, 1, 4, &[0, 0, 0, 1]));
-                body.extend(designation_descriptor(Some(5), 1, 1, 5, &[0, 0, 0, 1]));
-                vpd_page(page, &body)
-            }
-            vpd::BLOCK_LIMITS => {
-                let mut b = vec![0u8; 0x3c];
-                b[0] = 0x01; // WSNZ (byte 4 of the page)
-                b[1] = MAX_COMPARE_AND_WRITE_BLOCKS as u8;
-                let gran = (4096 / bl).max(1) as u16;
-                b[2..4].copy_from_slice(&gran.to_be_bytes());
-                b[4..8].copy_from_slice(&self.max_transfer_blocks().to_be_bytes());
-                b[8..12].copy_from_slice(&(OPTIMAL_TRANSFER_BYTES / bl).to_be_bytes());
-                b[16..20].copy_from_slice(&MAX_UNMAP_BLOCKS.to_be_bytes());
-                b[20..24].copy_from_slice(&MAX_UNMAP_DESCRIPTORS.to_be_bytes());
-                b[24..28].copy_from_slice(&u32::from(gran).to_be_bytes());
-                b[32..40].copy_from_slice(&MAX_WRITE_SAME_BLOCKS.to_be_bytes());
-                vpd_page(page, &b)
-            }
-            vpd::BLOCK_DEVICE_CHARACTERISTICS => {
-                let mut b = vec![0u8; 0x3c];
-                b[0..2].copy_from_slice(&1u16.to_be_bytes()); // non-rotating medium
-                vpd_page(page, &b)
-            }
-            vpd::LOGICAL_BLOCK_PROVISIONING => {
-                // LBPU, LBPWS, LBPWS10, LBPRZ; provisioning type 2 (thin).
-                vpd_page(page, &[0x00, 0x80 | 0x40 | 0x20 | 0x04, 0x02, 0x00])
-            }
-            _ => return Err(Sense::invalid_field_in_cdb(2, None)),
-        })
-    }
-
-    fn mode_sense(
-        &self,
-        ten: bool,
-        dbd: bool,
-        page_control: u8,
-        page_code: u8,
-        subpage_code: u8,
-    ) -> Result<Vec<u8>, Sense> {
-        if page_control == 3 {
-            return Err(Sense::illegal_request(asc::SAVING_PARAMETERS_NOT_SUPPORTED));
-        }
-        let changeable = page_control == 1;
-        let caching = |v: &mut Vec<u8>| {
-            let mut p = vec![0u8; 20];
-            p[0] = 0x08;
-            p[1] = 0x12;
-            if !changeable {
-                p[2] = 0x04; // WCE: writes may sit in the page cache until SYNCHRONIZE CACHE
-            }
-            v.extend(p);
-        };
-        let control = |v: &mut Vec<u8>| {
-            let mut p = vec![0u8; 12];
-            p[0] = 0x0a;
-            p[1] = 0x0a;
-            if !changeable {
-                p[3] = 0x10; // unrestricted reordering
-                p[8] = 0xff; // busy timeout period: unlimited
-                p[9] = 0xff;
-            }
-            v.extend(p);
-        };
-        let informational = |v: &mut Vec<u8>| {
-            let mut p = vec![0u8; 12];
-            p[0] = 0x1c;
-            p[1] = 0x0a;
-            v.extend(p);
-        };
-        let mut pages = Vec::new();
-        match (page_code, subpage_code) {
-            (0x3f, 0x00 | 0xff) => {
-                caching(&mut pages);
-                control(&mut pages);
-                informational(&mut pages);
-            }
-            (0x08, 0x00) => caching(&mut pages),
-            (0x0a, 0x00) => control(&mut pages),
-            (0x1c, 0x00) => informational(&mut pages),
-            (_, 0x00) | (0x3f, _) => return Err(Sense::invalid_field_in_cdb(2, None)),
-            _ => return Err(Sense::invalid_field_in_cdb(3, None)),
-        }
-        let mut block_descriptor = Vec::new();
-        if !dbd {
-            let blocks = u32::try_from(self.backend.blocks()).unwrap_or(u32::MAX);
-            block_descriptor.extend_from_slice(&blocks.to_be_bytes());
-            block_descriptor.extend_from_slice(&self.backend.block_len().to_be_bytes());
-            block_descriptor[4] = 0; // density code
-        }
-        // Device-specific parameter: DPOFUA (SBC-3 §6.5.1), not write-protected.
-        let device_specific = 0x10;
-        let mut out = Vec::new();
-        if ten {
-            let len = (6 + block_descriptor.len() + pages.len()) as u16;
-            out.extend_from_slice(&len.to_be_bytes());
-            out.extend_from_slice(&[0, device_specific, 0, 0]);
-            out.extend_from_slice(&(block_descriptor.len() as u16).to_be_bytes());
-        } else {
-            let len = u8::try_from(3 + block_descriptor.len() + pages.len()).unwrap_or(u8::MAX);
-            out.extend_from_slice(&[len, 0, device_specific, block_descriptor.len() as u8]);
-        }
-        out.extend(block_descriptor);
-        out.extend(pages);
-        Ok(out)
+/// MISCOMPARE DURING VERIFY OPERATION with the offset of the first differing byte.
+fn miscompare(offset: usize) -> Sense {
+    Sense {
+        information: Some(offset as u64),
+        ..Sense::new(SenseKey::Miscompare, asc::MISCOMPARE_DURING_VERIFY)
     }
 }
 
@@ -699,9 +720,21 @@ mod tests {
         (dir, Lun::new(backend, id))
     }
 
+    fn nx() -> Nexus {
+        Nexus {
+            initiator: "iqn.2026-12.test:one".into(),
+            isid: [0x80, 0, 0, 0, 0, 1],
+        }
+    }
+
+    /// The sense data of a CHECK CONDITION.
+    fn check(f: Failure) -> Sense {
+        *f.sense().expect("CHECK CONDITION")
+    }
+
     fn run(l: &Lun, cdb: [u8; 16], data: &[u8]) -> Outcome {
-        let (cmd, _) = l.prepare(DISK_LUN, &cdb)?;
-        l.execute(DISK_LUN, &cmd, data)
+        let (cmd, _) = l.prepare(&nx(), DISK_LUN, &cdb)?;
+        l.execute(&nx(), DISK_LUN, &cmd, data)
     }
 
     #[test]
@@ -709,10 +742,10 @@ mod tests {
         let (_d, l) = lun(64);
         let data = vec![0x5au8; 1024];
         let (cmd, t) = l
-            .prepare(DISK_LUN, &build::write_16(3, 2, false))
+            .prepare(&nx(), DISK_LUN, &build::write_16(3, 2, false))
             .expect("prepare");
         assert_eq!(t, Transfer::Out(1024));
-        l.execute(DISK_LUN, &cmd, &data).expect("write");
+        l.execute(&nx(), DISK_LUN, &cmd, &data).expect("write");
         let out = run(&l, build::read_16(3, 2), &[])
             .expect("read")
             .expect("data");
@@ -722,18 +755,20 @@ mod tests {
     #[test]
     fn out_of_range_read_is_lba_out_of_range() {
         let (_d, l) = lun(64);
-        let sense = l
-            .prepare(DISK_LUN, &build::read_16(63, 2))
-            .expect_err("beyond the end");
+        let sense = check(
+            l.prepare(&nx(), DISK_LUN, &build::read_16(63, 2))
+                .expect_err("beyond the end"),
+        );
         assert_eq!((sense.asc, sense.ascq), asc::LBA_OUT_OF_RANGE);
     }
 
     #[test]
     fn other_luns_are_not_supported() {
         let (_d, l) = lun(64);
-        let sense = l
-            .prepare(0, &build::read_16(0, 1))
-            .expect_err("lun 0 has no disk");
+        let sense = check(
+            l.prepare(&nx(), 0, &build::read_16(0, 1))
+                .expect_err("lun 0 has no disk"),
+        );
         assert_eq!((sense.asc, sense.ascq), asc::LOGICAL_UNIT_NOT_SUPPORTED);
     }
 
@@ -746,7 +781,7 @@ mod tests {
                 .expect("data");
             assert_eq!(out.as_slice()[1], page);
         }
-        let sense = run(&l, build::inquiry(Some(0x42), 255), &[]).expect_err("unknown page");
+        let sense = check(run(&l, build::inquiry(Some(0x42), 255), &[]).expect_err("unknown page"));
         assert_eq!((sense.asc, sense.ascq), asc::INVALID_FIELD_IN_CDB);
     }
 
@@ -757,14 +792,16 @@ mod tests {
         cdb[0] = scsi::opcode::COMPARE_AND_WRITE;
         cdb[9] = 4; // LBA 4
         cdb[13] = 1;
-        let (cmd, t) = l.prepare(DISK_LUN, &cdb).expect("prepare");
+        let (cmd, t) = l.prepare(&nx(), DISK_LUN, &cdb).expect("prepare");
         assert_eq!(t, Transfer::Out(1024));
         let mut data = vec![0u8; 1024];
         data[512..].fill(0x77);
-        l.execute(DISK_LUN, &cmd, &data).expect("zeros match");
-        let sense = l
-            .execute(DISK_LUN, &cmd, &data)
-            .expect_err("block now holds 0x77");
+        l.execute(&nx(), DISK_LUN, &cmd, &data)
+            .expect("zeros match");
+        let sense = check(
+            l.execute(&nx(), DISK_LUN, &cmd, &data)
+                .expect_err("block now holds 0x77"),
+        );
         assert_eq!(sense.key, SenseKey::Miscompare);
         assert_eq!(sense.information, Some(0));
         let out = run(&l, build::read_16(4, 1), &[])
@@ -777,9 +814,10 @@ mod tests {
     fn unmap_reads_back_zeros_and_checks_ranges() {
         let (_d, l) = lun(64);
         let (w, _) = l
-            .prepare(DISK_LUN, &build::write_16(8, 2, false))
+            .prepare(&nx(), DISK_LUN, &build::write_16(8, 2, false))
             .expect("prepare");
-        l.execute(DISK_LUN, &w, &[0xee; 1024]).expect("write");
+        l.execute(&nx(), DISK_LUN, &w, &[0xee; 1024])
+            .expect("write");
         let mut list = vec![0u8; 24];
         list[3] = 16;
         list[8 + 7] = 8; // LBA 8
@@ -787,15 +825,18 @@ mod tests {
         let mut cdb = [0u8; 16];
         cdb[0] = scsi::opcode::UNMAP;
         cdb[8] = 24;
-        let (u, t) = l.prepare(DISK_LUN, &cdb).expect("prepare unmap");
+        let (u, t) = l.prepare(&nx(), DISK_LUN, &cdb).expect("prepare unmap");
         assert_eq!(t, Transfer::Out(24));
-        l.execute(DISK_LUN, &u, &list).expect("unmap");
+        l.execute(&nx(), DISK_LUN, &u, &list).expect("unmap");
         let out = run(&l, build::read_16(8, 2), &[])
             .expect("read")
             .expect("data");
         assert!(out.as_slice().iter().all(|&b| b == 0));
         list[8 + 7] = 63; // LBA 63 + 2 blocks runs past the end
-        let sense = l.execute(DISK_LUN, &u, &list).expect_err("beyond the end");
+        let sense = check(
+            l.execute(&nx(), DISK_LUN, &u, &list)
+                .expect_err("beyond the end"),
+        );
         assert_eq!((sense.asc, sense.ascq), asc::LBA_OUT_OF_RANGE);
     }
 
@@ -809,10 +850,240 @@ mod tests {
         #[test]
         fn any_cdb_prepares_without_panic(cdb in proptest::array::uniform16(proptest::prelude::any::<u8>())) {
             let (_d, l) = lun(8);
-            if let Ok((cmd, Transfer::None)) = l.prepare(DISK_LUN, &cdb) {
-                let _ = l.execute(DISK_LUN, &cmd, &[]);
+            if let Ok((cmd, Transfer::None)) = l.prepare(&nx(), DISK_LUN, &cdb) {
+                let _ = l.execute(&nx(), DISK_LUN, &cmd, &[]);
             }
         }
+
+        /// Every supported opcode, with fields biased towards zero and small values so that
+        /// ranges often fit the 8-block LUN, runs with the data-out it asked for.
+        #[test]
+        fn supported_commands_run_without_panic(
+            which in 0..supported::SUPPORTED_COMMANDS.len(),
+            rest in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just(0u8),
+                    0u8..9,
+                    proptest::prelude::any::<u8>()
+                ],
+                15,
+            ),
+            fill in proptest::prelude::any::<u8>(),
+        ) {
+            let (_d, l) = lun(8);
+            let c = &supported::SUPPORTED_COMMANDS[which];
+            let mut cdb = [0u8; 16];
+            cdb[0] = c.opcode;
+            cdb[1..].copy_from_slice(&rest);
+            if let Some(sa) = c.service_action {
+                cdb[1] = (cdb[1] & 0xe0) | sa as u8;
+            }
+            match l.prepare(&nx(), DISK_LUN, &cdb) {
+                Ok((cmd, Transfer::None)) => {
+                    let _ = l.execute(&nx(), DISK_LUN, &cmd, &[]);
+                }
+                Ok((cmd, Transfer::Out(n))) if n <= 1 << 16 => {
+                    let _ = l.execute(&nx(), DISK_LUN, &cmd, &vec![fill; n as usize]);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn other() -> Nexus {
+        Nexus {
+            initiator: "iqn.2026-12.test:two".into(),
+            isid: [0x80, 0, 0, 0, 0, 2],
+        }
+    }
+
+    fn cdb(bytes: &[u8]) -> [u8; 16] {
+        let mut c = [0u8; 16];
+        c[..bytes.len()].copy_from_slice(bytes);
+        c
+    }
+
+    #[test]
+    fn write_same_of_zero_blocks_runs_to_the_end_within_the_limit() {
+        let (_d, l) = lun(64);
+        l.execute(
+            &nx(),
+            DISK_LUN,
+            &l.prepare(&nx(), DISK_LUN, &build::write_16(60, 4, false))
+                .expect("prepare")
+                .0,
+            &[0x11; 2048],
+        )
+        .expect("write");
+        // WRITE SAME (10) at LBA 60, zero blocks: blocks 60..64 get the pattern.
+        let ws = cdb(&[scsi::opcode::WRITE_SAME_10, 0, 0, 0, 0, 60, 0, 0, 0, 0]);
+        let (cmd, t) = l.prepare(&nx(), DISK_LUN, &ws).expect("prepare");
+        assert_eq!(t, Transfer::Out(512));
+        assert!(matches!(cmd, ScsiCommand::WriteSame { range, .. } if range.blocks == 4));
+        l.execute(&nx(), DISK_LUN, &cmd, &[0x22; 512])
+            .expect("write same");
+        let out = run(&l, build::read_16(60, 4), &[])
+            .expect("read")
+            .expect("data");
+        assert!(out.as_slice().iter().all(|&b| b == 0x22));
+        // One past the end: LBA OUT OF RANGE, not "zero blocks".
+        let past = cdb(&[scsi::opcode::WRITE_SAME_10, 0, 0, 0, 0, 65, 0, 0, 0, 0]);
+        let sense = check(l.prepare(&nx(), DISK_LUN, &past).expect_err("past the end"));
+        assert_eq!((sense.asc, sense.ascq), asc::LBA_OUT_OF_RANGE);
+    }
+
+    #[test]
+    fn write_same_to_the_end_beyond_the_limit_is_an_invalid_field() {
+        let (_d, l) = lun(MAX_WRITE_SAME_BLOCKS + 8);
+        let ws = cdb(&[scsi::opcode::WRITE_SAME_10]);
+        let sense = check(l.prepare(&nx(), DISK_LUN, &ws).expect_err("too long"));
+        assert_eq!((sense.asc, sense.ascq), asc::INVALID_FIELD_IN_CDB);
+        assert_eq!(sense.field_pointer.map(|f| f.byte), Some(7));
+    }
+
+    #[test]
+    fn orwrite_ors_and_write_and_verify_writes() {
+        let (_d, l) = lun(64);
+        let mut wv = cdb(&[scsi::opcode::WRITE_AND_VERIFY_16, 0x02]);
+        wv[9] = 2;
+        wv[13] = 1;
+        let (cmd, t) = l.prepare(&nx(), DISK_LUN, &wv).expect("prepare");
+        assert_eq!(t, Transfer::Out(512));
+        l.execute(&nx(), DISK_LUN, &cmd, &[0x0f; 512])
+            .expect("write and verify");
+        let mut or = cdb(&[scsi::opcode::ORWRITE_16]);
+        or[9] = 2;
+        or[13] = 1;
+        let (cmd, t) = l.prepare(&nx(), DISK_LUN, &or).expect("prepare");
+        assert_eq!(t, Transfer::Out(512));
+        l.execute(&nx(), DISK_LUN, &cmd, &[0xf0; 512])
+            .expect("orwrite");
+        let out = run(&l, build::read_16(2, 1), &[])
+            .expect("read")
+            .expect("data");
+        assert!(out.as_slice().iter().all(|&b| b == 0xff));
+        or[9] = 64;
+        let sense = check(l.prepare(&nx(), DISK_LUN, &or).expect_err("beyond the end"));
+        assert_eq!((sense.asc, sense.ascq), asc::LBA_OUT_OF_RANGE);
+    }
+
+    #[test]
+    fn prefetch_checks_the_range_only() {
+        let (_d, l) = lun(64);
+        let ok = cdb(&[scsi::opcode::PRE_FETCH_10, 0, 0, 0, 0, 60, 0, 0, 4, 0]);
+        assert!(matches!(run(&l, ok, &[]), Ok(None)));
+        let past = cdb(&[scsi::opcode::PRE_FETCH_10, 0, 0, 0, 0, 61, 0, 0, 4, 0]);
+        let sense = check(run(&l, past, &[]).expect_err("beyond the end"));
+        assert_eq!((sense.asc, sense.ascq), asc::LBA_OUT_OF_RANGE);
+    }
+
+    #[test]
+    fn persistent_reserve_out_needs_the_24_byte_list() {
+        let (_d, l) = lun(8);
+        for len in [0u8, 23, 25, 32] {
+            let c = cdb(&[
+                scsi::opcode::PERSISTENT_RESERVE_OUT,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                len,
+            ]);
+            let sense = check(l.prepare(&nx(), DISK_LUN, &c).expect_err("bad length"));
+            assert_eq!((sense.asc, sense.ascq), asc::PARAMETER_LIST_LENGTH_ERROR);
+        }
+    }
+
+    #[test]
+    fn reservations_conflict_through_the_lun() {
+        let (_d, l) = lun(8);
+        run(&l, cdb(&[scsi::opcode::RESERVE_6]), &[]).expect("reserve");
+        let read = build::read_16(0, 1);
+        assert_eq!(
+            l.prepare(&other(), DISK_LUN, &read).expect_err("reserved"),
+            Failure::ReservationConflict
+        );
+        l.prepare(&other(), DISK_LUN, &build::inquiry(None, 96))
+            .expect("INQUIRY passes a reservation");
+        l.nexus_lost(&nx());
+        l.prepare(&other(), DISK_LUN, &read)
+            .expect("released with the nexus");
+        // Register through PERSISTENT RESERVE OUT, then read the key back.
+        let mut list = [0u8; 24];
+        list[15] = 0x42;
+        let reg = cdb(&[
+            scsi::opcode::PERSISTENT_RESERVE_OUT,
+            0x06,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            24,
+        ]);
+        let (cmd, t) = l.prepare(&nx(), DISK_LUN, &reg).expect("prepare");
+        assert_eq!(t, Transfer::Out(24));
+        l.execute(&nx(), DISK_LUN, &cmd, &list).expect("register");
+        let keys = cdb(&[scsi::opcode::PERSISTENT_RESERVE_IN, 0, 0, 0, 0, 0, 0, 0, 64]);
+        let out = run(&l, keys, &[]).expect("read keys").expect("data");
+        assert_eq!(
+            out.as_slice(),
+            &[0, 0, 0, 1, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0x42]
+        );
+    }
+
+    #[test]
+    fn report_supported_opcodes_answers_all_and_one() {
+        let (_d, l) = lun(8);
+        let all = cdb(&[
+            scsi::opcode::MAINTENANCE_IN,
+            0x0c,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0x10,
+            0,
+        ]);
+        let out = run(&l, all, &[]).expect("all").expect("data");
+        assert_eq!(
+            out.as_slice().len(),
+            4 + 8 * supported::SUPPORTED_COMMANDS.len()
+        );
+        let one = cdb(&[
+            scsi::opcode::MAINTENANCE_IN,
+            0x0c,
+            1,
+            0x2a,
+            0,
+            0,
+            0,
+            0,
+            1,
+            0,
+        ]);
+        let out = run(&l, one, &[]).expect("one").expect("data");
+        assert_eq!(out.as_slice()[4], 0x2a);
+        let wrong = cdb(&[
+            scsi::opcode::MAINTENANCE_IN,
+            0x0c,
+            2,
+            0x2a,
+            0,
+            0,
+            0,
+            0,
+            1,
+            0,
+        ]);
+        let sense = check(run(&l, wrong, &[]).expect_err("WRITE (10) has no service actions"));
+        assert_eq!((sense.asc, sense.ascq), asc::INVALID_FIELD_IN_CDB);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, TryAcquireError};
 use vmdeploy_shared::iscsi::keys::{key, value};
 use vmdeploy_shared::iscsi::pdu::{logout_response, reject_reason, tmf_function, tmf_response};
-use vmdeploy_shared::iscsi::scsi::{asc, ScsiCommand as Cdb, Sense};
+use vmdeploy_shared::iscsi::scsi::{asc, Failure, ScsiCommand as Cdb, Sense};
 use vmdeploy_shared::iscsi::{
     Bhs, LogoutResponse, NopIn, OperationalParams, PduError, R2t, ScsiCommand, SessionKind,
     TaskMgmtResponse, TextKeys, TextResponse, RESERVED_TAG,
@@ -29,6 +29,7 @@ use super::framing::{self, Header, Limits};
 use super::gather::{Gather, Step};
 use super::login::{self, PORTAL_GROUP_TAG};
 use super::outbox::{writer_task, CmdWindow, OutData, Outbox};
+use super::reservations::Nexus;
 use super::responses::{send_outcome, send_reject, send_sense, Answer, DataInLimits, Residual};
 use super::server::TargetShared;
 
@@ -60,7 +61,7 @@ enum Pending {
     Write(PendingWrite),
     /// Already failed: its unsolicited data is drained before the status goes out (answering
     /// while the initiator is still sending trips up libiscsi 1.19).
-    Draining { sense: Sense, residual: Residual },
+    Draining { sense: Failure, residual: Residual },
 }
 
 /// Counters of one connection's SCSI command jobs, logged once when it ends: how many commands
@@ -150,6 +151,10 @@ async fn run(
         "login complete"
     );
     let window = Arc::new(CmdWindow::new(session.cmd_sn));
+    let nexus = Arc::new(Nexus {
+        initiator: session.initiator_name.clone(),
+        isid: session.isid,
+    });
     let (out, rx) = Outbox::channel();
     let writer = tokio::spawn(writer_task(wr, rx, session.stat_sn, window.clone()));
     let mut conn = Connection {
@@ -163,8 +168,11 @@ async fn run(
         pending: HashMap::new(),
         next_ttt: 1,
         stats: Arc::new(JobStats::default()),
+        nexus: nexus.clone(),
     };
     let result = conn.reader_loop(&mut rd).await;
+    // Logout or a lost connection ends the I_T nexus (one connection per session).
+    conn.shared.lun.nexus_lost(&nexus);
     if conn.kind == SessionKind::Normal {
         conn.stats.log();
     }
@@ -191,6 +199,8 @@ struct Connection {
     pending: HashMap<u32, Pending>,
     next_ttt: u32,
     stats: Arc<JobStats>,
+    /// The I_T nexus of this session, for reservations (SPC-4 §5.13).
+    nexus: Arc<Nexus>,
 }
 
 /// What the reader does after one PDU.
@@ -332,6 +342,12 @@ impl Connection {
                     | tmf_function::TARGET_WARM_RESET
                     | tmf_function::TARGET_COLD_RESET => {
                         self.pending.clear();
+                        // Resets (not aborts) end SPC-2 reservations; persistent ones stay.
+                        if tmf.function != tmf_function::ABORT_TASK_SET
+                            && tmf.function != tmf_function::CLEAR_TASK_SET
+                        {
+                            self.shared.lun.reset();
+                        }
                         tmf_response::COMPLETE
                     }
                     _ => tmf_response::NOT_SUPPORTED,
@@ -399,9 +415,9 @@ impl Connection {
         tracing::trace!(itt = cmd.itt, cmd_sn = cmd.cmd_sn, edtl, cdb = ?cmd.cdb, immediate_len, "SCSI command");
         let prepared = if header.layout.ahs_len > 0 {
             // Extended CDBs (AHS type 1) are not supported: no command here needs one.
-            Err(Sense::invalid_opcode())
+            Err(Sense::invalid_opcode().into())
         } else {
-            self.shared.lun.prepare(lun, &cmd.cdb)
+            self.shared.lun.prepare(&self.nexus, lun, &cmd.cdb)
         };
         let (cdb, transfer) = match prepared {
             Ok(p) => p,
@@ -431,10 +447,10 @@ impl Connection {
         if sent != needed {
             let over = needed > sent;
             let count = needed.abs_diff(sent);
-            match cdb {
-                Cdb::Write(mut r) if sent <= needed.saturating_add(MAX_WRITE_SLACK) => {
-                    r.blocks = needed.min(sent) / self.shared.lun.backend().block_len();
-                    cdb = Cdb::Write(r);
+            let blocks = needed.min(sent) / self.shared.lun.backend().block_len();
+            match cdb.with_write_blocks(blocks) {
+                Some(trimmed) if sent <= needed.saturating_add(MAX_WRITE_SLACK) => {
+                    cdb = trimmed;
                     residual = Some((over, count));
                 }
                 _ => {
@@ -490,7 +506,13 @@ impl Connection {
     }
 
     /// Answers a failed command at once, or once its unsolicited Data-Out has been drained.
-    fn fail_command(&mut self, cmd: &ScsiCommand, sense: Sense, residual: Option<(bool, u32)>) {
+    fn fail_command(
+        &mut self,
+        cmd: &ScsiCommand,
+        sense: impl Into<Failure>,
+        residual: Option<(bool, u32)>,
+    ) {
+        let sense = sense.into();
         let unsolicited_follows = cmd.write && !cmd.final_ && !self.params.initial_r2t;
         if !unsolicited_follows {
             self.respond_sense(cmd.itt, sense, residual);
@@ -605,6 +627,7 @@ impl Connection {
     /// Runs a command on the blocking pool and queues its response.
     fn dispatch(&self, lun: u64, cmd: Cdb, answer: Answer, data: DataOutBuf) {
         let shared = self.shared.clone();
+        let nexus = self.nexus.clone();
         let out = self.out.clone();
         let limits = DataInLimits {
             max_xmit: (self.params.max_xmit_data_segment_length as usize)
@@ -620,14 +643,15 @@ impl Connection {
         let job = move |permit: OwnedSemaphorePermit| {
             let _permit = permit;
             let outcome: Outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                shared.lun.execute(lun, &cmd, data.as_slice())
+                shared.lun.execute(&nexus, lun, &cmd, data.as_slice())
             }))
             .unwrap_or_else(|_| {
                 tracing::error!("SCSI command job panicked");
                 Err(Sense::new(
                     vmdeploy_shared::iscsi::scsi::SenseKey::HardwareError,
                     asc::INTERNAL_TARGET_FAILURE,
-                ))
+                )
+                .into())
             });
             if let DataOutBuf::Aligned(buf) = data {
                 shared.buffers.give(buf);
@@ -652,8 +676,8 @@ impl Connection {
         }
     }
 
-    fn respond_sense(&self, itt: u32, sense: Sense, residual: Residual) {
-        send_sense(&self.out, itt, sense, residual);
+    fn respond_sense(&self, itt: u32, sense: impl Into<Failure>, residual: Residual) {
+        send_sense(&self.out, itt, sense.into(), residual);
     }
 }
 

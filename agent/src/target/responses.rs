@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use vmdeploy_shared::iscsi::pdu::{response_code, scsi_status, sense_segment};
-use vmdeploy_shared::iscsi::scsi::Sense;
+use vmdeploy_shared::iscsi::scsi::Failure;
 use vmdeploy_shared::iscsi::{DataIn, Reject, ScsiResponse, BHS_LEN, RESERVED_TAG};
 
 use super::commands::Outcome;
@@ -52,8 +52,9 @@ pub fn send_reject(out: &Outbox, reason: u8, header: &[u8; BHS_LEN]) {
     );
 }
 
-/// Queues CHECK CONDITION with `sense`.
-pub fn send_sense(out: &Outbox, itt: u32, sense: Sense, residual: Residual) {
+/// Queues a failed command's status: CHECK CONDITION with its sense data, or RESERVATION
+/// CONFLICT (which carries none).
+pub fn send_sense(out: &Outbox, itt: u32, failure: Failure, residual: Residual) {
     let (overflow, underflow, count) = match residual {
         Some((true, n)) if n > 0 => (true, false, n),
         Some((false, n)) if n > 0 => (false, true, n),
@@ -65,11 +66,14 @@ pub fn send_sense(out: &Outbox, itt: u32, sense: Sense, residual: Residual) {
             underflow,
             residual_count: count,
             response: response_code::COMPLETED,
-            status: scsi_status::CHECK_CONDITION,
+            status: failure.status(),
             itt,
             ..Default::default()
         },
-        OutData::Bytes(Bytes::from(sense_segment(&sense.to_fixed()))),
+        match failure.sense() {
+            Some(sense) => OutData::Bytes(Bytes::from(sense_segment(&sense.to_fixed()))),
+            None => OutData::None,
+        },
         true,
     );
 }
@@ -83,7 +87,7 @@ pub fn send_outcome(out: &Outbox, answer: &Answer, outcome: Outcome, limits: Dat
         write_residual,
     } = *answer;
     let payload = match outcome {
-        Err(sense) => return send_sense(out, itt, sense, None),
+        Err(failure) => return send_sense(out, itt, failure, None),
         Ok(p) => p,
     };
     let produced = payload.as_ref().map_or(0, |p| p.as_slice().len());
@@ -154,7 +158,7 @@ mod tests {
     use super::*;
     use crate::target::commands::Payload;
     use vmdeploy_shared::iscsi::pdu::sense_from_segment;
-    use vmdeploy_shared::iscsi::scsi::asc;
+    use vmdeploy_shared::iscsi::scsi::{asc, Sense};
     use vmdeploy_shared::iscsi::Bhs;
 
     /// What `queue` puts in an outbox: header, data, whether it takes a StatSN.
@@ -279,9 +283,22 @@ mod tests {
     }
 
     #[test]
+    fn a_reservation_conflict_has_its_status_and_no_sense_data() {
+        let pdus = queued(|out| send_sense(out, 9, Failure::ReservationConflict, None));
+        let [(Bhs::ScsiResponse(h), data, true)] = &pdus[..] else {
+            panic!("one SCSI Response, got {pdus:?}")
+        };
+        assert_eq!(h.status, scsi_status::RESERVATION_CONFLICT);
+        assert!(
+            data.is_empty(),
+            "RESERVATION CONFLICT carries no sense data"
+        );
+    }
+
+    #[test]
     fn failures_carry_sense_data() {
         let sense = Sense::illegal_request(asc::INVALID_FIELD_IN_INFORMATION_UNIT);
-        let pdus = queued(|out| send_outcome(out, &read_answer(512), Err(sense), LIMITS));
+        let pdus = queued(|out| send_outcome(out, &read_answer(512), Err(sense.into()), LIMITS));
         let [(Bhs::ScsiResponse(h), data, true)] = &pdus[..] else {
             panic!("one SCSI Response, got {pdus:?}")
         };
@@ -289,7 +306,7 @@ mod tests {
         assert_eq!(sense_from_segment(data), &sense.to_fixed()[..]);
         assert!(!h.underflow && !h.overflow, "no residual on a failure");
 
-        let with_residual = queued(|out| send_sense(out, 1, sense, Some((true, 3))));
+        let with_residual = queued(|out| send_sense(out, 1, sense.into(), Some((true, 3))));
         let [(Bhs::ScsiResponse(h), _, true)] = &with_residual[..] else {
             panic!("one SCSI Response")
         };

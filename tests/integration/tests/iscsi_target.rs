@@ -2,12 +2,14 @@
 //! conformance suite, the libiscsi tools, qemu-img (libiscsi) with and without CHAP, and raw
 //! sockets sending bad input while another session keeps working.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use vmdeploy_integration_tests::tgt::{TgtOptions, Tgtd};
 use vmdeploy_integration_tests::{bin, free_port};
 use vmdeploy_shared::iscsi::pdu::{padded_len, segment_lengths};
 use vmdeploy_shared::iscsi::scsi::{self, asc, Sense};
@@ -17,25 +19,60 @@ use vmdeploy_shared::iscsi::{
 
 /// Ironic's literal target name form (reference ironic-protocols.md §2.6).
 const IQN: &str = "iqn-0b2d7f9e-5c3a-4e1f-9a6b-2c8d4e6f8a10";
-/// Passing tests of `iscsi-test-cu --test=ALL` against tgtd on this machine
-/// (reference iscsi-and-swift-peers.md §2).
-const TGTD_PASSED: u32 = 222;
+
+/// Tests of `iscsi-test-cu --test=ALL` that our target is allowed to fail, each with the reason.
+/// Everything else it must pass (or skip where tgtd does not pass either).
+const KNOWN_FAILURES: &[(&str, &str)] = &[
+    (
+        "WriteSame10.UnmapUntilEnd",
+        "libiscsi 1.19 sends 0xff with UNMAP=1 and expects zeros; we write non-zero data as QEMU \
+         does (the WriteSame16 twin sends zeros and passes)",
+    ),
+    (
+        "iSCSIdatasn.iSCSIDataSnInvalid",
+        "Data-Out DataSN checking is the connection layer's, not a SCSI command's; tgtd fails it too",
+    ),
+];
+
+/// Where the target's LUN lives.
+enum Backing {
+    /// A sparse file served with `--buffered` (page cache).
+    BufferedFile,
+    /// A `losetup --direct-io=on` loop device served with the default O_DIRECT backend.
+    DirectLoop,
+}
 
 /// A running `vmdeploy-agent iscsi-target`, killed on drop.
 struct Target {
     child: Option<Child>,
     port: u16,
     done_port: u16,
+    // Detached after Drop has killed the child.
+    _loop: Option<LoopLun>,
     _dir: tempfile::TempDir,
     disk: PathBuf,
 }
 
 impl Target {
     fn start(size: u64, chap: Option<&str>) -> Target {
+        Target::start_on(size, chap, Backing::BufferedFile)
+    }
+
+    fn start_on(size: u64, chap: Option<&str>, backing: Backing) -> Target {
         let dir = tempfile::tempdir().expect("tempdir");
-        let disk = dir.path().join("lun.img");
-        let file = std::fs::File::create(&disk).expect("create backing file");
-        file.set_len(size).expect("size backing file");
+        let (disk, loop_lun) = match backing {
+            Backing::BufferedFile => {
+                let disk = dir.path().join("lun.img");
+                let file = std::fs::File::create(&disk).expect("create backing file");
+                file.set_len(size).expect("size backing file");
+                (disk, None)
+            }
+            Backing::DirectLoop => {
+                let lun = LoopLun::attach(size);
+                (lun.device.clone(), Some(lun))
+            }
+        };
+        let buffered = loop_lun.is_none();
         let port = free_port();
         let done_port = free_port();
         let mut cmd = Command::new(bin("vmdeploy-agent"));
@@ -45,10 +82,12 @@ impl Target {
             .args(["--iqn", IQN])
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--done-listen", &format!("127.0.0.1:{done_port}")])
-            .arg("--buffered")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
+        if buffered {
+            cmd.arg("--buffered");
+        }
         if let Some(c) = chap {
             cmd.args(["--chap", c]);
         }
@@ -57,6 +96,7 @@ impl Target {
             child: Some(child),
             port,
             done_port,
+            _loop: loop_lun,
             _dir: dir,
             disk,
         };
@@ -141,37 +181,223 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// Parses CUnit's `tests TOTAL RAN PASSED FAILED INACTIVE` summary line.
-fn cunit_summary(out: &str) -> Option<(u32, u32, u32)> {
+/// A sparse file in /var/tmp attached with `losetup --direct-io=on`, detached on drop.
+// TODO(issue 9 merge): the shared loop-device helper of tests/integration/src replaces this.
+struct LoopLun {
+    device: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl LoopLun {
+    fn attach(size: u64) -> LoopLun {
+        // /var/tmp, not /tmp: a tmpfs would refuse the O_DIRECT the loop device asks for.
+        let dir = tempfile::Builder::new()
+            .prefix("vmdeploy-lun")
+            .tempdir_in("/var/tmp")
+            .expect("creating a scratch dir in /var/tmp");
+        let file = dir.path().join("lun.img");
+        std::fs::File::create(&file)
+            .and_then(|f| f.set_len(size))
+            .expect("creating the sparse backing file");
+        let out = Command::new("losetup")
+            .args(["--find", "--show", "--direct-io=on"])
+            .arg(&file)
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("running losetup: {e}; fix: install util-linux and run the tests as root")
+            });
+        assert!(
+            out.status.success(),
+            "losetup --direct-io=on failed ({}): {}; fix: run as root with free loop devices \
+             (`losetup -a` lists them)",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        let device = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        assert!(device.starts_with("/dev"), "losetup printed {device:?}");
+        LoopLun { device, _dir: dir }
+    }
+}
+
+impl Drop for LoopLun {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.device).status();
+    }
+}
+
+/// How one test of the suite ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    Passed,
+    /// CUnit says passed, but the test printed `[SKIPPED]` before its verdict.
+    Skipped,
+    Failed,
+}
+
+/// Classifies every test of `iscsi-test-cu -v` output (reference iscsi-and-swift-peers.md §2):
+/// `  Test: NAME ...` opens a test, a line starting with `passed` or `FAILED` is its verdict, and
+/// a `[SKIPPED]` before the verdict makes it a skip. Text after the verdict belongs to the
+/// suite's teardown. Names are `Suite.Test`.
+fn classify(out: &str) -> BTreeMap<String, Verdict> {
+    let mut verdicts = BTreeMap::new();
+    let mut suite = String::new();
+    let mut open: Option<(String, bool)> = None;
+    for line in out.lines() {
+        if let Some(name) = line.strip_prefix("Suite: ") {
+            suite = name.trim().to_owned();
+            open = None;
+            continue;
+        }
+        let body = match line.strip_prefix("  Test: ") {
+            Some(rest) => {
+                let (name, body) = rest.split_once(" ...").unwrap_or((rest, ""));
+                open = Some((format!("{suite}.{}", name.trim()), false));
+                body
+            }
+            None => line,
+        };
+        let Some((name, skipped)) = open.as_mut() else {
+            continue;
+        };
+        let text = body.trim_start();
+        let verdict = if text.starts_with("passed") {
+            Some(if *skipped {
+                Verdict::Skipped
+            } else {
+                Verdict::Passed
+            })
+        } else if text.starts_with("FAILED") {
+            Some(Verdict::Failed)
+        } else {
+            *skipped |= text.contains("[SKIPPED]");
+            None
+        };
+        if let Some(v) = verdict {
+            verdicts.insert(std::mem::take(name), v);
+            open = None;
+        }
+    }
+    verdicts
+}
+
+/// CUnit's `tests TOTAL RAN PASSED FAILED INACTIVE` line: how many tests ran.
+fn cunit_ran(out: &str) -> Option<usize> {
     out.lines().find_map(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
-        if f.first() != Some(&"tests") || f.len() < 5 {
-            return None;
-        }
-        Some((f[2].parse().ok()?, f[3].parse().ok()?, f[4].parse().ok()?))
+        (f.first() == Some(&"tests") && f.len() >= 5)
+            .then(|| f[2].parse().ok())
+            .flatten()
     })
 }
 
-#[test]
-fn conformance_suite_passes_at_least_as_many_tests_as_tgtd() {
-    let target = Target::start(1 << 30, None);
+/// Runs `iscsi-test-cu -d --test=ALL` against `url` and classifies every test.
+fn run_suite(who: &str, url: &str) -> BTreeMap<String, Verdict> {
     let out = run(Command::new("iscsi-test-cu")
-        .args(["-d", "-n", "--test=ALL"])
-        .arg(target.url(None)));
+        .args(["-d", "--test=ALL"])
+        .arg(url));
     let all = text(&out);
     // Exit code 1 means "some test failed" (reference §2); 255 means no login at all.
     assert_ne!(
         out.status.code(),
         Some(255),
-        "iscsi-test-cu could not log in:\n{all}"
+        "iscsi-test-cu could not log in to {who}:\n{all}"
     );
-    let (ran, passed, failed) =
-        cunit_summary(&all).unwrap_or_else(|| panic!("no CUnit summary line in:\n{all}"));
-    eprintln!("iscsi-test-cu --test=ALL: ran {ran}, passed {passed}, failed {failed}");
-    assert!(ran >= 230, "the suite ran only {ran} tests:\n{all}");
+    let verdicts = classify(&all);
+    let ran = cunit_ran(&all).unwrap_or_else(|| panic!("no CUnit summary from {who}:\n{all}"));
+    assert!(ran >= 230, "{who}: the suite ran only {ran} tests:\n{all}");
+    assert_eq!(
+        verdicts.len(),
+        ran,
+        "{who}: classified {} of the {ran} tests that ran:\n{all}",
+        verdicts.len()
+    );
+    verdicts
+}
+
+fn count(verdicts: &BTreeMap<String, Verdict>, v: Verdict) -> usize {
+    verdicts.values().filter(|&&x| x == v).count()
+}
+
+#[test]
+fn conformance_suite_passes_every_test_tgtd_passes() {
+    // Ours on its default O_DIRECT backend over a direct-I/O loop device; tgtd on its own
+    // defaults (a buffered file LUN, its best showing: reference §2).
+    let target = Target::start_on(1 << 30, None, Backing::DirectLoop);
+    let ours = run_suite("our target", &target.url(None));
+    drop(target);
+    let tgtd = Tgtd::start(TgtOptions::new("iqn.2026-12.test.vmdeploy:tgtd", 1 << 30))
+        .expect("starting tgtd (is the `tgt` package installed?)");
+    let url = format!("iscsi://{}/{}/1", tgtd.portal(), tgtd.iqn());
+    let theirs = run_suite("tgtd", &url);
+
+    for (who, v) in [("ours", &ours), ("tgtd", &theirs)] {
+        eprintln!(
+            "iscsi-test-cu --test=ALL, {who}: {} passed / {} skipped / {} failed",
+            count(v, Verdict::Passed),
+            count(v, Verdict::Skipped),
+            count(v, Verdict::Failed)
+        );
+    }
+    let behind: Vec<String> = theirs
+        .iter()
+        .filter(|(_, v)| **v == Verdict::Passed)
+        .filter_map(|(name, _)| {
+            let mine = ours.get(name).copied();
+            (mine != Some(Verdict::Passed)).then(|| format!("{name} ({mine:?})"))
+        })
+        .collect();
+    eprintln!(
+        "tests tgtd passes and ours does not ({}): {behind:?}",
+        behind.len()
+    );
+    let unexpected: Vec<&String> = ours
+        .iter()
+        .filter(|(name, v)| {
+            **v == Verdict::Failed && !KNOWN_FAILURES.iter().any(|(k, _)| k == name)
+        })
+        .map(|(name, _)| name)
+        .collect();
+    eprintln!("ours fails, not in KNOWN_FAILURES: {unexpected:?}");
+    for (name, reason) in KNOWN_FAILURES {
+        eprintln!("known failure {name}: {reason} (now {:?})", ours.get(*name));
+    }
     assert!(
-        passed >= TGTD_PASSED,
-        "{passed} of {ran} passed, tgtd passes {TGTD_PASSED}:\n{all}"
+        behind.is_empty(),
+        "tests tgtd passes and ours does not: {behind:?}"
+    );
+    assert!(
+        unexpected.is_empty(),
+        "our target fails tests not in KNOWN_FAILURES: {unexpected:?}"
+    );
+}
+
+#[test]
+fn classify_counts_skips_apart_and_ignores_teardown_text() {
+    let out = "\
+Suite: CompareAndWrite
+  Test: Simple ...    [SKIPPED] COMPAREANDWRITE is not implemented.
+    [SKIPPED] COMPAREANDWRITE is not implemented.
+passed
+  Test: Miscompare ...passed
+Suite: GetLBAStatus
+  Test: BeyondEol ...    [FAILED] GET_LBA_STATUS successful but should have failed
+FAILED
+    1. test_get_lba_status_beyond_eol.c:38  - CU_ASSERT_EQUAL(_r,0)
+  Test: Simple ...passed    [SKIPPED] PERSISTENT RESERVE IN is not implemented.
+  Test: Multi ...
+    some output
+passed
+";
+    let v = classify(out);
+    assert_eq!(v.len(), 5, "{v:?}");
+    assert_eq!(v["CompareAndWrite.Simple"], Verdict::Skipped);
+    assert_eq!(v["CompareAndWrite.Miscompare"], Verdict::Passed);
+    assert_eq!(v["GetLBAStatus.BeyondEol"], Verdict::Failed);
+    assert_eq!(v["GetLBAStatus.Simple"], Verdict::Passed, "teardown text");
+    assert_eq!(v["GetLBAStatus.Multi"], Verdict::Passed);
+    assert_eq!(
+        cunit_ran("               tests    230    230    222      8        0"),
+        Some(230)
     );
 }
 
