@@ -58,7 +58,7 @@ pub struct ScsiCommand {
     pub read: bool,
     /// W bit: data is expected from the initiator.
     pub write: bool,
-    /// Task attribute ([`task_attr`]).
+    /// Task attribute ([`task_attr`](super::task_attr)).
     pub task_attr: u8,
     /// Logical unit.
     pub lun: Lun,
@@ -115,7 +115,7 @@ impl Header for ScsiCommand {
 pub struct TaskMgmtRequest {
     /// Immediate delivery (I bit).
     pub immediate: bool,
-    /// Function ([`tmf_function`]).
+    /// Function ([`tmf_function`](super::tmf_function)).
     pub function: u8,
     /// Logical unit.
     pub lun: Lun,
@@ -331,7 +331,7 @@ impl Header for DataOut {
 pub struct LogoutRequest {
     /// Immediate delivery (I bit).
     pub immediate: bool,
-    /// Reason ([`logout_reason`]).
+    /// Reason ([`logout_reason`](super::logout_reason)).
     pub reason: u8,
     /// Initiator Task Tag.
     pub itt: u32,

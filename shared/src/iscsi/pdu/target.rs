@@ -86,9 +86,9 @@ pub struct ScsiResponse {
     pub overflow: bool,
     /// U bit: residual underflow.
     pub underflow: bool,
-    /// Response ([`response_code`]).
+    /// Response ([`response_code`](super::response_code)).
     pub response: u8,
-    /// SCSI status ([`scsi_status`]).
+    /// SCSI status ([`scsi_status`](super::scsi_status)).
     pub status: u8,
     /// Initiator Task Tag.
     pub itt: u32,
@@ -171,7 +171,7 @@ pub fn sense_from_segment(data: &[u8]) -> &[u8] {
 /// SCSI Task Management Function Response (RFC 7143 §11.6).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TaskMgmtResponse {
-    /// Response ([`tmf_response`]).
+    /// Response ([`tmf_response`](super::tmf_response)).
     pub response: u8,
     /// Initiator Task Tag of the request.
     pub itt: u32,
@@ -511,7 +511,7 @@ impl Header for AsyncMessage {
 /// Logout Response (RFC 7143 §11.15).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LogoutResponse {
-    /// Response ([`logout_response`]).
+    /// Response ([`logout_response`](super::logout_response)).
     pub response: u8,
     /// Initiator Task Tag.
     pub itt: u32,
@@ -556,7 +556,7 @@ impl Header for LogoutResponse {
 /// Reject (RFC 7143 §11.17). The data segment is the rejected PDU's header.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Reject {
-    /// Reason ([`reject_reason`]).
+    /// Reason ([`reject_reason`](super::reject_reason)).
     pub reason: u8,
     /// StatSN.
     pub stat_sn: u32,
