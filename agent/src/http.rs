@@ -11,10 +11,11 @@
 //! # Limitations
 //! HTTP/1.1 only, no proxy.
 
-use std::io;
 use std::time::Duration;
 
 use anyhow::Context;
+
+pub use vmdeploy_shared::error::chain as error_chain;
 
 /// How a client connects and waits (and, for image downloads, how long it pauses between retries).
 #[derive(Debug, Clone)]
@@ -80,55 +81,16 @@ pub fn build_client(opts: &HttpOptions) -> anyhow::Result<reqwest::Client> {
     }
 }
 
-/// An error and its sources, joined with `: ` (reqwest's own message omits the cause, e.g. the
-/// certificate problem behind "error sending request").
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        let msg = s.to_string();
-        if !out.ends_with(&msg) {
-            out.push_str(": ");
-            out.push_str(&msg);
-        }
-        cur = s.source();
-    }
-    out
-}
-
 /// Whether the TLS handshake failed (a certificate the pinned CA does not vouch for, an alert
-/// from the peer): a `rustls::Error` somewhere in the source chain.
-///
-/// tokio-rustls reports handshake failures as an `io::Error` that carries the `rustls::Error` as
-/// its payload, and the connector wraps that `io::Error` in another one (kind `Other`).
-/// `io::Error::source` skips a payload (it returns the payload's own source), so every
-/// `io::Error` in the chain is opened with `get_ref`, as deep as it nests.
+/// from the peer): a `rustls::Error` somewhere in the source chain, found by type.
 pub fn is_tls_error(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur = Some(e);
-    while let Some(err) = cur {
-        if carries_rustls_error(err) {
-            return true;
-        }
-        cur = err.source();
-    }
-    false
-}
-
-/// Whether `err` is a `rustls::Error`, or an `io::Error` whose payload (however deep) is one.
-fn carries_rustls_error(err: &(dyn std::error::Error + 'static)) -> bool {
-    if err.is::<rustls::Error>() {
-        return true;
-    }
-    match err.downcast_ref::<io::Error>().and_then(io::Error::get_ref) {
-        Some(payload) => carries_rustls_error(payload),
-        None => false,
-    }
+    vmdeploy_shared::error::find_cause::<rustls::Error>(e).is_some()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{Read, Write};
+    use std::io::{self, Read, Write};
     use std::sync::Arc;
 
     use rustls::pki_types::pem::PemObject;

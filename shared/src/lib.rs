@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod cpio;
+pub mod error;
 pub mod exit;
 pub mod fat;
 pub mod io;

@@ -243,18 +243,6 @@ impl<R: Read> HashReader<R> {
         super::drain_to_eof(self)
     }
 
-    /// Takes the hasher out: bytes read from now on are counted but not digested, until
-    /// [`HashReader::put_hasher`]. For a caller that digests them elsewhere in the same order
-    /// (the agent's sink hashes the blocks of an uncompressed image on a thread of its own).
-    pub fn take_hasher(&mut self) -> Option<Hasher> {
-        self.hasher.take()
-    }
-
-    /// Puts a hasher (back) in: bytes read from now on are digested by it.
-    pub fn put_hasher(&mut self, hasher: Option<Hasher>) {
-        self.hasher = hasher;
-    }
-
     /// The hasher (with the digest of everything read) and the inner reader.
     pub fn into_parts(self) -> (R, Option<Hasher>, u64) {
         (self.inner, self.hasher, self.count)

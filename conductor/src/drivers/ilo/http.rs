@@ -15,6 +15,8 @@ use tokio::time::Instant;
 
 use crate::drivers::DriverError;
 
+pub use vmdeploy_shared::error::chain as error_chain;
+
 /// How the BMC's certificate is checked (`ilo_verify_ca`, DESIGN.md §3 and §7).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum TlsVerify {
@@ -89,44 +91,10 @@ pub fn build_client(tls: &TlsVerify, timeout: Duration) -> Result<reqwest::Clien
         .map_err(|e| DriverError::InvalidRequest(format!("building the HTTPS client: {e}")))
 }
 
-/// The error and all its causes on one line, for messages.
-pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = cause.source();
-    }
-    out
-}
-
 /// The TLS failure behind `err`, if the TLS layer refused the session (an unverified or
 /// mismatched certificate, a handshake the peer or we aborted): retrying cannot help.
-///
-/// Found by type, walking the source chain. `std::io::Error::source` skips the error it wraps
-/// (it returns that error's own source), and rustls reaches reqwest inside an `io::Error`, so
-/// each `io::Error` is also opened with `get_ref`.
 pub fn tls_failure<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
-    let mut next = Some(err);
-    while let Some(cause) = next {
-        if let Some(tls) = cause.downcast_ref::<rustls::Error>() {
-            return Some(tls);
-        }
-        if let Some(inner) = cause
-            .downcast_ref::<std::io::Error>()
-            .and_then(std::io::Error::get_ref)
-        {
-            if let Some(tls) = tls_failure(inner) {
-                return Some(tls);
-            }
-        }
-        next = cause.source();
-    }
-    None
+    vmdeploy_shared::error::find_cause::<rustls::Error>(err)
 }
 
 /// Whether the peer closed the connection in the middle of a reply (hyper's incomplete

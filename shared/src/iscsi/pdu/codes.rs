@@ -212,25 +212,9 @@ pub mod response_code {
     pub const TARGET_FAILURE: u8 = 0x01;
 }
 
-/// SCSI status codes carried in SCSI Response and Data-In (SAM-5 §5.3).
-pub mod scsi_status {
-    /// GOOD.
-    pub const GOOD: u8 = 0x00;
-    /// CHECK CONDITION: sense data follows.
-    pub const CHECK_CONDITION: u8 = 0x02;
-    /// CONDITION MET.
-    pub const CONDITION_MET: u8 = 0x04;
-    /// BUSY.
-    pub const BUSY: u8 = 0x08;
-    /// RESERVATION CONFLICT.
-    pub const RESERVATION_CONFLICT: u8 = 0x18;
-    /// TASK SET FULL.
-    pub const TASK_SET_FULL: u8 = 0x28;
-    /// ACA ACTIVE.
-    pub const ACA_ACTIVE: u8 = 0x30;
-    /// TASK ABORTED.
-    pub const TASK_ABORTED: u8 = 0x40;
-}
+/// SCSI status codes carried in SCSI Response and Data-In: SCSI's own table (SAM-5 §5.3), one
+/// definition for the codec and the command layer.
+pub use crate::iscsi::scsi::status as scsi_status;
 
 /// Task management function codes (RFC 7143 §11.5.1).
 pub mod tmf_function {

@@ -143,6 +143,8 @@ pub mod status {
     pub const GOOD: u8 = 0x00;
     /// CHECK CONDITION: sense data follows.
     pub const CHECK_CONDITION: u8 = 0x02;
+    /// CONDITION MET.
+    pub const CONDITION_MET: u8 = 0x04;
     /// BUSY.
     pub const BUSY: u8 = 0x08;
     /// RESERVATION CONFLICT.
