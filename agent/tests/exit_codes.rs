@@ -32,6 +32,62 @@ fn bad_usage_exits_64() {
 }
 
 #[test]
+fn bad_option_values_exit_64_before_anything_is_opened() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let disk = dir.path().join("disk.img");
+    std::fs::write(&disk, vec![0u8; 4096]).expect("writing the disk file");
+    let disk = disk.to_str().expect("UTF-8 temp path");
+    let target = |extra: &[&str]| {
+        let mut args = vec!["iscsi-target", "--disk", disk, "--iqn", "iqn-node"];
+        args.extend_from_slice(extra);
+        agent(&args)
+    };
+    let cases: [(&str, Output); 6] = [
+        ("--listen", target(&["--listen", "not-an-address"])),
+        (
+            "--done-listen",
+            target(&["--done-listen", "127.0.0.1:99999"]),
+        ),
+        ("--chap", target(&["--chap", "no-colon"])),
+        (
+            "--iqn",
+            agent(&["iscsi-target", "--disk", disk, "--iqn", "bad name"]),
+        ),
+        (
+            "--checksum",
+            agent(&[
+                "write-image",
+                "--url",
+                "http://127.0.0.1:1/i",
+                "--disk",
+                disk,
+                "--checksum",
+                "sha256:zz",
+            ]),
+        ),
+        (
+            "no-such-ca.pem",
+            agent(&[
+                "write-image",
+                "--url",
+                "https://127.0.0.1:1/i",
+                "--disk",
+                disk,
+                "--ca",
+                "/no-such-ca.pem",
+            ]),
+        ),
+    ];
+    for (named, out) in cases {
+        assert_eq!(code(&out), Some(64), "{named}: {out:?}");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains(named), "{named}: {said}");
+    }
+    let untouched = std::fs::read(disk).expect("reading the disk file");
+    assert!(untouched.iter().all(|&b| b == 0), "nothing was written");
+}
+
+#[test]
 fn help_and_version_exit_0() {
     let help = agent(&["--help"]);
     assert_eq!(code(&help), Some(0), "{help:?}");

@@ -299,7 +299,7 @@ pub struct WriteImageArgs {
     pub disk: std::path::PathBuf,
     /// Expected digest of the download: ALGO:HEX (md5, sha256, sha512) or bare hex.
     #[arg(long)]
-    pub checksum: Option<String>,
+    pub checksum: Option<ExpectedDigest>,
     /// PEM file with the only CA to trust for https:// URLs.
     #[arg(long)]
     pub ca: Option<std::path::PathBuf>,
@@ -315,16 +315,17 @@ pub struct WriteImageArgs {
 
 /// `vmdeploy-agent write-image`: stream, verify and write; progress on stderr.
 pub fn run_write_image(args: WriteImageArgs) -> anyhow::Result<()> {
-    let expected = args
-        .checksum
-        .as_deref()
-        .map(str::parse::<ExpectedDigest>)
-        .transpose()
-        .context("parsing --checksum")?;
+    // clap parsed --checksum (a bad one is a usage error, exit 64); a CA file that cannot be
+    // read is one too: running again unchanged cannot help.
+    let expected = args.checksum;
     let ca_pem = args
         .ca
         .as_ref()
-        .map(|p| std::fs::read(p).with_context(|| format!("reading the CA file {}", p.display())))
+        .map(|p| {
+            std::fs::read(p)
+                .map_err(vmdeploy_shared::exit::UsageError::wrap)
+                .with_context(|| format!("reading the CA file {}", p.display()))
+        })
         .transpose()?;
     let disk = Arc::new(
         Disk::open(&args.disk)

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
+use vmdeploy_shared::exit::UsageError;
 use vmdeploy_shared::iscsi::ChapCredentials;
 
 use super::server::{Target, TargetConfig};
@@ -22,13 +23,13 @@ pub struct IscsiTargetArgs {
     pub iqn: String,
     /// Address to listen on.
     #[arg(long, default_value = "0.0.0.0:3260")]
-    pub listen: String,
+    pub listen: SocketAddr,
     /// Require CHAP with these credentials (`USER:SECRET`).
     #[arg(long)]
-    pub chap: Option<String>,
+    pub chap: Option<ChapCredentials>,
     /// Address of the "done" listener (default: the --listen IP, port 10000).
     #[arg(long)]
-    pub done_listen: Option<String>,
+    pub done_listen: Option<SocketAddr>,
     /// Use buffered I/O even where O_DIRECT works.
     #[arg(long)]
     pub buffered: bool,
@@ -37,27 +38,20 @@ pub struct IscsiTargetArgs {
 /// Runs the target in the foreground until SIGTERM/SIGINT or a "done" notification, then flushes
 /// the disk and returns.
 pub fn run(args: IscsiTargetArgs) -> anyhow::Result<()> {
-    let listen: SocketAddr = args
-        .listen
-        .parse()
-        .with_context(|| format!("parsing --listen {:?}", args.listen))?;
-    let done_listen: SocketAddr = match &args.done_listen {
-        Some(s) => s
-            .parse()
-            .with_context(|| format!("parsing --done-listen {s:?}"))?,
-        None => SocketAddr::new(listen.ip(), DONE_PORT),
-    };
-    let chap = args
-        .chap
-        .as_deref()
-        .map(str::parse::<ChapCredentials>)
-        .transpose()
-        .context("parsing --chap (USER:SECRET)")?;
+    // clap parsed the addresses and the credentials (a bad one is a usage error, exit 64); the
+    // name is checked here, before anything is opened, for the same reason.
+    let listen = args.listen;
+    let done_listen = args
+        .done_listen
+        .unwrap_or_else(|| SocketAddr::new(listen.ip(), DONE_PORT));
+    vmdeploy_shared::iqn::validate(&args.iqn)
+        .map_err(UsageError::wrap)
+        .with_context(|| format!("checking --iqn {:?}", args.iqn))?;
     let config = TargetConfig {
         iqn: args.iqn,
         disk: args.disk,
         listen,
-        chap,
+        chap: args.chap,
         buffered: args.buffered,
     };
 
