@@ -1,7 +1,9 @@
 //! Locks for what tests share beyond their own process: nextest runs every test in a process of
 //! its own, and two test runs may overlap on one machine. A test that uses a fixed name (the
 //! floppy label `ir-vfd-dev`, which the agent finds by scanning every block device) holds the
-//! lock of that name for as long as it uses it.
+//! lock of that name for as long as it uses it; tgtd's start holds one while it picks a free
+//! control socket number (src/tgt.rs). Ports need none: each test binds port 0 or takes a
+//! free one.
 //!
 //! flock(2) on a file in the temp dir: the kernel drops the lock when its holder exits, so a
 //! crashed test never leaves it taken.

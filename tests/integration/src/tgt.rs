@@ -101,6 +101,9 @@ impl Tgtd {
         let port = crate::free_port();
         // The control socket number only has to be unique among running tgtds; tgtd takes
         // 0..=32767. Derive it from the (unique) port and step past any tgtd that answers on it.
+        // Held until this tgtd answers, so that a test in another process cannot pick the same
+        // free number in between.
+        let control_lock = crate::lock::ResourceLock::acquire("tgtd-control");
         let mut control = port % 32_000 + 1;
         while tgtadm(control, &["--mode", "sys", "--op", "show"]).is_ok() {
             control = control % 32_000 + 1;
@@ -134,6 +137,7 @@ impl Tgtd {
             _tmp: tmp,
         };
         tgtd.wait_ready()?;
+        drop(control_lock);
         tgtd.configure(&options)
             .with_context(|| format!("configuring tgtd; its log:\n{}", tgtd.log_tail()))?;
         Ok(tgtd)
