@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use vmdeploy_integration_tests::loopdev::{LoopDevice, LoopIo};
 use vmdeploy_integration_tests::tgt::{TgtOptions, Tgtd};
 use vmdeploy_integration_tests::{bin, free_port};
 use vmdeploy_shared::iscsi::pdu::{padded_len, segment_lengths};
@@ -48,7 +49,7 @@ struct Target {
     port: u16,
     done_port: u16,
     // Detached after Drop has killed the child.
-    _loop: Option<LoopLun>,
+    _loop: Option<LoopDevice>,
     _dir: tempfile::TempDir,
     disk: PathBuf,
 }
@@ -68,8 +69,8 @@ impl Target {
                 (disk, None)
             }
             Backing::DirectLoop => {
-                let lun = LoopLun::attach(size);
-                (lun.device.clone(), Some(lun))
+                let lun = LoopDevice::attach(&[], size, LoopIo::Direct);
+                (lun.device().to_path_buf(), Some(lun))
             }
         };
         let buffered = loop_lun.is_none();
@@ -179,50 +180,6 @@ fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-/// A sparse file in /var/tmp attached with `losetup --direct-io=on`, detached on drop.
-// TODO(issue 9 merge): the shared loop-device helper of tests/integration/src replaces this.
-struct LoopLun {
-    device: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl LoopLun {
-    fn attach(size: u64) -> LoopLun {
-        // /var/tmp, not /tmp: a tmpfs would refuse the O_DIRECT the loop device asks for.
-        let dir = tempfile::Builder::new()
-            .prefix("vmdeploy-lun")
-            .tempdir_in("/var/tmp")
-            .expect("creating a scratch dir in /var/tmp");
-        let file = dir.path().join("lun.img");
-        std::fs::File::create(&file)
-            .and_then(|f| f.set_len(size))
-            .expect("creating the sparse backing file");
-        let out = Command::new("losetup")
-            .args(["--find", "--show", "--direct-io=on"])
-            .arg(&file)
-            .output()
-            .unwrap_or_else(|e| {
-                panic!("running losetup: {e}; fix: install util-linux and run the tests as root")
-            });
-        assert!(
-            out.status.success(),
-            "losetup --direct-io=on failed ({}): {}; fix: run as root with free loop devices \
-             (`losetup -a` lists them)",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-        let device = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        assert!(device.starts_with("/dev"), "losetup printed {device:?}");
-        LoopLun { device, _dir: dir }
-    }
-}
-
-impl Drop for LoopLun {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.device).status();
-    }
 }
 
 /// How one test of the suite ended.
