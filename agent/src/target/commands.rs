@@ -152,6 +152,20 @@ impl Lun {
         u64::from(self.backend.block_len())
     }
 
+    /// Writes whole blocks from `lba` on; with FUA (SBC-3 §5.40) they reach the medium before
+    /// the status goes out.
+    fn write_blocks(&self, data: &[u8], lba: u64, fua: bool) -> Result<(), Sense> {
+        self.backend
+            .write_at(data, lba * self.block_len())
+            .map_err(|e| io_sense(e, asc::WRITE_ERROR))?;
+        if fua {
+            self.backend
+                .sync()
+                .map_err(|e| io_sense(e, asc::WRITE_ERROR))?;
+        }
+        Ok(())
+    }
+
     fn max_transfer_blocks(&self) -> u32 {
         MAX_TRANSFER_BYTES / self.backend.block_len()
     }
@@ -489,14 +503,7 @@ impl Lun {
                 // The connection may hold more (a residual overflow of the initiator's buffer).
                 let data_out = data_out.get(..len).ok_or_else(internal)?;
                 if !data_out.is_empty() {
-                    self.backend
-                        .write_at(data_out, r.lba * bl)
-                        .map_err(|e| io_sense(e, asc::WRITE_ERROR))?;
-                    if r.fua {
-                        self.backend
-                            .sync()
-                            .map_err(|e| io_sense(e, asc::WRITE_ERROR))?;
-                    }
+                    self.write_blocks(data_out, r.lba, r.fua)?;
                 }
                 Ok(None)
             }
@@ -571,14 +578,7 @@ impl Lun {
                 }
                 let mut aligned = AlignedBuf::zeroed(len);
                 aligned.copy_from_slice(write);
-                self.backend
-                    .write_at(&aligned, range.lba * bl)
-                    .map_err(|e| io_sense(e, asc::WRITE_ERROR))?;
-                if range.fua {
-                    self.backend
-                        .sync()
-                        .map_err(|e| io_sense(e, asc::WRITE_ERROR))?;
-                }
+                self.write_blocks(&aligned, range.lba, range.fua)?;
                 Ok(None)
             }
             ScsiCommand::SynchronizeCache { .. } => {
@@ -601,12 +601,8 @@ impl Lun {
         let data_out = data_out.get(..len).ok_or_else(internal)?;
         let mut aligned = AlignedBuf::zeroed(len);
         aligned.copy_from_slice(data_out);
-        self.backend
-            .write_at(&aligned, range.lba * bl)
-            .map_err(|e| io_sense(e, asc::WRITE_ERROR))?;
-        self.backend
-            .sync()
-            .map_err(|e| io_sense(e, asc::WRITE_ERROR))?;
+        // Verified means read back from the medium: the data goes through first (as FUA).
+        self.write_blocks(&aligned, range.lba, true)?;
         let mut back = AlignedBuf::zeroed(len);
         self.backend
             .read_at(&mut back, range.lba * bl)
@@ -639,14 +635,7 @@ impl Lun {
         for (b, d) in blocks.iter_mut().zip(data_out) {
             *b |= d;
         }
-        self.backend
-            .write_at(&blocks, range.lba * bl)
-            .map_err(|e| io_sense(e, asc::WRITE_ERROR))?;
-        if range.fua {
-            self.backend
-                .sync()
-                .map_err(|e| io_sense(e, asc::WRITE_ERROR))?;
-        }
+        self.write_blocks(&blocks, range.lba, range.fua)?;
         Ok(None)
     }
 
