@@ -531,7 +531,16 @@ pub fn http_call(base: &str, method: &str, path: &str, body: Option<&Value>) -> 
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    (status, serde_json::from_str(rest).unwrap_or(Value::Null))
+    // An empty body (204, a bare status) is Null; any other body must be JSON, or the agent
+    // answered something a conductor could not read.
+    let json = if rest.trim().is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(rest).unwrap_or_else(|e| {
+            panic!("{method} {path}: status {status}, body is not JSON ({e}): {rest:?}")
+        })
+    };
+    (status, json)
 }
 
 impl AgentDriver {
