@@ -1,11 +1,27 @@
-//! The vmdeploy conductor, for now its clients and their operator commands: the iLO client
-//! (RIBCL for iLO 4, Redfish for iLO 5 and later) and the iSCSI initiator that writes images to
-//! an agent's target. The Ironic-compatible API and the deploy flows that will drive them come
-//! later (DESIGN.md).
+//! The vmdeploy conductor: the service a scheduler calls through an Ironic-compatible API
+//! (`serve`), the deploy flows it runs, and the clients they use: the iLO client (RIBCL for
+//! iLO 4, Redfish for iLO 5 and later), the object stores, and the iSCSI initiator that writes
+//! images to an agent's target (DESIGN.md §2).
 
-/// Power and management interfaces and the iLO clients that implement them, with the `ilo` CLI.
+/// The Ironic-compatible REST API.
+pub mod api;
+/// The deploy flows and the virtual-media boot steps they share.
+pub mod deploy;
+/// Power, management, virtual media and inventory interfaces, the iLO clients, the `ilo` CLI.
 pub mod drivers;
 /// The iSCSI initiator (login, CHAP, write/read pipelines), with the `iscsi` CLI.
 pub mod initiator;
 /// Console logging set-up.
 pub mod logging;
+/// Carries out API requests on nodes: tasks, reservations, background duties.
+pub mod manager;
+/// Typed views of a node's JSON fields.
+pub mod node;
+/// Object stores (built-in, Swift) and their temp URLs.
+pub mod objects;
+/// The `serve` command: configuration, listeners, TLS, auth.
+pub mod service;
+/// Provision and power states and the provision state machine.
+pub mod states;
+/// Node and port records and the store that keeps them.
+pub mod store;

@@ -1,0 +1,83 @@
+//! The deploy flows (DESIGN.md §1, §3): `agent` (`agent_ilo`) now, `iscsi` and `pxe` in the
+//! issues after this one, and the steps they share: the virtual-media boot of the deploy ISO
+//! (`vmedia`, the seeds' setup/cleanup_virtual_media_boot) and the floppy it carries.
+//!
+//! # Design
+//! A flow works on a node the manager has reserved: it talks to the BMC, the object store and
+//! the agent, and writes its progress into `driver_internal_info`. It never changes
+//! `provision_state` itself: it returns, and the manager moves the node with
+//! [`crate::states::next`] and records `last_error`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::manager::HeartbeatRequest;
+use crate::objects::ObjectStore;
+use crate::store::{Node, Store};
+
+pub mod agent_client;
+
+/// Settings of the flows (the `[deploy]` table of the configuration).
+#[derive(Debug, Clone)]
+pub struct DeployConfig {
+    /// The API URL the ramdisk calls back (`ipa-api-url` / `ironic_api_url` on the floppy).
+    pub api_url: String,
+    /// The CA of the API's certificate when it speaks TLS (`ipa-agent-ca` on the floppy).
+    pub api_ca_pem: Option<String>,
+    /// Container for floppies and deploy ISOs in the object store.
+    pub container: String,
+    /// Lifetime of floppy objects and their temp URLs (`deploy_helper_images_ttl`, 10 min).
+    pub deploy_helper_images_ttl: Duration,
+    /// Talk plain HTTP to an agent that offers no certificate (off unless configured).
+    pub agent_allow_plain_http: bool,
+    /// Timeout of one call to an agent's command API.
+    pub agent_call_timeout: Duration,
+}
+
+/// What a flow works with. Shared by every node task.
+pub struct DeployContext {
+    /// Nodes and ports.
+    pub store: Arc<dyn Store>,
+    /// Floppies, ISOs and images.
+    pub objects: Arc<dyn ObjectStore>,
+    /// Settings.
+    pub config: DeployConfig,
+}
+
+/// Where a flow stands after a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeployStep {
+    /// Waiting for the ramdisk (the manager moves the node to `wait call-back`, unreserved).
+    Wait,
+    /// Deployed (the manager moves the node to `active`).
+    Done,
+}
+
+/// One deploy interface (`agent`, later `iscsi`, `pxe`). Errors are in operator words with
+/// context (`anyhow`); the manager writes them to `last_error` and then calls
+/// [`DeployInterface::clean_up`].
+#[async_trait::async_trait]
+pub trait DeployInterface: Send + Sync {
+    /// Everything needed to deploy is there and works (credentials, licence, image fields).
+    async fn validate(&self, node: &Node) -> anyhow::Result<()>;
+    /// Starts a deploy of a reserved node: boots the ramdisk and returns [`DeployStep::Wait`].
+    async fn deploy(&self, node: &mut Node) -> anyhow::Result<DeployStep>;
+    /// A heartbeat of the node's agent while it is in `wait call-back`.
+    async fn heartbeat(
+        &self,
+        node: &mut Node,
+        heartbeat: &HeartbeatRequest,
+    ) -> anyhow::Result<DeployStep>;
+    /// Undeploy: power off, eject, forget the instance's boot settings.
+    async fn tear_down(&self, node: &mut Node) -> anyhow::Result<()>;
+    /// After a failure or an abort: eject media, delete temporary objects, wipe the token.
+    /// Never fails: what cannot be cleaned is logged.
+    async fn clean_up(&self, node: &mut Node);
+}
+
+/// The deploy interface of a driver name (`agent_ilo`, and its hardware-type aliases), or
+/// `None` when this conductor has no flow for it yet.
+pub fn for_driver(driver: &str, context: Arc<DeployContext>) -> Option<Arc<dyn DeployInterface>> {
+    let _ = (driver, context);
+    None
+}

@@ -1,0 +1,257 @@
+//! Node and port records, and the store that keeps them (DESIGN.md §2 `store`, §8).
+//!
+//! # Design
+//! [`Store`] is an async trait object (`Arc<dyn Store>`): the embedded SQLite implementation
+//! ([`sqlite::SqliteStore`], rusqlite on a blocking thread) is the default, and a PostgreSQL one
+//! (tokio-postgres, for several conductors) can follow without touching a caller
+//! (../shared/reference/crates.md §3.4).
+//!
+//! One task per node: [`Store::reserve_node`] sets `reservation` atomically only when it is
+//! empty, and fails with [`StoreError::Locked`] (the API's 409 `NodeLocked`) otherwise. Writes of
+//! a node record never touch its reservation; only reserve and release do.
+//!
+//! Records hold JSON objects (`driver_info`, `instance_info`, ...) as Ironic does: their keys are
+//! open-ended, and the API and the flows parse the keys they need (`crate::node`).
+
+use serde_json::{Map, Value};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::states::{NodePower, ProvisionState};
+
+pub mod sqlite;
+
+/// A JSON object field of a record.
+pub type JsonObject = Map<String, Value>;
+
+/// A bare-metal node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    /// Identity, chosen by the API at create (or given by the caller).
+    pub uuid: Uuid,
+    /// Optional unique logical name (API ≥ 1.5).
+    pub name: Option<String>,
+    /// `agent_ilo`, `iscsi_ilo`, `pxe_ilo`, or a hardware type alias (`ilo`, `redfish`).
+    pub driver: String,
+    /// BMC address and credentials, deploy ISO (`ilo_*`, `client_*`).
+    pub driver_info: JsonObject,
+    /// Conductor-private state of the flows (agent URL, token, progress); hidden below 1.3.
+    pub driver_internal_info: JsonObject,
+    /// Hardware properties; `capabilities` (`boot_mode:uefi,...`) among them.
+    pub properties: JsonObject,
+    /// What to deploy (set by the scheduler): `image_source`, `root_gb`, checksums, ...
+    pub instance_info: JsonObject,
+    /// Operator's free-form data.
+    pub extra: JsonObject,
+    /// Static network configuration for DHCP-less deploys (Ironic's `network_data`).
+    pub network_data: JsonObject,
+    /// The Nova instance deployed on the node.
+    pub instance_uuid: Option<String>,
+    /// Provision state.
+    pub provision_state: ProvisionState,
+    /// Where a running transition goes.
+    pub target_provision_state: Option<ProvisionState>,
+    /// When `provision_state` last changed.
+    pub provision_updated_at: Option<OffsetDateTime>,
+    /// Last known power state (`None` until first read).
+    pub power_state: Option<NodePower>,
+    /// Power state a running power task is moving to.
+    pub target_power_state: Option<NodePower>,
+    /// Maintenance mode: no power sync, no new tasks except the operator's.
+    pub maintenance: bool,
+    /// Why it is in maintenance.
+    pub maintenance_reason: Option<String>,
+    /// The last failure, in words an operator can act on.
+    pub last_error: Option<String>,
+    /// Who holds the node's task lock (`None` = free). Read-only for [`Store::update_node`].
+    pub reservation: Option<String>,
+    /// Serial console enabled (always false here).
+    pub console_enabled: bool,
+    /// Created.
+    pub created_at: OffsetDateTime,
+    /// Last written.
+    pub updated_at: Option<OffsetDateTime>,
+}
+
+impl Node {
+    /// A new node in `initial` state with empty fields.
+    pub fn new(uuid: Uuid, driver: impl Into<String>, initial: ProvisionState) -> Node {
+        Node {
+            uuid,
+            name: None,
+            driver: driver.into(),
+            driver_info: JsonObject::new(),
+            driver_internal_info: JsonObject::new(),
+            properties: JsonObject::new(),
+            instance_info: JsonObject::new(),
+            extra: JsonObject::new(),
+            network_data: JsonObject::new(),
+            instance_uuid: None,
+            provision_state: initial,
+            target_provision_state: None,
+            provision_updated_at: None,
+            power_state: None,
+            target_power_state: None,
+            maintenance: false,
+            maintenance_reason: None,
+            last_error: None,
+            reservation: None,
+            console_enabled: false,
+            created_at: OffsetDateTime::now_utc(),
+            updated_at: None,
+        }
+    }
+}
+
+/// A NIC of a node (Ironic's port): its MAC is how the ramdisk is looked up.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Port {
+    /// Identity.
+    pub uuid: Uuid,
+    /// MAC address, lower case `aa:bb:cc:dd:ee:ff`, unique.
+    pub address: String,
+    /// The node it belongs to.
+    pub node_uuid: Uuid,
+    /// PXE-enabled NIC (`BOOTIF` comes from the first such port).
+    pub pxe_enabled: bool,
+    /// Free-form data (`vif_port_id` for Kilo Nova).
+    pub extra: JsonObject,
+    /// Created.
+    pub created_at: OffsetDateTime,
+    /// Last written.
+    pub updated_at: Option<OffsetDateTime>,
+}
+
+/// A node named by UUID or by logical name, as the API's `{node_ident}` allows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeIdent {
+    /// By UUID.
+    Uuid(Uuid),
+    /// By name.
+    Name(String),
+}
+
+impl NodeIdent {
+    /// A UUID if `s` parses as one, else a name.
+    pub fn parse(s: &str) -> NodeIdent {
+        match Uuid::parse_str(s) {
+            Ok(uuid) => NodeIdent::Uuid(uuid),
+            Err(_) => NodeIdent::Name(s.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for NodeIdent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodeIdent::Uuid(u) => write!(f, "{u}"),
+            NodeIdent::Name(n) => f.write_str(n),
+        }
+    }
+}
+
+/// Filters of a node list (all must hold); empty = every node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeFilter {
+    /// Only nodes in this provision state.
+    pub provision_state: Option<ProvisionState>,
+    /// Only nodes of this driver.
+    pub driver: Option<String>,
+    /// Only nodes with (or without) maintenance.
+    pub maintenance: Option<bool>,
+    /// Only nodes with this instance.
+    pub instance_uuid: Option<String>,
+    /// Only nodes with (`Some(true)`) or without an instance.
+    pub associated: Option<bool>,
+    /// Only nodes reserved by this holder.
+    pub reserved_by: Option<String>,
+    /// At most this many, in creation order.
+    pub limit: Option<usize>,
+    /// Start after this node (pagination marker).
+    pub marker: Option<Uuid>,
+}
+
+/// Filters of a port list.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PortFilter {
+    /// Only this node's ports.
+    pub node_uuid: Option<Uuid>,
+    /// Only the port with this MAC (any case in, lower case compared).
+    pub address: Option<String>,
+    /// At most this many.
+    pub limit: Option<usize>,
+    /// Start after this port.
+    pub marker: Option<Uuid>,
+}
+
+/// Why a store call failed. The API maps these to Ironic's status codes.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No such node or port (404).
+    #[error("{kind} {ident} could not be found")]
+    NotFound {
+        /// `node` or `port`.
+        kind: &'static str,
+        /// What was asked for.
+        ident: String,
+    },
+    /// A unique field is taken: node UUID or name, port UUID or MAC (409).
+    #[error("{kind} with {field} {value} already exists")]
+    Duplicate {
+        /// `node` or `port`.
+        kind: &'static str,
+        /// The field (`uuid`, `name`, `address`).
+        field: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// The node is reserved by another task (409 `NodeLocked`).
+    #[error(
+        "node {node} is locked by {holder}, please retry after the current operation is completed"
+    )]
+    Locked {
+        /// The node.
+        node: Uuid,
+        /// Who holds it.
+        holder: String,
+    },
+    /// The node still has ports, or another record refers to it (409).
+    #[error("{0}")]
+    InUse(String),
+    /// The database failed (500): I/O, corruption, a migration.
+    #[error("database: {0}")]
+    Database(String),
+}
+
+/// Where nodes and ports live. Every method is one transaction.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Adds a node; [`StoreError::Duplicate`] when its UUID or name is taken.
+    async fn create_node(&self, node: &Node) -> Result<(), StoreError>;
+    /// One node by UUID or name.
+    async fn node(&self, ident: &NodeIdent) -> Result<Node, StoreError>;
+    /// Nodes that pass `filter`, oldest first.
+    async fn list_nodes(&self, filter: &NodeFilter) -> Result<Vec<Node>, StoreError>;
+    /// Writes every field of `node` except `reservation` and `created_at`; sets `updated_at`.
+    async fn update_node(&self, node: &Node) -> Result<(), StoreError>;
+    /// Removes a node and its ports.
+    async fn delete_node(&self, uuid: Uuid) -> Result<(), StoreError>;
+    /// Takes the node's task lock for `holder` when it is free, and returns the node as it is
+    /// now; [`StoreError::Locked`] when someone holds it.
+    async fn reserve_node(&self, uuid: Uuid, holder: &str) -> Result<Node, StoreError>;
+    /// Releases the lock if `holder` has it (a no-op otherwise, so it is safe on every path).
+    async fn release_node(&self, uuid: Uuid, holder: &str) -> Result<(), StoreError>;
+    /// Releases every lock whose holder starts with `holder_prefix` (a restarted conductor
+    /// releasing what its previous run held); returns the nodes released.
+    async fn release_all(&self, holder_prefix: &str) -> Result<Vec<Uuid>, StoreError>;
+    /// Adds a port; [`StoreError::Duplicate`] when its UUID or MAC is taken.
+    async fn create_port(&self, port: &Port) -> Result<(), StoreError>;
+    /// One port.
+    async fn port(&self, uuid: Uuid) -> Result<Port, StoreError>;
+    /// Ports that pass `filter`, oldest first.
+    async fn list_ports(&self, filter: &PortFilter) -> Result<Vec<Port>, StoreError>;
+    /// Writes every field of `port` except `created_at`; sets `updated_at`.
+    async fn update_port(&self, port: &Port) -> Result<(), StoreError>;
+    /// Removes a port.
+    async fn delete_port(&self, uuid: Uuid) -> Result<(), StoreError>;
+}
