@@ -15,6 +15,11 @@
 //!
 //! Schema migrations ([`schema`]) run in [`SqliteStore::open`].
 //!
+//! A blocking call runs to its end even when its caller's future is dropped (an API client that
+//! hung up). For every call but one that is harmless; a reserve that commits after its caller
+//! left would hold the node's lock with no task to release it, so `reserve_node` keeps a guard
+//! that releases such a lock in the background.
+//!
 //! # Limitations
 //! One connection: reads wait for a running write. The conductor's load (a few nodes, a
 //! heartbeat per node every few seconds) is far below what that costs.
@@ -31,6 +36,7 @@ use std::time::Duration;
 use rusqlite::types::Value;
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension, TransactionBehavior};
 use time::OffsetDateTime;
+use tokio::task::{JoinError, JoinHandle};
 use uuid::Uuid;
 
 use self::rows::{
@@ -101,6 +107,16 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
     {
+        self.spawn(f).await.map_err(|e| task_failed(what, e))?
+    }
+
+    /// Starts `f` with the connection on the blocking pool. It runs to its end even when the
+    /// caller stops waiting: a transaction is never cut in half.
+    fn spawn<T, F>(&self, f: F) -> JoinHandle<Result<T, StoreError>>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
         let conn = Arc::clone(&self.conn);
         tokio::task::spawn_blocking(move || {
             // A poisoned lock means an earlier call panicked; its transaction was rolled back
@@ -108,9 +124,60 @@ impl SqliteStore {
             let mut guard = conn.lock().unwrap_or_else(PoisonError::into_inner);
             f(&mut guard)
         })
-        .await
-        .map_err(|e| StoreError::Database(format!("{what}: the database task failed: {e}")))?
     }
+}
+
+fn task_failed(what: &str, e: JoinError) -> StoreError {
+    StoreError::Database(format!("{what}: the database task failed: {e}"))
+}
+
+/// Held while [`Store::reserve_node`] waits for its blocking task. If the caller's future is
+/// dropped first (an API client that hung up, a timeout), nobody would ever learn that the lock
+/// was taken and it would stay taken until the next restart; so the guard waits for the task in
+/// the background and releases what it took.
+struct ReserveGuard {
+    handle: Option<JoinHandle<Result<Node, StoreError>>>,
+    conn: Arc<Mutex<Connection>>,
+    holder: String,
+}
+
+impl Drop for ReserveGuard {
+    fn drop(&mut self) {
+        let Some(handle) = self.handle.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime left (shutdown): the reservation is released by release_all at the
+            // next start, as for a crash.
+            return;
+        };
+        let conn = Arc::clone(&self.conn);
+        let holder = std::mem::take(&mut self.holder);
+        runtime.spawn(async move {
+            let Ok(Ok(node)) = handle.await else {
+                return;
+            };
+            let released = tokio::task::spawn_blocking(move || {
+                let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
+                release(&conn, node.uuid, &holder)
+            })
+            .await;
+            match released {
+                Ok(Ok(())) => tracing::debug!(node = %node.uuid, "released the lock of a reserve whose caller went away"),
+                Ok(Err(e)) => tracing::warn!(node = %node.uuid, error = %e, "releasing the lock of a reserve whose caller went away"),
+                Err(e) => tracing::warn!(node = %node.uuid, error = %e, "releasing the lock of a reserve whose caller went away"),
+            }
+        });
+    }
+}
+
+fn release(conn: &Connection, uuid: Uuid, holder: &str) -> Result<(), StoreError> {
+    conn.execute(
+        "UPDATE nodes SET reservation = NULL WHERE uuid = ?1 AND reservation = ?2",
+        params![uuid.to_string(), holder],
+    )
+    .map_err(|e| db(&format!("releasing node {uuid}"), e))?;
+    Ok(())
 }
 
 /// The message of a `Database` error without its variant (to add context in front).
@@ -373,8 +440,9 @@ impl Store for SqliteStore {
     }
 
     async fn reserve_node(&self, uuid: Uuid, holder: &str) -> Result<Node, StoreError> {
-        let holder = holder.to_string();
-        self.run("reserving a node", move |conn| {
+        let task_holder = holder.to_string();
+        let handle = self.spawn(move |conn| {
+            let holder = task_holder;
             let what = || format!("reserving node {uuid}");
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -395,21 +463,26 @@ impl Store for SqliteStore {
             }
             tx.commit().map_err(|e| db(&what(), e))?;
             Ok(node)
-        })
-        .await
+        });
+        let mut guard = ReserveGuard {
+            handle: Some(handle),
+            conn: Arc::clone(&self.conn),
+            holder: holder.to_string(),
+        };
+        let result = match guard.handle.as_mut() {
+            Some(handle) => handle.await,
+            // Not reached: the handle was put there just above.
+            None => return Err(StoreError::Database("reserving a node: no task".into())),
+        };
+        // The answer reached the caller: from here on the lock is theirs to release.
+        guard.handle = None;
+        result.map_err(|e| task_failed("reserving a node", e))?
     }
 
     async fn release_node(&self, uuid: Uuid, holder: &str) -> Result<(), StoreError> {
         let holder = holder.to_string();
-        self.run("releasing a node", move |conn| {
-            conn.execute(
-                "UPDATE nodes SET reservation = NULL WHERE uuid = ?1 AND reservation = ?2",
-                params![uuid.to_string(), holder],
-            )
-            .map_err(|e| db(&format!("releasing node {uuid}"), e))?;
-            Ok(())
-        })
-        .await
+        self.run("releasing a node", move |conn| release(conn, uuid, &holder))
+            .await
     }
 
     async fn release_all(&self, holder_prefix: &str) -> Result<Vec<Uuid>, StoreError> {

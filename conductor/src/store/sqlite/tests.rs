@@ -295,3 +295,52 @@ proptest! {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reserve_whose_caller_goes_away_releases_its_lock() {
+    let store = SqliteStore::open_in_memory().expect("opening");
+    let node = full_node("abandoned");
+    store.create_node(&node).await.expect("creating");
+    let changes = |store: &SqliteStore| {
+        store
+            .conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .total_changes()
+    };
+    let before = changes(&store);
+    {
+        // Hold the connection so the reserve's task is surely still waiting when its caller
+        // gives up; then let it run.
+        let conn = Arc::clone(&store.conn);
+        let held = conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut reserve = Box::pin(store.reserve_node(node.uuid, "gone"));
+        let polled = futures_util::FutureExt::now_or_never(reserve.as_mut());
+        assert!(
+            polled.is_none(),
+            "the reserve cannot finish while the connection is held"
+        );
+        drop(reserve);
+        drop(held);
+    }
+    // The reserve commits (one change), then the guard releases it (a second change).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while changes(&store) < before + 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the abandoned lock was never released"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let read = store
+        .node(&NodeIdent::Uuid(node.uuid))
+        .await
+        .expect("reading");
+    assert_eq!(read.reservation, None);
+    store
+        .reserve_node(node.uuid, "next")
+        .await
+        .expect("free for the next task");
+}
