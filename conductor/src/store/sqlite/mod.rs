@@ -58,11 +58,7 @@ impl SqliteStore {
     /// Opens (or creates) the database at `path`, creating its parent directories, and brings
     /// its schema up to date. Blocks briefly: call it at start-up, before serving.
     pub fn open(path: &Path) -> Result<Arc<SqliteStore>, StoreError> {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|e| {
-                StoreError::Database(format!("creating directory {}: {e}", parent.display()))
-            })?;
-        }
+        create_private(path)?;
         let conn = Connection::open(path)
             .map_err(|e| StoreError::Database(format!("opening {}: {e}", path.display())))?;
         Self::setup(conn, &path.display().to_string())
@@ -178,6 +174,36 @@ fn release(conn: &Connection, uuid: Uuid, holder: &str) -> Result<(), StoreError
     )
     .map_err(|e| db(&format!("releasing node {uuid}"), e))?;
     Ok(())
+}
+
+/// Creates the database file (and its directory) readable by the conductor's user only: the
+/// nodes' `driver_info` holds BMC passwords. SQLite gives its `-wal` and `-shm` files the mode of
+/// the database file. An existing file keeps its mode (the operator chose it).
+fn create_private(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)
+            .map_err(|e| {
+                StoreError::Database(format!("creating directory {}: {e}", parent.display()))
+            })?;
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(StoreError::Database(format!(
+            "creating {}: {e}",
+            path.display()
+        ))),
+    }
 }
 
 /// The message of a `Database` error without its variant (to add context in front).

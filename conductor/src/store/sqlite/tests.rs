@@ -344,3 +344,31 @@ async fn a_reserve_whose_caller_goes_away_releases_its_lock() {
         .await
         .expect("free for the next task");
 }
+
+#[tokio::test]
+async fn the_database_is_private_to_the_conductor() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let dir = TempDir::new().expect("temp dir");
+    let path = db_path(&dir);
+    let store = SqliteStore::open(&path).expect("opening");
+    // A write, so the WAL files exist too.
+    store
+        .create_node(&full_node("secret"))
+        .await
+        .expect("creating");
+    let mode = |p: &std::path::Path| {
+        std::fs::metadata(p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode(&path), 0o600, "database file");
+    assert_eq!(mode(&path.with_extension("sqlite-wal")), 0o600, "WAL file");
+    assert_eq!(
+        mode(path.parent().expect("has a parent")),
+        0o700,
+        "state directory"
+    );
+}
