@@ -148,7 +148,7 @@ pub enum ProvisionVerb {
     Provide,
     /// `active` or `deploy` (1.73): available/deploy failed → deploying.
     Deploy,
-    /// `rebuild`: active/deploy failed → deploying.
+    /// `rebuild`: active/deploy failed/error → deploying.
     Rebuild,
     /// `deleted` or `undeploy` (1.73): tear a deployment down.
     Undeploy,
@@ -198,7 +198,9 @@ pub fn next(state: ProvisionState, event: Event) -> Option<ProvisionState> {
         (Available | CleanFailed, Verb(Manage)) => Manageable,
         (Manageable, Verb(Provide)) => Cleaning,
         (Available | DeployFailed, Verb(Deploy)) => Deploying,
-        (Active | DeployFailed, Verb(Rebuild)) => Deploying,
+        // Ironic also rebuilds a node in `error` (ironic/common/states.py: "An errored instance
+        // can be rebuilt"), which reference/ironic-protocols.md §5.3 leaves out.
+        (Active | DeployFailed | Error, Verb(Rebuild)) => Deploying,
         (Deploying, Wait) => WaitCallBack,
         (WaitCallBack, Resume) => Deploying,
         (Deploying, Done) => Active,
@@ -320,6 +322,8 @@ mod tests {
             (DeployFailed, Verb(Deploy), Deploying),
             (DeployFailed, Verb(Rebuild), Deploying),
             (Active, Verb(Rebuild), Deploying),
+            // not in §5.3 but in Ironic's states.py since Kilo: error -rebuild-> deploying
+            (Error, Verb(Rebuild), Deploying),
             // active|wait call-back|deploy failed|error -delete-> deleting
             (Active, Verb(Undeploy), Deleting),
             (WaitCallBack, Verb(Undeploy), Deleting),
