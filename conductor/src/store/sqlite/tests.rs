@@ -372,3 +372,44 @@ async fn the_database_is_private_to_the_conductor() {
         "state directory"
     );
 }
+
+prop_compose! {
+    fn arbitrary_port(node: Uuid)(
+        address in odd_string(),
+        pxe_enabled in any::<bool>(),
+        extra in json_object(),
+        created_at in timestamp(),
+        updated_at in prop::option::of(timestamp()),
+    ) -> crate::store::Port {
+        crate::store::Port { uuid: Uuid::new_v4(), address, node_uuid: node, pxe_enabled, extra, created_at, updated_at }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn arbitrary_ports_round_trip_with_the_mac_in_lower_case(
+        ports in prop::collection::vec(arbitrary_port(Uuid::nil()), 1..4)
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let store: Arc<dyn Store> = SqliteStore::open_in_memory().expect("opening");
+        let node = Node::new(Uuid::nil(), "agent_ilo", ProvisionState::Available);
+        runtime.block_on(store.create_node(&node)).expect("creating node");
+        let mut macs = std::collections::HashSet::new();
+        for port in ports {
+            let result = runtime.block_on(store.create_port(&port));
+            let mac = port.address.to_ascii_lowercase();
+            if !macs.insert(mac.clone()) {
+                prop_assert!(matches!(result, Err(StoreError::Duplicate { field: "address", .. })), "{result:?}");
+                continue;
+            }
+            result.expect("creating port");
+            let read = runtime.block_on(store.port(port.uuid)).expect("reading port");
+            prop_assert_eq!(read, crate::store::Port { address: mac, ..port });
+        }
+    }
+}
