@@ -20,7 +20,7 @@ use url::Url;
 use uuid::Uuid;
 
 use super::capabilities::{Capabilities, CapabilitiesError};
-use crate::store::JsonObject;
+use crate::store::{JsonObject, Node};
 
 /// Why `instance_info` cannot be deployed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -379,6 +379,11 @@ impl InstanceInfo {
         })
     }
 
+    /// Reads and checks a node's `instance_info`.
+    pub fn of(node: &Node) -> Result<InstanceInfo, InstanceInfoError> {
+        Self::parse(&node.instance_info)
+    }
+
     /// Whether the image holds a whole disk (partition table and all) rather than one
     /// partition. As Ironic: the conductor's `driver_internal_info.is_whole_disk_image`, once it
     /// recorded one, else no `kernel` and no `ramdisk`.
@@ -590,6 +595,16 @@ mod tests {
         assert!(!info.is_whole_disk(&JsonObject::new()));
         // The conductor's recorded flag wins.
         assert!(info.is_whole_disk(&object(json!({"is_whole_disk_image": true}))));
+        let mut node = Node::new(
+            Uuid::new_v4(),
+            "agent_ilo",
+            crate::states::ProvisionState::Available,
+        );
+        node.instance_info = object(json!({"image_source": "http://h/i"}));
+        assert_eq!(
+            InstanceInfo::of(&node).map(|i| i.image_source.to_string()),
+            Ok("http://h/i".to_string())
+        );
     }
 
     #[test]

@@ -24,6 +24,8 @@
 //! One connection: reads wait for a running write. The conductor's load (a few nodes, a
 //! heartbeat per node every few seconds) is far below what that costs.
 
+mod errors;
+mod guard;
 mod rows;
 mod schema;
 #[cfg(test)]
@@ -36,9 +38,13 @@ use std::time::Duration;
 use rusqlite::types::Value;
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension, TransactionBehavior};
 use time::OffsetDateTime;
-use tokio::task::{JoinError, JoinHandle};
+use tokio::task::JoinHandle;
 use uuid::Uuid;
 
+use self::errors::{
+    db, node_not_found, node_write_error, port_not_found, port_write_error, strip_db,
+};
+use self::guard::{release, task_failed, ReserveGuard};
 use self::rows::{
     json, node_from_row, node_values, normalise_mac, port_from_row, time, NODE_COLUMNS,
     NODE_WRITABLE, PORT_COLUMNS,
@@ -123,59 +129,6 @@ impl SqliteStore {
     }
 }
 
-fn task_failed(what: &str, e: JoinError) -> StoreError {
-    StoreError::Database(format!("{what}: the database task failed: {e}"))
-}
-
-/// Held while [`Store::reserve_node`] waits for its blocking task. If the caller's future is
-/// dropped first (an API client that hung up, a timeout), nobody would ever learn that the lock
-/// was taken and it would stay taken until the next restart; so the guard waits for the task in
-/// the background and releases what it took.
-struct ReserveGuard {
-    handle: Option<JoinHandle<Result<Node, StoreError>>>,
-    conn: Arc<Mutex<Connection>>,
-    holder: String,
-}
-
-impl Drop for ReserveGuard {
-    fn drop(&mut self) {
-        let Some(handle) = self.handle.take() else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // No runtime left (shutdown): the reservation is released by release_all at the
-            // next start, as for a crash.
-            return;
-        };
-        let conn = Arc::clone(&self.conn);
-        let holder = std::mem::take(&mut self.holder);
-        runtime.spawn(async move {
-            let Ok(Ok(node)) = handle.await else {
-                return;
-            };
-            let released = tokio::task::spawn_blocking(move || {
-                let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-                release(&conn, node.uuid, &holder)
-            })
-            .await;
-            match released {
-                Ok(Ok(())) => tracing::debug!(node = %node.uuid, "released the lock of a reserve whose caller went away"),
-                Ok(Err(e)) => tracing::warn!(node = %node.uuid, error = %e, "releasing the lock of a reserve whose caller went away"),
-                Err(e) => tracing::warn!(node = %node.uuid, error = %e, "releasing the lock of a reserve whose caller went away"),
-            }
-        });
-    }
-}
-
-fn release(conn: &Connection, uuid: Uuid, holder: &str) -> Result<(), StoreError> {
-    conn.execute(
-        "UPDATE nodes SET reservation = NULL WHERE uuid = ?1 AND reservation = ?2",
-        params![uuid.to_string(), holder],
-    )
-    .map_err(|e| db(&format!("releasing node {uuid}"), e))?;
-    Ok(())
-}
-
 /// Creates the database file (and its directory) readable by the conductor's user only: the
 /// nodes' `driver_info` holds BMC passwords. SQLite gives its `-wal` and `-shm` files the mode of
 /// the database file. An existing file keeps its mode (the operator chose it).
@@ -203,98 +156,6 @@ fn create_private(path: &Path) -> Result<(), StoreError> {
             "creating {}: {e}",
             path.display()
         ))),
-    }
-}
-
-/// The message of a `Database` error without its variant (to add context in front).
-fn strip_db(e: StoreError) -> String {
-    match e {
-        StoreError::Database(msg) => msg,
-        other => other.to_string(),
-    }
-}
-
-/// What a failed write broke, read from SQLite's error.
-enum Broken {
-    /// A UNIQUE constraint on this column (`nodes.name` → `name`).
-    Unique(&'static str),
-    /// A FOREIGN KEY constraint (a port's node does not exist).
-    ForeignKey,
-}
-
-fn broken_constraint(e: &rusqlite::Error) -> Option<Broken> {
-    let rusqlite::Error::SqliteFailure(err, msg) = e else {
-        return None;
-    };
-    if err.code != rusqlite::ErrorCode::ConstraintViolation {
-        return None;
-    }
-    match err.extended_code {
-        rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY => Some(Broken::ForeignKey),
-        rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE | rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY => {
-            // SQLite says "UNIQUE constraint failed: nodes.name".
-            let column = msg.as_deref()?.rsplit('.').next()?;
-            Some(Broken::Unique(match column {
-                "uuid" => "uuid",
-                "name" => "name",
-                "address" => "address",
-                "instance_uuid" => "instance_uuid",
-                _ => return None,
-            }))
-        }
-        _ => None,
-    }
-}
-
-fn db(what: &str, e: rusqlite::Error) -> StoreError {
-    StoreError::Database(format!("{what}: {e}"))
-}
-
-fn node_not_found(ident: impl ToString) -> StoreError {
-    StoreError::NotFound {
-        kind: "node",
-        ident: ident.to_string(),
-    }
-}
-
-fn port_not_found(ident: impl ToString) -> StoreError {
-    StoreError::NotFound {
-        kind: "port",
-        ident: ident.to_string(),
-    }
-}
-
-/// Maps a failed node write: a taken unique field is `Duplicate` with its value.
-fn node_write_error(what: &str, node: &Node, e: rusqlite::Error) -> StoreError {
-    match broken_constraint(&e) {
-        Some(Broken::Unique(field)) => StoreError::Duplicate {
-            kind: "node",
-            field,
-            value: match field {
-                "name" => node.name.clone().unwrap_or_default(),
-                "instance_uuid" => node.instance_uuid.clone().unwrap_or_default(),
-                _ => node.uuid.to_string(),
-            },
-        },
-        _ => db(what, e),
-    }
-}
-
-/// Maps a failed port write: a taken UUID or MAC is `Duplicate`, a missing node `NotFound`.
-fn port_write_error(what: &str, port: &Port, e: rusqlite::Error) -> StoreError {
-    match broken_constraint(&e) {
-        Some(Broken::Unique(field @ "address")) => StoreError::Duplicate {
-            kind: "port",
-            field,
-            value: normalise_mac(&port.address),
-        },
-        Some(Broken::Unique(field)) => StoreError::Duplicate {
-            kind: "port",
-            field,
-            value: port.uuid.to_string(),
-        },
-        Some(Broken::ForeignKey) => node_not_found(port.node_uuid),
-        None => db(what, e),
     }
 }
 
