@@ -310,7 +310,8 @@ mod tests {
         use ProvisionState::*;
         use ProvisionVerb::*;
         vec![
-            // available -deploy-> deploying -wait-> wait call-back -resume-> deploying -done-> active
+            // available -deploy-> deploying -wait-> wait call-back -resume-> deploying
+            // -done-> active
             (Available, Verb(Deploy), Deploying),
             (Deploying, Wait, WaitCallBack),
             (WaitCallBack, Resume, Deploying),

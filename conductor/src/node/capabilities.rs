@@ -564,7 +564,11 @@ mod tests {
 
     proptest! {
         #[test]
-        fn arbitrary_json_never_panics(properties in any_json(), instance in any_json(), internal in any_json()) {
+        fn arbitrary_json_never_panics(
+            properties in any_json(),
+            instance in any_json(),
+            internal in any_json(),
+        ) {
             let _ = Capabilities::parse(F, &properties).map(|c| c.validate(F));
             let mut n = node(json!({}), json!({}), json!({}));
             n.properties.insert("capabilities".into(), properties);
@@ -575,11 +579,19 @@ mod tests {
         }
 
         #[test]
-        fn pairs_round_trip(entries in prop::collection::btree_map("[a-z_]{1,8}", "[a-zA-Z0-9_.-]{1,8}", 0..6)) {
-            let text = entries.iter().map(|(k, v)| format!("{k}:{v}")).collect::<Vec<_>>().join(",");
+        fn pairs_round_trip(
+            entries in prop::collection::btree_map("[a-z_]{1,8}", "[a-zA-Z0-9_.-]{1,8}", 0..6),
+        ) {
+            let text = entries
+                .iter()
+                .map(|(k, v)| format!("{k}:{v}"))
+                .collect::<Vec<_>>()
+                .join(",");
             let c = caps(json!(text));
             prop_assert!(c.ignored().is_empty());
-            prop_assert_eq!(c.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(), entries);
+            let read: BTreeMap<String, String> =
+                c.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            prop_assert_eq!(read, entries);
         }
     }
 }

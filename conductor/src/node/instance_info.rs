@@ -755,9 +755,11 @@ mod tests {
             Ok(Some(ImageChecksum::Sha256(SHA256.into())))
         );
         assert_eq!(
-            parse_sum(
-                json!({"image_os_hash_algo": "sha512", "image_os_hash_value": sha512.to_uppercase(), "image_checksum": MD5})
-            ),
+            parse_sum(json!({
+                "image_os_hash_algo": "sha512",
+                "image_os_hash_value": sha512.to_uppercase(),
+                "image_checksum": MD5,
+            })),
             Ok(Some(ImageChecksum::Sha512(sha512.clone()))),
             "os_hash wins over the legacy md5, hex kept lower case"
         );
@@ -773,8 +775,13 @@ mod tests {
 
     #[test]
     fn sizes_accept_integral_floats_and_blank_strings() {
-        let info = parse(json!({"image_source": "http://h/i", "root_gb": 40.0, "swap_mb": "", "ephemeral_gb": null}))
-            .expect("parses");
+        let info = parse(json!({
+            "image_source": "http://h/i",
+            "root_gb": 40.0,
+            "swap_mb": "",
+            "ephemeral_gb": null,
+        }))
+        .expect("parses");
         assert_eq!(
             (info.root_gb, info.swap_mb, info.ephemeral_gb),
             (Some(40), 0, 0)
@@ -820,7 +827,9 @@ mod tests {
 
     proptest! {
         #[test]
-        fn arbitrary_json_never_panics(values in prop::collection::vec(prop::option::of(any_json()), KEYS.len())) {
+        fn arbitrary_json_never_panics(
+            values in prop::collection::vec(prop::option::of(any_json()), KEYS.len()),
+        ) {
             let map: JsonObject = KEYS
                 .iter()
                 .zip(values)

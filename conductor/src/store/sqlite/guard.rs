@@ -14,10 +14,10 @@ pub(super) fn task_failed(what: &str, e: JoinError) -> StoreError {
     StoreError::Database(format!("{what}: the database task failed: {e}"))
 }
 
-/// Held while [`crate::store::Store::reserve_node`] waits for its blocking task. If the caller's future is
-/// dropped first (an API client that hung up, a timeout), nobody would ever learn that the lock
-/// was taken and it would stay taken until the next restart; so the guard waits for the task in
-/// the background and releases what it took.
+/// Held while [`crate::store::Store::reserve_node`] waits for its blocking task. If the
+/// caller's future is dropped first (an API client that hung up, a timeout), nobody would ever
+/// learn that the lock was taken and it would stay taken until the next restart; so the guard
+/// waits for the task in the background and releases what it took.
 pub(super) struct ReserveGuard {
     pub(super) handle: Option<JoinHandle<Result<Node, StoreError>>>,
     pub(super) conn: Arc<Mutex<Connection>>,
@@ -45,11 +45,15 @@ impl Drop for ReserveGuard {
                 release(&conn, node.uuid, &holder)
             })
             .await;
-            match released {
-                Ok(Ok(())) => tracing::debug!(node = %node.uuid, "released the lock of a reserve whose caller went away"),
-                Ok(Err(e)) => tracing::warn!(node = %node.uuid, error = %e, "releasing the lock of a reserve whose caller went away"),
-                Err(e) => tracing::warn!(node = %node.uuid, error = %e, "releasing the lock of a reserve whose caller went away"),
-            }
+            let error = match released {
+                Ok(Ok(())) => {
+                    tracing::debug!(node = %node.uuid, "released the lock of an abandoned reserve");
+                    return;
+                }
+                Ok(Err(e)) => e.to_string(),
+                Err(e) => e.to_string(),
+            };
+            tracing::warn!(node = %node.uuid, %error, "releasing the lock of an abandoned reserve");
         });
     }
 }

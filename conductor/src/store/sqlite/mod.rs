@@ -288,7 +288,8 @@ impl Store for SqliteStore {
             let mut values = node_values(&node)?;
             values.push(now()?);
             // Every writable column but the last (uuid, the WHERE); then updated_at.
-            let (uuid_index, sets) = (NODE_WRITABLE.len(), &NODE_WRITABLE[..NODE_WRITABLE.len() - 1]);
+            let uuid_index = NODE_WRITABLE.len();
+            let sets = &NODE_WRITABLE[..uuid_index - 1];
             let assignments = sets
                 .iter()
                 .enumerate()
@@ -298,7 +299,8 @@ impl Store for SqliteStore {
             let changed = conn
                 .execute(
                     &format!(
-                        "UPDATE nodes SET {assignments}, updated_at = ?{} WHERE uuid = ?{uuid_index}",
+                        "UPDATE nodes SET {assignments}, updated_at = ?{} \
+                         WHERE uuid = ?{uuid_index}",
                         uuid_index + 1
                     ),
                     params_from_iter(values),

@@ -381,7 +381,15 @@ prop_compose! {
         created_at in timestamp(),
         updated_at in prop::option::of(timestamp()),
     ) -> crate::store::Port {
-        crate::store::Port { uuid: Uuid::new_v4(), address, node_uuid: node, pxe_enabled, extra, created_at, updated_at }
+        crate::store::Port {
+            uuid: Uuid::new_v4(),
+            address,
+            node_uuid: node,
+            pxe_enabled,
+            extra,
+            created_at,
+            updated_at,
+        }
     }
 }
 
@@ -404,7 +412,9 @@ proptest! {
             let result = runtime.block_on(store.create_port(&port));
             let mac = port.address.to_ascii_lowercase();
             if !macs.insert(mac.clone()) {
-                prop_assert!(matches!(result, Err(StoreError::Duplicate { field: "address", .. })), "{result:?}");
+                let duplicate =
+                    matches!(result, Err(StoreError::Duplicate { field: "address", .. }));
+                prop_assert!(duplicate, "{result:?}");
                 continue;
             }
             result.expect("creating port");
