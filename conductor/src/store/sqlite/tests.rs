@@ -423,3 +423,34 @@ proptest! {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_stores_on_one_file_agree_on_the_lock() {
+    // Two connections, as a second conductor process (or the CLI) on the same file: the lock is
+    // SQLite's, not the mutex's.
+    let dir = TempDir::new().expect("temp dir");
+    let path = db_path(&dir);
+    let a = SqliteStore::open(&path).expect("opening a");
+    let b = SqliteStore::open(&path).expect("opening b");
+    for round in 0..20 {
+        let node = full_node(&format!("shared-{round}"));
+        a.create_node(&node).await.expect("creating");
+        let (ra, rb) = tokio::join!(
+            a.reserve_node(node.uuid, "conductor-a"),
+            b.reserve_node(node.uuid, "conductor-b"),
+        );
+        let winner = match (&ra, &rb) {
+            (Ok(_), Err(StoreError::Locked { holder, .. })) => {
+                assert_eq!(holder, "conductor-a");
+                "conductor-a"
+            }
+            (Err(StoreError::Locked { holder, .. }), Ok(_)) => {
+                assert_eq!(holder, "conductor-b");
+                "conductor-b"
+            }
+            other => panic!("round {round}: exactly one must win: {other:?}"),
+        };
+        let seen = b.node(&NodeIdent::Uuid(node.uuid)).await.expect("reading");
+        assert_eq!(seen.reservation.as_deref(), Some(winner));
+    }
+}
