@@ -76,10 +76,18 @@ pub enum CapabilitiesError {
 }
 
 /// Parsed capabilities: key to value, as strings (Ironic compares them as strings).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Capabilities {
+    /// Where they came from, for errors (`properties/capabilities`, ...).
+    field: &'static str,
     entries: BTreeMap<String, String>,
     ignored: Vec<String>,
+}
+
+impl Default for Capabilities {
+    fn default() -> Capabilities {
+        Capabilities::empty("capabilities")
+    }
 }
 
 /// Values Ironic's `deploy_utils.validate_capabilities` accepts, per key.
@@ -95,11 +103,19 @@ const KNOWN_VALUES: [(&str, &[&str], &str); 4] = [
 ];
 
 impl Capabilities {
-    /// Reads `value` (absent = `Value::Null` = no capabilities). `field` names it in errors:
-    /// `properties/capabilities` or `instance_info/capabilities`.
-    pub fn parse(field: &'static str, value: &Value) -> Result<Capabilities, CapabilitiesError> {
+    /// Reads `value` (absent = `Value::Null` = no capabilities); errors call it `capabilities`.
+    pub fn parse(value: &Value) -> Result<Capabilities, CapabilitiesError> {
+        Self::parse_field("capabilities", value)
+    }
+
+    /// Reads `value`, naming it `field` in errors: `properties/capabilities` or
+    /// `instance_info/capabilities`.
+    pub fn parse_field(
+        field: &'static str,
+        value: &Value,
+    ) -> Result<Capabilities, CapabilitiesError> {
         match value {
-            Value::Null => Ok(Capabilities::default()),
+            Value::Null => Ok(Capabilities::empty(field)),
             Value::Object(map) => Self::from_object(field, map),
             Value::String(s) if s.trim_start().starts_with('{') => {
                 let map: JsonObject =
@@ -109,7 +125,7 @@ impl Capabilities {
                     })?;
                 Self::from_object(field, &map)
             }
-            Value::String(s) => Ok(Self::from_pairs(s)),
+            Value::String(s) => Ok(Self::from_pairs(field, s)),
             other => Err(CapabilitiesError::WrongType {
                 field,
                 found: json_type(other),
@@ -119,7 +135,7 @@ impl Capabilities {
 
     /// The capabilities of a node's `properties`.
     pub fn of_properties(node: &Node) -> Result<Capabilities, CapabilitiesError> {
-        Self::parse(
+        Self::parse_field(
             "properties/capabilities",
             node.properties.get("capabilities").unwrap_or(&Value::Null),
         )
@@ -127,7 +143,7 @@ impl Capabilities {
 
     /// The capabilities of a node's `instance_info`.
     pub fn of_instance_info(node: &Node) -> Result<Capabilities, CapabilitiesError> {
-        Self::parse(
+        Self::parse_field(
             "instance_info/capabilities",
             node.instance_info
                 .get("capabilities")
@@ -158,13 +174,22 @@ impl Capabilities {
             entries.insert(key.clone(), text);
         }
         Ok(Capabilities {
+            field,
             entries,
             ignored: Vec::new(),
         })
     }
 
-    fn from_pairs(s: &str) -> Capabilities {
-        let mut caps = Capabilities::default();
+    fn empty(field: &'static str) -> Capabilities {
+        Capabilities {
+            field,
+            entries: BTreeMap::new(),
+            ignored: Vec::new(),
+        }
+    }
+
+    fn from_pairs(field: &'static str, s: &str) -> Capabilities {
+        let mut caps = Capabilities::empty(field);
         for entry in s.split(',') {
             if entry.trim().is_empty() {
                 continue;
@@ -206,9 +231,9 @@ impl Capabilities {
     }
 
     /// `boot_mode`, if set (any case).
-    pub fn boot_mode(&self, field: &'static str) -> Result<Option<BootMode>, CapabilitiesError> {
+    pub fn boot_mode(&self) -> Result<Option<BootMode>, CapabilitiesError> {
         self.get("boot_mode")
-            .map(|v| parse_boot_mode(field, "boot_mode", v))
+            .map(|v| parse_boot_mode(self.field, "boot_mode", v))
             .transpose()
     }
 
@@ -229,7 +254,8 @@ impl Capabilities {
 
     /// Checks the values Ironic checks (`boot_mode`, `boot_option`, `secure_boot`,
     /// `disk_label`), case-insensitively; other keys are free-form (scheduler hints).
-    pub fn validate(&self, field: &'static str) -> Result<(), CapabilitiesError> {
+    pub fn validate(&self) -> Result<(), CapabilitiesError> {
+        let field = self.field;
         for (key, allowed, listed) in KNOWN_VALUES {
             if let Some(value) = self.get(key) {
                 if !allowed.iter().any(|a| a.eq_ignore_ascii_case(value)) {
@@ -286,14 +312,14 @@ pub fn deploy_boot_mode(node: &Node) -> Result<Option<BootMode>, CapabilitiesErr
     if instance.trusted_boot() {
         return Ok(Some(BootMode::Bios));
     }
-    let pinned = Capabilities::of_properties(node)?.boot_mode("properties/capabilities")?;
+    let pinned = Capabilities::of_properties(node)?.boot_mode()?;
     let text = |map: &JsonObject, key: &str| {
         map.get(key)
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
             .map(str::to_string)
     };
-    let requested = match instance.boot_mode("instance_info/capabilities")? {
+    let requested = match instance.boot_mode()? {
         Some(mode) => Some(mode),
         None => match text(&node.instance_info, "deploy_boot_mode") {
             Some(v) => Some(parse_boot_mode(
@@ -335,7 +361,7 @@ mod tests {
     const F: &str = "properties/capabilities";
 
     fn caps(value: Value) -> Capabilities {
-        Capabilities::parse(F, &value).expect("parses")
+        Capabilities::parse_field(F, &value).expect("parses")
     }
 
     #[test]
@@ -349,10 +375,19 @@ mod tests {
         for c in [&pairs, &object, &encoded, &with_bool] {
             assert_eq!(c.get("boot_mode"), Some("uefi"));
             assert!(c.secure_boot());
-            assert_eq!(c.boot_mode(F), Ok(Some(BootMode::Uefi)));
+            assert_eq!(c.boot_mode(), Ok(Some(BootMode::Uefi)));
         }
         assert_eq!(pairs, object);
         assert_eq!(object, encoded);
+        // The short form names the field plainly.
+        assert_eq!(
+            Capabilities::parse(&json!("boot_mode:bios")).and_then(|c| c.boot_mode()),
+            Ok(Some(BootMode::Bios))
+        );
+        let err = Capabilities::parse(&json!({"boot_mode": "efi"}))
+            .and_then(|c| c.validate())
+            .expect_err("efi is no boot mode");
+        assert!(err.to_string().starts_with("capabilities: "), "{err}");
     }
 
     #[test]
@@ -392,15 +427,15 @@ mod tests {
                 "capability \"boot_mode\" must be",
             ),
         ] {
-            let err =
-                Capabilities::parse("instance_info/capabilities", &value).expect_err("must fail");
+            let err = Capabilities::parse_field("instance_info/capabilities", &value)
+                .expect_err("must fail");
             let msg = err.to_string();
             assert!(msg.starts_with("instance_info/capabilities"), "{msg}");
             assert!(msg.contains(want), "{msg}");
         }
         assert_eq!(
-            Capabilities::parse(F, &Value::Null),
-            Ok(Capabilities::default())
+            Capabilities::parse_field(F, &Value::Null),
+            Ok(Capabilities::empty(F))
         );
     }
 
@@ -410,7 +445,7 @@ mod tests {
             caps(json!(
                 "boot_mode:UEFI,boot_option:local,disk_label:gpt,cpu:x86"
             ))
-            .validate(F),
+            .validate(),
             Ok(())
         );
         for input in [
@@ -419,7 +454,7 @@ mod tests {
             "secure_boot:yes",
             "disk_label:dos",
         ] {
-            let err = caps(json!(input)).validate(F).expect_err(input);
+            let err = caps(json!(input)).validate().expect_err(input);
             assert!(
                 matches!(err, CapabilitiesError::BadValue { .. }),
                 "{input}: {err}"
@@ -569,7 +604,7 @@ mod tests {
             instance in any_json(),
             internal in any_json(),
         ) {
-            let _ = Capabilities::parse(F, &properties).map(|c| c.validate(F));
+            let _ = Capabilities::parse_field(F, &properties).map(|c| c.validate());
             let mut n = node(json!({}), json!({}), json!({}));
             n.properties.insert("capabilities".into(), properties);
             n.instance_info.insert("capabilities".into(), instance.clone());

@@ -357,11 +357,11 @@ impl InstanceInfo {
                 ));
             }
         };
-        let capabilities = Capabilities::parse(
+        let capabilities = Capabilities::parse_field(
             "instance_info/capabilities",
             map.get("capabilities").unwrap_or(&Value::Null),
         )?;
-        capabilities.validate("instance_info/capabilities")?;
+        capabilities.validate()?;
 
         Ok(InstanceInfo {
             image_source,
