@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::deploy::{DeployContext, DeployInterface};
@@ -130,6 +131,11 @@ pub struct LookupReply {
     pub config: Value,
 }
 
+/// The span of a request about one node: every log line under it names the node.
+fn node_span(node: &NodeIdent) -> tracing::Span {
+    tracing::info_span!("node", node = %node)
+}
+
 /// Finds the deploy interface of a driver name; [`crate::deploy::for_driver`] unless replaced
 /// (tests replace it with a scripted flow).
 pub type DeployResolver = Arc<dyn Fn(&str) -> Option<Arc<dyn DeployInterface>> + Send + Sync>;
@@ -224,7 +230,9 @@ impl Manager {
         target: NodePower,
         timeout: Option<Duration>,
     ) -> Result<(), ManagerError> {
-        power::set_power_state(&self.core, node, target, timeout).await
+        power::set_power_state(&self.core, node, target, timeout)
+            .instrument(node_span(node))
+            .await
     }
 
     /// `PUT /v1/nodes/{node}/states/provision`: starts a provision verb (202 when `Ok`).
@@ -234,7 +242,9 @@ impl Manager {
         verb: ProvisionVerb,
         configdrive: Option<Value>,
     ) -> Result<(), ManagerError> {
-        provision::set_provision_state(&self.core, node, verb, configdrive).await
+        provision::set_provision_state(&self.core, node, verb, configdrive)
+            .instrument(node_span(node))
+            .await
     }
 
     /// `GET /v1/nodes/{node}/validate`: one line per interface (`power`, `management`,
@@ -243,7 +253,9 @@ impl Manager {
         &self,
         node: &NodeIdent,
     ) -> Result<BTreeMap<String, InterfaceValidation>, ManagerError> {
-        validate::validate(&self.core, node).await
+        validate::validate(&self.core, node)
+            .instrument(node_span(node))
+            .await
     }
 
     /// `PUT /v1/nodes/{node}/management/boot_device`.
@@ -253,12 +265,16 @@ impl Manager {
         device: &str,
         persistent: bool,
     ) -> Result<(), ManagerError> {
-        management::set_boot_device(&self.core, node, device, persistent).await
+        management::set_boot_device(&self.core, node, device, persistent)
+            .instrument(node_span(node))
+            .await
     }
 
     /// `GET /v1/nodes/{node}/management/boot_device`.
     pub async fn boot_device(&self, node: &NodeIdent) -> Result<BootDeviceReading, ManagerError> {
-        management::boot_device(&self.core, node).await
+        management::boot_device(&self.core, node)
+            .instrument(node_span(node))
+            .await
     }
 
     /// `PATCH .../maintenance` equivalents: `PUT /v1/nodes/{node}/maintenance` (on, with a
@@ -269,12 +285,16 @@ impl Manager {
         on: bool,
         reason: Option<String>,
     ) -> Result<(), ManagerError> {
-        management::set_maintenance(&self.core, node, on, reason).await
+        management::set_maintenance(&self.core, node, on, reason)
+            .instrument(node_span(node))
+            .await
     }
 
     /// `DELETE /v1/nodes/{node}`: refused (409) while a task holds the node or it is `active`.
     pub async fn delete_node(&self, node: &NodeIdent) -> Result<(), ManagerError> {
-        management::delete_node(&self.core, node).await
+        management::delete_node(&self.core, node)
+            .instrument(node_span(node))
+            .await
     }
 
     /// `GET /v1/lookup?addresses=..&node_uuid=..`: the ramdisk finds its node.
@@ -292,7 +312,9 @@ impl Manager {
         node: &NodeIdent,
         heartbeat: HeartbeatRequest,
     ) -> Result<(), ManagerError> {
-        heartbeat::heartbeat(&self.core, node, heartbeat).await
+        heartbeat::heartbeat(&self.core, node, heartbeat)
+            .instrument(node_span(node))
+            .await
     }
 
     /// `POST /v1/nodes/{node}/vendor_passthru/pass_deploy_info` (and without `/v1`): the

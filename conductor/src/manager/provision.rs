@@ -231,6 +231,7 @@ async fn run_undeploy(core: &Core, mut node: Node, flow: Arc<dyn DeployInterface
             // As Ironic's tear-down: the instance is gone from the node.
             node.instance_info.clear();
             node.instance_uuid = None;
+            super::heartbeat::wipe_agent_secrets(&mut node);
             apply(&mut node, Event::Done);
             if let Err(err) = core.store().update_node(&node).await {
                 tasks::log_store_error(&err, "the end of the tear-down");

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use uuid::Uuid;
-use vmdeploy_ilo_emulator::{Emulator, EmulatorConfig, Power as EmuPower};
+use vmdeploy_ilo_emulator::{Emulator, EmulatorConfig, FaultKind, FaultSpec, Power as EmuPower};
 
 use super::*;
 use crate::deploy::{DeployConfig, DeployInterface, DeployStep};
@@ -531,6 +531,17 @@ async fn deploy_waits_for_the_agent_whose_token_must_match() {
     assert_eq!(node.target_provision_state, None);
     assert_eq!(node.reservation, None);
     assert_eq!(h.flow.clean_ups.load(Ordering::SeqCst), 0);
+    // The deploy is over: token and agent address are gone, and a late heartbeat is only
+    // recorded, it plants no address.
+    assert!(!node.driver_internal_info.contains_key("agent_secret_token"));
+    assert!(!node.driver_internal_info.contains_key("agent_url"));
+    h.manager
+        .heartbeat(&id(uuid), heartbeat(Some(TOKEN)))
+        .await
+        .expect("late heartbeat recorded");
+    let node = h.node(uuid).await;
+    assert_eq!(node.provision_state, ProvisionState::Active);
+    assert!(!node.driver_internal_info.contains_key("agent_url"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -678,6 +689,17 @@ async fn power_changes_reach_the_bmc_and_clear_the_target() {
         (NodePower::SoftRebooting, EmuPower::On, NodePower::On),
     ] {
         let boots = h.emulator.state(0).await.expect("state").state.boots;
+        // The BMC answers its first call late, so the running task can be seen.
+        h.emulator.inject_fault(
+            0,
+            FaultSpec {
+                kind: FaultKind::Delay,
+                count: 1,
+                seconds: 0.3,
+                status: None,
+                message: None,
+            },
+        );
         h.manager
             .set_power_state(&id(uuid), target, None)
             .await
