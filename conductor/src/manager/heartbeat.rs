@@ -155,21 +155,14 @@ fn token_matches(node: &Node, given: Option<&str>) -> bool {
     }
 }
 
-/// Records what a heartbeat tells: when, and, when its token was checked, from where and
-/// which agent version (an unauthenticated caller must not plant an agent URL).
-fn record(node: &mut Node, heartbeat: &HeartbeatRequest, authenticated: bool) {
-    let info = &mut node.driver_internal_info;
-    info.insert(
+/// Records when the agent last called. Its address, certificate and version are the flow's
+/// to record: it pins them at the first heartbeat and refuses a change, which a write here
+/// would defeat.
+fn record(node: &mut Node) {
+    node.driver_internal_info.insert(
         "agent_last_heartbeat".into(),
         json!(OffsetDateTime::now_utc().unix_timestamp()),
     );
-    if !authenticated {
-        return;
-    }
-    info.insert("agent_url".into(), json!(heartbeat.callback_url));
-    if let Some(version) = &heartbeat.agent_version {
-        info.insert("agent_version".into(), json!(version));
-    }
 }
 
 /// Forgets the agent's token and address once its deploy is over (Ironic's
@@ -199,15 +192,16 @@ pub(crate) async fn heartbeat(
         .is_some_and(|t| !t.is_empty());
     // A node that waits for its ramdisk always has a token; elsewhere a heartbeat without one
     // is only recorded (a stray agent), as long as the node holds no token to check against.
-    let authenticated = token_matches(&node, heartbeat.agent_token.as_deref());
-    if (has_token || node.provision_state == ProvisionState::WaitCallBack) && !authenticated {
+    if (has_token || node.provision_state == ProvisionState::WaitCallBack)
+        && !token_matches(&node, heartbeat.agent_token.as_deref())
+    {
         tracing::warn!(node = %node.uuid, "heartbeat refused: invalid or missing agent token");
         return Err(ManagerError::Forbidden(
             "Invalid or missing agent token received.".into(),
         ));
     }
     let (mut node, reservation) = tasks::reserve_uuid(core, node.uuid).await?;
-    record(&mut node, &heartbeat, authenticated);
+    record(&mut node);
     if node.provision_state != ProvisionState::WaitCallBack || node.maintenance {
         tracing::debug!(node = %node.uuid, state = %node.provision_state, "heartbeat recorded");
         let written = core.store().update_node(&node).await;
