@@ -907,3 +907,77 @@ async fn delete_maintenance_pass_deploy_info_validate_and_boot_device() {
         "the port went with its node"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_dropped_without_release_is_released() {
+    let h = Harness::new().await;
+    let uuid = h.node_in(ProvisionState::Available).await;
+    // As when a request is cancelled between reserving and spawning its task.
+    let (_node, reservation) = tasks::reserve_uuid(&h.manager.core, uuid)
+        .await
+        .expect("reserved");
+    assert!(h.node(uuid).await.reservation.is_some());
+    drop(reservation);
+    h.wait_until(uuid, "the dropped reservation to be released", |n| {
+        n.reservation.is_none()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookup_needs_one_node_expecting_a_ramdisk() {
+    let h = Harness::new().await;
+    let port = |node: Uuid, mac: &str| Port {
+        uuid: Uuid::new_v4(),
+        address: mac.into(),
+        node_uuid: node,
+        pxe_enabled: true,
+        extra: Default::default(),
+        created_at: time::OffsetDateTime::now_utc(),
+        updated_at: None,
+    };
+    let a = h.node_in(ProvisionState::WaitCallBack).await;
+    let b = h.node_in(ProvisionState::WaitCallBack).await;
+    h.store
+        .create_port(&port(a, "52:54:00:00:00:0a"))
+        .await
+        .expect("port");
+    h.store
+        .create_port(&port(b, "52:54:00:00:00:0b"))
+        .await
+        .expect("port");
+    let found = h
+        .manager
+        .lookup(
+            &["52:54:00:00:00:0a".into(), "52:54:00:00:00:99".into()],
+            None,
+        )
+        .await
+        .expect("one node");
+    assert_eq!(found.node["uuid"], json!(a));
+    assert_eq!(found.config["agent_token"], json!("******"));
+    let both = h
+        .manager
+        .lookup(
+            &["52:54:00:00:00:0a".into(), "52:54:00:00:00:0b".into()],
+            None,
+        )
+        .await;
+    assert!(matches!(
+        both,
+        Err(ManagerError::Store(StoreError::NotFound { .. }))
+    ));
+    let unknown = h.manager.lookup(&["52:54:00:00:00:99".into()], None).await;
+    assert!(matches!(
+        unknown,
+        Err(ManagerError::Store(StoreError::NotFound { .. }))
+    ));
+    let by_uuid = h.manager.lookup(&[], Some(b)).await.expect("by uuid");
+    assert_eq!(by_uuid.node["uuid"], json!(b));
+    let active = h.node_in(ProvisionState::Active).await;
+    let refused = h.manager.lookup(&[], Some(active)).await;
+    assert!(matches!(
+        refused,
+        Err(ManagerError::Store(StoreError::NotFound { .. }))
+    ));
+}
