@@ -12,19 +12,38 @@
 //! Background duties, started by [`Manager::start_background`]: the periodic power-state sync,
 //! the deploy callback timeout, and at start the recovery of nodes a stopped conductor left
 //! mid-task.
+//!
+//! One file per duty: `tasks` (reservation guard and the registry `drain` waits on), `power`,
+//! `provision`, `heartbeat` (lookup and heartbeat of the ramdisk), `management` (boot device,
+//! maintenance, delete), `validate`, and the background `sync`, `timeouts` and `recovery`.
+//! Every BMC access goes through `bmc`, one function.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
+use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::deploy::DeployContext;
+use crate::deploy::{DeployContext, DeployInterface};
 use crate::objects::ObjectStore;
 use crate::states::{NodePower, ProvisionState, ProvisionVerb};
 use crate::store::{NodeIdent, Store, StoreError};
+
+mod bmc;
+mod heartbeat;
+mod management;
+mod power;
+mod provision;
+mod recovery;
+mod sync;
+mod tasks;
+#[cfg(test)]
+mod tests;
+mod timeouts;
+mod validate;
 
 /// Settings of the manager (the `[conductor]` table of the configuration).
 #[derive(Debug, Clone)]
@@ -112,36 +131,96 @@ pub struct LookupReply {
     pub config: Value,
 }
 
+/// The span of a request about one node: every log line under it names the node.
+fn node_span(node: &NodeIdent) -> tracing::Span {
+    tracing::info_span!("node", node = %node)
+}
+
+/// Finds the deploy interface of a driver name; [`crate::deploy::for_driver`] unless replaced
+/// (tests replace it with a scripted flow).
+pub type DeployResolver = Arc<dyn Fn(&str) -> Option<Arc<dyn DeployInterface>> + Send + Sync>;
+
 /// The manager: the store, the object store and the flows, behind one handle the API shares.
 pub struct Manager {
+    core: Arc<Core>,
+}
+
+/// What every node task shares: spawned tasks hold an `Arc` of it, as they outlive the call
+/// that started them.
+pub(crate) struct Core {
     deploy: Arc<DeployContext>,
     config: ManagerConfig,
+    resolver: RwLock<DeployResolver>,
+    tasks: tasks::TaskRegistry,
+}
+
+impl Core {
+    /// The node store.
+    fn store(&self) -> &Arc<dyn Store> {
+        &self.deploy.store
+    }
+
+    /// The deploy interface of the node's driver, or `None` when this conductor has none.
+    fn flow_for(&self, driver: &str) -> Option<Arc<dyn DeployInterface>> {
+        let resolver = match self.resolver.read() {
+            Ok(guard) => guard.clone(),
+            // A panic while replacing the resolver leaves the old one, which is still valid.
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        resolver(driver)
+    }
+
+    /// The node's UUID from an API identifier.
+    async fn uuid_of(&self, ident: &NodeIdent) -> Result<Uuid, ManagerError> {
+        match ident {
+            NodeIdent::Uuid(uuid) => Ok(*uuid),
+            NodeIdent::Name(_) => Ok(self.store().node(ident).await?.uuid),
+        }
+    }
 }
 
 impl Manager {
     /// A manager running flows in `deploy` (which holds the stores).
     pub fn new(deploy: Arc<DeployContext>, config: ManagerConfig) -> Manager {
-        Manager { deploy, config }
+        let context = deploy.clone();
+        let resolver: DeployResolver =
+            Arc::new(move |driver: &str| crate::deploy::for_driver(driver, context.clone()));
+        Manager {
+            core: Arc::new(Core {
+                deploy,
+                config,
+                resolver: RwLock::new(resolver),
+                tasks: tasks::TaskRegistry::default(),
+            }),
+        }
+    }
+
+    /// Replaces how deploy interfaces are found for a driver name (tests use a scripted flow).
+    pub fn set_deploy_resolver(&self, resolver: DeployResolver) {
+        match self.core.resolver.write() {
+            Ok(mut guard) => *guard = resolver,
+            Err(poisoned) => *poisoned.into_inner() = resolver,
+        }
     }
 
     /// The node store (the API reads and writes records through it directly for plain CRUD).
     pub fn store(&self) -> &Arc<dyn Store> {
-        &self.deploy.store
+        &self.core.deploy.store
     }
 
     /// The object store.
     pub fn objects(&self) -> &Arc<dyn ObjectStore> {
-        &self.deploy.objects
+        &self.core.deploy.objects
     }
 
     /// What the flows work with.
     pub fn deploy_context(&self) -> &Arc<DeployContext> {
-        &self.deploy
+        &self.core.deploy
     }
 
     /// The settings.
     pub fn config(&self) -> &ManagerConfig {
-        &self.config
+        &self.core.config
     }
 
     /// `PUT /v1/nodes/{node}/states/power`: starts a power change (202 when `Ok`).
@@ -151,8 +230,9 @@ impl Manager {
         target: NodePower,
         timeout: Option<Duration>,
     ) -> Result<(), ManagerError> {
-        let _ = (node, target, timeout);
-        Err(ManagerError::Failed("not built yet".into()))
+        power::set_power_state(&self.core, node, target, timeout)
+            .instrument(node_span(node))
+            .await
     }
 
     /// `PUT /v1/nodes/{node}/states/provision`: starts a provision verb (202 when `Ok`).
@@ -162,8 +242,9 @@ impl Manager {
         verb: ProvisionVerb,
         configdrive: Option<Value>,
     ) -> Result<(), ManagerError> {
-        let _ = (node, verb, configdrive);
-        Err(ManagerError::Failed("not built yet".into()))
+        provision::set_provision_state(&self.core, node, verb, configdrive)
+            .instrument(node_span(node))
+            .await
     }
 
     /// `GET /v1/nodes/{node}/validate`: one line per interface (`power`, `management`,
@@ -172,8 +253,9 @@ impl Manager {
         &self,
         node: &NodeIdent,
     ) -> Result<BTreeMap<String, InterfaceValidation>, ManagerError> {
-        let _ = node;
-        Err(ManagerError::Failed("not built yet".into()))
+        validate::validate(&self.core, node)
+            .instrument(node_span(node))
+            .await
     }
 
     /// `PUT /v1/nodes/{node}/management/boot_device`.
@@ -183,14 +265,16 @@ impl Manager {
         device: &str,
         persistent: bool,
     ) -> Result<(), ManagerError> {
-        let _ = (node, device, persistent);
-        Err(ManagerError::Failed("not built yet".into()))
+        management::set_boot_device(&self.core, node, device, persistent)
+            .instrument(node_span(node))
+            .await
     }
 
     /// `GET /v1/nodes/{node}/management/boot_device`.
     pub async fn boot_device(&self, node: &NodeIdent) -> Result<BootDeviceReading, ManagerError> {
-        let _ = node;
-        Err(ManagerError::Failed("not built yet".into()))
+        management::boot_device(&self.core, node)
+            .instrument(node_span(node))
+            .await
     }
 
     /// `PATCH .../maintenance` equivalents: `PUT /v1/nodes/{node}/maintenance` (on, with a
@@ -201,14 +285,16 @@ impl Manager {
         on: bool,
         reason: Option<String>,
     ) -> Result<(), ManagerError> {
-        let _ = (node, on, reason);
-        Err(ManagerError::Failed("not built yet".into()))
+        management::set_maintenance(&self.core, node, on, reason)
+            .instrument(node_span(node))
+            .await
     }
 
     /// `DELETE /v1/nodes/{node}`: refused (409) while a task holds the node or it is `active`.
     pub async fn delete_node(&self, node: &NodeIdent) -> Result<(), ManagerError> {
-        let _ = node;
-        Err(ManagerError::Failed("not built yet".into()))
+        management::delete_node(&self.core, node)
+            .instrument(node_span(node))
+            .await
     }
 
     /// `GET /v1/lookup?addresses=..&node_uuid=..`: the ramdisk finds its node.
@@ -217,8 +303,7 @@ impl Manager {
         addresses: &[String],
         node_uuid: Option<Uuid>,
     ) -> Result<LookupReply, ManagerError> {
-        let _ = (addresses, node_uuid);
-        Err(ManagerError::Failed("not built yet".into()))
+        heartbeat::lookup(&self.core, addresses, node_uuid).await
     }
 
     /// `POST /v1/heartbeat/{node}`: the agent is alive; drives the `agent_ilo` flow on.
@@ -227,8 +312,9 @@ impl Manager {
         node: &NodeIdent,
         heartbeat: HeartbeatRequest,
     ) -> Result<(), ManagerError> {
-        let _ = (node, heartbeat);
-        Err(ManagerError::Failed("not built yet".into()))
+        heartbeat::heartbeat(&self.core, node, heartbeat)
+            .instrument(node_span(node))
+            .await
     }
 
     /// `POST /v1/nodes/{node}/vendor_passthru/pass_deploy_info` (and without `/v1`): the
@@ -239,8 +325,21 @@ impl Manager {
         node: &NodeIdent,
         body: Value,
     ) -> Result<(), ManagerError> {
-        let _ = (node, body);
-        Err(ManagerError::Failed("not built yet".into()))
+        // The body is the iSCSI ramdisk's (address, iqn, key, error); nothing reads it until
+        // the iscsi_ilo flow exists.
+        let _ = body;
+        let node = self.core.store().node(node).await?;
+        if node.provision_state != ProvisionState::WaitCallBack {
+            return Err(ManagerError::Conflict(format!(
+                "Node {} is not waiting for a ramdisk call-back: it is in state \"{}\"",
+                node.uuid, node.provision_state
+            )));
+        }
+        Err(ManagerError::Invalid(format!(
+            "pass_deploy_info is for iscsi_ilo nodes; node {} uses driver {} whose ramdisk \
+             reports through heartbeats",
+            node.uuid, node.driver
+        )))
     }
 
     /// Starts the background duties (power sync, callback timeouts) after recovering nodes a
@@ -250,12 +349,19 @@ impl Manager {
         self: &Arc<Self>,
         shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> Result<(), ManagerError> {
-        let _ = shutdown;
+        recovery::recover(&self.core).await?;
+        tokio::spawn(sync::run(self.core.clone(), shutdown.clone()));
+        tokio::spawn(timeouts::run(self.core.clone(), shutdown));
         Ok(())
     }
 
     /// Waits until every running node task has finished or `grace` passed (SIGTERM drain).
     pub async fn drain(&self, grace: Duration) {
-        let _ = grace;
+        self.core.tasks.drain(grace).await;
+    }
+
+    /// How many node tasks run now (for the service's log line at drain, and tests).
+    pub fn running_tasks(&self) -> usize {
+        self.core.tasks.running()
     }
 }

@@ -1,0 +1,175 @@
+//! `PUT /v1/nodes/{node}/states/power` with Ironic's semantics: `target_power_state` is set
+//! while the task runs and cleared at its end (Nova waits for that), `power_state` is what the
+//! BMC reports afterwards, a failure goes to `last_error`.
+//!
+//! # Design
+//! The actions follow Ironic's iLO power interface: power off holds the power button, reboot
+//! is a reset when on and a power-on when off, soft power off presses the button (the OS
+//! shuts down on ACPI), soft reboot presses it, waits for off, then powers on. Each action
+//! ends by polling the BMC until the state is reached or the timeout passes (Ironic's
+//! `power_state_change_timeout`, or the request's `timeout` for the soft variants).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::tasks;
+use super::{bmc, Core, ManagerError};
+use crate::drivers::ilo::IloClient;
+use crate::drivers::{Power, PowerAction, PowerState};
+use crate::states::NodePower;
+use crate::store::{Node, NodeIdent};
+
+/// How long a power change may take (Ironic's `[conductor]power_state_change_timeout`).
+pub(crate) const POWER_STATE_CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often the BMC is read while waiting for a power change.
+const POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Reserves the node, records the target and starts the power task.
+pub(crate) async fn set_power_state(
+    core: &Arc<Core>,
+    ident: &NodeIdent,
+    target: NodePower,
+    timeout: Option<Duration>,
+) -> Result<(), ManagerError> {
+    if timeout.is_some_and(|t| t.is_zero()) {
+        return Err(ManagerError::Invalid(
+            "timeout must be a positive number of seconds".into(),
+        ));
+    }
+    let (mut node, reservation) = tasks::reserve(core, ident).await?;
+    // Refuse what cannot work before touching the node: a driver_info the BMC client cannot
+    // use is the operator's to fix (400), not a task failure.
+    if let Err(err) = bmc::config(&node) {
+        reservation.release().await;
+        return Err(err);
+    }
+    node.target_power_state = Some(target);
+    node.last_error = None;
+    if let Err(err) = core.store().update_node(&node).await {
+        reservation.release().await;
+        return Err(err.into());
+    }
+    tracing::info!(node = %node.uuid, target = %target, "power change requested");
+    tasks::spawn(core, reservation, "power", move |core| async move {
+        run(&core, node, target, timeout).await;
+    });
+    Ok(())
+}
+
+/// The power task: act, wait, record.
+async fn run(core: &Core, mut node: Node, target: NodePower, timeout: Option<Duration>) {
+    let limit = timeout.unwrap_or(POWER_STATE_CHANGE_TIMEOUT);
+    let outcome = match bmc::connect(&node).await {
+        Ok(client) => change(&node, &client, target, limit).await,
+        Err(err) => Err(err),
+    };
+    // Whatever happened, show the state the BMC reports now (or keep the last known one).
+    node.target_power_state = None;
+    match outcome {
+        Ok(reached) => {
+            tracing::info!(power = %reached, "power change done");
+            node.power_state = Some(reached);
+            node.last_error = None;
+        }
+        Err(err) => {
+            let message = format!(
+                "Failed to change the power state of node {} to \"{target}\": {err}",
+                node.uuid
+            );
+            tracing::error!("{message}");
+            if let Ok(now) = bmc::read_power(&node).await {
+                node.power_state = Some(now);
+            }
+            node.last_error = Some(message);
+        }
+    }
+    if let Err(err) = core.store().update_node(&node).await {
+        tasks::log_store_error(&err, "the outcome of the power change");
+    }
+}
+
+/// Carries out one power request and returns the state reached.
+pub(crate) async fn change(
+    node: &Node,
+    client: &IloClient,
+    target: NodePower,
+    limit: Duration,
+) -> Result<NodePower, ManagerError> {
+    let deadline = Instant::now() + limit;
+    let now = client
+        .power_state()
+        .await
+        .map_err(|e| bmc::failed(node, &e))?;
+    let act = |action: PowerAction| async move {
+        client
+            .set_power(action)
+            .await
+            .map(|_| ())
+            .map_err(|e| match e {
+                crate::drivers::DriverError::NotSupported { .. } => ManagerError::Failed(format!(
+                    "the BMC does not support \"{target}\" ({}); use \"power off\" or \"rebooting\"",
+                    bmc::describe(&e)
+                )),
+                other => bmc::failed(node, &other),
+            })
+    };
+    match (target, now) {
+        (NodePower::On, PowerState::On)
+        | (NodePower::Off | NodePower::SoftPowerOff, PowerState::Off) => {}
+        (NodePower::On | NodePower::Rebooting | NodePower::SoftRebooting, PowerState::Off) => {
+            act(PowerAction::On).await?;
+            wait_for(node, client, PowerState::On, deadline, limit).await?;
+        }
+        (NodePower::Off, PowerState::On) => {
+            act(PowerAction::HoldButton).await?;
+            wait_for(node, client, PowerState::Off, deadline, limit).await?;
+        }
+        (NodePower::Rebooting, PowerState::On) => {
+            act(PowerAction::Reset).await?;
+            wait_for(node, client, PowerState::On, deadline, limit).await?;
+        }
+        (NodePower::SoftPowerOff, PowerState::On) => {
+            act(PowerAction::PressButton).await?;
+            wait_for(node, client, PowerState::Off, deadline, limit).await?;
+        }
+        (NodePower::SoftRebooting, PowerState::On) => {
+            act(PowerAction::PressButton).await?;
+            wait_for(node, client, PowerState::Off, deadline, limit).await?;
+            act(PowerAction::On).await?;
+            wait_for(node, client, PowerState::On, deadline, limit).await?;
+        }
+    }
+    Ok(match target {
+        NodePower::Off | NodePower::SoftPowerOff => NodePower::Off,
+        NodePower::On | NodePower::Rebooting | NodePower::SoftRebooting => NodePower::On,
+    })
+}
+
+/// Polls until the BMC reports `want`, or fails at `deadline`.
+async fn wait_for(
+    node: &Node,
+    client: &IloClient,
+    want: PowerState,
+    deadline: Instant,
+    limit: Duration,
+) -> Result<(), ManagerError> {
+    loop {
+        let now = client
+            .power_state()
+            .await
+            .map_err(|e| bmc::failed(node, &e))?;
+        if now == want {
+            return Ok(());
+        }
+        if Instant::now() + POLL_INTERVAL > deadline {
+            return Err(ManagerError::Failed(format!(
+                "the BMC still reports power {now} after {} s (wanted {want}); check the \
+                 server, or retry with a longer timeout",
+                limit.as_secs()
+            )));
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}

@@ -1,0 +1,85 @@
+//! The deploy callback timeout (Ironic's `_check_deploy_timeouts`): a node in `wait call-back`
+//! whose ramdisk stayed silent for `deploy_callback_timeout` since `provision_updated_at` goes
+//! to `deploy failed`, cleaned up and powered off.
+//!
+//! # Design
+//! Checked every half timeout (at most every 60 s, Ironic's `check_provision_state_interval`,
+//! and at least every 100 ms so short test timeouts work). Nodes in maintenance or reserved
+//! are skipped; the check is repeated under the reservation, as a heartbeat may have come in
+//! between the list and the reserve.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use time::OffsetDateTime;
+use tracing::Instrument;
+
+use super::provision::fail_deploy;
+use super::tasks;
+use super::Core;
+use crate::states::ProvisionState;
+use crate::store::{Node, NodeFilter};
+
+/// Runs the check until `shutdown` turns true.
+pub(crate) async fn run(core: Arc<Core>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    let period = (core.config.deploy_callback_timeout / 2)
+        .clamp(Duration::from_millis(100), Duration::from_secs(60));
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => check_once(&core).await,
+            changed = shutdown.changed() => {
+                if changed.is_err() || *shutdown.borrow() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Whether `node` waited longer than `timeout`.
+fn expired(node: &Node, timeout: Duration) -> bool {
+    node.provision_state == ProvisionState::WaitCallBack
+        && !node.maintenance
+        && node
+            .provision_updated_at
+            .is_none_or(|since| OffsetDateTime::now_utc() - since >= timeout)
+}
+
+/// One pass.
+pub(crate) async fn check_once(core: &Arc<Core>) {
+    let filter = NodeFilter {
+        provision_state: Some(ProvisionState::WaitCallBack),
+        maintenance: Some(false),
+        ..NodeFilter::default()
+    };
+    let timeout = core.config.deploy_callback_timeout;
+    let nodes = match core.store().list_nodes(&filter).await {
+        Ok(nodes) => nodes,
+        Err(err) => {
+            tracing::error!(error = %err, "callback timeouts: could not list nodes");
+            return;
+        }
+    };
+    for listed in nodes {
+        if listed.reservation.is_some() || !expired(&listed, timeout) {
+            continue;
+        }
+        let Ok((mut node, reservation)) = tasks::reserve_uuid(core, listed.uuid).await else {
+            continue;
+        };
+        if expired(&node, timeout) {
+            let message = format!(
+                "Timeout reached while waiting for callback for node {}",
+                node.uuid
+            );
+            let flow = core.flow_for(&node.driver);
+            let span = tracing::info_span!("timeout", node = %node.uuid);
+            fail_deploy(core, &mut node, flow.as_ref(), message)
+                .instrument(span)
+                .await;
+        }
+        reservation.release().await;
+    }
+}

@@ -1,0 +1,68 @@
+//! `GET /v1/nodes/{node}/validate`: one line per interface, as Ironic's.
+//!
+//! # Design
+//! `power` and `management` are valid when `driver_info` parses and the BMC answers a
+//! power-state read with those credentials; `deploy` and `boot` are the flow's `validate`
+//! (credentials, virtual media licence, deploy ISO, image fields: the `agent_ilo` flow checks
+//! them all, so both lines carry its answer). `network` and `storage` are Ironic's `noop`
+//! interfaces (always valid); the rest are not supported here (`result: null`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::{bmc, Core, InterfaceValidation, ManagerError};
+use crate::store::NodeIdent;
+
+/// Interfaces this conductor does not have.
+const UNSUPPORTED: [&str; 5] = ["bios", "console", "inspect", "raid", "rescue"];
+
+fn line(result: Result<(), String>) -> InterfaceValidation {
+    match result {
+        Ok(()) => InterfaceValidation {
+            result: Some(true),
+            reason: None,
+        },
+        Err(reason) => InterfaceValidation {
+            result: Some(false),
+            reason: Some(reason),
+        },
+    }
+}
+
+/// Validates every interface of the node.
+pub(crate) async fn validate(
+    core: &Arc<Core>,
+    ident: &NodeIdent,
+) -> Result<BTreeMap<String, InterfaceValidation>, ManagerError> {
+    let node = core.store().node(ident).await?;
+    let mut lines = BTreeMap::new();
+    let bmc_check = bmc::read_power(&node)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string());
+    lines.insert("power".to_string(), line(bmc_check.clone()));
+    lines.insert("management".to_string(), line(bmc_check));
+    let deploy_check = match core.flow_for(&node.driver) {
+        Some(flow) => flow.validate(&node).await.map_err(|e| format!("{e:#}")),
+        None => Err(format!(
+            "driver \"{}\" has no deploy interface on this conductor (agent_ilo has one)",
+            node.driver
+        )),
+    };
+    lines.insert("deploy".to_string(), line(deploy_check.clone()));
+    lines.insert("boot".to_string(), line(deploy_check));
+    for noop in ["network", "storage"] {
+        lines.insert(noop.to_string(), line(Ok(())));
+    }
+    for name in UNSUPPORTED {
+        lines.insert(
+            name.to_string(),
+            InterfaceValidation {
+                result: None,
+                reason: Some("not supported".into()),
+            },
+        );
+    }
+    tracing::info!(node = %node.uuid, "validated");
+    Ok(lines)
+}
