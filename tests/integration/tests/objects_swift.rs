@@ -305,7 +305,16 @@ impl Drop for Keystone {
 const KS_USER: &str = "vmdeploy";
 const KS_PASSWORD: &str = "keystone-password";
 
-async fn keystone(token: String, storage_url: String) -> Keystone {
+/// What the stand-in answers to its n-th good token request (the last one repeats).
+#[derive(Clone)]
+enum Answer {
+    /// 201 with this token.
+    Token(String),
+    /// 503, as a Keystone behind a restarting load balancer.
+    Unavailable,
+}
+
+async fn keystone(answers: Vec<Answer>, storage_url: String) -> Keystone {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("binding");
@@ -375,12 +384,28 @@ async fn keystone(token: String, storage_url: String) -> Keystone {
                 .to_string();
             let body: serde_json::Value =
                 serde_json::from_slice(&data[head_end..]).unwrap_or(serde_json::Value::Null);
-            seen.lock().expect("not poisoned").push(body.clone());
+            let n = {
+                let mut seen = seen.lock().expect("not poisoned");
+                seen.push(body.clone());
+                seen.len()
+            };
+            let planned = answers
+                .get(n - 1)
+                .or(answers.last())
+                .cloned()
+                .unwrap_or(Answer::Unavailable);
             let user = &body["auth"]["identity"]["password"]["user"];
             let answer = if !first_line.starts_with("POST /v3/auth/tokens ") {
                 "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
                     .to_string()
-            } else if user["name"] == KS_USER && user["password"] == KS_PASSWORD {
+            } else if user["name"] != KS_USER || user["password"] != KS_PASSWORD {
+                let e = r#"{"error": {"code": 401, "message": "The request you have made requires authentication.", "title": "Unauthorized"}}"#;
+                format!(
+                    "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{e}",
+                    e.len()
+                )
+            } else if let Answer::Token(token) = planned {
                 format!(
                     "HTTP/1.1 201 Created\r\nX-Subject-Token: {token}\r\n\
                      Content-Type: application/json\r\nContent-Length: {}\r\n\
@@ -388,12 +413,8 @@ async fn keystone(token: String, storage_url: String) -> Keystone {
                     reply.len()
                 )
             } else {
-                let e = r#"{"error": {"code": 401, "message": "The request you have made requires authentication.", "title": "Unauthorized"}}"#;
-                format!(
-                    "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\n\
-                     Content-Length: {}\r\nConnection: close\r\n\r\n{e}",
-                    e.len()
-                )
+                "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    .to_string()
             };
             let _ = tcp.write_all(answer.as_bytes()).await;
             let _ = tcp.shutdown().await;
@@ -419,7 +440,7 @@ fn keystone_config(url: &str, password: &str) -> SwiftConfig {
 async fn keystone_v3_password_auth_reaches_swift() {
     let swift = SwiftPeer::start().expect("Swift starts (scripts/setup installs it)");
     let (token, storage_url) = swift.auth().expect("tempauth");
-    let ks = keystone(token, storage_url.clone()).await;
+    let ks = keystone(vec![Answer::Token(token.clone())], storage_url.clone()).await;
 
     let store = SwiftStore::new(keystone_config(&ks.url, KS_PASSWORD)).expect("store");
     let path = ObjectPath::new("via-keystone", "image-node2");
@@ -469,4 +490,28 @@ async fn keystone_v3_password_auth_reaches_swift() {
         !err.to_string().contains("wrong"),
         "the password leaked: {err}"
     );
+
+    // Keystone answers 503 first (retried), then a token Swift refuses (401: authenticate
+    // again), then a good one: the put goes through, with three token requests in all.
+    let flaky = keystone(
+        vec![
+            Answer::Unavailable,
+            Answer::Token("AUTH_tk00000000000000000000000000000000".to_string()),
+            Answer::Token(token),
+        ],
+        storage_url.clone(),
+    )
+    .await;
+    let store = SwiftStore::new(keystone_config(&flaky.url, KS_PASSWORD)).expect("store");
+    store
+        .put(
+            &path,
+            ObjectBody::Bytes(b"again".to_vec().into()),
+            &PutOptions::default(),
+        )
+        .await
+        .expect("put after a 503 and a refused token");
+    assert_eq!(store.head(&path).await.expect("head").size, 5);
+    assert_eq!(flaky.bodies.lock().expect("not poisoned").len(), 3);
+    assert!(store.delete(&path).await.expect("delete"));
 }

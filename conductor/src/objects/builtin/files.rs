@@ -204,11 +204,8 @@ impl Files {
         let (data_path, sidecar_path) = self.locate(path)?;
         let had_sidecar = remove_if_present(&sidecar_path).await?;
         let had_data = remove_if_present(&data_path).await?;
-        if let Some(dir) = data_path.parent() {
-            // Empty containers go with their last object (Swift keeps them; nothing here
-            // lists containers, so an empty directory is only clutter). Fails while not empty.
-            let _ = tokio::fs::remove_dir(dir).await;
-        }
+        // The container's directory stays, empty or not, as Swift keeps empty containers:
+        // removing it could pull it from under a put into the same container.
         Ok(had_sidecar && had_data)
     }
 
