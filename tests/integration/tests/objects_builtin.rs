@@ -374,10 +374,11 @@ async fn objects_expire_on_time() {
         .await
         .expect("the sweeper deletes the object");
     let after = gone.duration_since(put_at);
-    // Not before its time, and promptly after (a loaded machine gets a second of slack).
+    // Not before its time, and promptly after: a loaded machine gets two seconds of slack,
+    // far below the sweeper's longest sleep (60 s), so a polling sweeper would fail here.
     assert!(after >= ttl, "deleted after {after:?}, before the TTL");
     assert!(
-        after < ttl + Duration::from_millis(1500),
+        after < ttl + Duration::from_secs(2),
         "deleted after {after:?}"
     );
     assert_eq!(get(&url, None).await.0, 404);
@@ -470,10 +471,7 @@ async fn expiry_survives_a_restart() {
         .expect("the restarted store deletes it");
     let after = gone.duration_since(put_at);
     assert!(after >= Duration::from_secs(4), "deleted after {after:?}");
-    assert!(
-        after < Duration::from_millis(5500),
-        "deleted after {after:?}"
-    );
+    assert!(after < Duration::from_secs(6), "deleted after {after:?}");
     assert_eq!(files_of(dir.path(), "kept").len(), 2);
     assert_eq!(
         second

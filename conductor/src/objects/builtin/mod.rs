@@ -114,6 +114,13 @@ impl BuiltinStore {
         let addr = listener
             .local_addr()
             .context("reading the object store's bound address")?;
+        if config.public_url.is_none() && addr.ip().is_unspecified() {
+            tracing::warn!(
+                listen = %addr,
+                "the object store listens on all addresses but has no public URL: temp URLs \
+                 will name {addr}, which no BMC can reach; set the store's public URL"
+            );
+        }
         let public_url = config
             .public_url
             .clone()
