@@ -97,7 +97,7 @@ impl AgentDeploy {
         let url = image::resolve(
             self.ctx.objects.as_ref(),
             &self.ctx.config.container,
-            "instance_info.image_source",
+            "instance_info/image_source",
             &image.source,
             IMAGE_URL_TTL,
         )
@@ -186,7 +186,7 @@ impl DeployInterface for AgentDeploy {
         }
         let objects = self.ctx.objects.as_ref();
         image::check(objects, &iso_field, &iso).await?;
-        image::check(objects, "instance_info.image_source", &image.source).await?;
+        image::check(objects, "instance_info/image_source", &image.source).await?;
         Ok(())
     }
 

@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use crate::node::instance_info::{DiskFormat, ImageRef as NodeImageRef, InstanceInfo};
 use crate::objects::{ObjectBody, ObjectError, ObjectPath, ObjectStore, PutOptions};
 use crate::store::JsonObject;
 
@@ -36,7 +37,7 @@ pub enum ImageRef {
 }
 
 impl ImageRef {
-    /// Parses `value` of `field` (e.g. `instance_info.image_source`); the error names both.
+    /// Parses `value` of `field` (e.g. `instance_info/image_source`); the error names both.
     pub fn parse(field: &str, value: &str) -> anyhow::Result<ImageRef> {
         let value = value.trim();
         if value.is_empty() {
@@ -201,18 +202,13 @@ fn file_object_name(file: &std::path::Path, meta: &std::fs::Metadata) -> String 
     format!("file-{}-{base}", &digest[..16])
 }
 
-/// How the image's digest is given.
+/// The image's digest (`os_hash_algo` + `os_hash_value`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ImageDigest {
-    /// `image_os_hash_algo` + `image_os_hash_value` (Glance's multihash).
-    OsHash {
-        /// `md5`, `sha256` or `sha512`.
-        algo: String,
-        /// Lower-case hex.
-        value: String,
-    },
-    /// `image_checksum`: bare hex, its length telling the algorithm.
-    Checksum(String),
+pub struct ImageDigest {
+    /// `md5`, `sha256` or `sha512`.
+    pub algo: String,
+    /// Lower-case hex.
+    pub value: String,
 }
 
 /// The image fields of `instance_info` the agent deploy needs.
@@ -230,70 +226,56 @@ pub struct InstanceImage {
     pub container_format: String,
 }
 
-/// Reads the image fields of `instance_info`, naming the field in every error.
+/// Reads the image fields of `instance_info` with the node's typed view
+/// ([`crate::node::instance_info::InstanceInfo`]), naming the field in every error, and checks
+/// what the agent deploy needs beyond it: a whole-disk image (the agent writes no partition
+/// images), a checksum, and a reference this conductor can resolve (no Glance).
 pub fn instance_image(info: &JsonObject) -> anyhow::Result<InstanceImage> {
-    let text = |key: &str| -> anyhow::Result<Option<String>> {
-        match info.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.trim().to_owned())),
-            Some(other) => bail!("instance_info.{key} must be a string, found {other}"),
+    let parsed = InstanceInfo::parse(info)?;
+    if parsed.kernel.is_some() || parsed.ramdisk.is_some() {
+        bail!("instance_info/kernel, ramdisk: agent_ilo writes whole-disk images only; remove kernel and ramdisk");
+    }
+    let checksum = parsed.required_checksum()?.cloned();
+    let source_text = info
+        .get("image_source")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    let source = match parsed.image_source {
+        NodeImageRef::Http(url) => ImageRef::Http(url.to_string()),
+        NodeImageRef::File(path) => ImageRef::File(path),
+        NodeImageRef::Swift { container, object } => {
+            ImageRef::Swift(ObjectPath::new(container, object))
         }
-    };
-    let source_text = text("image_source")?.context("instance_info.image_source is missing")?;
-    let source = ImageRef::parse("instance_info.image_source", &source_text)?;
-    let digest = match (
-        text("image_os_hash_algo")?,
-        text("image_os_hash_value")?,
-        text("image_checksum")?,
-    ) {
-        (Some(algo), Some(value), _) => {
-            let algo = algo.to_ascii_lowercase();
-            let len = match algo.as_str() {
-                "md5" => 32,
-                "sha256" => 64,
-                "sha512" => 128,
-                other => bail!(
-                    "instance_info.image_os_hash_algo {other:?} is not supported (md5, sha256 or sha512)"
-                ),
-            };
-            check_hex("instance_info.image_os_hash_value", &value, &[len])?;
-            ImageDigest::OsHash {
-                algo,
-                value: value.to_ascii_lowercase(),
-            }
-        }
-        (Some(_), None, _) => bail!("instance_info.image_os_hash_value is missing (image_os_hash_algo is set)"),
-        (None, Some(_), _) => bail!("instance_info.image_os_hash_algo is missing (image_os_hash_value is set)"),
-        (None, None, Some(sum)) => {
-            check_hex("instance_info.image_checksum", &sum, &[32, 64, 128])?;
-            ImageDigest::Checksum(sum.to_ascii_lowercase())
-        }
-        (None, None, None) => bail!(
-            "instance_info has no image checksum: set image_os_hash_algo and image_os_hash_value, or image_checksum"
+        NodeImageRef::Glance(id) => bail!(
+            "instance_info/image_source {id} is a Glance image id, and no Glance is configured: give an http(s)://, file:// or swift:// reference"
         ),
+    };
+    let Some(checksum) = checksum else {
+        bail!("instance_info/image_checksum (or image_os_hash_algo and image_os_hash_value) is required");
+    };
+    let container_format = match info.get("image_container_format") {
+        Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_owned(),
+        None | Some(Value::Null) | Some(Value::String(_)) => "bare".to_owned(),
+        Some(other) => {
+            bail!("instance_info/image_container_format must be a string, found {other}")
+        }
     };
     Ok(InstanceImage {
         source,
         source_text,
-        digest,
-        disk_format: text("image_disk_format")?.unwrap_or_else(|| "raw".into()),
-        container_format: text("image_container_format")?.unwrap_or_else(|| "bare".into()),
+        digest: ImageDigest {
+            algo: checksum.algorithm().to_owned(),
+            value: checksum.hex().to_owned(),
+        },
+        disk_format: parsed
+            .disk_format
+            .map_or(DiskFormat::Raw, |f| f)
+            .as_str()
+            .to_owned(),
+        container_format,
     })
-}
-
-fn check_hex(field: &str, value: &str, lengths: &[usize]) -> anyhow::Result<()> {
-    if !value.chars().all(|c| c.is_ascii_hexdigit()) || !lengths.contains(&value.len()) {
-        bail!(
-            "{field} is not a hex digest of {} characters",
-            lengths
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
-    Ok(())
 }
 
 /// `image_info` of `standby.prepare_image` for a whole-disk image at `url` (reference §3.4:
@@ -315,18 +297,12 @@ pub fn image_info(node: Uuid, image: &InstanceImage, url: &str) -> Value {
         "node_uuid": node.to_string(),
     });
     if let Value::Object(map) = &mut info {
-        match &image.digest {
-            ImageDigest::OsHash { algo, value } => {
-                map.insert("os_hash_algo".into(), json!(algo));
-                map.insert("os_hash_value".into(), json!(value));
-                // Old agents read only `checksum`; md5 is the one they can verify.
-                if algo == "md5" {
-                    map.insert("checksum".into(), json!(value));
-                }
-            }
-            ImageDigest::Checksum(sum) => {
-                map.insert("checksum".into(), json!(sum));
-            }
+        let ImageDigest { algo, value } = &image.digest;
+        map.insert("os_hash_algo".into(), json!(algo));
+        map.insert("os_hash_value".into(), json!(value));
+        // Old agents read only `checksum`, and md5 is the one they verify.
+        if algo == "md5" {
+            map.insert("checksum".into(), json!(value));
         }
     }
     info
@@ -437,7 +413,7 @@ mod tests {
         let file = dir.path().join("disk image.raw");
         std::fs::write(&file, b"0123456789").expect("write");
         let url = url::Url::from_file_path(&file).expect("path");
-        let r = ImageRef::parse("instance_info.image_source", url.as_str()).expect("file ref");
+        let r = ImageRef::parse("instance_info/image_source", url.as_str()).expect("file ref");
         let ttl = Duration::from_secs(60);
         let first = resolve(&store, "c", "f", &r, ttl).await.expect("resolved");
         let second = resolve(&store, "c", "f", &r, ttl).await.expect("resolved");
@@ -458,11 +434,11 @@ mod tests {
         assert_eq!(stored, [Bytes::from_static(b"0123456789")]);
 
         let missing = ImageRef::File(dir.path().join("nope"));
-        let err = resolve(&store, "c", "instance_info.image_source", &missing, ttl)
+        let err = resolve(&store, "c", "instance_info/image_source", &missing, ttl)
             .await
             .expect_err("missing file");
         assert!(
-            format!("{err:#}").contains("instance_info.image_source"),
+            format!("{err:#}").contains("instance_info/image_source"),
             "{err:#}"
         );
 
@@ -535,37 +511,51 @@ mod tests {
         let legacy = obj(json!({"image_source": "swift://glance/img-1", "image_checksum": md5}));
         let image = instance_image(&legacy).expect("complete");
         let v = image_info(node, &image, "https://store/x");
+        // Kilo's `checksum` (md5, what old agents verify) and the modern pair.
         assert_eq!(v["checksum"], json!(md5.to_ascii_lowercase()));
+        assert_eq!(v["os_hash_algo"], json!("md5"));
+        assert_eq!(v["os_hash_value"], json!(md5.to_ascii_lowercase()));
         assert_eq!(v["id"], json!("img-1"));
         assert_eq!(v["disk_format"], json!("raw"));
-        assert!(v.get("os_hash_algo").is_none());
     }
 
     #[test]
     fn incomplete_instance_info_is_named() {
         let cases = [
-            (json!({}), "instance_info.image_source is missing"),
-            (json!({"image_source": "http://x/i"}), "no image checksum"),
+            (json!({}), "instance_info/image_source is required"),
+            (
+                json!({"image_source": "http://x/i"}),
+                "instance_info/image_checksum (or image_os_hash_algo and image_os_hash_value) is required",
+            ),
             (
                 json!({"image_source": "http://x/i", "image_os_hash_algo": "sha256"}),
-                "image_os_hash_value is missing",
+                "instance_info/image_os_hash_value is required",
             ),
             (
                 json!({"image_source": "http://x/i", "image_os_hash_algo": "crc32",
                        "image_os_hash_value": "00"}),
-                "image_os_hash_algo \"crc32\"",
+                "unsupported algorithm \"crc32\"",
             ),
             (
                 json!({"image_source": "http://x/i", "image_checksum": "xyz"}),
-                "instance_info.image_checksum",
+                "instance_info/image_checksum",
             ),
             (
                 json!({"image_source": "gopher://x/i", "image_checksum": "0".repeat(32)}),
-                "instance_info.image_source",
+                "instance_info/image_source",
             ),
             (
-                json!({"image_source": 7, "image_checksum": "0".repeat(32)}),
-                "instance_info.image_source must be a string",
+                json!({"image_source": [7], "image_checksum": "0".repeat(32)}),
+                "instance_info/image_source: must be a string",
+            ),
+            (
+                json!({"image_source": "3c5b0fd4-7d36-4b0c-8bd1-0dc0dfb0e4e4"}),
+                "Glance",
+            ),
+            (
+                json!({"image_source": "http://x/i", "kernel": "http://x/k", "ramdisk": "http://x/r",
+                       "root_gb": 10, "image_checksum": "0".repeat(32)}),
+                "whole-disk images only",
             ),
         ];
         for (info, want) in cases {

@@ -51,44 +51,10 @@ pub fn deploy_iso(node: &Node) -> anyhow::Result<(String, ImageRef)> {
     bail!("driver_info.ilo_deploy_iso is missing: the deploy ISO to boot the node from")
 }
 
-/// The boot mode the node asks for: `instance_info.capabilities.boot_mode` first, then
-/// `properties.capabilities` (`boot_mode:uefi,...`), as Ironic reads them; `None` when neither
-/// says.
+/// The boot mode the node asks for, with Ironic's precedence
+/// ([`crate::node::capabilities::deploy_boot_mode`]); `None` when nothing says.
 pub fn requested_boot_mode(node: &Node) -> anyhow::Result<Option<BootMode>> {
-    let sources = [
-        (
-            "instance_info.capabilities",
-            node.instance_info.get("capabilities"),
-        ),
-        (
-            "properties.capabilities",
-            node.properties.get("capabilities"),
-        ),
-    ];
-    for (field, caps) in sources {
-        let value = match caps {
-            None | Some(Value::Null) => None,
-            Some(Value::Object(map)) => match map.get("boot_mode") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(s)) => Some(s.trim().to_owned()),
-                Some(other) => bail!("{field}.boot_mode must be a string, found {other}"),
-            },
-            Some(Value::String(text)) => text
-                .split(',')
-                .filter_map(|kv| kv.split_once(':'))
-                .find(|(k, _)| k.trim() == "boot_mode")
-                .map(|(_, v)| v.trim().to_owned()),
-            Some(other) => bail!("{field} must be a string or an object, found {other}"),
-        };
-        if let Some(v) = value {
-            return match v.to_ascii_lowercase().as_str() {
-                "uefi" => Ok(Some(BootMode::Uefi)),
-                "bios" => Ok(Some(BootMode::Bios)),
-                _ => bail!("{field}: boot_mode {v:?} must be bios or uefi"),
-            };
-        }
-    }
-    Ok(None)
+    Ok(crate::node::capabilities::deploy_boot_mode(node)?)
 }
 
 /// Boots `node`'s deploy ramdisk from virtual media; the node must be validated. Writes the
@@ -215,17 +181,14 @@ mod tests {
             json!({}),
         );
         assert_eq!(requested_boot_mode(&n).expect("ok"), Some(BootMode::Uefi));
-        let n = node(
-            json!({"capabilities": "boot_mode:uefi"}),
-            json!({"capabilities": {"boot_mode": "bios"}}),
-        );
+        let n = node(json!({}), json!({"capabilities": {"boot_mode": "bios"}}));
         assert_eq!(requested_boot_mode(&n).expect("ok"), Some(BootMode::Bios));
         let n = node(json!({"capabilities": "secure_boot:true"}), json!({}));
         assert_eq!(requested_boot_mode(&n).expect("ok"), None);
         let n = node(json!({"capabilities": "boot_mode:efi"}), json!({}));
         let err = requested_boot_mode(&n).expect_err("bad mode");
         assert!(
-            format!("{err}").contains("properties.capabilities"),
+            format!("{err}").contains("properties/capabilities"),
             "{err}"
         );
     }
