@@ -685,6 +685,43 @@ async fn an_unlicensed_ilo_is_refused_before_anything_is_powered_off() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tear_down_powers_off_ejects_and_forgets_the_agent() {
+    let mut rig = rig(&[], "http://127.0.0.1:6385", &[3u8; 1024], json!({})).await;
+    assert_eq!(
+        rig.deploy
+            .deploy(&mut rig.node)
+            .await
+            .expect("deploy starts"),
+        DeployStep::Wait
+    );
+    assert_eq!(rig.emulator.state()["power"], "ON");
+    // As a heartbeat would have left it.
+    rig.node
+        .driver_internal_info
+        .insert("agent_url".into(), json!("https://127.0.0.1:9999"));
+    rig.node
+        .driver_internal_info
+        .insert("agent_verify_ca".into(), json!(CA_PEM));
+    rig.deploy
+        .tear_down(&mut rig.node)
+        .await
+        .expect("tear down");
+    let state = rig.emulator.state();
+    assert_eq!(state["power"], "OFF", "{state}");
+    assert_eq!(state["vmedia"]["FLOPPY"]["inserted"], false, "{state}");
+    assert_eq!(state["vmedia"]["CDROM"]["inserted"], false, "{state}");
+    assert!(!rig
+        .objects
+        .exists(&vmedia::floppy_object(CONTAINER, rig.node.uuid)));
+    for gone in ["agent_secret_token", "agent_url", "agent_verify_ca"] {
+        assert!(
+            !rig.node.driver_internal_info.contains_key(gone),
+            "{gone} forgotten"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn validate_names_the_field_of_a_missing_deploy_iso_or_image() {
     let mut rig = rig(&[], "http://127.0.0.1:6385", &[1u8; 512], json!({})).await;
     rig.node
@@ -1004,10 +1041,14 @@ async fn agent_ilo_deploy_writes_the_image_through_the_agent_and_boots_from_disk
     for gone in ["agent_secret_token", "agent_url", "agent_verify_ca"] {
         assert!(!info.contains_key(gone), "{gone} wiped: {info:?}");
     }
-    if saw_progress {
-        let progress = &info["deploy_progress"];
-        assert!(progress["written"].as_u64().is_some(), "{progress}");
-    }
+    assert!(saw_progress, "heartbeats carried the write progress");
+    let progress = &info["deploy_progress"];
+    assert_eq!(progress["written"], image.len(), "{progress}");
+    assert_eq!(progress["total"], image.len(), "{progress}");
+    assert!(
+        progress["rate"].as_u64().is_some_and(|r| r > 0),
+        "{progress}"
+    );
     let state = rig.emulator.state();
     assert_eq!(state["power"], "ON", "{state}");
     assert_eq!(state["persistent_boot"][0], "HDD", "{state}");
