@@ -357,9 +357,11 @@ fn progress_of(message: &str) -> Option<Value> {
     Some(json!({"written": p.written, "total": p.total, "rate": p.rate}))
 }
 
-/// The agent's own error text of a failed command, with what the conductor asked for.
+/// The agent's own error text of a failed command, with what the conductor asked for. Temp
+/// URL signatures the agent may quote (a failed download names its URL) are masked: the text
+/// goes to `last_error` and the logs.
 fn agent_failure(what: &str, result: &CommandResult) -> String {
-    match &result.command_error {
+    let text = match &result.command_error {
         Some(e) if e.details.is_empty() => {
             format!("{what} failed on the node: {} ({})", e.message, e.kind)
         }
@@ -371,7 +373,26 @@ fn agent_failure(what: &str, result: &CommandResult) -> String {
             "{what} failed on the node: the agent reported {:?} without an error",
             result.command_status
         ),
+    };
+    mask_temp_url_signatures(&text)
+}
+
+/// `text` with the value of every `temp_url_sig=` replaced by `******`.
+fn mask_temp_url_signatures(text: &str) -> String {
+    const KEY: &str = "temp_url_sig=";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(KEY) {
+        let (head, tail) = rest.split_at(at + KEY.len());
+        out.push_str(head);
+        out.push_str(vmdeploy_shared::secret::MASK);
+        let end = tail
+            .find(|c: char| c == '&' || c == '"' || c == '\'' || c == ')' || c.is_whitespace())
+            .unwrap_or(tail.len());
+        rest = &tail[end..];
     }
+    out.push_str(rest);
+    out
 }
 
 /// Forgets the agent: its URL, certificate, token and the deploy step.
