@@ -19,6 +19,37 @@ pub(super) use crate::drivers::{BootMode, PowerState, VmediaDevice};
 const POWER_POLL_INTERVAL: Duration = Duration::from_millis(500);
 const POWER_POLL_ATTEMPTS: u32 = 60;
 
+/// The node's `driver_info` as the iLO client reads it: as it is for the iLO drivers; for the
+/// `redfish` hardware type, `redfish_address` (a URL in Ironic), `redfish_username`,
+/// `redfish_password` and `redfish_verify_ca` under the `ilo_*` names, spoken over Redfish.
+fn client_settings(node: &Node) -> serde_json::Map<String, Value> {
+    let mut info = node.driver_info.clone();
+    if node.driver == "redfish" {
+        for (from, to) in [
+            ("redfish_address", "ilo_address"),
+            ("redfish_username", "ilo_username"),
+            ("redfish_password", "ilo_password"),
+            ("redfish_verify_ca", "ilo_verify_ca"),
+        ] {
+            if let (false, Some(v)) = (info.contains_key(to), info.get(from).cloned()) {
+                let v = match (to, v) {
+                    ("ilo_address", Value::String(s)) => Value::String(
+                        s.trim_start_matches("https://")
+                            .trim_start_matches("http://")
+                            .trim_end_matches('/')
+                            .to_owned(),
+                    ),
+                    (_, v) => v,
+                };
+                info.insert(to.into(), v);
+            }
+        }
+        info.entry("ilo_protocol")
+            .or_insert_with(|| Value::String(Protocol::Redfish.to_string()));
+    }
+    info
+}
+
 /// The BMC of one node.
 pub(super) struct Bmc {
     client: IloClient,
@@ -30,30 +61,7 @@ impl Bmc {
     /// Connects to the node's BMC from its `driver_info` (`ilo_*`; for the `redfish` alias
     /// `redfish_address`/`redfish_username`/`redfish_password`, spoken over Redfish).
     pub(super) async fn connect(node: &Node) -> anyhow::Result<Bmc> {
-        let mut info = node.driver_info.clone();
-        if node.driver == "redfish" {
-            for (from, to) in [
-                ("redfish_address", "ilo_address"),
-                ("redfish_username", "ilo_username"),
-                ("redfish_password", "ilo_password"),
-                ("redfish_verify_ca", "ilo_verify_ca"),
-            ] {
-                if let (false, Some(v)) = (info.contains_key(to), info.get(from).cloned()) {
-                    let v = match (to, v) {
-                        ("ilo_address", Value::String(s)) => Value::String(
-                            s.trim_start_matches("https://")
-                                .trim_start_matches("http://")
-                                .trim_end_matches('/')
-                                .to_owned(),
-                        ),
-                        (_, v) => v,
-                    };
-                    info.insert(to.into(), v);
-                }
-            }
-            info.entry("ilo_protocol")
-                .or_insert_with(|| Value::String(Protocol::Redfish.to_string()));
-        }
+        let info = client_settings(node);
         let config = IloConfig::from_driver_info(&Value::Object(info))
             .context("reading the BMC settings of driver_info")?;
         let address = config.address.clone();
@@ -214,5 +222,30 @@ impl Bmc {
                 Err(e).with_context(|| self.ctx(&format!("setting the boot mode to {wanted}")))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::states::ProvisionState;
+    use serde_json::json;
+
+    #[test]
+    fn redfish_nodes_are_read_under_the_ilo_names() {
+        let mut node = Node::new(Uuid::new_v4(), "redfish", ProvisionState::Available);
+        if let Value::Object(o) = json!({"redfish_address": "https://10.0.0.9:8443/",
+                                         "redfish_username": "u", "redfish_password": "p",
+                                         "redfish_verify_ca": false})
+        {
+            node.driver_info = o;
+        }
+        let config =
+            IloConfig::from_driver_info(&Value::Object(client_settings(&node))).expect("readable");
+        assert_eq!(config.base_url().expect("url"), "https://10.0.0.9:8443");
+        assert_eq!(config.protocol, Protocol::Redfish);
+        assert_eq!(config.username, "u");
+        node.driver = "agent_ilo".into();
+        assert!(IloConfig::from_driver_info(&Value::Object(client_settings(&node))).is_err());
     }
 }
