@@ -15,7 +15,18 @@ use crate::manager::HeartbeatRequest;
 use crate::objects::ObjectStore;
 use crate::store::{Node, Store};
 
+pub mod agent;
 pub mod agent_client;
+mod bmc;
+pub mod floppy;
+pub mod image;
+pub mod vmedia;
+
+/// Driver names deployed by [`agent::AgentDeploy`]: `agent_ilo`, and the modern hardware types
+/// whose default deploy is the agent's over virtual media (`ilo`, `ilo5` with
+/// `ilo-virtual-media` boot; `redfish` with `redfish-virtual-media`, its BMC reached over
+/// Redfish).
+pub const AGENT_DRIVERS: [&str; 4] = ["agent_ilo", "ilo", "ilo5", "redfish"];
 
 /// Settings of the flows (the `[deploy]` table of the configuration).
 #[derive(Debug, Clone)]
@@ -78,6 +89,9 @@ pub trait DeployInterface: Send + Sync {
 /// The deploy interface of a driver name (`agent_ilo`, and its hardware-type aliases), or
 /// `None` when this conductor has no flow for it yet.
 pub fn for_driver(driver: &str, context: Arc<DeployContext>) -> Option<Arc<dyn DeployInterface>> {
-    let _ = (driver, context);
-    None
+    if AGENT_DRIVERS.contains(&driver) {
+        Some(Arc::new(agent::AgentDeploy::new(context)))
+    } else {
+        None
+    }
 }

@@ -1,0 +1,461 @@
+//! The virtual floppy of a node's deploy ramdisk: `parameters.txt` on a FAT12 image labelled
+//! `ir-vfd-dev` (../shared/reference/ironic-protocols.md §1.1, §1.2; DESIGN.md §4).
+//!
+//! # Design
+//! [`agent_params`] gathers the keys from the node, its ports and the settings into a
+//! [`Params`]; [`build_image`] renders them with shared's renderer (which refuses any value the
+//! ramdisk would split) and writes the image with `shared::fat`. Both are pure, so the tests
+//! read the bytes back without an iLO.
+//!
+//! The agent token is generated here ([`new_agent_token`]) and travels only on the floppy
+//! (the iLO fetches it over HTTPS from a temp URL); it is a [`Secret`] everywhere else.
+
+use std::net::IpAddr;
+
+use anyhow::{bail, Context};
+use base64::Engine as _;
+use serde_json::Value;
+use vmdeploy_shared::fat::{self, FLOPPY_LABEL};
+use vmdeploy_shared::params::{keys, Params, RootDeviceHints};
+use vmdeploy_shared::secret::Secret;
+
+use super::DeployConfig;
+use crate::store::{JsonObject, Node, Port};
+
+/// The file the ramdisk reads.
+pub const PARAMS_FILE: &str = "parameters.txt";
+
+/// Bytes of randomness in an agent token: 256 bits, above the 128 DESIGN.md §7 asks for.
+const TOKEN_BYTES: usize = 32;
+
+/// A fresh agent token: 32 random bytes, URL-safe base64 without padding (43 characters, the
+/// shape of Ironic's `secrets.token_urlsafe()`; IPA wants at least 32).
+pub fn new_agent_token() -> anyhow::Result<Secret> {
+    let mut bytes = [0u8; TOKEN_BYTES];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| anyhow::anyhow!("reading the system's random source: {e}"))?;
+    Ok(Secret::new(
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes),
+    ))
+}
+
+/// The agent deploy's `parameters.txt` for `node`: `ipa-api-url`, `ipa-agent-token`,
+/// `ipa-agent-ca` (when the API speaks TLS), `ipa-driver-name`, `boot_method`, `root_device`
+/// from `properties.root_device`, `BOOTIF` from the first PXE-enabled port and the static
+/// network from `network_data`.
+pub fn agent_params(
+    node: &Node,
+    ports: &[Port],
+    config: &DeployConfig,
+    token: &Secret,
+) -> anyhow::Result<Params> {
+    let mut params = Params::new();
+    let mut set = |key: &str, value: &str| {
+        params
+            .set(key, value)
+            .with_context(|| format!("putting {key} on the floppy"))
+    };
+    let api_url = config.api_url.trim().trim_end_matches('/');
+    if !(api_url.starts_with("http://") || api_url.starts_with("https://")) {
+        bail!("the API URL for the ramdisk {api_url:?} is not an http(s) URL (deploy.api_url)");
+    }
+    set(keys::IPA_API_URL, api_url)?;
+    set(keys::IPA_AGENT_TOKEN, token.expose())?;
+    if let Some(pem) = &config.api_ca_pem {
+        if !pem.trim_start().starts_with("-----BEGIN ") {
+            bail!("the API's CA (deploy.api_ca_pem) is not a PEM certificate");
+        }
+        let b64 = base64::engine::general_purpose::STANDARD.encode(pem.as_bytes());
+        set(keys::IPA_AGENT_CA, &b64)?;
+    }
+    set(keys::IPA_DRIVER_NAME, &node.driver)?;
+    set(keys::BOOT_METHOD, "vmedia")?;
+    if let Some(hints) = root_device_hints(&node.properties)? {
+        set(keys::ROOT_DEVICE, &hints.render())?;
+    }
+    if let Some(port) = ports.iter().find(|p| p.pxe_enabled) {
+        let mac = vmdeploy_shared::params::MacAddr::parse(&port.address)
+            .with_context(|| format!("port {} has address {:?}", port.uuid, port.address))?;
+        set(keys::BOOTIF, &mac.to_string())?;
+    }
+    if let Some(net) = static_network(&node.network_data)? {
+        set(
+            keys::STATIC_IP,
+            &format!("{}/{}", net.address, net.prefix_len),
+        )?;
+        if let Some(gw) = net.gateway {
+            set(keys::STATIC_GATEWAY, &gw.to_string())?;
+        }
+        if !net.dns.is_empty() {
+            let dns: Vec<String> = net.dns.iter().map(ToString::to_string).collect();
+            set(keys::STATIC_DNS, &dns.join(","))?;
+        }
+    }
+    Ok(params)
+}
+
+/// The floppy image holding `params` as `parameters.txt`, labelled `ir-vfd-dev`.
+pub fn build_image(params: &Params) -> anyhow::Result<Vec<u8>> {
+    let text = params.render().context("rendering parameters.txt")?;
+    fat::build_floppy(FLOPPY_LABEL, &[(PARAMS_FILE, text.as_bytes())])
+        .context("writing the floppy image")
+}
+
+/// `properties.root_device` (Ironic's hint object, e.g. `{"size": 100, "serial": "S1"}`) as
+/// the floppy's hints; `None` when absent. Operators (`>=`, `s==`) are not supported: the agent
+/// matches plain values, so they are refused rather than passed on to match nothing.
+fn root_device_hints(properties: &JsonObject) -> anyhow::Result<Option<RootDeviceHints>> {
+    let Some(raw) = properties.get("root_device") else {
+        return Ok(None);
+    };
+    let obj = match raw {
+        Value::Null => return Ok(None),
+        Value::Object(o) if o.is_empty() => return Ok(None),
+        Value::Object(o) => o,
+        other => bail!("properties.root_device must be an object of hints, found {other}"),
+    };
+    let mut hints = RootDeviceHints::default();
+    for (key, value) in obj {
+        let field = format!("properties.root_device.{key}");
+        let text = match value {
+            Value::String(s) => s.trim().to_owned(),
+            Value::Number(n) => n.to_string(),
+            other => bail!("{field} must be a string or a number, found {other}"),
+        };
+        if text.is_empty() {
+            bail!("{field} is empty");
+        }
+        if text.starts_with(['<', '>', '=', '!']) || text.starts_with("s==") || text.contains(' ') {
+            bail!(
+                "{field} {text:?}: hint operators and spaces are not supported, give a plain value"
+            );
+        }
+        match key.as_str() {
+            "size" => {
+                hints.size_gib =
+                    Some(text.parse().with_context(|| {
+                        format!("{field} {text:?} is not a whole number of GiB")
+                    })?)
+            }
+            "model" => hints.model = Some(text.to_lowercase()),
+            "vendor" => hints.vendor = Some(text.to_lowercase()),
+            "serial" => hints.serial = Some(text.to_lowercase()),
+            "wwn" => hints.wwn = Some(text.to_lowercase()),
+            "name" => hints.name = Some(text),
+            _ => bail!("{field}: unknown hint (known: size, model, vendor, serial, wwn, name)"),
+        }
+    }
+    Ok(Some(hints))
+}
+
+/// The static network of a DHCP-less deploy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct StaticNet {
+    address: IpAddr,
+    prefix_len: u8,
+    gateway: Option<IpAddr>,
+    dns: Vec<IpAddr>,
+}
+
+/// The first static network of `network_data` (Nova's `network_data.json`, which Ironic keeps
+/// in the node's `network_data`): `networks[]` of type `ipv4`/`ipv6` with `ip_address` and
+/// `netmask` (dotted or a prefix length; or `ip_address` as `ADDR/PREFIX`), the gateway of its
+/// default route, DNS servers from `services[]` of type `dns`. `None` when there is no static
+/// network (DHCP).
+fn static_network(network_data: &JsonObject) -> anyhow::Result<Option<StaticNet>> {
+    let Some(networks) = network_data.get("networks") else {
+        return Ok(None);
+    };
+    let networks = networks
+        .as_array()
+        .context("network_data.networks must be a list")?;
+    let Some((index, net)) = networks
+        .iter()
+        .enumerate()
+        .find(|(_, n)| matches!(n.get("type").and_then(Value::as_str), Some("ipv4" | "ipv6")))
+    else {
+        return Ok(None);
+    };
+    let field = format!("network_data.networks[{index}]");
+    let ip_text = net
+        .get("ip_address")
+        .and_then(Value::as_str)
+        .with_context(|| format!("{field}.ip_address is missing"))?;
+    let (addr_text, inline_prefix) = match ip_text.split_once('/') {
+        Some((a, p)) => (a, Some(p)),
+        None => (ip_text, None),
+    };
+    let address: IpAddr = addr_text
+        .trim()
+        .parse()
+        .with_context(|| format!("{field}.ip_address {ip_text:?} is not an IP address"))?;
+    let max = if address.is_ipv4() { 32 } else { 128 };
+    let prefix_len = match (inline_prefix, net.get("netmask")) {
+        (Some(p), _) => p.trim().parse::<u8>().ok(),
+        (None, Some(Value::String(mask))) => prefix_of(mask),
+        (None, Some(Value::Number(n))) => n.as_u64().and_then(|n| u8::try_from(n).ok()),
+        (None, _) => None,
+    }
+    .filter(|p| *p <= max)
+    .with_context(|| format!("{field}: no valid netmask or prefix length"))?;
+    let mut gateway = None;
+    if let Some(routes) = net.get("routes").and_then(Value::as_array) {
+        for route in routes {
+            let is_default = matches!(
+                route.get("network").and_then(Value::as_str),
+                Some("0.0.0.0" | "::")
+            );
+            if let (true, Some(gw)) = (is_default, route.get("gateway").and_then(Value::as_str)) {
+                gateway = Some(gw.trim().parse::<IpAddr>().with_context(|| {
+                    format!("{field}.routes: gateway {gw:?} is not an IP address")
+                })?);
+                break;
+            }
+        }
+    }
+    let mut dns = Vec::new();
+    let services = network_data
+        .get("services")
+        .and_then(Value::as_array)
+        .into_iter()
+        .chain(net.get("services").and_then(Value::as_array))
+        .flatten();
+    for service in services {
+        if service.get("type").and_then(Value::as_str) == Some("dns") {
+            if let Some(a) = service.get("address").and_then(Value::as_str) {
+                let ip: IpAddr = a.trim().parse().with_context(|| {
+                    format!("network_data.services: DNS address {a:?} is not an IP address")
+                })?;
+                if !dns.contains(&ip) {
+                    dns.push(ip);
+                }
+            }
+        }
+    }
+    Ok(Some(StaticNet {
+        address,
+        prefix_len,
+        gateway,
+        dns,
+    }))
+}
+
+/// The prefix length of a dotted netmask (`255.255.255.0` → 24) or of a number in a string.
+fn prefix_of(mask: &str) -> Option<u8> {
+    let mask = mask.trim();
+    if let Ok(p) = mask.parse::<u8>() {
+        return Some(p);
+    }
+    let ip: IpAddr = mask.parse().ok()?;
+    let (bits, width) = match ip {
+        IpAddr::V4(v4) => (u128::from(u32::from(v4)) << 96, 32u32),
+        IpAddr::V6(v6) => (u128::from(v6), 128u32),
+    };
+    let ones = bits.leading_ones();
+    // A netmask is contiguous ones then zeros.
+    if bits.checked_shl(ones).unwrap_or(0) != 0 || ones > width {
+        return None;
+    }
+    u8::try_from(ones).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::states::ProvisionState;
+    use serde_json::json;
+    use std::io::Cursor;
+    use std::time::Duration;
+    use uuid::Uuid;
+    use vmdeploy_shared::params::AgentParams;
+
+    const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n";
+
+    fn config(ca: Option<&str>) -> DeployConfig {
+        DeployConfig {
+            api_url: "https://192.0.2.1:6385/".into(),
+            api_ca_pem: ca.map(str::to_owned),
+            container: "vmdeploy".into(),
+            deploy_helper_images_ttl: Duration::from_secs(600),
+            agent_allow_plain_http: false,
+            agent_call_timeout: Duration::from_secs(60),
+        }
+    }
+
+    fn obj(v: Value) -> JsonObject {
+        match v {
+            Value::Object(o) => o,
+            _ => JsonObject::new(),
+        }
+    }
+
+    fn port(node: Uuid, mac: &str, pxe: bool) -> Port {
+        Port {
+            uuid: Uuid::new_v4(),
+            address: mac.into(),
+            node_uuid: node,
+            pxe_enabled: pxe,
+            extra: JsonObject::new(),
+            created_at: time::OffsetDateTime::now_utc(),
+            updated_at: None,
+        }
+    }
+
+    /// Reads `parameters.txt` back from the image bytes with shared's FAT reader.
+    fn read_back(image: &[u8]) -> Params {
+        let text = fat::read_root_file(Cursor::new(image), PARAMS_FILE, 64 * 1024)
+            .expect("parameters.txt on the floppy");
+        Params::parse(&text).expect("a valid parameters file")
+    }
+
+    #[test]
+    fn floppy_carries_every_key_and_reads_back() {
+        let mut node = Node::new(Uuid::new_v4(), "agent_ilo", ProvisionState::Deploying);
+        node.properties = obj(json!({"root_device": {"serial": "S123 ", "size": 100}}));
+        node.network_data = obj(json!({
+            "links": [{"id": "p0", "type": "phy", "ethernet_mac_address": "52:54:00:aa:bb:cc"}],
+            "networks": [{"id": "n0", "type": "ipv4", "link": "p0",
+                          "ip_address": "192.0.2.10", "netmask": "255.255.255.0",
+                          "routes": [{"network": "10.0.0.0", "netmask": "255.0.0.0",
+                                      "gateway": "192.0.2.254"},
+                                     {"network": "0.0.0.0", "netmask": "0.0.0.0",
+                                      "gateway": "192.0.2.1"}]}],
+            "services": [{"type": "dns", "address": "192.0.2.53"}]
+        }));
+        let ports = [
+            port(node.uuid, "52:54:00:00:00:01", false),
+            port(node.uuid, "52:54:00:AA:BB:CC", true),
+        ];
+        let token = new_agent_token().expect("token");
+        let params = agent_params(&node, &ports, &config(Some(CA)), &token).expect("params");
+        let image = build_image(&params).expect("image");
+        assert_eq!(image.len(), fat::FLOPPY_SIZE);
+        assert_eq!(
+            fat::fat_label(&image[..512]).expect("FAT").as_deref(),
+            Some("ir-vfd-dev")
+        );
+        let back = read_back(&image);
+        assert_eq!(back.get("ipa-api-url"), Some("https://192.0.2.1:6385"));
+        assert_eq!(back.get("ipa-agent-token"), Some(token.expose().as_str()));
+        assert_eq!(back.get("BOOTIF"), Some("52:54:00:aa:bb:cc"));
+        assert_eq!(back.get("root_device"), Some("size=100,serial=s123"));
+        assert_eq!(back.get("vmdeploy-ip"), Some("192.0.2.10/24"));
+        assert_eq!(back.get("vmdeploy-gateway"), Some("192.0.2.1"));
+        assert_eq!(back.get("vmdeploy-dns"), Some("192.0.2.53"));
+        assert_eq!(back.get("boot_method"), Some("vmedia"));
+        assert_eq!(back.get("ipa-driver-name"), Some("agent_ilo"));
+        // The agent's own typed view accepts it, and decodes the CA to the same PEM.
+        let agent = AgentParams::from_params(&back).expect("the agent's view");
+        assert_eq!(agent.common.agent_ca_pem.as_deref(), Some(CA.as_bytes()));
+        assert_eq!(agent.common.static_network.map(|n| n.prefix_len), Some(24));
+        assert!(!format!("{params:?}").contains(token.expose().as_str()));
+    }
+
+    #[test]
+    fn plain_http_api_has_no_ca_and_dhcp_has_no_static_keys() {
+        let node = Node::new(Uuid::new_v4(), "agent_ilo", ProvisionState::Deploying);
+        let mut cfg = config(None);
+        cfg.api_url = "http://127.0.0.1:6385".into();
+        let token = Secret::new("t".repeat(43));
+        let params = agent_params(&node, &[], &cfg, &token).expect("params");
+        let keys: Vec<&str> = params.iter().map(|(k, _)| k).collect();
+        assert_eq!(
+            keys,
+            [
+                "ipa-api-url",
+                "ipa-agent-token",
+                "ipa-driver-name",
+                "boot_method"
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_node_fields_are_named() {
+        let mut node = Node::new(Uuid::new_v4(), "agent_ilo", ProvisionState::Deploying);
+        let token = Secret::new("x".repeat(43));
+        node.properties = obj(json!({"root_device": {"colour": "red"}}));
+        let err = agent_params(&node, &[], &config(None), &token).expect_err("unknown hint");
+        assert!(
+            format!("{err:#}").contains("properties.root_device.colour"),
+            "{err:#}"
+        );
+        node.properties = obj(json!({"root_device": {"size": ">= 100"}}));
+        let err = agent_params(&node, &[], &config(None), &token).expect_err("operator");
+        assert!(format!("{err:#}").contains("operators"), "{err:#}");
+        node.properties = JsonObject::new();
+        node.network_data = obj(
+            json!({"networks": [{"type": "ipv4", "ip_address": "10.0.0.5",
+                                                     "netmask": "255.0.255.0"}]}),
+        );
+        let err = agent_params(&node, &[], &config(None), &token).expect_err("bad mask");
+        assert!(
+            format!("{err:#}").contains("network_data.networks[0]"),
+            "{err:#}"
+        );
+        let mut cfg = config(None);
+        cfg.api_url = "ftp://x".into();
+        node.network_data = JsonObject::new();
+        assert!(agent_params(&node, &[], &cfg, &token).is_err());
+    }
+
+    #[test]
+    fn tokens_are_long_random_and_url_safe() {
+        let a = new_agent_token().expect("token");
+        let b = new_agent_token().expect("token");
+        assert_eq!(a.expose().len(), 43);
+        assert_ne!(a.expose(), b.expose());
+        assert!(a
+            .expose()
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
+    }
+
+    #[test]
+    fn netmasks() {
+        assert_eq!(prefix_of("255.255.255.0"), Some(24));
+        assert_eq!(prefix_of("255.255.255.255"), Some(32));
+        assert_eq!(prefix_of("0.0.0.0"), Some(0));
+        assert_eq!(prefix_of("ffff:ffff:ffff:ffff::"), Some(64));
+        assert_eq!(prefix_of("16"), Some(16));
+        assert_eq!(prefix_of("255.0.255.0"), None);
+        assert_eq!(prefix_of("x"), None);
+    }
+
+    /// The image passes the system's own FAT tools: `fsck.vfat` finds nothing to fix and
+    /// `mtype` (mtools) reads the same parameters back.
+    #[test]
+    fn system_fat_tools_accept_the_image() {
+        let node = Node::new(Uuid::new_v4(), "agent_ilo", ProvisionState::Deploying);
+        let token = new_agent_token().expect("token");
+        let params = agent_params(&node, &[], &config(Some(CA)), &token).expect("params");
+        let image = build_image(&params).expect("image");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("floppy.img");
+        std::fs::write(&path, &image).expect("writing the image");
+        let img = path.display().to_string();
+        let run = |tool: &str, args: &[&str]| {
+            let out = std::process::Command::new(tool)
+                .args(args)
+                .env("MTOOLS_SKIP_CHECK", "1")
+                .output()
+                .unwrap_or_else(|e| {
+                    panic!("running {tool}: {e} (fix: apt-get install dosfstools mtools)")
+                });
+            assert!(
+                out.status.success(),
+                "{tool} {args:?}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            out.stdout
+        };
+        run("fsck.vfat", &["-n", &img]);
+        let label =
+            String::from_utf8_lossy(&run("mlabel", &["-s", "-i", &img, "::"])).to_lowercase();
+        assert!(label.contains("ir-vfd-dev"), "mlabel -s: {label}");
+        let out = run("mtype", &["-i", &img, "::parameters.txt"]);
+        let back = Params::parse(&out).expect("mtype output parses");
+        assert_eq!(back.get("ipa-agent-token"), Some(token.expose().as_str()));
+    }
+}

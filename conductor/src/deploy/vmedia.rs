@@ -1,0 +1,221 @@
+//! The virtual-media boot of the deploy ramdisk, shared by the flows (the seeds'
+//! setup/cleanup_virtual_media_boot; ../shared/reference/ironic-protocols.md §1.1, §3.5).
+//!
+//! # Design
+//! [`prepare`] powers the node off, builds and stores its floppy (TTL
+//! `deploy_helper_images_ttl`, so a crashed conductor leaks nothing), inserts the floppy and the
+//! deploy ISO by temp URL, boots once from the CD in the node's boot mode and powers on.
+//! [`cleanup`] undoes it, every step attempted even when an earlier one failed, and never
+//! fails: what cannot be cleaned is logged with the node's UUID.
+//!
+//! The floppy object is named after the node alone (`<container>/<uuid>-floppy`), so a
+//! clean-up finds it without any state from the deploy that made it.
+
+use anyhow::{bail, Context};
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::bmc::{Bmc, BootMode, VmediaDevice};
+use super::image::{self, ImageRef};
+use super::{floppy, DeployContext};
+use crate::objects::{ObjectBody, ObjectPath, PutOptions};
+use crate::store::{JsonObject, Node, PortFilter};
+
+/// `driver_internal_info` key of the pre-generated agent token.
+pub const AGENT_TOKEN_KEY: &str = "agent_secret_token";
+/// `driver_internal_info` key of the boot mode the ramdisk was booted in.
+pub const BOOT_MODE_KEY: &str = "deploy_boot_mode";
+
+/// `driver_info` keys that name the deploy ISO, in the order they are looked at: the iLO
+/// drivers' own, then the generic and Redfish names of the modern hardware types.
+const DEPLOY_ISO_KEYS: [&str; 3] = ["ilo_deploy_iso", "deploy_iso", "redfish_deploy_iso"];
+
+/// Where a node's floppy is stored.
+pub fn floppy_object(container: &str, node: uuid::Uuid) -> ObjectPath {
+    ObjectPath::new(container, format!("{node}-floppy"))
+}
+
+/// The deploy ISO reference of `node` and the field it came from.
+pub fn deploy_iso(node: &Node) -> anyhow::Result<(String, ImageRef)> {
+    for key in DEPLOY_ISO_KEYS {
+        match node.driver_info.get(key) {
+            None | Some(Value::Null) => continue,
+            Some(Value::String(s)) => {
+                let field = format!("driver_info.{key}");
+                let r = ImageRef::parse(&field, s)?;
+                return Ok((field, r));
+            }
+            Some(other) => bail!("driver_info.{key} must be a string, found {other}"),
+        }
+    }
+    bail!("driver_info.ilo_deploy_iso is missing: the deploy ISO to boot the node from")
+}
+
+/// The boot mode the node asks for, with Ironic's precedence
+/// ([`crate::node::capabilities::deploy_boot_mode`]); `None` when nothing says.
+pub fn requested_boot_mode(node: &Node) -> anyhow::Result<Option<BootMode>> {
+    Ok(crate::node::capabilities::deploy_boot_mode(node)?)
+}
+
+/// Boots `node`'s deploy ramdisk from virtual media; the node must be validated. Writes the
+/// token to the store before the node powers on, so its first call back finds it.
+pub(super) async fn prepare(ctx: &DeployContext, bmc: &Bmc, node: &mut Node) -> anyhow::Result<()> {
+    let config = &ctx.config;
+    let wanted_mode = requested_boot_mode(node)?;
+    let (iso_field, iso) = deploy_iso(node)?;
+    bmc.power_off().await?;
+
+    let token = floppy::new_agent_token()?;
+    let ports = ctx
+        .store
+        .list_ports(&PortFilter {
+            node_uuid: Some(node.uuid),
+            ..PortFilter::default()
+        })
+        .await
+        .context("listing the node's ports for BOOTIF")?;
+    let params = floppy::agent_params(node, &ports, config, &token)?;
+    let image = floppy::build_image(&params)?;
+    let floppy_path = floppy_object(&config.container, node.uuid);
+    let options = PutOptions {
+        delete_after: Some(config.deploy_helper_images_ttl),
+        ..PutOptions::default()
+    };
+    ctx.objects
+        .put(
+            &floppy_path,
+            ObjectBody::Bytes(Bytes::from(image)),
+            &options,
+        )
+        .await
+        .with_context(|| {
+            format!(
+                "storing the floppy as {floppy_path} in the {} store",
+                ctx.objects.kind()
+            )
+        })?;
+    let floppy_url = ctx
+        .objects
+        .temp_url(&floppy_path, config.deploy_helper_images_ttl)
+        .await
+        .with_context(|| format!("making a temp URL for {floppy_path}"))?;
+    let iso_url = image::resolve(
+        ctx.objects.as_ref(),
+        &config.container,
+        &iso_field,
+        &iso,
+        config.deploy_helper_images_ttl,
+    )
+    .await?;
+
+    bmc.insert(VmediaDevice::Floppy, &floppy_url).await?;
+    bmc.insert(VmediaDevice::Cdrom, &iso_url).await?;
+    bmc.boot_once_from_cd().await?;
+    let mode = bmc.ensure_boot_mode(wanted_mode).await?;
+
+    node.driver_internal_info.insert(
+        AGENT_TOKEN_KEY.into(),
+        Value::String(token.expose().clone()),
+    );
+    node.driver_internal_info
+        .insert(BOOT_MODE_KEY.into(), Value::String(mode.to_string()));
+    ctx.store
+        .update_node(node)
+        .await
+        .context("saving the agent token before the node boots")?;
+    bmc.power_on().await?;
+    tracing::info!(node = %node.uuid, boot_mode = %mode, "deploy ramdisk booting from virtual media");
+    Ok(())
+}
+
+/// Ejects both media, deletes the floppy object and wipes the token. Never fails; `bmc` is
+/// `None` when the BMC could not be reached (the media are then left, and said so).
+pub(super) async fn cleanup(ctx: &DeployContext, bmc: Option<&Bmc>, node: &mut Node) {
+    let uuid = node.uuid;
+    match bmc {
+        Some(bmc) => {
+            for device in [VmediaDevice::Floppy, VmediaDevice::Cdrom] {
+                if let Err(e) = bmc.eject(device).await {
+                    tracing::warn!(node = %uuid, error = %format!("{e:#}"), "clean-up: ejecting the virtual {device} failed");
+                }
+            }
+        }
+        None => {
+            tracing::warn!(node = %uuid, "clean-up: the BMC is unreachable, virtual media left inserted")
+        }
+    }
+    let path = floppy_object(&ctx.config.container, uuid);
+    if let Err(e) = ctx.objects.delete(&path).await {
+        tracing::warn!(node = %uuid, object = %path, error = %e, "clean-up: deleting the floppy failed (it expires by itself)");
+    }
+    wipe_token(&mut node.driver_internal_info);
+}
+
+/// Forgets the agent token.
+pub(super) fn wipe_token(info: &mut JsonObject) {
+    info.remove(AGENT_TOKEN_KEY);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::states::ProvisionState;
+    use serde_json::json;
+    use uuid::Uuid;
+
+    fn node(properties: Value, instance_info: Value) -> Node {
+        let mut n = Node::new(Uuid::new_v4(), "agent_ilo", ProvisionState::Deploying);
+        if let Value::Object(o) = properties {
+            n.properties = o;
+        }
+        if let Value::Object(o) = instance_info {
+            n.instance_info = o;
+        }
+        n
+    }
+
+    #[test]
+    fn boot_mode_from_capabilities() {
+        let n = node(
+            json!({"capabilities": "cpu_vt:true,boot_mode:uefi"}),
+            json!({}),
+        );
+        assert_eq!(requested_boot_mode(&n).expect("ok"), Some(BootMode::Uefi));
+        let n = node(json!({}), json!({"capabilities": {"boot_mode": "bios"}}));
+        assert_eq!(requested_boot_mode(&n).expect("ok"), Some(BootMode::Bios));
+        let n = node(json!({"capabilities": "secure_boot:true"}), json!({}));
+        assert_eq!(requested_boot_mode(&n).expect("ok"), None);
+        let n = node(json!({"capabilities": "boot_mode:efi"}), json!({}));
+        let err = requested_boot_mode(&n).expect_err("bad mode");
+        assert!(
+            format!("{err}").contains("properties/capabilities"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn deploy_iso_field_is_required_and_named() {
+        let mut n = node(json!({}), json!({}));
+        let err = deploy_iso(&n).expect_err("missing");
+        assert!(
+            format!("{err}").contains("driver_info.ilo_deploy_iso"),
+            "{err}"
+        );
+        n.driver_info
+            .insert("ilo_deploy_iso".into(), json!("ftp://x/deploy.iso"));
+        let err = deploy_iso(&n).expect_err("bad scheme");
+        assert!(
+            format!("{err}").contains("driver_info.ilo_deploy_iso"),
+            "{err}"
+        );
+        n.driver_info
+            .insert("ilo_deploy_iso".into(), json!("swift://isos/deploy.iso"));
+        let (field, r) = deploy_iso(&n).expect("valid");
+        assert_eq!(field, "driver_info.ilo_deploy_iso");
+        assert_eq!(r, ImageRef::Swift(ObjectPath::new("isos", "deploy.iso")));
+        assert_eq!(
+            floppy_object("c", n.uuid).to_string(),
+            format!("c/{}-floppy", n.uuid)
+        );
+    }
+}
