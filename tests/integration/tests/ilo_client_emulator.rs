@@ -455,7 +455,11 @@ fn faults_are_reported(protocol: &str) {
                 json!({"kind": "wrong_root", "count": 10}),
                 "where <ribcl> was expected",
             ),
-            (json!({"kind": "ribcl_error", "count": 10}), "ilo error"),
+            // The code and the command stay in the message; the variant says "BMC".
+            (
+                json!({"kind": "ribcl_error", "count": 10}),
+                "bmc error 0x0001: get_host_power_status",
+            ),
         ] {
             let o = fault_case(&emu, &pw, p, spec.clone(), 20);
             assert!(!o.ok, "{spec}");

@@ -13,8 +13,8 @@ use vmdeploy_shared::exit::UsageError;
 
 use super::{IloClient, IloConfig, Protocol, TlsVerify};
 use crate::drivers::{
-    BootDevice, BootMode, DriverError, Management, Power, PowerAction, Secret, VmediaBootOption,
-    VmediaDevice,
+    BootDevice, BootMode, DriverError, Inventory, Management, Power, PowerAction, Secret,
+    VirtualMedia, VmediaBootOption, VmediaDevice,
 };
 
 /// Arguments of `vmdeploy-conductor ilo`.
@@ -395,12 +395,18 @@ async fn execute(client: &IloClient, command: &IloCommand) -> anyhow::Result<Out
             Output::new("ok", json!({"ok": true, "boot_persistent": device}))
         }
         IloCommand::BootPersistent { device: None } => {
-            let order = client
-                .persistent_boot()
+            // One line per entry: the device it stands for, then the iLO's own id and
+            // description of a UEFI entry (`hdd\tBoot0007 (Embedded RAID 1 : ...)`).
+            let entries = client
+                .persistent_boot_entries()
                 .await
                 .context("reading persistent boot order")?;
-            let text: Vec<String> = order.iter().map(ToString::to_string).collect();
-            Output::new(text.join("\n"), json!({"boot_persistent": order}))
+            let text: Vec<String> = entries.iter().map(ToString::to_string).collect();
+            let order: Vec<&BootDevice> = entries.iter().map(|e| &e.device).collect();
+            Output::new(
+                text.join("\n"),
+                json!({"boot_persistent": order, "entries": entries}),
+            )
         }
         IloCommand::BootMode { action } => {
             match action.unwrap_or(BootModeAction::Get { current: false }) {
