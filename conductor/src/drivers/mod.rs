@@ -936,9 +936,35 @@ mod tests {
         ("GenericUSBBoot", "usb"),
     ];
 
+    /// iLO 5 (Redfish) names of boot sources and UEFI targets, as data. Source: proliantutils
+    /// `proliantutils/tests/redfish/json_samples/bios_boot.json` (BootSources: BootString,
+    /// UEFIDevicePath) and `system.json` (UefiTargetBootSourceOverride allowable values).
+    const REAL_ILO5_BOOT_SOURCES: &[(&str, &str)] = &[
+        (
+            "Embedded Storage : HPE Smart Array S100i SR Gen10 - LogVol (Lun:1 VolId:1) 931.48 GiB, RAID 0",
+            "hdd",
+        ),
+        ("PciRoot(0x0)/Pci(0x1C,0x4)/Pci(0x0,0x7)/Scsi(0x0,0x1)", "hdd"),
+        ("Generic USB Boot", "usb"),
+        ("UsbClass(0xFFFF,0xFFFF,0xFF,0xFF,0xFF)", "usb"),
+        (
+            "Embedded LOM 1 Port 1 : HPE Ethernet 1Gb 4-port 331i Adapter - NIC (PXE IPv4)",
+            "network",
+        ),
+        (
+            "PciRoot(0x0)/Pci(0x1C,0x0)/Pci(0x0,0x0)/MAC(30E17155B124,0x0)/IPv4(0.0.0.0)",
+            "network",
+        ),
+        (
+            "HD(1,GPT,7F14DF43-6600-420A-9950-C028836F6A5D,0x800,0x64000)/\\EFI\\centos\\shim.efi",
+            "hdd",
+        ),
+        ("PciRoot(0x0)/Pci(0x17,0x0)/Sata(0x3,0x0,0x0)", "hdd"),
+    ];
+
     #[test]
     fn real_uefi_entries_are_classified_as_the_ilo_tools_do() {
-        for (description, want) in REAL_UEFI_ENTRIES {
+        for (description, want) in REAL_UEFI_ENTRIES.iter().chain(REAL_ILO5_BOOT_SOURCES) {
             assert_eq!(
                 classify_boot_entry(description).to_string(),
                 *want,

@@ -308,6 +308,41 @@ fn every_command_works(protocol: &str) {
         "bios_and_uefi"
     );
 
+    // UEFI: the iLO lists BootXXXX entries; the CLI reads each as the device it stands for and
+    // keeps the iLO's id and description (RIBCL), so a node booting from its RAID volume reads
+    // `hdd` in both boot modes.
+    ok(&emu, p, &pw, &["boot-mode", "set", "uefi"]);
+    ok(&emu, p, &pw, &["power", "on"]);
+    assert_eq!(ok(&emu, p, &pw, &["boot-mode", "get", "--current"]), "uefi");
+    ok(&emu, p, &pw, &["boot-persistent", "hdd"]);
+    assert_eq!(emu.state()["persistent_boot"][0], "HDD");
+    let order = ok(&emu, p, &pw, &["boot-persistent"]);
+    let first = order.lines().next().unwrap_or_default();
+    if p == "ribcl" {
+        assert_eq!(
+            first,
+            "hdd\tBoot0007 (Embedded RAID 1 : Smart Array P420i Controller - 279.37 GiB, RAID 1 Logical Drive(Target:0, Lun:0))",
+            "{order}"
+        );
+        assert!(order.contains("network\tBoot0008 ("), "{order}");
+    } else {
+        assert_eq!(first, "hdd", "{order}");
+    }
+    let json_out: Value =
+        serde_json::from_str(&ok(&emu, p, &pw, &["--json", "boot-persistent"])).expect("json");
+    assert_eq!(json_out["boot_persistent"][0], "hdd", "{json_out}");
+    ok(&emu, p, &pw, &["boot-persistent", "network"]);
+    assert_eq!(emu.state()["persistent_boot"][0], "NETWORK");
+    assert!(
+        ok(&emu, p, &pw, &["boot-persistent"]).starts_with("network"),
+        "network first"
+    );
+    ok(&emu, p, &pw, &["boot-mode", "set", "bios"]);
+    ok(&emu, p, &pw, &["power", "off"]);
+    ok(&emu, p, &pw, &["power", "on"]);
+    assert_eq!(ok(&emu, p, &pw, &["boot-mode", "get", "--current"]), "bios");
+    ok(&emu, p, &pw, &["power", "off"]);
+
     // Virtual media, both devices.
     for (dev, key, file) in [
         ("cdrom", "CDROM", "boot.iso"),

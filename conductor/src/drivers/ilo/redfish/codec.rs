@@ -153,7 +153,9 @@ pub fn override_entry(system: &Value, device: BootDevice) -> BootEntry {
     let uefi_path = boot
         .and_then(|b| b.get("UefiTargetBootSourceOverride"))
         .and_then(Value::as_str)
-        .filter(|p| !p.trim().is_empty());
+        // iLO 5 writes "None" when no UEFI target is set (proliantutils
+        // `tests/redfish/json_samples/system.json`).
+        .filter(|p| !p.trim().is_empty() && *p != "None");
     match (target, uefi_path) {
         ("UefiTarget", Some(path)) => BootEntry::uefi(path, path),
         // A named target (`Pxe`, `Hdd`) is the device itself, as a legacy RIBCL entry.

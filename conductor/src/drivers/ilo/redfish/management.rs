@@ -465,6 +465,70 @@ mod tests {
         Reply::ok(body.to_string())
     }
 
+    /// A UEFI iLO 5 without a persistent override: the firmware's BootOrder, described by the
+    /// BootOptions members (names from proliantutils
+    /// `tests/redfish/json_samples/bios_boot.json`).
+    fn uefi_ilo5(req: &Request) -> Reply {
+        let option = |reference: &str, name: &str| json!({"BootOptionReference": reference, "DisplayName": name});
+        let body = match (req.method.as_str(), req.path.as_str()) {
+            ("GET", "/redfish/v1/") => json!({"Systems": {"@odata.id": "/redfish/v1/Systems/"}}),
+            ("GET", "/redfish/v1/Systems/") => {
+                json!({"Members": [{"@odata.id": "/redfish/v1/Systems/1/"}]})
+            }
+            ("GET", "/redfish/v1/Systems/1/") => json!({"PowerState": "Off",
+                "Boot": {"BootSourceOverrideEnabled": "Disabled",
+                    "BootSourceOverrideTarget": "None", "UefiTargetBootSourceOverride": "None",
+                    "BootOrder": ["Boot0007", "Boot0009", "Boot000C", "Boot0001"],
+                    "BootOptions": {"@odata.id": "/redfish/v1/Systems/1/BootOptions/"}}}),
+            ("GET", "/redfish/v1/Systems/1/BootOptions/") => json!({"Members": [
+                {"@odata.id": "/redfish/v1/Systems/1/BootOptions/1/"},
+                {"@odata.id": "/redfish/v1/Systems/1/BootOptions/2/"},
+                {"@odata.id": "/redfish/v1/Systems/1/BootOptions/3/"}]}),
+            ("GET", "/redfish/v1/Systems/1/BootOptions/1/") => option(
+                "Boot0007",
+                "Embedded Storage : HPE Smart Array S100i SR Gen10 - LogVol (Lun:1 VolId:1) 931.48 GiB, RAID 0",
+            ),
+            ("GET", "/redfish/v1/Systems/1/BootOptions/2/") => option(
+                "Boot0009",
+                "Embedded LOM 1 Port 1 : HPE Ethernet 1Gb 4-port 331i Adapter - NIC (PXE IPv4)",
+            ),
+            ("GET", "/redfish/v1/Systems/1/BootOptions/3/") => {
+                option("Boot000C", "Generic USB Boot")
+            }
+            _ => {
+                return Reply::status(
+                    404,
+                    json!({"error": {"message": "no such resource"}}).to_string(),
+                )
+            }
+        };
+        Reply::ok(body.to_string())
+    }
+
+    #[tokio::test]
+    async fn uefi_boot_order_reads_as_devices_with_their_names() {
+        let server = TestServer::start(uefi_ilo5).await;
+        let mut c = IloConfig::new(server.address.clone(), "admin", Secret::new("x"));
+        c.tls = TlsVerify::CaFile(server.cert_path.clone());
+        c.timeout = Duration::from_secs(5);
+        c.protocol = Protocol::Redfish;
+        let client = RedfishClient::new(&c).expect("client");
+        let entries = client.persistent_boot_entries().await.expect("order");
+        let devices: Vec<String> = entries.iter().map(|e| e.device.to_string()).collect();
+        assert_eq!(devices, ["hdd", "network", "usb", "Boot0001"]);
+        assert_eq!(entries[0].id.as_deref(), Some("Boot0007"));
+        assert!(entries[0]
+            .description
+            .as_deref()
+            .is_some_and(|d| d.contains("Smart Array S100i")));
+        // An entry without a BootOption stays a raw UEFI id: nothing to classify it by.
+        assert_eq!(entries[3].description, None);
+        assert_eq!(
+            client.persistent_boot().await.expect("devices")[0],
+            BootDevice::Hdd
+        );
+    }
+
     #[tokio::test]
     async fn insert_falls_back_to_the_hpe_oem_action_and_boot_once_uses_the_oem_flag() {
         let server = TestServer::start(early_ilo5).await;
