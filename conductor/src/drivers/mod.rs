@@ -108,6 +108,25 @@ impl fmt::Display for BootDevice {
     }
 }
 
+impl BootDevice {
+    /// The name Ironic's API uses for this device (`ironic.common.boot_devices`: `pxe`, `disk`,
+    /// `cdrom`, `floppy`, `bios`), `None` where Ironic has none (USB, a raw UEFI entry).
+    pub fn ironic_name(&self) -> Option<&'static str> {
+        match self {
+            BootDevice::Hdd => Some("disk"),
+            BootDevice::Network => Some("pxe"),
+            BootDevice::Cdrom => Some("cdrom"),
+            BootDevice::Floppy => Some("floppy"),
+            BootDevice::Other(name)
+                if ["rbsu", "biossetup"].contains(&name.to_ascii_lowercase().as_str()) =>
+            {
+                Some("bios")
+            }
+            BootDevice::Usb | BootDevice::Uefi { .. } | BootDevice::Other(_) => None,
+        }
+    }
+}
+
 /// Firmware boot mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -537,3 +537,68 @@ fn cli_faults_over_ribcl() {
 fn cli_faults_over_redfish() {
     faults_are_reported("redfish");
 }
+
+/// An iLO without an Advanced licence: inserting media is refused as "not licensed" in both
+/// protocols (RIBCL and Redfish spell it differently), and the validate-time check refuses from
+/// the licence list alone, without touching power. The client is built the way the conductor
+/// builds it: from a node's driver_info, parsed above the client.
+fn virtual_media_needs_a_licence(protocol: &str) {
+    use vmdeploy_conductor::drivers::ilo::IloClient;
+    use vmdeploy_conductor::drivers::{DriverErrorKind, Inventory, Power, PowerState};
+    use vmdeploy_conductor::node::driver_info::{IloDefaults, IloDriverInfo};
+
+    let emu = Emulator::start(&["--license", "standard"]);
+    let images = ImageServer::start();
+    let pw = emu.password_file(PASSWORD);
+    let p = protocol;
+    let url = format!("{}/boot.iso", images.base);
+
+    let o = cli(&emu, p, &pw, 20, &["vmedia", "insert", "cdrom", &url]);
+    assert!(!o.ok, "{p}: insert without a licence succeeded");
+    assert_eq!(o.stderr.lines().count(), 1, "{p}: {}", o.stderr);
+    assert!(
+        o.stderr.to_lowercase().contains("not licensed"),
+        "{p}: {}",
+        o.stderr
+    );
+    assert_eq!(emu.state()["vmedia"]["CDROM"]["inserted"], false);
+
+    let driver_info = json!({
+        "ilo_address": format!("https://{}", emu.address),
+        "ilo_username": USER,
+        "ilo_password": PASSWORD,
+        "ilo_verify_ca": emu.cert.display().to_string(),
+        "client_timeout": "20",
+        "ilo_protocol": p,
+    });
+    let Value::Object(driver_info) = driver_info else {
+        unreachable!("a JSON object literal")
+    };
+    let info = IloDriverInfo::parse(&driver_info, &IloDefaults::default()).expect("valid");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let client = IloClient::connect(&info.config).await.expect("client");
+        let power_before = client.power_state().await.expect("power");
+        let err = client
+            .check_virtual_media_licence()
+            .await
+            .expect_err("standard licence refused");
+        assert_eq!(err.kind(), DriverErrorKind::NotLicensed, "{p}: {err}");
+        assert!(err.to_string().contains("iLO Standard"), "{p}: {err}");
+        assert_eq!(client.power_state().await.expect("power"), power_before);
+        assert_eq!(power_before, PowerState::Off);
+    });
+}
+
+#[test]
+fn virtual_media_needs_a_licence_over_ribcl() {
+    virtual_media_needs_a_licence("ribcl");
+}
+
+#[test]
+fn virtual_media_needs_a_licence_over_redfish() {
+    virtual_media_needs_a_licence("redfish");
+}
