@@ -18,7 +18,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::drivers::ilo::{IloConfig, Protocol, TlsVerify, DEFAULT_PORT, DEFAULT_TIMEOUT_SECS};
-use crate::drivers::Secret;
+use crate::drivers::{DriverError, Secret};
 
 /// `driver_info` keys (DESIGN.md §3; `ilo_protocol` is this project's own).
 pub mod keys {
@@ -144,9 +144,10 @@ impl IloDriverInfo {
         }
         // The address check of both clients, run here once so that a bad address is refused
         // at enrolment with the field's name rather than at the first power call.
-        config
-            .base_url()
-            .map_err(|e| invalid(keys::ADDRESS, e.to_string()))?;
+        config.base_url().map_err(|e| match e {
+            DriverError::InvalidRequest(reason) => invalid(keys::ADDRESS, reason),
+            other => invalid(keys::ADDRESS, other.to_string()),
+        })?;
         let deploy_iso = get(keys::DEPLOY_ISO)
             .map(|v| image_reference(keys::DEPLOY_ISO, v))
             .transpose()?;
@@ -445,7 +446,10 @@ mod tests {
                 (Ok(url), Ok(info)) => {
                     assert_eq!(info.config.base_url().expect("checked"), *url, "{value}")
                 }
-                (Err(()), Err(err)) => assert_eq!(err.field(), "ilo_address", "{value}: {err}"),
+                (Err(()), Err(err)) => {
+                    assert_eq!(err.field(), "ilo_address", "{value}: {err}");
+                    assert!(!err.to_string().contains("invalid request"), "{err}");
+                }
                 (want, got) => panic!("{value}: want {want:?}, got {got:?}"),
             }
         }

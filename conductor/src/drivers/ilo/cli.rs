@@ -265,9 +265,10 @@ fn config(args: &IloArgs) -> anyhow::Result<IloConfig> {
     Ok(config)
 }
 
-/// Runs an iLO operator command. Errors in the arguments, and requests the iLO was never sent
-/// because their input is wrong ([`DriverError::InvalidRequest`]: an address, a CA file, an
-/// image URL), are [`UsageError`]s (exit 64).
+/// Runs an iLO operator command. Errors in the arguments, requests the iLO was never sent
+/// because their input is wrong, and requests the iLO refused as invalid
+/// ([`DriverError::InvalidRequest`]: an address, a CA file, an image URL, a virtual media option
+/// the iLO rejects) are [`UsageError`]s (exit 64).
 pub fn run(args: IloArgs) -> anyhow::Result<()> {
     let config = config(&args).map_err(UsageError::wrap)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
