@@ -7,10 +7,12 @@ use anyhow::Context;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::drivers::ilo::{IloClient, IloConfig, Protocol};
+use crate::drivers::ilo::{IloClient, Protocol};
 use crate::drivers::{
-    BootDevice, DriverError, LicenceTier, Management, Power, PowerAction, VmediaBootOption,
+    virtual_media_licensed, BootDevice, DriverError, Inventory, Management, Power, PowerAction,
+    VirtualMedia, VmediaBootOption,
 };
+use crate::node::driver_info::{IloDefaults, IloDriverInfo};
 use crate::store::Node;
 
 pub(super) use crate::drivers::{BootMode, PowerState, VmediaDevice};
@@ -62,8 +64,10 @@ impl Bmc {
     /// `redfish_address`/`redfish_username`/`redfish_password`, spoken over Redfish).
     pub(super) async fn connect(node: &Node) -> anyhow::Result<Bmc> {
         let info = client_settings(node);
-        let config = IloConfig::from_driver_info(&Value::Object(info))
-            .context("reading the BMC settings of driver_info")?;
+        // TODO(issue 10): the `[ilo]` configuration's defaults, once the service passes them.
+        let config = IloDriverInfo::parse(&info, &IloDefaults::default())
+            .context("reading the BMC settings of driver_info")?
+            .config;
         let address = config.address.clone();
         let client = IloClient::connect(&config)
             .await
@@ -95,7 +99,7 @@ impl Bmc {
             .await
             .with_context(|| self.ctx("reading the licences"))?;
         let names: Vec<String> = licences.iter().map(|l| l.licence_type.clone()).collect();
-        let ok = licences.iter().any(|l| l.tier() == LicenceTier::Advanced);
+        let ok = virtual_media_licensed(&licences);
         Ok((ok, names.join(", ")))
     }
 
@@ -240,12 +244,13 @@ mod tests {
         {
             node.driver_info = o;
         }
-        let config =
-            IloConfig::from_driver_info(&Value::Object(client_settings(&node))).expect("readable");
+        let config = IloDriverInfo::parse(&client_settings(&node), &IloDefaults::default())
+            .expect("readable")
+            .config;
         assert_eq!(config.base_url().expect("url"), "https://10.0.0.9:8443");
         assert_eq!(config.protocol, Protocol::Redfish);
         assert_eq!(config.username, "u");
         node.driver = "agent_ilo".into();
-        assert!(IloConfig::from_driver_info(&Value::Object(client_settings(&node))).is_err());
+        assert!(IloDriverInfo::parse(&client_settings(&node), &IloDefaults::default()).is_err());
     }
 }

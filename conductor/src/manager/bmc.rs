@@ -10,19 +10,23 @@ use serde_json::Value;
 
 use super::ManagerError;
 use crate::drivers::ilo::{IloClient, IloConfig};
-use crate::drivers::{DriverError, Power, PowerAction, PowerState};
+use crate::drivers::{DriverError, DriverErrorKind, Power, PowerAction, PowerState};
+use crate::node::driver_info::{IloDefaults, IloDriverInfo};
 use crate::states::NodePower;
 use crate::store::Node;
 
 /// The node's BMC settings, or why `driver_info` does not give them (400 for the API).
 pub(crate) fn config(node: &Node) -> Result<IloConfig, ManagerError> {
-    IloConfig::from_driver_info(&Value::Object(node.driver_info.clone())).map_err(|err| {
-        ManagerError::Invalid(format!(
-            "node {}: driver_info is incomplete or invalid: {}",
-            node.uuid,
-            describe(&err)
-        ))
-    })
+    // TODO(issue 10): the `[ilo]` configuration's defaults; the built-in ones until the
+    // service passes them down.
+    IloDriverInfo::parse(&node.driver_info, &IloDefaults::default())
+        .map(|info| info.config)
+        .map_err(|err| {
+            ManagerError::Invalid(format!(
+                "node {}: driver_info is incomplete or invalid: {err}",
+                node.uuid
+            ))
+        })
 }
 
 /// A client for the node's BMC.
@@ -76,15 +80,18 @@ pub(crate) fn failed(node: &Node, err: &DriverError) -> ManagerError {
 
 /// A driver error in words an operator can act on.
 pub(crate) fn describe(err: &DriverError) -> String {
-    match err {
-        DriverError::LoginFailed { .. } => format!(
+    match (err.kind(), err) {
+        (_, DriverError::LoginFailed { .. }) => format!(
             "{err}; check ilo_username and ilo_password in the node's driver_info"
         ),
-        DriverError::Connection { .. } | DriverError::Timeout { .. } => format!(
+        (_, DriverError::Connection { .. } | DriverError::Timeout { .. }) => format!(
             "{err}; check ilo_address and client_port in driver_info and that the iLO is reachable from the conductor"
         ),
-        DriverError::Tls { .. } => format!(
+        (_, DriverError::Tls { .. }) => format!(
             "{err}; set ilo_verify_ca in driver_info to the iLO's CA file (or false to skip the check)"
+        ),
+        (DriverErrorKind::NotLicensed, _) => format!(
+            "{err}; install an iLO Advanced licence on the node's iLO"
         ),
         _ => err.to_string(),
     }

@@ -3,4 +3,5 @@
 //! validation live here, above the BMC clients and the flows, so they happen once.
 
 pub mod capabilities;
+pub mod driver_info;
 pub mod instance_info;

@@ -138,34 +138,45 @@ impl BootDevice {
         }
     }
 
-    /// The UEFI boot option (`BootXXXX`) and its description, shaped like a Gen8/Gen9 in UEFI
-    /// mode (proliantutils maps them back by substring: "HP iLO Virtual USB CD" is CDROM,
-    /// "NIC"/"PXE" is NETWORK, "Logical Drive" is HDD; reference §1.5 GET_PERSISTENT_BOOT).
-    /// `None` for devices that have no UEFI boot option here.
-    pub fn uefi_option(self) -> Option<(&'static str, &'static str)> {
+    /// The UEFI boot options (`BootXXXX`) of this device and their descriptions, as a real iLO 4
+    /// in UEFI mode lists them (proliantutils `proliantutils/tests/ilo/ribcl_sample_outputs.py`,
+    /// GET_PERSISTENT_BOOT_DEVICE_*_UEFI_XML and GET_NIC_DATA): long descriptions wrapped over
+    /// lines inside the attribute, a NIC entry each for IPv4 and IPv6 with a trailing space, the
+    /// virtual key, and a generic USB entry. Clients map them back by substring ("HP iLO Virtual
+    /// USB CD" is CDROM, "NIC"/"PXE" is NETWORK, "Logical Drive" is HDD; reference §1.5).
+    /// Empty for devices that have no UEFI boot option here.
+    pub fn uefi_options(self) -> &'static [(&'static str, &'static str)] {
         match self {
-            BootDevice::Cdrom => Some((
+            BootDevice::Cdrom => &[(
                 "Boot000B",
                 "iLO Virtual USB 2 : HP iLO Virtual USB CD/DVD ROM",
-            )),
-            BootDevice::Floppy => Some(("Boot000A", "iLO Virtual USB 1 : HP iLO Virtual USB Key")),
-            BootDevice::Hdd => Some((
+            )],
+            BootDevice::Floppy => &[("Boot000A", "iLO Virtual USB 1 : HP iLO Virtual USB Key")],
+            BootDevice::Hdd => &[(
                 "Boot0007",
-                "Embedded RAID 1 : Smart Array P420i Controller - 279.37 GiB, RAID 1 Logical Drive(Target:0, Lun:0)",
-            )),
-            BootDevice::Network => Some((
-                "Boot0009",
-                "Embedded LOM 1 Port 1 : HP Ethernet 1Gb 4-port 331i Adapter - NIC (PXE IPv4)",
-            )),
-            BootDevice::Usb | BootDevice::Rbsu => None,
+                "Embedded RAID 1 : Smart Array P420i Controller - 279.37 GiB,\n             RAID 1 Logical Drive(Target:0, Lun:0)",
+            )],
+            BootDevice::Network => &[
+                (
+                    "Boot0009",
+                    "Embedded LOM 1 Port 1 : HP Ethernet 1Gb 4-port 331i Adapter\n            - NIC (PXE IPv4) ",
+                ),
+                (
+                    "Boot0008",
+                    "Embedded LOM 1 Port 1 : HP Ethernet 1Gb 4-port 331i Adapter\n            - NIC (PXE IPv6) ",
+                ),
+            ],
+            BootDevice::Usb => &[("Boot0000", "Generic USB Boot")],
+            BootDevice::Rbsu => &[],
         }
     }
 
     /// Resolves a UEFI `BootXXXX` id (case-insensitive) to a device.
     pub fn from_uefi_id(id: &str) -> Option<Self> {
         DEFAULT_BOOT_ORDER.into_iter().find(|d| {
-            d.uefi_option()
-                .is_some_and(|(opt, _)| opt.eq_ignore_ascii_case(id.trim()))
+            d.uefi_options()
+                .iter()
+                .any(|(opt, _)| opt.eq_ignore_ascii_case(id.trim()))
         })
     }
 }
@@ -728,15 +739,9 @@ mod tests {
     #[test]
     fn uefi_ids_round_trip() {
         for d in DEFAULT_BOOT_ORDER {
-            if let Some((id, _)) = d.uefi_option() {
+            for (id, _) in d.uefi_options() {
                 assert_eq!(BootDevice::from_uefi_id(id), Some(d));
             }
         }
-        assert_eq!(
-            OneTimeBoot::from_ribcl("cdrom"),
-            Ok(Some(OneTimeBoot::Device(BootDevice::Cdrom)))
-        );
-        assert_eq!(OneTimeBoot::from_ribcl("Normal"), Ok(None));
-        assert!(OneTimeBoot::from_ribcl("bogus").is_err());
     }
 }

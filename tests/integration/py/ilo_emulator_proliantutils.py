@@ -87,6 +87,15 @@ def main():
     assert ilo.get_current_boot_mode() == "UEFI"
     # UEFI persistent boot: BootXXXX ids with descriptions, mapped back by proliantutils.
     assert ilo.get_persistent_boot_device() == "NETWORK"
+    # As a real iLO 4 lists them: one NIC entry per IP version, descriptions wrapped over lines.
+    entries = ilo.ribcl._get_persistent_boot()
+    nics = [e["value"] for e in entries if "NIC" in e["DESCRIPTION"]]
+    assert nics == ["Boot0009", "Boot0008"], entries
+    # The wrapped line reaches the client as a run of spaces (XML attribute normalisation).
+    assert any("    " in e["DESCRIPTION"] for e in entries), entries
+    ilo.update_persistent_boot(["NETWORK"])
+    assert ilo.get_persistent_boot_device() == "NETWORK"
+    assert state(args)["persistent_boot"][0] == "NETWORK"
     ilo.update_persistent_boot(["HDD"])
     assert ilo.get_persistent_boot_device() == "HDD"
     ilo.update_persistent_boot(["CDROM"])

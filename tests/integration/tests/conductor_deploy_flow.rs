@@ -138,10 +138,12 @@ impl Emulator {
 
     /// Powers the host on through the conductor's own iLO client.
     async fn power_on(&self) {
-        use vmdeploy_conductor::drivers::ilo::{IloClient, IloConfig};
+        use vmdeploy_conductor::drivers::ilo::IloClient;
         use vmdeploy_conductor::drivers::{Power, PowerAction};
-        let config =
-            IloConfig::from_driver_info(&Value::Object(self.driver_info())).expect("config");
+        use vmdeploy_conductor::node::driver_info::{IloDefaults, IloDriverInfo};
+        let config = IloDriverInfo::parse(&self.driver_info(), &IloDefaults::default())
+            .expect("config")
+            .config;
         let client = IloClient::connect(&config).await.expect("connecting");
         client.set_power(PowerAction::On).await.expect("power on");
         assert_eq!(self.state()["power"], "ON");

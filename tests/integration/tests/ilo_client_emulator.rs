@@ -308,6 +308,41 @@ fn every_command_works(protocol: &str) {
         "bios_and_uefi"
     );
 
+    // UEFI: the iLO lists BootXXXX entries; the CLI reads each as the device it stands for and
+    // keeps the iLO's id and description (RIBCL), so a node booting from its RAID volume reads
+    // `hdd` in both boot modes.
+    ok(&emu, p, &pw, &["boot-mode", "set", "uefi"]);
+    ok(&emu, p, &pw, &["power", "on"]);
+    assert_eq!(ok(&emu, p, &pw, &["boot-mode", "get", "--current"]), "uefi");
+    ok(&emu, p, &pw, &["boot-persistent", "hdd"]);
+    assert_eq!(emu.state()["persistent_boot"][0], "HDD");
+    let order = ok(&emu, p, &pw, &["boot-persistent"]);
+    let first = order.lines().next().unwrap_or_default();
+    if p == "ribcl" {
+        assert_eq!(
+            first,
+            "hdd\tBoot0007 (Embedded RAID 1 : Smart Array P420i Controller - 279.37 GiB, RAID 1 Logical Drive(Target:0, Lun:0))",
+            "{order}"
+        );
+        assert!(order.contains("network\tBoot0008 ("), "{order}");
+    } else {
+        assert_eq!(first, "hdd", "{order}");
+    }
+    let json_out: Value =
+        serde_json::from_str(&ok(&emu, p, &pw, &["--json", "boot-persistent"])).expect("json");
+    assert_eq!(json_out["boot_persistent"][0], "hdd", "{json_out}");
+    ok(&emu, p, &pw, &["boot-persistent", "network"]);
+    assert_eq!(emu.state()["persistent_boot"][0], "NETWORK");
+    assert!(
+        ok(&emu, p, &pw, &["boot-persistent"]).starts_with("network"),
+        "network first"
+    );
+    ok(&emu, p, &pw, &["boot-mode", "set", "bios"]);
+    ok(&emu, p, &pw, &["power", "off"]);
+    ok(&emu, p, &pw, &["power", "on"]);
+    assert_eq!(ok(&emu, p, &pw, &["boot-mode", "get", "--current"]), "bios");
+    ok(&emu, p, &pw, &["power", "off"]);
+
     // Virtual media, both devices.
     for (dev, key, file) in [
         ("cdrom", "CDROM", "boot.iso"),
@@ -455,7 +490,11 @@ fn faults_are_reported(protocol: &str) {
                 json!({"kind": "wrong_root", "count": 10}),
                 "where <ribcl> was expected",
             ),
-            (json!({"kind": "ribcl_error", "count": 10}), "ilo error"),
+            // The code and the command stay in the message; the variant says "BMC".
+            (
+                json!({"kind": "ribcl_error", "count": 10}),
+                "bmc error 0x0001: get_host_power_status",
+            ),
         ] {
             let o = fault_case(&emu, &pw, p, spec.clone(), 20);
             assert!(!o.ok, "{spec}");
@@ -497,4 +536,69 @@ fn cli_faults_over_ribcl() {
 #[test]
 fn cli_faults_over_redfish() {
     faults_are_reported("redfish");
+}
+
+/// An iLO without an Advanced licence: inserting media is refused as "not licensed" in both
+/// protocols (RIBCL and Redfish spell it differently), and the validate-time check refuses from
+/// the licence list alone, without touching power. The client is built the way the conductor
+/// builds it: from a node's driver_info, parsed above the client.
+fn virtual_media_needs_a_licence(protocol: &str) {
+    use vmdeploy_conductor::drivers::ilo::IloClient;
+    use vmdeploy_conductor::drivers::{DriverErrorKind, Inventory, Power, PowerState};
+    use vmdeploy_conductor::node::driver_info::{IloDefaults, IloDriverInfo};
+
+    let emu = Emulator::start(&["--license", "standard"]);
+    let images = ImageServer::start();
+    let pw = emu.password_file(PASSWORD);
+    let p = protocol;
+    let url = format!("{}/boot.iso", images.base);
+
+    let o = cli(&emu, p, &pw, 20, &["vmedia", "insert", "cdrom", &url]);
+    assert!(!o.ok, "{p}: insert without a licence succeeded");
+    assert_eq!(o.stderr.lines().count(), 1, "{p}: {}", o.stderr);
+    assert!(
+        o.stderr.to_lowercase().contains("not licensed"),
+        "{p}: {}",
+        o.stderr
+    );
+    assert_eq!(emu.state()["vmedia"]["CDROM"]["inserted"], false);
+
+    let driver_info = json!({
+        "ilo_address": format!("https://{}", emu.address),
+        "ilo_username": USER,
+        "ilo_password": PASSWORD,
+        "ilo_verify_ca": emu.cert.display().to_string(),
+        "client_timeout": "20",
+        "ilo_protocol": p,
+    });
+    let Value::Object(driver_info) = driver_info else {
+        unreachable!("a JSON object literal")
+    };
+    let info = IloDriverInfo::parse(&driver_info, &IloDefaults::default()).expect("valid");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let client = IloClient::connect(&info.config).await.expect("client");
+        let power_before = client.power_state().await.expect("power");
+        let err = client
+            .check_virtual_media_licence()
+            .await
+            .expect_err("standard licence refused");
+        assert_eq!(err.kind(), DriverErrorKind::NotLicensed, "{p}: {err}");
+        assert!(err.to_string().contains("iLO Standard"), "{p}: {err}");
+        assert_eq!(client.power_state().await.expect("power"), power_before);
+        assert_eq!(power_before, PowerState::Off);
+    });
+}
+
+#[test]
+fn virtual_media_needs_a_licence_over_ribcl() {
+    virtual_media_needs_a_licence("ribcl");
+}
+
+#[test]
+fn virtual_media_needs_a_licence_over_redfish() {
+    virtual_media_needs_a_licence("redfish");
 }

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use vmdeploy_conductor::drivers::ilo::redfish::RedfishClient;
 use vmdeploy_conductor::drivers::ilo::{IloClient, IloConfig, Protocol, TlsVerify};
 use vmdeploy_conductor::drivers::{
-    BootDevice, BootMode, DriverError, Management, Power, PowerAction, PowerState, Secret,
-    VmediaDevice,
+    BootDevice, BootMode, DriverError, DriverErrorKind, Inventory, Management, Power, PowerAction,
+    PowerState, Secret, VirtualMedia, VmediaDevice,
 };
 use vmdeploy_integration_tests::bin;
 use vmdeploy_integration_tests::sushy::{SushyEmulator, SYSTEM_UUID};
@@ -199,6 +199,7 @@ async fn redfish_client_drives_sushy_emulator() {
         .await
         .expect_err("401");
     assert!(matches!(err, DriverError::LoginFailed { .. }), "{err}");
+    assert_eq!(err.kind(), DriverErrorKind::Auth, "{err}");
 
     // Auto protocol: no /ribcl on sushy-tools, so Redfish is chosen.
     let mut auto = config(&sushy);

@@ -13,8 +13,8 @@ use vmdeploy_shared::exit::UsageError;
 
 use super::{IloClient, IloConfig, Protocol, TlsVerify};
 use crate::drivers::{
-    BootDevice, BootMode, DriverError, Management, Power, PowerAction, Secret, VmediaBootOption,
-    VmediaDevice,
+    BootDevice, BootMode, DriverError, Inventory, Management, Power, PowerAction, Secret,
+    VirtualMedia, VmediaBootOption, VmediaDevice,
 };
 
 /// Arguments of `vmdeploy-conductor ilo`.
@@ -265,9 +265,10 @@ fn config(args: &IloArgs) -> anyhow::Result<IloConfig> {
     Ok(config)
 }
 
-/// Runs an iLO operator command. Errors in the arguments, and requests the iLO was never sent
-/// because their input is wrong ([`DriverError::InvalidRequest`]: an address, a CA file, an
-/// image URL), are [`UsageError`]s (exit 64).
+/// Runs an iLO operator command. Errors in the arguments, requests the iLO was never sent
+/// because their input is wrong, and requests the iLO refused as invalid
+/// ([`DriverError::InvalidRequest`]: an address, a CA file, an image URL, a virtual media option
+/// the iLO rejects) are [`UsageError`]s (exit 64).
 pub fn run(args: IloArgs) -> anyhow::Result<()> {
     let config = config(&args).map_err(UsageError::wrap)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -395,12 +396,18 @@ async fn execute(client: &IloClient, command: &IloCommand) -> anyhow::Result<Out
             Output::new("ok", json!({"ok": true, "boot_persistent": device}))
         }
         IloCommand::BootPersistent { device: None } => {
-            let order = client
-                .persistent_boot()
+            // One line per entry: the device it stands for, then the iLO's own id and
+            // description of a UEFI entry (`hdd\tBoot0007 (Embedded RAID 1 : ...)`).
+            let entries = client
+                .persistent_boot_entries()
                 .await
                 .context("reading persistent boot order")?;
-            let text: Vec<String> = order.iter().map(ToString::to_string).collect();
-            Output::new(text.join("\n"), json!({"boot_persistent": order}))
+            let text: Vec<String> = entries.iter().map(ToString::to_string).collect();
+            let order: Vec<&BootDevice> = entries.iter().map(|e| &e.device).collect();
+            Output::new(
+                text.join("\n"),
+                json!({"boot_persistent": order, "entries": entries}),
+            )
         }
         IloCommand::BootMode { action } => {
             match action.unwrap_or(BootModeAction::Get { current: false }) {

@@ -5,7 +5,9 @@
 //! `client_timeout` (DESIGN.md §3) bounds a whole operation, retries included: an iLO that never
 //! answers fails within it, and a retry is only started when its back-off still fits. Only
 //! transient failures are retried (connection errors, HTTP 5xx, a busy iLO;
-//! [`DriverError::is_transient`]); a timed-out attempt is not, because the deadline is spent.
+//! [`DriverError::is_transient`]); a timed-out attempt is not, although a caller may count a
+//! timeout as transient, because the operation's deadline is spent and a write's outcome is
+//! unknown.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -194,6 +196,7 @@ where
             Ok(value) => return Ok(value),
             Err(err)
                 if err.is_transient()
+                    && !matches!(err, DriverError::Timeout { .. })
                     && tries < retry.attempts
                     && Instant::now() + backoff < deadline =>
             {
@@ -223,7 +226,8 @@ mod tests {
             if calls.fetch_add(1, Ordering::SeqCst) < 2 {
                 Err(DriverError::HttpStatus {
                     status: 503,
-                    url: "u".into(),
+                    request: "GET u".into(),
+                    message: "Service Unavailable".into(),
                 })
             } else {
                 Ok(7)

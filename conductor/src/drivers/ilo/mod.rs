@@ -3,9 +3,10 @@
 //!
 //! # Design
 //! [`IloClient`] is an enum of the two clients (STYLE.md §2: an enum when there are few
-//! strategies) and implements [`Power`] and [`Management`] by delegation. The protocol comes from
-//! `driver_info` (`ilo_protocol`: `ribcl`, `redfish` or `auto`). `auto` does what proliantutils'
-//! IloClient does (reference/ilo-management.md §1.7): ask GET_PRODUCT_NAME over RIBCL; a model
+//! strategies) and implements [`Power`], [`Management`], [`VirtualMedia`] and [`Inventory`] by
+//! delegation. It is built from an [`IloConfig`]: the node's `driver_info` is read and checked
+//! above it, once (`crate::node::driver_info`). The protocol comes from `ilo_protocol`
+//! (`ribcl`, `redfish` or `auto`). `auto` does what proliantutils' IloClient does (reference/ilo-management.md §1.7): ask GET_PRODUCT_NAME over RIBCL; a model
 //! of Gen10 or later, or an iLO whose RIBCL is off, is driven over Redfish, anything else over
 //! RIBCL.
 
@@ -13,11 +14,10 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use serde_json::Value;
-
 use super::{
-    BmcInfo, BootDevice, BootMode, DriverError, Health, Licence, Management, Power, PowerAction,
-    PowerState, Secret, SupportedBootModes, VmediaBootOption, VmediaDevice, VmediaStatus,
+    BmcInfo, BootDevice, BootEntry, BootMode, DriverError, Health, Inventory, Licence, Management,
+    Power, PowerAction, PowerState, Secret, SupportedBootModes, VirtualMedia, VmediaBootOption,
+    VmediaDevice, VmediaStatus,
 };
 
 pub mod cli;
@@ -138,66 +138,6 @@ impl IloConfig {
         let port = url.port_or_known_default().unwrap_or(self.port);
         Ok(format!("https://{host}:{port}"))
     }
-
-    /// Reads a node's `driver_info` (DESIGN.md §3): `ilo_address`, `ilo_username`,
-    /// `ilo_password`, `client_port`, `client_timeout`, `ilo_verify_ca` (path or bool) and
-    /// `ilo_protocol`.
-    pub fn from_driver_info(info: &Value) -> Result<Self, DriverError> {
-        let text = |key: &str| -> Result<String, DriverError> {
-            info.get(key)
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .ok_or_else(|| DriverError::InvalidRequest(format!("driver_info lacks {key}")))
-        };
-        let mut config = Self::new(
-            text("ilo_address")?,
-            text("ilo_username")?,
-            Secret::new(text("ilo_password")?),
-        );
-        if let Some(port) = info.get("client_port") {
-            config.port = number(port)
-                .and_then(|p| u16::try_from(p).ok())
-                .filter(|p| *p != 0)
-                .ok_or_else(|| {
-                    DriverError::InvalidRequest(format!("client_port {port} is not a port"))
-                })?;
-        }
-        if let Some(timeout) = info.get("client_timeout") {
-            let secs = number(timeout).filter(|s| *s > 0).ok_or_else(|| {
-                DriverError::InvalidRequest(format!("client_timeout {timeout} is not seconds"))
-            })?;
-            config.timeout = Duration::from_secs(secs);
-        }
-        if let Some(verify) = info.get("ilo_verify_ca") {
-            config.tls = match verify {
-                Value::Bool(true) => TlsVerify::System,
-                Value::Bool(false) => TlsVerify::Insecure,
-                Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
-                    "true" | "yes" | "1" => TlsVerify::System,
-                    "false" | "no" | "0" => TlsVerify::Insecure,
-                    _ => TlsVerify::CaFile(s.trim().into()),
-                },
-                other => {
-                    return Err(DriverError::InvalidRequest(format!(
-                        "ilo_verify_ca {other} is neither a path nor a boolean"
-                    )))
-                }
-            };
-        }
-        if let Some(protocol) = info.get("ilo_protocol").and_then(Value::as_str) {
-            config.protocol = protocol.parse()?;
-        }
-        Ok(config)
-    }
-}
-
-/// A JSON number or a string holding one (Ironic's driver_info is loosely typed).
-fn number(value: &Value) -> Option<u64> {
-    match value {
-        Value::Number(n) => n.as_u64(),
-        Value::String(s) => s.trim().parse().ok(),
-        _ => None,
-    }
 }
 
 /// Product names that mean iLO 5 or later, where proliantutils switches to Redfish
@@ -237,7 +177,7 @@ impl IloClient {
                     // RIBCL disabled or absent (iLO 5 with RIBCL off, another vendor's BMC):
                     // proliantutils goes Redfish-only on an iLO error here.
                     Err(
-                        err @ (DriverError::Ilo { .. }
+                        err @ (DriverError::Bmc { .. }
                         | DriverError::NotSupported { .. }
                         | DriverError::HttpStatus { .. }
                         | DriverError::MalformedReply { .. }),
@@ -288,8 +228,8 @@ impl Management for IloClient {
         delegate!(self, set_one_time_boot(device))
     }
 
-    async fn persistent_boot(&self) -> Result<Vec<BootDevice>, DriverError> {
-        delegate!(self, persistent_boot())
+    async fn persistent_boot_entries(&self) -> Result<Vec<BootEntry>, DriverError> {
+        delegate!(self, persistent_boot_entries())
     }
 
     async fn set_persistent_boot(&self, device: &BootDevice) -> Result<(), DriverError> {
@@ -311,7 +251,9 @@ impl Management for IloClient {
     async fn supported_boot_modes(&self) -> Result<SupportedBootModes, DriverError> {
         delegate!(self, supported_boot_modes())
     }
+}
 
+impl VirtualMedia for IloClient {
     async fn vmedia_status(&self, device: VmediaDevice) -> Result<VmediaStatus, DriverError> {
         delegate!(self, vmedia_status(device))
     }
@@ -332,7 +274,9 @@ impl Management for IloClient {
     ) -> Result<(), DriverError> {
         delegate!(self, set_vmedia_status(device, boot_option, write_protect))
     }
+}
 
+impl Inventory for IloClient {
     async fn licences(&self) -> Result<Vec<Licence>, DriverError> {
         delegate!(self, licences())
     }
@@ -360,7 +304,6 @@ pub(crate) fn leading_number(text: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn addresses() {
@@ -388,30 +331,6 @@ mod tests {
         for bad in ["", "http://x/", "a@b", "host:notaport"] {
             assert!(cfg(bad).base_url().is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn driver_info_is_read_and_masked() {
-        let info = json!({
-            "ilo_address": "10.1.2.3", "ilo_username": "Administrator", "ilo_password": "s3cret",
-            "client_port": "8443", "client_timeout": 30, "ilo_verify_ca": "/etc/ca.pem",
-            "ilo_protocol": "redfish"
-        });
-        let cfg = IloConfig::from_driver_info(&info).expect("valid");
-        assert_eq!(cfg.port, 8443);
-        assert_eq!(cfg.timeout, Duration::from_secs(30));
-        assert_eq!(cfg.tls, TlsVerify::CaFile("/etc/ca.pem".into()));
-        assert_eq!(cfg.protocol, Protocol::Redfish);
-        let debug = format!("{cfg:?}");
-        assert!(!debug.contains("s3cret"), "{debug}");
-        assert!(debug.contains("******"));
-        let insecure = json!({"ilo_address": "a", "ilo_username": "u", "ilo_password": "p",
-            "ilo_verify_ca": false});
-        assert_eq!(
-            IloConfig::from_driver_info(&insecure).expect("valid").tls,
-            TlsVerify::Insecure
-        );
-        assert!(IloConfig::from_driver_info(&json!({"ilo_address": "a"})).is_err());
     }
 
     #[test]

@@ -170,7 +170,7 @@ fn persistent_boot_payload(s: &crate::state::ServerState) -> String {
         match s.boot_mode_current {
             BootMode::Legacy => p.push_str(&format!("    <DEVICE value=\"{}\"/>\n", d.ribcl())),
             BootMode::Uefi => {
-                if let Some((id, desc)) = d.uefi_option() {
+                for (id, desc) in d.uefi_options() {
                     p.push_str(&format!(
                         "    <DEVICE value=\"{id}\"\n        DESCRIPTION=\"{}\"/>\n",
                         escape(desc)

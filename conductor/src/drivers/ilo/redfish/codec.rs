@@ -6,7 +6,7 @@
 use serde_json::{json, Value};
 
 use crate::drivers::{
-    BootDevice, BootMode, Fan, Health, Licence, PowerReading, PowerState, PowerSupply,
+    BootDevice, BootEntry, BootMode, Fan, Health, Licence, PowerReading, PowerState, PowerSupply,
     SupportedBootModes, Temperature, VmediaBootOption, VmediaDevice, VmediaStatus,
 };
 
@@ -140,6 +140,52 @@ pub fn boot_override(system: &Value) -> (Option<BootDevice>, Option<String>) {
         .and_then(Value::as_str)
         .map(str::to_string);
     (target, enabled)
+}
+
+/// The persistent override as a boot entry: a `UefiTarget` override names its device by the
+/// UEFI device path in `UefiTargetBootSourceOverride`, classified like a description.
+pub fn override_entry(system: &Value, device: BootDevice) -> BootEntry {
+    let boot = system.get("Boot");
+    let target = boot
+        .and_then(|b| b.get("BootSourceOverrideTarget"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let uefi_path = boot
+        .and_then(|b| b.get("UefiTargetBootSourceOverride"))
+        .and_then(Value::as_str)
+        // iLO 5 writes "None" when no UEFI target is set (proliantutils
+        // `tests/redfish/json_samples/system.json`).
+        .filter(|p| !p.trim().is_empty() && *p != "None");
+    match (target, uefi_path) {
+        ("UefiTarget", Some(path)) => BootEntry::uefi(path, path),
+        // A named target (`Pxe`, `Hdd`) is the device itself, as a legacy RIBCL entry.
+        _ => BootEntry::device(device),
+    }
+}
+
+/// `Boot.BootOrder`: the firmware's `BootXXXX` references, first first.
+pub fn boot_order(system: &Value) -> Vec<String> {
+    system
+        .get("Boot")
+        .and_then(|b| b.get("BootOrder"))
+        .and_then(Value::as_array)
+        .map(|o| {
+            o.iter()
+                .filter_map(Value::as_str)
+                .map(|s| s.trim().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A BootOption resource's (`BootOptionReference`, `DisplayName`), falling back to its
+/// `Description` or `Name` for the text (DSP2046 BootOption).
+pub fn boot_option_name(option: &Value) -> Option<(String, String)> {
+    let reference = option.get("BootOptionReference")?.as_str()?.trim();
+    let name = ["DisplayName", "Description", "Name"]
+        .iter()
+        .find_map(|k| option.get(*k).and_then(Value::as_str))?;
+    Some((reference.to_string(), name.to_string()))
 }
 
 /// `Boot.BootSourceOverrideMode` (UEFI/Legacy), for BMCs without a BIOS resource.

@@ -35,9 +35,45 @@ pub fn error_message(body: &[u8]) -> String {
     })
 }
 
+/// The `MessageId`s of an error body's `@Message.ExtendedInfo`.
+pub fn message_ids(body: &[u8]) -> Vec<String> {
+    let parsed: Option<Value> = serde_json::from_slice(body).ok();
+    parsed
+        .as_ref()
+        .and_then(|v| v.get("error"))
+        .and_then(|e| e.get("@Message.ExtendedInfo"))
+        .and_then(Value::as_array)
+        .map(|infos| {
+            infos
+                .iter()
+                .filter_map(|i| i.get("MessageId").and_then(Value::as_str))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// iLO's message for a feature its licence does not cover: `iLO.<version>.LicenseKeyRequired`,
+/// "A license key is required to use this operation or feature." (HPE iLO 5 message registry,
+/// HPEDevCom/redfishdocs `docs/redfishServices/ilos/ilo5/ilo5_302/ilo5_msgregs302.md`). The
+/// registry version in the id changes with the firmware, so only the last part is compared.
+fn is_licence_message(id: &str) -> bool {
+    id.rsplit('.')
+        .next()
+        .is_some_and(|last| last.eq_ignore_ascii_case("LicenseKeyRequired"))
+}
+
 /// The driver error for an HTTP error status on `method path`.
 pub fn status_error(method: &str, path: &str, status: u16, body: &[u8]) -> DriverError {
     let message = error_message(body);
+    let ids = message_ids(body);
+    if let Some(id) = ids.iter().find(|id| is_licence_message(id)) {
+        // Whatever the status (iLO answers 400 with it), the caller must see a missing licence.
+        return DriverError::NotLicensed {
+            operation: format!("{method} {path}"),
+            message: format!("{message} (Redfish {id}, HTTP {status})"),
+        };
+    }
     match status {
         401 => DriverError::LoginFailed {
             message: format!("{method} {path}: {message}"),
@@ -47,10 +83,9 @@ pub fn status_error(method: &str, path: &str, status: u16, body: &[u8]) -> Drive
             operation: format!("{method} {path}"),
             message,
         },
-        _ => DriverError::Redfish {
-            method: method.to_string(),
-            path: path.to_string(),
+        _ => DriverError::HttpStatus {
             status,
+            request: format!("Redfish {method} {path}"),
             message,
         },
     }
@@ -79,6 +114,14 @@ mod tests {
             status_error("GET", "/x", 501, b""),
             DriverError::NotSupported { .. }
         ));
+        let licence = br#"{"error":{"code":"iLO.0.10.ExtendedInfo","message":"See @Message.ExtendedInfo","@Message.ExtendedInfo":[{"MessageId":"iLO.2.23.LicenseKeyRequired"}]}}"#;
+        let e = status_error("POST", "/x", 400, licence);
+        assert_eq!(
+            e.kind(),
+            crate::drivers::DriverErrorKind::NotLicensed,
+            "{e}"
+        );
+        assert!(e.to_string().contains("LicenseKeyRequired"), "{e}");
         let e = status_error("POST", "/x", 500, b"");
         assert!(e.is_transient());
         assert!(!status_error("POST", "/x", 400, b"").is_transient());

@@ -1,17 +1,21 @@
 //! Boot override, BIOS boot mode, virtual media, licences, inventory and health over Redfish
 //! (reference/ilo-management.md §3.3).
 
+use std::collections::HashMap;
+
 use serde_json::{json, Value};
 
 use super::client::RedfishClient;
 use super::codec::{
-    action_target, bios_boot_mode, bios_boot_mode_body, boot_override, boot_override_body,
-    boot_target, has_hpe_oem, join, licence, link, link_at, members, override_mode, power,
-    supported_boot_modes, thermal, vmedia_status, PathStep,
+    action_target, bios_boot_mode, bios_boot_mode_body, boot_option_name, boot_order,
+    boot_override, boot_override_body, boot_target, has_hpe_oem, join, licence, link, link_at,
+    members, override_entry, override_mode, power, supported_boot_modes, thermal, vmedia_status,
+    PathStep,
 };
+use crate::drivers::ilo::ribcl::management::parse_boot_device;
 use crate::drivers::{
-    BmcInfo, BootDevice, BootMode, DriverError, Health, Licence, Management, SupportedBootModes,
-    VmediaBootOption, VmediaDevice, VmediaStatus,
+    BmcInfo, BootDevice, BootEntry, BootMode, DriverError, Health, Inventory, Licence, Management,
+    SupportedBootModes, VirtualMedia, VmediaBootOption, VmediaDevice, VmediaStatus,
 };
 
 const INSERT_MEDIA: &str = "#VirtualMedia.InsertMedia";
@@ -31,7 +35,7 @@ fn malformed(url: &str, message: String) -> DriverError {
 fn try_oem_after(err: &DriverError) -> bool {
     matches!(
         err,
-        DriverError::NotSupported { .. } | DriverError::Redfish { .. }
+        DriverError::NotSupported { .. } | DriverError::HttpStatus { .. }
     )
 }
 
@@ -53,6 +57,36 @@ impl RedfishClient {
             .await
     }
 
+    /// `BootOptionReference` (lower-cased) to `DisplayName` of the system's BootOptions, empty
+    /// when the service has none (sushy-tools, iLO 5 before 1.40).
+    async fn boot_option_names(
+        &self,
+        system: &Value,
+    ) -> Result<HashMap<String, String>, DriverError> {
+        let mut names = HashMap::new();
+        let collection = link_at(
+            system,
+            &[PathStep::Key("Boot"), PathStep::Key("BootOptions")],
+        )
+        .or_else(|| link(system, "BootOptions"));
+        let Some(collection) = collection else {
+            return Ok(names);
+        };
+        let collection = match self.get(collection).await {
+            Ok(c) => c,
+            Err(DriverError::NotSupported { .. })
+            | Err(DriverError::HttpStatus { status: 404, .. }) => return Ok(names),
+            Err(err) => return Err(err),
+        };
+        for member in members(&collection) {
+            let option = self.get(&member).await?;
+            if let Some((reference, name)) = boot_option_name(&option) {
+                names.insert(reference.to_ascii_lowercase(), name);
+            }
+        }
+        Ok(names)
+    }
+
     /// The BIOS resource and its pending-settings URI, if the system has a working one
     /// (sushy-tools' fake driver answers 501: then `None`).
     async fn bios(&self, system: &Value) -> Result<Option<(Value, Option<String>)>, DriverError> {
@@ -72,7 +106,7 @@ impl RedfishClient {
                 Ok(Some((bios, settings)))
             }
             Err(DriverError::NotSupported { .. })
-            | Err(DriverError::Redfish { status: 404, .. }) => Ok(None),
+            | Err(DriverError::HttpStatus { status: 404, .. }) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -118,26 +152,34 @@ impl Management for RedfishClient {
         self.set_boot_override(device, true).await
     }
 
-    async fn persistent_boot(&self) -> Result<Vec<BootDevice>, DriverError> {
+    async fn persistent_boot_entries(&self) -> Result<Vec<BootEntry>, DriverError> {
         let (_, system) = self.system().await?;
         if let (Some(device), Some(enabled)) = boot_override(&system) {
             if enabled == "Continuous" {
-                return Ok(vec![device]);
+                return Ok(vec![override_entry(&system, device)]);
             }
         }
-        // No persistent override: the firmware's own order.
-        let order = system
-            .get("Boot")
-            .and_then(|b| b.get("BootOrder"))
-            .and_then(Value::as_array)
-            .map(|o| {
-                o.iter()
-                    .filter_map(Value::as_str)
-                    .map(|id| super::super::ribcl::management::parse_boot_device(id, None))
-                    .collect()
+        // No persistent override: the firmware's own order, `BootXXXX` references whose
+        // descriptions are the BootOptions members' DisplayName.
+        let order = boot_order(&system);
+        if order.is_empty() {
+            return Ok(Vec::new());
+        }
+        let names = self.boot_option_names(&system).await?;
+        Ok(order
+            .into_iter()
+            .map(|id| match names.get(&id.to_ascii_lowercase()) {
+                Some(name) => BootEntry::uefi(id, name),
+                None => match parse_boot_device(&id, None) {
+                    uefi @ BootDevice::Uefi { .. } => BootEntry {
+                        device: uefi,
+                        id: Some(id),
+                        description: None,
+                    },
+                    device => BootEntry::device(device),
+                },
             })
-            .unwrap_or_default();
-        Ok(order)
+            .collect())
     }
 
     async fn set_persistent_boot(&self, device: &BootDevice) -> Result<(), DriverError> {
@@ -201,7 +243,9 @@ impl Management for RedfishClient {
             message: "the system advertises neither UefiClass nor override modes".into(),
         })
     }
+}
 
+impl VirtualMedia for RedfishClient {
     async fn vmedia_status(&self, device: VmediaDevice) -> Result<VmediaStatus, DriverError> {
         let (_, member) = self.vmedia_member(device).await?;
         Ok(vmedia_status(&member, device))
@@ -293,7 +337,9 @@ impl Management for RedfishClient {
         }
         self.patch(&member_uri, &Value::Object(patch)).await
     }
+}
 
+impl Inventory for RedfishClient {
     async fn licences(&self) -> Result<Vec<Licence>, DriverError> {
         let layout = self.layout().await?;
         let manager_uri = layout
@@ -317,7 +363,7 @@ impl Management for RedfishClient {
         .unwrap_or_else(|| join(&manager_uri, "LicenseService/"));
         let collection = match self.get(&service).await {
             Ok(c) => c,
-            Err(DriverError::Redfish { status: 404, .. }) => {
+            Err(DriverError::HttpStatus { status: 404, .. }) => {
                 return Err(DriverError::NotSupported {
                     operation: "licences".into(),
                     message: format!("{service} not found"),
@@ -417,6 +463,70 @@ mod tests {
             }
         };
         Reply::ok(body.to_string())
+    }
+
+    /// A UEFI iLO 5 without a persistent override: the firmware's BootOrder, described by the
+    /// BootOptions members (names from proliantutils
+    /// `tests/redfish/json_samples/bios_boot.json`).
+    fn uefi_ilo5(req: &Request) -> Reply {
+        let option = |reference: &str, name: &str| json!({"BootOptionReference": reference, "DisplayName": name});
+        let body = match (req.method.as_str(), req.path.as_str()) {
+            ("GET", "/redfish/v1/") => json!({"Systems": {"@odata.id": "/redfish/v1/Systems/"}}),
+            ("GET", "/redfish/v1/Systems/") => {
+                json!({"Members": [{"@odata.id": "/redfish/v1/Systems/1/"}]})
+            }
+            ("GET", "/redfish/v1/Systems/1/") => json!({"PowerState": "Off",
+                "Boot": {"BootSourceOverrideEnabled": "Disabled",
+                    "BootSourceOverrideTarget": "None", "UefiTargetBootSourceOverride": "None",
+                    "BootOrder": ["Boot0007", "Boot0009", "Boot000C", "Boot0001"],
+                    "BootOptions": {"@odata.id": "/redfish/v1/Systems/1/BootOptions/"}}}),
+            ("GET", "/redfish/v1/Systems/1/BootOptions/") => json!({"Members": [
+                {"@odata.id": "/redfish/v1/Systems/1/BootOptions/1/"},
+                {"@odata.id": "/redfish/v1/Systems/1/BootOptions/2/"},
+                {"@odata.id": "/redfish/v1/Systems/1/BootOptions/3/"}]}),
+            ("GET", "/redfish/v1/Systems/1/BootOptions/1/") => option(
+                "Boot0007",
+                "Embedded Storage : HPE Smart Array S100i SR Gen10 - LogVol (Lun:1 VolId:1) 931.48 GiB, RAID 0",
+            ),
+            ("GET", "/redfish/v1/Systems/1/BootOptions/2/") => option(
+                "Boot0009",
+                "Embedded LOM 1 Port 1 : HPE Ethernet 1Gb 4-port 331i Adapter - NIC (PXE IPv4)",
+            ),
+            ("GET", "/redfish/v1/Systems/1/BootOptions/3/") => {
+                option("Boot000C", "Generic USB Boot")
+            }
+            _ => {
+                return Reply::status(
+                    404,
+                    json!({"error": {"message": "no such resource"}}).to_string(),
+                )
+            }
+        };
+        Reply::ok(body.to_string())
+    }
+
+    #[tokio::test]
+    async fn uefi_boot_order_reads_as_devices_with_their_names() {
+        let server = TestServer::start(uefi_ilo5).await;
+        let mut c = IloConfig::new(server.address.clone(), "admin", Secret::new("x"));
+        c.tls = TlsVerify::CaFile(server.cert_path.clone());
+        c.timeout = Duration::from_secs(5);
+        c.protocol = Protocol::Redfish;
+        let client = RedfishClient::new(&c).expect("client");
+        let entries = client.persistent_boot_entries().await.expect("order");
+        let devices: Vec<String> = entries.iter().map(|e| e.device.to_string()).collect();
+        assert_eq!(devices, ["hdd", "network", "usb", "Boot0001"]);
+        assert_eq!(entries[0].id.as_deref(), Some("Boot0007"));
+        assert!(entries[0]
+            .description
+            .as_deref()
+            .is_some_and(|d| d.contains("Smart Array S100i")));
+        // An entry without a BootOption stays a raw UEFI id: nothing to classify it by.
+        assert_eq!(entries[3].description, None);
+        assert_eq!(
+            client.persistent_boot().await.expect("devices")[0],
+            BootDevice::Hdd
+        );
     }
 
     #[tokio::test]

@@ -62,7 +62,7 @@ impl Power for RedfishClient {
                 Ok(()) => Ok(None),
                 // sushy-tools answers 501, older iLO 5 firmware 400: use the OEM button.
                 Err(DriverError::NotSupported { .. })
-                | Err(DriverError::Redfish { status: 400, .. }) => {
+                | Err(DriverError::HttpStatus { status: 400, .. }) => {
                     if self.hpe_button("Press").await? {
                         Ok(None)
                     } else {

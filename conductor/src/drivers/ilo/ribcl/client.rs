@@ -73,7 +73,8 @@ impl RibclClient {
         if !status.is_success() {
             return Err(DriverError::HttpStatus {
                 status: status.as_u16(),
-                url: self.url.clone(),
+                request: format!("RIBCL POST {}", self.url),
+                message: status.canonical_reason().unwrap_or("error").to_string(),
             });
         }
         let reply = parse_reply(&bytes).map_err(|e| DriverError::MalformedReply {
@@ -96,7 +97,7 @@ mod tests {
     use crate::drivers::ilo::ribcl::codec::samples::{reply_error, reply_with};
     use crate::drivers::ilo::test_server::{Reply, TestServer};
     use crate::drivers::ilo::{Protocol, TlsVerify};
-    use crate::drivers::{Management, Power, PowerState, VmediaDevice};
+    use crate::drivers::{Management, Power, PowerState, VirtualMedia, VmediaDevice};
 
     fn config(server: &TestServer, timeout: Duration) -> IloConfig {
         let mut c = IloConfig::new(server.address.clone(), "admin", Secret::new("pa<ss"));

@@ -83,12 +83,28 @@ const FEATURE_NOT_SUPPORTED: u32 = 0x003C;
 /// 0x0035 `An invalid Virtual Media option has been given`.
 const INVALID_VM_OPTION: u32 = 0x0035;
 
+/// 0x002E: a licence key error (python-hpilo `hpilo.py`, `IloLicenseKeyError`; reference §1.4).
+const LICENCE_ERROR: u32 = 0x002E;
+
+/// Whether a message says the operation needs a licence. iLO writes "license" (US spelling);
+/// the emulator and HPE's guides say e.g. "requires an iLO Advanced license".
+fn mentions_licence(lower: &str) -> bool {
+    lower.contains("license") || lower.contains("licence")
+}
+
 /// Maps a non-zero RESPONSE to the error a caller branches on. `command` is the command sent.
 pub fn classify_status(status: u32, message: &str, command: &str) -> DriverError {
     let lower = message.trim().trim_end_matches('.').to_ascii_lowercase();
     if LOGIN_FAILED_STATUSES.contains(&status) || LOGIN_FAILED_MESSAGES.contains(&lower.as_str()) {
         DriverError::LoginFailed {
             message: message.trim().to_string(),
+        }
+    } else if status == LICENCE_ERROR || mentions_licence(&lower) {
+        // Before "feature not supported": an unlicensed feature is reported with that status
+        // and a message naming the licence, and the caller must tell it from a missing one.
+        DriverError::NotLicensed {
+            operation: command.to_string(),
+            message: format!("{} (RIBCL status {status:#06x})", message.trim()),
         }
     } else if status == FEATURE_NOT_SUPPORTED
         || lower.contains("feature not supported")
@@ -100,9 +116,10 @@ pub fn classify_status(status: u32, message: &str, command: &str) -> DriverError
             message: message.trim().to_string(),
         }
     } else if status == INVALID_VM_OPTION {
-        DriverError::InvalidVirtualMediaOption {
-            message: message.trim().to_string(),
-        }
+        DriverError::InvalidRequest(format!(
+            "{command}: {} (RIBCL status {status:#06x})",
+            message.trim()
+        ))
     } else if lower.contains("busy") || lower.contains("try again") || lower.contains("retry later")
     {
         // No source pins a code for "busy" (reference §1.4, §6): the text decides, and the
@@ -111,9 +128,9 @@ pub fn classify_status(status: u32, message: &str, command: &str) -> DriverError
             message: message.trim().to_string(),
         }
     } else {
-        DriverError::Ilo {
-            status,
-            message: message.trim().to_string(),
+        DriverError::Bmc {
+            code: Some(status),
+            message: format!("{command}: {}", message.trim()),
         }
     }
 }
@@ -144,6 +161,12 @@ mod tests {
                 "vm",
             ),
             (0x0088, "iLO is busy, try again later.", "busy"),
+            (0x002E, "License key error.", "licence"),
+            (
+                0x003C,
+                "Feature not supported - this feature requires an iLO Advanced license.",
+                "licence",
+            ),
             (0x0004, "Password is too short.", "ilo"),
         ];
         for (status, message, want) in cases {
@@ -151,9 +174,10 @@ mod tests {
             let kind = match got {
                 DriverError::LoginFailed { .. } => "login",
                 DriverError::NotSupported { .. } => "unsupported",
-                DriverError::InvalidVirtualMediaOption { .. } => "vm",
+                DriverError::InvalidRequest(_) => "vm",
                 DriverError::Busy { .. } => "busy",
-                DriverError::Ilo { .. } => "ilo",
+                DriverError::NotLicensed { .. } => "licence",
+                DriverError::Bmc { .. } => "ilo",
                 _ => "other",
             };
             assert_eq!(kind, *want, "{status:#x} {message}");
@@ -163,6 +187,10 @@ mod tests {
     #[test]
     fn generic_error_keeps_code_and_message() {
         let e = classify_status(0x0004, "Password is too short.", "MOD_USER");
-        assert_eq!(e.to_string(), "iLO error 0x0004: Password is too short.");
+        assert_eq!(
+            e.to_string(),
+            "BMC error 0x0004: MOD_USER: Password is too short."
+        );
+        assert!(matches!(e, DriverError::Bmc { code: Some(4), .. }));
     }
 }

@@ -1,14 +1,15 @@
 //! Boot devices, boot mode, virtual media, licences, inventory and health over RIBCL
 //! (reference/ilo-management.md §1.5, §1.6). Each `decode_*` reads one reply payload; the
-//! `Management` impl sends the commands.
+//! `Management`, `VirtualMedia` and `Inventory` impls send the commands.
 
 use super::client::RibclClient;
 use super::codec::{RibclCommand, RibclReply, Wrapper, XmlElement};
 use super::error::RibclParseError;
 use crate::drivers::ilo::leading_number;
 use crate::drivers::{
-    BmcInfo, BootDevice, BootMode, DriverError, Fan, Health, Licence, Management, PowerReading,
-    PowerSupply, SupportedBootModes, Temperature, VmediaBootOption, VmediaDevice, VmediaStatus,
+    BmcInfo, BootDevice, BootEntry, BootMode, DriverError, Fan, Health, Inventory, Licence,
+    Management, PowerReading, PowerSupply, SupportedBootModes, Temperature, VirtualMedia,
+    VmediaBootOption, VmediaDevice, VmediaStatus,
 };
 
 fn missing(command: &str, what: &str) -> RibclParseError {
@@ -100,78 +101,52 @@ pub fn decode_one_time_boot(reply: &RibclReply) -> Result<Option<BootDevice>, Ri
     }
 }
 
-/// `<PERSISTENT_BOOT><DEVICE value=".." [DESCRIPTION=".."]/>...`: in UEFI mode the entries are
-/// `BootXXXX` ids with descriptions (reference §1.5).
-pub fn decode_persistent_boot(reply: &RibclReply) -> Result<Vec<BootDevice>, RibclParseError> {
+/// `<PERSISTENT_BOOT><DEVICE value=".." [DESCRIPTION=".."]/>...`: in legacy mode the entries
+/// name devices; in UEFI mode they are `BootXXXX` ids whose descriptions say the device
+/// (reference §1.5), classified by [`crate::drivers::classify_boot_entry`].
+pub fn decode_persistent_boot(reply: &RibclReply) -> Result<Vec<BootEntry>, RibclParseError> {
     const CMD: &str = "GET_PERSISTENT_BOOT";
     let list = reply
         .payload("PERSISTENT_BOOT")
         .ok_or_else(|| missing(CMD, "PERSISTENT_BOOT"))?;
     list.find_all("DEVICE")
         .map(|d| {
-            d.get("VALUE")
-                .map(|v| parse_boot_device(v, d.get("DESCRIPTION")))
-                .ok_or_else(|| missing(CMD, "DEVICE VALUE"))
+            let value = d.get("VALUE").ok_or_else(|| missing(CMD, "DEVICE VALUE"))?;
+            Ok(match d.get("DESCRIPTION") {
+                Some(description) => BootEntry::uefi(value.trim(), description),
+                None => match parse_boot_device(value, None) {
+                    // A bare BootXXXX id without a description: nothing to classify it by.
+                    uefi @ BootDevice::Uefi { .. } => BootEntry {
+                        device: uefi,
+                        id: Some(value.trim().to_string()),
+                        description: None,
+                    },
+                    device => BootEntry::device(device),
+                },
+            })
         })
         .collect()
 }
 
-/// Whether a UEFI boot entry's description is the device asked for, by the substrings
-/// proliantutils matches (reference §1.5: `HP iLO Virtual USB CD` is CDROM, NIC/PXE is NETWORK,
-/// a disk-like name is HDD).
-fn uefi_entry_matches(wanted: &BootDevice, description: &str) -> bool {
-    let d = description.to_ascii_lowercase();
-    match wanted {
-        BootDevice::Cdrom => d.contains("virtual usb cd") || d.contains("cd/dvd"),
-        BootDevice::Network => d.contains("nic") || d.contains("pxe") || d.contains("network"),
-        BootDevice::Hdd => [
-            "logical drive",
-            "hard drive",
-            "hdd",
-            "disk",
-            "sata",
-            "sas ",
-            "nvme",
-        ]
-        .iter()
-        .any(|k| d.contains(k)),
-        BootDevice::Usb => d.contains("usb") && !d.contains("virtual usb cd"),
-        BootDevice::Floppy => d.contains("floppy"),
-        BootDevice::Uefi { .. } | BootDevice::Other(_) => false,
-    }
-}
-
 /// The SET_PERSISTENT_BOOT command for `wanted`, given the current order: legacy mode sends the
-/// device name, UEFI mode the `BootXXXX` ids of the matching entries.
+/// device name, UEFI mode (proliantutils tells it by a DESCRIPTION on the first entry,
+/// `_check_boot_mode`) the `BootXXXX` ids of every entry of that device, in their order.
 pub fn persistent_boot_command(
     wanted: &BootDevice,
-    current: &[BootDevice],
+    current: &[BootEntry],
 ) -> Result<RibclCommand, DriverError> {
-    let uefi = current.first().is_some_and(|d| {
-        matches!(
-            d,
-            BootDevice::Uefi {
-                description: Some(_),
-                ..
-            }
-        )
-    });
+    let uefi = current.first().is_some_and(|e| e.description.is_some());
     let ids: Vec<String> = if let BootDevice::Uefi { id, .. } = wanted {
         vec![id.clone()]
     } else if uefi {
         let ids: Vec<String> = current
             .iter()
-            .filter_map(|d| match d {
-                BootDevice::Uefi {
-                    id,
-                    description: Some(desc),
-                } if uefi_entry_matches(wanted, desc) => Some(id.clone()),
-                _ => None,
-            })
+            .filter(|e| e.description.is_some() && e.device == *wanted)
+            .filter_map(|e| e.id.clone())
             .collect();
         if ids.is_empty() {
             return Err(DriverError::InvalidRequest(format!(
-                "no UEFI boot entry matches {wanted}"
+                "no UEFI boot entry is a {wanted} device"
             )));
         }
         ids
@@ -418,14 +393,14 @@ impl Management for RibclClient {
         Ok(())
     }
 
-    async fn persistent_boot(&self) -> Result<Vec<BootDevice>, DriverError> {
+    async fn persistent_boot_entries(&self) -> Result<Vec<BootEntry>, DriverError> {
         let reply = self.execute(&server_read("GET_PERSISTENT_BOOT")).await?;
         decode_persistent_boot(&reply).map_err(|e| self.malformed(e))
     }
 
     async fn set_persistent_boot(&self, device: &BootDevice) -> Result<(), DriverError> {
         // The current order tells legacy from UEFI, whose entries are set by BootXXXX id.
-        let current = self.persistent_boot().await?;
+        let current = self.persistent_boot_entries().await?;
         let command = persistent_boot_command(device, &current)?;
         self.execute(&command).await?;
         Ok(())
@@ -456,7 +431,9 @@ impl Management for RibclClient {
             .await?;
         decode_supported_boot_modes(&reply).map_err(|e| self.malformed(e))
     }
+}
 
+impl VirtualMedia for RibclClient {
     async fn vmedia_status(&self, device: VmediaDevice) -> Result<VmediaStatus, DriverError> {
         let element = XmlElement::new("GET_VM_STATUS").attr("DEVICE", vmedia_name(device));
         let reply = self
@@ -513,7 +490,9 @@ impl Management for RibclClient {
             .await?;
         Ok(())
     }
+}
 
+impl Inventory for RibclClient {
     async fn licences(&self) -> Result<Vec<Licence>, DriverError> {
         let reply = self.execute(&rib_read("GET_ALL_LICENSES")).await?;
         decode_licences(&reply).map_err(|e| self.malformed(e))
@@ -579,8 +558,9 @@ mod tests {
             "<PERSISTENT_BOOT><DEVICE value=\"CDROM\"/><DEVICE value=\"HDD\"/><DEVICE value=\"NETWORK\"/></PERSISTENT_BOOT>",
         );
         let order = decode_persistent_boot(&legacy).expect("valid");
+        let devices: Vec<BootDevice> = order.iter().map(|e| e.device.clone()).collect();
         assert_eq!(
-            order,
+            devices,
             vec![BootDevice::Cdrom, BootDevice::Hdd, BootDevice::Network]
         );
         let cmd = persistent_boot_command(&BootDevice::Hdd, &order).expect("legacy");
@@ -593,6 +573,8 @@ mod tests {
         );
         let order = decode_persistent_boot(&uefi).expect("valid");
         assert_eq!(order.len(), 3);
+        assert_eq!(order[0].device, BootDevice::Network);
+        assert_eq!(order[0].id.as_deref(), Some("Boot000A"));
         let enc = |d| {
             persistent_boot_command(&d, &order)
                 .expect("entry exists")
@@ -602,6 +584,60 @@ mod tests {
         assert!(enc(BootDevice::Network).contains("<DEVICE VALUE=\"Boot000A\" />"));
         assert!(enc(BootDevice::Hdd).contains("<DEVICE VALUE=\"Boot000C\" />"));
         assert!(persistent_boot_command(&BootDevice::Floppy, &order).is_err());
+    }
+
+    /// A real iLO 4 UEFI answer, as data: proliantutils
+    /// `proliantutils/tests/ilo/ribcl_sample_outputs.py`, GET_PERSISTENT_BOOT_DEVICE_HDD_UEFI_XML
+    /// (attribute values wrapped over lines, NIC entries for IPv4 and IPv6).
+    const REAL_UEFI_HDD_FIRST: &str = r#"<?xml version="1.0"?>
+<RIBCL VERSION="2.23">
+<RESPONSE
+    STATUS="0x0000"
+    MESSAGE='No error'
+     />
+<PERSISTENT_BOOT>
+    <DEVICE value="Boot0007"
+        DESCRIPTION="Embedded SAS : Smart Array P830i Controller - 279.367 GB,
+             RAID 1 Logical Drive(Target:0, Lun:0)"/>
+    <DEVICE value="Boot000B"
+        DESCRIPTION="iLO Virtual USB 2 : HP iLO Virtual USB CD/DVD ROM"/>
+    <DEVICE value="Boot000A"
+        DESCRIPTION="iLO Virtual USB 1 : HP iLO Virtual USB Key"/>
+    <DEVICE value="Boot0009"
+        DESCRIPTION="Embedded FlexibleLOM 1 Port 1 :HP Ethernet 1Gb
+            4-port 331FLR Adapter - NIC (IPv4) "/>
+    <DEVICE value="Boot0008"
+        DESCRIPTION="Embedded FlexibleLOM 1 Port 1 :HP Ethernet 1Gb
+            4-port 331FLR Adapter - NIC (IPv6) "/>
+</PERSISTENT_BOOT>
+</RIBCL>
+<?xml version="1.0"?>
+<RIBCL VERSION="2.23">
+<RESPONSE
+    STATUS="0x0000"
+    MESSAGE='No error'
+     />
+</RIBCL>
+"#;
+
+    #[test]
+    fn real_ilo4_uefi_order_reads_as_devices() {
+        let r = parse_reply(REAL_UEFI_HDD_FIRST.as_bytes()).expect("real reply parses");
+        let order = decode_persistent_boot(&r).expect("valid");
+        let devices: Vec<String> = order.iter().map(|e| e.device.to_string()).collect();
+        assert_eq!(devices, ["hdd", "cdrom", "floppy", "network", "network"]);
+        assert_eq!(
+            order[0].description.as_deref(),
+            Some("Embedded SAS : Smart Array P830i Controller - 279.367 GB, RAID 1 Logical Drive(Target:0, Lun:0)")
+        );
+        // Network boot selects both NIC entries, in the iLO's order (as proliantutils does).
+        let cmd = persistent_boot_command(&BootDevice::Network, &order)
+            .expect("NIC entries exist")
+            .encode("u", "p");
+        assert!(
+            cmd.contains("<DEVICE VALUE=\"Boot0009\" /><DEVICE VALUE=\"Boot0008\" />"),
+            "{cmd}"
+        );
     }
 
     #[test]
