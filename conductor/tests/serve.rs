@@ -217,6 +217,7 @@ fn with_no_configuration_it_serves_on_6385_and_says_what_it_fell_back_to() {
     assert_eq!(mode, 0o700, "the state directory is private");
 
     let rt = runtime();
+    let _enter = rt.enter();
     let response = rt
         .block_on(client().get("http://127.0.0.1:6385/").send())
         .expect("GET / answers");
@@ -347,6 +348,8 @@ fn tls_auto_makes_a_ca_clients_can_trust_and_reuses_it() {
         assert_eq!(mode, 0o600, "{key}");
     }
 
+    let rt = runtime();
+    let _enter = rt.enter();
     vmdeploy_conductor::service::tls::install_crypto_provider();
     let trusting = reqwest::Client::builder()
         .tls_certs_only([reqwest::Certificate::from_pem(&ca_pem).expect("CA PEM")])
@@ -354,6 +357,7 @@ fn tls_auto_makes_a_ca_clients_can_trust_and_reuses_it() {
         .build()
         .expect("client");
     let rt = runtime();
+    let _enter = rt.enter();
     let response = rt
         .block_on(trusting.get(format!("{url}/")).send())
         .expect("a client trusting only the generated CA connects");
@@ -404,6 +408,7 @@ fn http_basic_refuses_without_or_with_wrong_credentials() {
     );
     let url = conductor.url();
     let rt = runtime();
+    let _enter = rt.enter();
     let http = client();
     let nodes = format!("{url}/v1/nodes");
 
@@ -473,6 +478,7 @@ fn json_log_lines_parse_and_carry_the_request_id() {
     conductor.url = Some(url.clone());
 
     let rt = runtime();
+    let _enter = rt.enter();
     let response = rt
         .block_on(client().get(format!("{url}/v1")).send())
         .expect("GET /v1 answers");

@@ -78,12 +78,15 @@ pub mod keys {
     pub const SWIFT_PROJECT_DOMAIN: &str = "objects.swift.project_domain";
     /// Swift, Keystone: region of the object-store endpoint.
     pub const SWIFT_REGION: &str = "objects.swift.region";
-    /// Swift: the container of floppies and ISOs.
-    pub const SWIFT_CONTAINER: &str = "objects.swift.container";
+    /// Swift, Keystone: endpoint interface (`public`, `internal`, `admin`).
+    pub const SWIFT_INTERFACE: &str = "objects.swift.interface";
     /// Swift: the account's temp-URL key (set on the account when missing).
     pub const SWIFT_TEMP_URL_KEY: &str = "objects.swift.temp_url_key";
-    /// Swift: CA file to verify the endpoint with (default: the system's roots).
+    /// Swift: verify its certificate (`true`, `false`, or a CA file; default the system's
+    /// roots).
     pub const SWIFT_VERIFY_CA: &str = "objects.swift.verify_ca";
+    /// Swift: connect and read timeout, seconds.
+    pub const SWIFT_TIMEOUT: &str = "objects.swift.timeout";
     /// iLO: default port of the iLO's HTTPS interface.
     pub const ILO_CLIENT_PORT: &str = "ilo.client_port";
     /// iLO: default timeout of one call, seconds.
@@ -140,7 +143,8 @@ pub mod keys {
         SWIFT_USER_DOMAIN,
         SWIFT_PROJECT_DOMAIN,
         SWIFT_REGION,
-        SWIFT_CONTAINER,
+        SWIFT_INTERFACE,
+        SWIFT_TIMEOUT,
         SWIFT_TEMP_URL_KEY,
         SWIFT_VERIFY_CA,
         ILO_CLIENT_PORT,
@@ -398,15 +402,18 @@ pub struct SwiftSection {
     /// `region`.
     #[serde(default)]
     pub region: Option<String>,
-    /// `container`.
+    /// `interface` (Keystone catalog; default `public`).
     #[serde(default)]
-    pub container: Option<String>,
+    pub interface: Option<String>,
     /// `temp_url_key`.
     #[serde(default)]
     pub temp_url_key: Option<Secret>,
-    /// `verify_ca`.
+    /// `verify_ca`: `true` (default), `false`, or a CA file.
     #[serde(default)]
-    pub verify_ca: Option<PathBuf>,
+    pub verify_ca: Option<VerifyCa>,
+    /// `timeout`, seconds.
+    #[serde(default)]
+    pub timeout: Option<u64>,
 }
 
 fn default_swift_auth_version() -> u8 {
@@ -990,8 +997,14 @@ impl Settings {
                         "Keystone (auth_version = 3) needs a project",
                     ));
                 }
-                if let Some(ca) = &swift.verify_ca {
+                if let Some(VerifyCa::File(ca)) = &swift.verify_ca {
                     check_file(keys::SWIFT_VERIFY_CA, ca)?;
+                }
+                if swift.timeout == Some(0) {
+                    return Err(ConfigError::new(
+                        keys::SWIFT_TIMEOUT,
+                        "must be at least 1 second",
+                    ));
                 }
                 ObjectsSettings::Swift(swift)
             }
