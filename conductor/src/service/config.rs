@@ -487,7 +487,7 @@ pub fn parse(text: &str) -> Result<ConfigFile, ConfigError> {
         let reason = err.message().trim().to_string();
         let line = err
             .span()
-            .map(|span| text[..span.start.min(text.len())].lines().count().max(1));
+            .map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
         let reason = match line {
             Some(line) => format!("{reason} (line {line})"),
             None => reason,
@@ -1271,6 +1271,21 @@ mod tests {
             ("bad type", "[api]\nmax_body = \"big\"\n", "api.max_body"),
             ("bad tls word", "[api]\ntls = \"on\"\n", "api.tls"),
             (
+                "bad type inside a multi-line array",
+                "[api]\nlisten = [\n  \"127.0.0.1:1\",\n  42,\n]\n",
+                "api.listen",
+            ),
+            (
+                "bad type in a sub-table",
+                "[objects.builtin]\nlisten = 5\n",
+                "objects.builtin.listen",
+            ),
+            (
+                "unknown key in an inline table",
+                "[api]\ntls = { cert = \"/c\", key = \"/k\", chain = \"/x\" }\n",
+                "api.tls",
+            ),
+            (
                 "bad address",
                 "[api]\nlisten = [\"localhost\"]\n",
                 "api.listen",
@@ -1321,6 +1336,10 @@ mod tests {
             let err = resolve(text).expect_err(name);
             assert_eq!(err.key, *key, "{name}: {err}");
         }
+        let err = resolve("# comment\n[api]\nlisen = 1\n").expect_err("unknown key");
+        assert!(err.reason.ends_with("(line 3)"), "{err}");
+        let err = resolve("[api]\nmax_body = \"x\"\n").expect_err("bad type");
+        assert!(err.reason.ends_with("(line 2)"), "{err}");
     }
 
     #[test]
