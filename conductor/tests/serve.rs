@@ -606,3 +606,89 @@ fn a_drain_past_its_grace_names_the_requests_it_cut() {
         assert!(report.cut[0].id.starts_with("req-"));
     });
 }
+
+/// The same checks as the binary tests above, at the library level with a router of our own,
+/// so they hold whatever the API's routes are: basic auth in front of a route, TLS with the
+/// generated CA, and the request id on every answer, 401s included.
+#[test]
+fn library_level_basic_auth_and_auto_tls() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let hash = bcrypt::hash("s3cret", 4).expect("bcrypt");
+    let users = service::auth::Htpasswd::parse(&format!("admin:{hash}\n")).expect("htpasswd");
+    let names = service::tls::names_for(&["127.0.0.1:0".parse().expect("addr")], &[]);
+    let (cert, outcome) = service::tls::AutoTls::new(dir.path())
+        .ensure(&names)
+        .expect("auto TLS");
+    assert_eq!(outcome, service::tls::AutoOutcome::CreatedCa);
+    let ca_pem = cert.ca_pem.clone().expect("a CA to trust");
+    let rt = runtime();
+    rt.block_on(async {
+        let listeners = listen::bind(
+            &["127.0.0.1:0".parse().expect("addr")],
+            Some(cert.server_config().expect("rustls config")),
+        )
+        .await
+        .expect("bind");
+        let url = listeners[0].url();
+        assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+        let in_flight = InFlight::default();
+        let router =
+            axum::Router::new().route("/v1/nodes", axum::routing::get(|| async { "nodes" }));
+        let app = service::app(router, Some(users), 1024, in_flight.clone());
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(listen::run(
+            listeners,
+            app,
+            async move {
+                let _ = stop_rx.await;
+            },
+            Duration::from_secs(5),
+            in_flight,
+        ));
+        service::tls::install_crypto_provider();
+        let http = reqwest::Client::builder()
+            .tls_certs_only([reqwest::Certificate::from_pem(ca_pem.as_bytes()).expect("CA")])
+            .timeout(Duration::from_secs(20))
+            .build()
+            .expect("client");
+        let nodes = format!("{url}/v1/nodes");
+
+        let none = http.get(&nodes).send().await.expect("answer over TLS");
+        assert_eq!(none.status(), 401);
+        assert_eq!(
+            none.headers()
+                .get("www-authenticate")
+                .and_then(|v| v.to_str().ok()),
+            Some("Basic realm=\"Baremetal API\"")
+        );
+        assert!(
+            none.headers().contains_key("x-openstack-request-id"),
+            "a 401 carries the request id too"
+        );
+        let body: serde_json::Value = none.json().await.expect("JSON body");
+        let fault: serde_json::Value =
+            serde_json::from_str(body["error_message"].as_str().expect("error_message"))
+                .expect("error_message holds JSON");
+        assert!(fault["faultstring"].is_string(), "{body}");
+
+        let wrong = http
+            .get(&nodes)
+            .basic_auth("admin", Some("nope"))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(wrong.status(), 401);
+        let right = http
+            .get(&nodes)
+            .basic_auth("admin", Some("s3cret"))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(right.status(), 200);
+        assert_eq!(right.text().await.expect("body"), "nodes");
+
+        stop_tx.send(()).expect("server running");
+        let report = server.await.expect("server task");
+        assert!(report.clean, "{report:?}");
+    });
+}
