@@ -28,20 +28,34 @@ pub fn init() {
 /// `info,vmdeploy_conductor::api=debug`); `RUST_LOG` overrides `level`. Fails when a subscriber
 /// is already set (tests that start several servers in one process keep the first).
 pub fn init_with(format: LogFormat, level: &str) -> anyhow::Result<()> {
+    tracing::subscriber::set_global_default(subscriber(format, level, std::io::stderr))
+        .map_err(|e| anyhow::anyhow!("setting up logging: {e}"))
+}
+
+/// The subscriber [`init_with`] installs, writing to `writer` (tests capture the lines).
+pub fn subscriber<W>(
+    format: LogFormat,
+    level: &str,
+    writer: W,
+) -> Box<dyn tracing::Subscriber + Send + Sync>
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(false);
-    let result = match format {
-        LogFormat::Human => builder.try_init(),
-        LogFormat::Json => builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(true)
-            .try_init(),
-    };
-    result.map_err(|e| anyhow::anyhow!("setting up logging: {e}"))
+    match format {
+        LogFormat::Human => Box::new(builder.finish()),
+        LogFormat::Json => Box::new(
+            builder
+                .json()
+                .with_current_span(true)
+                .with_span_list(true)
+                .finish(),
+        ),
+    }
 }

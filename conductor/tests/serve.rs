@@ -692,3 +692,97 @@ fn library_level_basic_auth_and_auto_tls() {
         assert!(report.clean, "{report:?}");
     });
 }
+
+/// Collects log output in memory.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// At `log.level = "warn"` in JSON, a warning inside a handler is one JSON line that carries the
+/// request id the client got (the request span exists whatever the level).
+#[test]
+fn library_level_json_warnings_carry_the_request_id() {
+    use vmdeploy_conductor::logging::{subscriber, LogFormat};
+    let captured = Captured::default();
+    let sink = captured.clone();
+    let _default =
+        tracing::subscriber::set_default(subscriber(LogFormat::Json, "warn", move || sink.clone()));
+    // One thread, so every task logs through the thread-local subscriber set above.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let id = rt.block_on(async {
+        let listeners = listen::bind(&["127.0.0.1:0".parse().expect("addr")], None)
+            .await
+            .expect("bind");
+        let url = listeners[0].url();
+        let in_flight = InFlight::default();
+        let router = axum::Router::new().route(
+            "/v1/warn",
+            axum::routing::get(|| async {
+                tracing::warn!(node = "1be26c0b-03f2-4d2e-ae87-c02d7f33c123", "a warning");
+                "ok"
+            }),
+        );
+        let app = service::app(router, None, 1024, in_flight.clone());
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(listen::run(
+            listeners,
+            app,
+            async move {
+                let _ = stop_rx.await;
+            },
+            Duration::from_secs(5),
+            in_flight,
+        ));
+        let response = client()
+            .get(format!("{url}/v1/warn"))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(response.status(), 200);
+        let id = response
+            .headers()
+            .get("x-openstack-request-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        stop_tx.send(()).expect("server running");
+        server.await.expect("server task");
+        id
+    });
+    assert!(id.starts_with("req-"), "{id:?}");
+    let text = String::from_utf8(captured.0.lock().expect("log").clone()).expect("UTF-8 log");
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let warning = lines
+        .iter()
+        .find(|v| v["fields"]["message"] == "a warning")
+        .unwrap_or_else(|| panic!("no warning line in:\n{text}"));
+    assert_eq!(warning["level"], "WARN");
+    assert_eq!(
+        warning["fields"]["node"],
+        "1be26c0b-03f2-4d2e-ae87-c02d7f33c123"
+    );
+    let spans = warning["spans"].as_array().cloned().unwrap_or_default();
+    assert!(
+        spans.iter().any(|s| s["request_id"] == id.as_str()),
+        "the warning carries {id}: {warning}"
+    );
+    assert!(
+        lines.iter().all(|v| v["level"] != "INFO"),
+        "warn level keeps INFO lines out:\n{text}"
+    );
+}

@@ -23,7 +23,9 @@
 //!   with `tracing::Span::current()`.
 //! - A line about a node carries the field `node` with its UUID (`node = %uuid`); a node task
 //!   opens a span `node_task` with fields `node` and `task` (`deploy`, `power`, ...), so its
-//!   lines carry both even after the request returned.
+//!   lines carry both even after the request returned. Open such spans with
+//!   `tracing::error_span!`: a span below the configured level does not exist, and the lines
+//!   inside it would lose its fields (an INFO span is gone at `log.level = "warn"`).
 //! - Secrets never go in a field: wrap them in `vmdeploy_shared::secret::Secret`, which prints
 //!   `******`.
 //!

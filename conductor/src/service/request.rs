@@ -138,7 +138,9 @@ pub async fn layer(
     let id = RequestId::new();
     let method = request.method().to_string();
     let path = request.uri().path().to_string();
-    let span = tracing::info_span!("request", request_id = %id.0, method = %method, path = %path);
+    // An ERROR-level span exists whatever the configured level: at `log.level = "warn"` an
+    // INFO span would be filtered out, and the warnings inside it would lose their request id.
+    let span = tracing::error_span!("request", request_id = %id.0, method = %method, path = %path);
     let _guard = in_flight.enter(&id.0, &method, &path);
     request.extensions_mut().insert(id.clone());
     let started = Instant::now();
