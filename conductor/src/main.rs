@@ -1,4 +1,5 @@
-//! `vmdeploy-conductor`: operator commands for iSCSI and iLO (the service comes later).
+//! `vmdeploy-conductor`: the service (`serve`, the Ironic-compatible API) and operator commands
+//! for iSCSI and iLO.
 //!
 //! Exit codes ([`vmdeploy_shared::exit`]): 0 on success, 64 for bad usage or configuration, 1 for
 //! a failure at run time.
@@ -17,6 +18,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the conductor: the Ironic-compatible API on 127.0.0.1:6385 unless configured.
+    Serve(vmdeploy_conductor::service::ServeArgs),
     /// Write, read or size a remote iSCSI LUN with the built-in initiator.
     Iscsi(vmdeploy_conductor::initiator::cli::IscsiArgs),
     /// Drive one iLO (RIBCL or Redfish): power, boot device, boot mode, virtual media, health.
@@ -24,12 +27,16 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    vmdeploy_conductor::logging::init();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => return clap_exit(&err),
     };
+    // serve sets up logging itself, from its configuration's [log] table.
+    if !matches!(cli.command, Command::Serve(_)) {
+        vmdeploy_conductor::logging::init();
+    }
     let result = match cli.command {
+        Command::Serve(args) => vmdeploy_conductor::service::run(args),
         Command::Iscsi(args) => vmdeploy_conductor::initiator::cli::run(args),
         Command::Ilo(args) => vmdeploy_conductor::drivers::ilo::cli::run(args),
     };

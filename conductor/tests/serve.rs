@@ -1,0 +1,788 @@
+//! `vmdeploy-conductor serve`, black box: the built binary with real files, sockets and signals;
+//! and the drain at the library level with a small router of our own (a slow route the API
+//! does not have).
+//!
+//! Every test that starts the binary reads its log on stderr: the address it bound (`API
+//! listening ... url=...`) and the line that says it serves. Tests bind port 0, except the one
+//! that checks the default port 6385, which holds a file lock on that port so two test runs on
+//! one machine do not collide.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use vmdeploy_conductor::service::{self, listen, request::InFlight};
+
+const BIN: &str = env!("CARGO_BIN_EXE_vmdeploy-conductor");
+/// How long a start may take before the test gives up (debug build, loaded machine).
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A running `serve`, killed on drop.
+struct Conductor {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    log: Vec<String>,
+    url: Option<String>,
+}
+
+impl Conductor {
+    /// Starts `serve` with `args` and env `STATE_DIRECTORY=state`, and waits for the `serving`
+    /// line. Panics with the log when it exits first or takes too long.
+    fn start(args: &[&str], state: &Path) -> Conductor {
+        let mut child = Command::new(BIN)
+            .arg("serve")
+            .args(args)
+            .env("STATE_DIRECTORY", state)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {BIN}: {e} (cargo builds it for this test)"));
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut conductor = Conductor {
+            child,
+            lines: rx,
+            log: Vec::new(),
+            url: None,
+        };
+        conductor.wait_for("serving", START_TIMEOUT);
+        conductor
+    }
+
+    /// Reads log lines until one contains `needle`; panics with the log when the process ends
+    /// or `timeout` passes first.
+    fn wait_for(&mut self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left.max(Duration::from_millis(1))) {
+                Ok(line) => {
+                    if self.url.is_none() && line.contains("API listening") {
+                        self.url = field(&line, "url");
+                    }
+                    self.log.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => panic!(
+                    "no log line with {needle:?} within {timeout:?}; log so far:\n{}",
+                    self.log.join("\n")
+                ),
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let status = self.child.wait().ok();
+                    panic!(
+                        "serve exited ({status:?}) before logging {needle:?}; log:\n{}\n\
+                         hint: on a branch without the store and object store merged, serve \
+                         stops at service::open_store / open_object_store",
+                        self.log.join("\n")
+                    )
+                }
+            }
+        }
+    }
+
+    fn url(&self) -> String {
+        self.url
+            .clone()
+            .unwrap_or_else(|| panic!("no 'API listening' line:\n{}", self.log.join("\n")))
+    }
+
+    /// SIGTERM, then the exit status and the rest of the log.
+    fn terminate(mut self) -> (ExitStatus, Vec<String>) {
+        signal(&self.child, "TERM");
+        let deadline = Instant::now() + Duration::from_secs(40);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("waiting for serve") {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "serve did not exit within 40 s of SIGTERM; log:\n{}",
+                self.log.join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(2)) {
+            self.log.push(line);
+        }
+        (status, std::mem::take(&mut self.log))
+    }
+}
+
+impl Drop for Conductor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(child.id().to_string())
+        .status()
+        .expect("running kill(1) (procps)");
+    assert!(status.success(), "kill -{name} failed");
+}
+
+/// The value of `key=value` in a human log line.
+fn field(line: &str, key: &str) -> Option<String> {
+    let start = line.find(&format!("{key}="))? + key.len() + 1;
+    let rest = &line[start..];
+    let end = rest.find(' ').unwrap_or(rest.len());
+    Some(rest[..end].trim_matches('"').to_string())
+}
+
+fn client() -> reqwest::Client {
+    vmdeploy_conductor::service::tls::install_crypto_provider();
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("an HTTP client")
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    path
+}
+
+/// Holds port 6385 against other test runs on this machine (flock, dropped with the holder).
+fn lock_default_port() -> std::fs::File {
+    let path = std::env::temp_dir().join("vmdeploy-test-port-6385.lock");
+    let file = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
+    file.lock()
+        .unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
+    file
+}
+
+#[test]
+fn with_no_configuration_it_serves_on_6385_and_says_what_it_fell_back_to() {
+    let _port = lock_default_port();
+    let state = tempfile::tempdir().expect("temp dir");
+    let state_dir = state.path().join("state");
+    let conductor = Conductor::start(&[], &state_dir);
+    let log = conductor.log.join("\n");
+    assert_eq!(
+        conductor.url(),
+        "http://127.0.0.1:6385",
+        "the default address; log:\n{log}"
+    );
+    for (what, needle) in [
+        ("no file", "no configuration file"),
+        ("listen default", "key=\"api.listen\""),
+        ("state dir and why", "$STATE_DIRECTORY"),
+        ("store kind", "sqlite at"),
+        ("object store kind", "builtin at"),
+        ("builtin listen", "key=\"objects.builtin.listen\""),
+        ("auth", "noauth"),
+        ("TLS", "API TLS: off"),
+        ("api_url", "key=\"deploy.api_url\""),
+    ] {
+        assert!(
+            log.contains(needle),
+            "{what}: no {needle:?} in the first lines:\n{log}"
+        );
+    }
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&state_dir)
+            .expect("state dir created")
+            .permissions(),
+    ) & 0o777;
+    assert_eq!(mode, 0o700, "the state directory is private");
+
+    let rt = runtime();
+    let _enter = rt.enter();
+    let response = rt
+        .block_on(client().get("http://127.0.0.1:6385/").send())
+        .expect("GET / answers");
+    assert_eq!(response.status(), 200, "GET / on the default port");
+    let id = response
+        .headers()
+        .get("x-openstack-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    assert!(id.starts_with("req-"), "request id header: {id:?}");
+
+    let (status, log) = conductor.terminate();
+    assert!(
+        status.success(),
+        "SIGTERM exits 0: {status:?}\n{}",
+        log.join("\n")
+    );
+    assert!(
+        log.iter().any(|l| l.contains("SIGTERM")),
+        "the shutdown is logged:\n{}",
+        log.join("\n")
+    );
+}
+
+fn check_config(file: &Path, state: &Path) -> (i32, String) {
+    let out = Command::new(BIN)
+        .args(["serve", "--check-config", "--config"])
+        .arg(file)
+        .env("STATE_DIRECTORY", state)
+        .output()
+        .expect("running serve --check-config");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_config_accepts_good_files_and_names_the_key_of_bad_ones() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("vmdeploy-conductor.example.toml");
+    let (code, stderr) = check_config(&example, dir.path());
+    assert_eq!(code, 0, "the example file is good: {stderr}");
+
+    let hash = bcrypt::hash("pw", 4).expect("bcrypt");
+    let htpasswd = write(dir.path(), "htpasswd", &format!("admin:{hash}\n"));
+    let good = write(
+        dir.path(),
+        "good.toml",
+        &format!(
+            "[api]\nlisten = [\"0.0.0.0:6385\"]\ntls = \"auto\"\n[auth]\nstrategy = \"http_basic\"\n\
+             htpasswd = \"{}\"\n",
+            htpasswd.display()
+        ),
+    );
+    let (code, stderr) = check_config(&good, dir.path());
+    assert_eq!(
+        code, 0,
+        "auto TLS beyond loopback with basic auth: {stderr}"
+    );
+
+    let md5 = write(dir.path(), "htpasswd-md5", "admin:$apr1$x$y\n");
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "unknown key",
+            "[api]\nlistn = [\"127.0.0.1:1\"]\n".into(),
+            "api.listn",
+        ),
+        (
+            "bad type",
+            "[api]\nmax_body = \"lots\"\n".into(),
+            "api.max_body",
+        ),
+        (
+            "missing cert file",
+            "[api]\ntls = { cert = \"/nonexistent/c.pem\", key = \"/nonexistent/k.pem\" }\n".into(),
+            "api.tls.cert",
+        ),
+        (
+            "non-loopback without TLS",
+            "[api]\nlisten = [\"0.0.0.0:6385\"]\n".into(),
+            "api.listen",
+        ),
+        (
+            "htpasswd not bcrypt",
+            format!(
+                "[auth]\nstrategy = \"http_basic\"\nhtpasswd = \"{}\"\n",
+                md5.display()
+            ),
+            "line 1",
+        ),
+    ];
+    for (name, text, key) in cases {
+        let file = write(dir.path(), "bad.toml", &text);
+        let (code, stderr) = check_config(&file, dir.path());
+        assert_eq!(code, 64, "{name}: exit 64; stderr: {stderr}");
+        assert!(
+            stderr.contains(key),
+            "{name}: {key:?} not named in: {stderr}"
+        );
+    }
+    let (code, stderr) = check_config(&dir.path().join("missing.toml"), dir.path());
+    assert_eq!(code, 64, "a missing file is a usage error: {stderr}");
+}
+
+#[test]
+fn tls_auto_makes_a_ca_clients_can_trust_and_reuses_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let state = dir.path().join("state");
+    let config = write(
+        dir.path(),
+        "tls.toml",
+        "[api]\nlisten = [\"127.0.0.1:0\"]\ntls = \"auto\"\n",
+    );
+    let config_arg = config.to_str().expect("utf-8 path");
+    let conductor = Conductor::start(&["--config", config_arg], &state);
+    let url = conductor.url();
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    let ca_path = state.join("tls/ca.pem");
+    let ca_pem = std::fs::read(&ca_path).expect("ca.pem written");
+    for key in ["tls/ca-key.pem", "tls/server-key.pem"] {
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(state.join(key))
+                .expect("key file")
+                .permissions(),
+        ) & 0o777;
+        assert_eq!(mode, 0o600, "{key}");
+    }
+
+    let rt = runtime();
+    let _enter = rt.enter();
+    vmdeploy_conductor::service::tls::install_crypto_provider();
+    let trusting = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(&ca_pem).expect("CA PEM")])
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client");
+    let rt = runtime();
+    let _enter = rt.enter();
+    let response = rt
+        .block_on(trusting.get(format!("{url}/")).send())
+        .expect("a client trusting only the generated CA connects");
+    assert_eq!(response.status(), 200);
+    let stranger = reqwest::Client::builder()
+        .tls_certs_only(Vec::<reqwest::Certificate>::new())
+        .build()
+        .expect("client");
+    assert!(
+        rt.block_on(stranger.get(format!("{url}/")).send()).is_err(),
+        "a client without the CA is refused"
+    );
+    let (status, _) = conductor.terminate();
+    assert!(status.success());
+
+    let again = Conductor::start(&["--config", config_arg], &state);
+    let log = again.log.join("\n");
+    assert!(log.contains("reusing the generated CA"), "{log}");
+    assert_eq!(
+        std::fs::read(&ca_path).expect("ca.pem"),
+        ca_pem,
+        "the same CA at the second start"
+    );
+    let response = rt
+        .block_on(trusting.get(format!("{}/", again.url())).send())
+        .expect("still trusted after a restart");
+    assert_eq!(response.status(), 200);
+    let (status, _) = again.terminate();
+    assert!(status.success());
+}
+
+#[test]
+fn http_basic_refuses_without_or_with_wrong_credentials() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let hash = bcrypt::hash("s3cret", 4).expect("bcrypt");
+    let htpasswd = write(dir.path(), "htpasswd", &format!("admin:{hash}\n"));
+    let config = write(
+        dir.path(),
+        "basic.toml",
+        &format!(
+            "[api]\nlisten = [\"127.0.0.1:0\"]\n[auth]\nstrategy = \"http_basic\"\nhtpasswd = \"{}\"\n",
+            htpasswd.display()
+        ),
+    );
+    let conductor = Conductor::start(
+        &["--config", config.to_str().expect("utf-8")],
+        &dir.path().join("state"),
+    );
+    let url = conductor.url();
+    let rt = runtime();
+    let _enter = rt.enter();
+    let http = client();
+    let nodes = format!("{url}/v1/nodes");
+
+    let none = rt.block_on(http.get(&nodes).send()).expect("answer");
+    assert_eq!(none.status(), 401, "no credentials");
+    assert_eq!(
+        none.headers()
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok()),
+        Some("Basic realm=\"Baremetal API\"")
+    );
+    let body: serde_json::Value = rt.block_on(none.json()).expect("JSON body");
+    let fault: serde_json::Value = serde_json::from_str(
+        body["error_message"]
+            .as_str()
+            .expect("error_message is a string"),
+    )
+    .expect("error_message holds JSON");
+    assert!(fault["faultstring"].is_string(), "{body}");
+
+    let wrong = rt
+        .block_on(http.get(&nodes).basic_auth("admin", Some("nope")).send())
+        .expect("answer");
+    assert_eq!(wrong.status(), 401, "wrong password");
+    let stranger = rt
+        .block_on(http.get(&nodes).basic_auth("eve", Some("s3cret")).send())
+        .expect("answer");
+    assert_eq!(stranger.status(), 401, "unknown user");
+
+    let right = rt
+        .block_on(http.get(&nodes).basic_auth("admin", Some("s3cret")).send())
+        .expect("answer");
+    assert_eq!(right.status(), 200, "right credentials");
+
+    let public = rt
+        .block_on(http.get(format!("{url}/")).send())
+        .expect("answer");
+    assert_eq!(public.status(), 200, "the root document is public");
+    let (status, _) = conductor.terminate();
+    assert!(status.success());
+}
+
+#[test]
+fn json_log_lines_parse_and_carry_the_request_id() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = write(
+        dir.path(),
+        "json.toml",
+        "[api]\nlisten = [\"127.0.0.1:0\"]\n[log]\nformat = \"json\"\n",
+    );
+    let mut conductor = Conductor::start(
+        &["--config", config.to_str().expect("utf-8")],
+        &dir.path().join("state"),
+    );
+    // The listening line is JSON: find the URL in its fields.
+    let listening = conductor
+        .log
+        .iter()
+        .find(|l| l.contains("API listening"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no listening line:\n{}", conductor.log.join("\n")));
+    let parsed: serde_json::Value = serde_json::from_str(&listening).expect("JSON line");
+    let url = parsed["fields"]["url"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no fields.url in {listening}"))
+        .to_string();
+    conductor.url = Some(url.clone());
+
+    let rt = runtime();
+    let _enter = rt.enter();
+    let response = rt
+        .block_on(client().get(format!("{url}/v1")).send())
+        .expect("GET /v1 answers");
+    let id = response
+        .headers()
+        .get("x-openstack-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    assert!(id.starts_with("req-"), "{id:?}");
+    conductor.wait_for("answered", Duration::from_secs(10));
+    let (status, log) = conductor.terminate();
+    assert!(status.success());
+    let mut with_id = 0;
+    for line in &log {
+        let value: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        let spans = value["spans"].as_array().cloned().unwrap_or_default();
+        if spans.iter().any(|s| s["request_id"] == id.as_str()) {
+            with_id += 1;
+        }
+    }
+    assert!(with_id >= 1, "no line carries {id}:\n{}", log.join("\n"));
+}
+
+/// A router of our own with a slow route, served by the library's listener and drain.
+fn slow_app(delay: Duration, in_flight: InFlight) -> axum::Router {
+    let router = axum::Router::new().route(
+        "/slow",
+        axum::routing::get(move || async move {
+            tokio::time::sleep(delay).await;
+            "done"
+        }),
+    );
+    service::app(router, None, 1024, in_flight)
+}
+
+#[test]
+fn a_drain_lets_a_slow_request_finish_and_stops_accepting() {
+    let rt = runtime();
+    rt.block_on(async {
+        let listeners = listen::bind(&["127.0.0.1:0".parse().expect("addr")], None)
+            .await
+            .expect("bind");
+        let addr = listeners[0].addr;
+        let in_flight = InFlight::default();
+        let app = slow_app(Duration::from_millis(1500), in_flight.clone());
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(listen::run(
+            listeners,
+            app,
+            async move {
+                let _ = stop_rx.await;
+            },
+            Duration::from_secs(10),
+            in_flight.clone(),
+        ));
+        let http = client();
+        let request = tokio::spawn({
+            let http = http.clone();
+            async move { http.get(format!("http://{addr}/slow")).send().await }
+        });
+        // Shut down while the request sleeps in its handler.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while in_flight.is_empty() {
+            assert!(Instant::now() < deadline, "the request never arrived");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        stop_tx.send(()).expect("server running");
+        let response = request
+            .await
+            .expect("request task")
+            .expect("the request in flight is answered");
+        assert_eq!(response.status(), 200);
+        assert!(response.headers().contains_key("x-openstack-request-id"));
+        assert_eq!(response.text().await.expect("body"), "done");
+        let report = server.await.expect("server task");
+        assert!(report.clean, "{report:?}");
+        assert!(report.cut.is_empty());
+        assert!(
+            tokio::net::TcpStream::connect(addr).await.is_err(),
+            "no longer accepting"
+        );
+    });
+}
+
+#[test]
+fn a_drain_past_its_grace_names_the_requests_it_cut() {
+    let rt = runtime();
+    rt.block_on(async {
+        let listeners = listen::bind(&["127.0.0.1:0".parse().expect("addr")], None)
+            .await
+            .expect("bind");
+        let addr = listeners[0].addr;
+        let in_flight = InFlight::default();
+        let app = slow_app(Duration::from_secs(30), in_flight.clone());
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(listen::run(
+            listeners,
+            app,
+            async move {
+                let _ = stop_rx.await;
+            },
+            Duration::from_millis(300),
+            in_flight.clone(),
+        ));
+        let http = client();
+        let _request =
+            tokio::spawn(async move { http.get(format!("http://{addr}/slow")).send().await });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while in_flight.is_empty() {
+            assert!(Instant::now() < deadline, "the request never arrived");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let started = Instant::now();
+        stop_tx.send(()).expect("server running");
+        let report = server.await.expect("server task");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the grace period bounds the drain"
+        );
+        assert!(!report.clean);
+        assert_eq!(report.cut.len(), 1, "{report:?}");
+        assert_eq!(report.cut[0].path, "/slow");
+        assert!(report.cut[0].id.starts_with("req-"));
+    });
+}
+
+/// The same checks as the binary tests above, at the library level with a router of our own,
+/// so they hold whatever the API's routes are: basic auth in front of a route, TLS with the
+/// generated CA, and the request id on every answer, 401s included.
+#[test]
+fn library_level_basic_auth_and_auto_tls() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let hash = bcrypt::hash("s3cret", 4).expect("bcrypt");
+    let users = service::auth::Htpasswd::parse(&format!("admin:{hash}\n")).expect("htpasswd");
+    let names = service::tls::names_for(&["127.0.0.1:0".parse().expect("addr")], &[]);
+    let (cert, outcome) = service::tls::AutoTls::new(dir.path())
+        .ensure(&names)
+        .expect("auto TLS");
+    assert_eq!(outcome, service::tls::AutoOutcome::CreatedCa);
+    let ca_pem = cert.ca_pem.clone().expect("a CA to trust");
+    let rt = runtime();
+    rt.block_on(async {
+        let listeners = listen::bind(
+            &["127.0.0.1:0".parse().expect("addr")],
+            Some(cert.server_config().expect("rustls config")),
+        )
+        .await
+        .expect("bind");
+        let url = listeners[0].url();
+        assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+        let in_flight = InFlight::default();
+        let router =
+            axum::Router::new().route("/v1/nodes", axum::routing::get(|| async { "nodes" }));
+        let app = service::app(router, Some(users), 1024, in_flight.clone());
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(listen::run(
+            listeners,
+            app,
+            async move {
+                let _ = stop_rx.await;
+            },
+            Duration::from_secs(5),
+            in_flight,
+        ));
+        service::tls::install_crypto_provider();
+        let http = reqwest::Client::builder()
+            .tls_certs_only([reqwest::Certificate::from_pem(ca_pem.as_bytes()).expect("CA")])
+            .timeout(Duration::from_secs(20))
+            .build()
+            .expect("client");
+        let nodes = format!("{url}/v1/nodes");
+
+        let none = http.get(&nodes).send().await.expect("answer over TLS");
+        assert_eq!(none.status(), 401);
+        assert_eq!(
+            none.headers()
+                .get("www-authenticate")
+                .and_then(|v| v.to_str().ok()),
+            Some("Basic realm=\"Baremetal API\"")
+        );
+        assert!(
+            none.headers().contains_key("x-openstack-request-id"),
+            "a 401 carries the request id too"
+        );
+        let body: serde_json::Value = none.json().await.expect("JSON body");
+        let fault: serde_json::Value =
+            serde_json::from_str(body["error_message"].as_str().expect("error_message"))
+                .expect("error_message holds JSON");
+        assert!(fault["faultstring"].is_string(), "{body}");
+
+        let wrong = http
+            .get(&nodes)
+            .basic_auth("admin", Some("nope"))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(wrong.status(), 401);
+        let right = http
+            .get(&nodes)
+            .basic_auth("admin", Some("s3cret"))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(right.status(), 200);
+        assert_eq!(right.text().await.expect("body"), "nodes");
+
+        stop_tx.send(()).expect("server running");
+        let report = server.await.expect("server task");
+        assert!(report.clean, "{report:?}");
+    });
+}
+
+/// Collects log output in memory.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// At `log.level = "warn"` in JSON, a warning inside a handler is one JSON line that carries the
+/// request id the client got (the request span exists whatever the level).
+#[test]
+fn library_level_json_warnings_carry_the_request_id() {
+    use vmdeploy_conductor::logging::{subscriber, LogFormat};
+    let captured = Captured::default();
+    let sink = captured.clone();
+    let _default =
+        tracing::subscriber::set_default(subscriber(LogFormat::Json, "warn", move || sink.clone()));
+    // One thread, so every task logs through the thread-local subscriber set above.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let id = rt.block_on(async {
+        let listeners = listen::bind(&["127.0.0.1:0".parse().expect("addr")], None)
+            .await
+            .expect("bind");
+        let url = listeners[0].url();
+        let in_flight = InFlight::default();
+        let router = axum::Router::new().route(
+            "/v1/warn",
+            axum::routing::get(|| async {
+                tracing::warn!(node = "1be26c0b-03f2-4d2e-ae87-c02d7f33c123", "a warning");
+                "ok"
+            }),
+        );
+        let app = service::app(router, None, 1024, in_flight.clone());
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(listen::run(
+            listeners,
+            app,
+            async move {
+                let _ = stop_rx.await;
+            },
+            Duration::from_secs(5),
+            in_flight,
+        ));
+        let response = client()
+            .get(format!("{url}/v1/warn"))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(response.status(), 200);
+        let id = response
+            .headers()
+            .get("x-openstack-request-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        stop_tx.send(()).expect("server running");
+        server.await.expect("server task");
+        id
+    });
+    assert!(id.starts_with("req-"), "{id:?}");
+    let text = String::from_utf8(captured.0.lock().expect("log").clone()).expect("UTF-8 log");
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let warning = lines
+        .iter()
+        .find(|v| v["fields"]["message"] == "a warning")
+        .unwrap_or_else(|| panic!("no warning line in:\n{text}"));
+    assert_eq!(warning["level"], "WARN");
+    assert_eq!(
+        warning["fields"]["node"],
+        "1be26c0b-03f2-4d2e-ae87-c02d7f33c123"
+    );
+    let spans = warning["spans"].as_array().cloned().unwrap_or_default();
+    assert!(
+        spans.iter().any(|s| s["request_id"] == id.as_str()),
+        "the warning carries {id}: {warning}"
+    );
+    assert!(
+        lines.iter().all(|v| v["level"] != "INFO"),
+        "warn level keeps INFO lines out:\n{text}"
+    );
+}
