@@ -486,115 +486,84 @@ async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
     }
 }
 
-/// Opens the object store (`objects.kind`): starts the built-in store's HTTPS server, or sets
-/// up Swift.
-///
-/// MERGE (lead): the object stores are not on this branch, so this fails with a message until
-/// issue10-objects is merged. Replace this function with the one below, which was compiled and
-/// run against issue10-objects at eded0a3 and issue10-api at 0269ffd (tests/serve.rs: 9 passed,
-/// clippy -D warnings clean):
-///
-/// ```ignore
-/// async fn open_object_store(
-///     settings: &Settings,
-///     cert: Option<CertifiedKey>,
-///     shutdown: tokio::sync::watch::Receiver<bool>,
-/// ) -> anyhow::Result<Arc<dyn ObjectStore>> {
-///     use crate::objects::builtin::{BuiltinConfig, BuiltinStore};
-///     use crate::objects::swift::{SwiftAuth, SwiftConfig, SwiftStore};
-///     use vmdeploy_shared::secret::Secret;
-///     match &settings.objects {
-///         ObjectsSettings::Builtin {
-///             root,
-///             listen,
-///             public_url,
-///             ..
-///         } => {
-///             let cert = cert.context("no certificate for the built-in object store")?;
-///             let key = builtin_temp_url_key(&settings.state_dir)?;
-///             let (store, bound) = BuiltinStore::start(
-///                 BuiltinConfig {
-///                     root: root.clone(),
-///                     listen: *listen,
-///                     public_url: public_url.clone(),
-///                     temp_url_key: Secret::new(key),
-///                     tls: cert.server_config()?,
-///                 },
-///                 shutdown,
-///             )
-///             .await
-///             .with_context(|| format!("starting the built-in object store on {listen}"))?;
-///             tracing::info!(
-///                 address = %bound,
-///                 url = %public_url.clone().unwrap_or_else(|| format!("https://{bound}")),
-///                 dir = %root.display(),
-///                 "object store listening (builtin)"
-///             );
-///             Ok(store)
-///         }
-///         ObjectsSettings::Swift(swift) => {
-///             let auth = if swift.auth_version == 1 {
-///                 SwiftAuth::TempAuth {
-///                     url: swift.auth_url.clone(),
-///                     user: swift.user.clone(),
-///                     key: swift.key.clone(),
-///                 }
-///             } else {
-///                 SwiftAuth::Keystone {
-///                     auth_url: swift.auth_url.clone(),
-///                     username: swift.user.clone(),
-///                     password: swift.key.clone(),
-///                     project_name: swift.project.clone().unwrap_or_default(),
-///                     user_domain_name: swift
-///                         .user_domain
-///                         .clone()
-///                         .unwrap_or_else(|| "Default".into()),
-///                     project_domain_name: swift
-///                         .project_domain
-///                         .clone()
-///                         .unwrap_or_else(|| "Default".into()),
-///                     region: swift.region.clone(),
-///                     interface: swift.interface.clone().unwrap_or_else(|| "public".into()),
-///                 }
-///             };
-///             let mut config = SwiftConfig::new(auth);
-///             config.temp_url_key = swift.temp_url_key.clone();
-///             match &swift.verify_ca {
-///                 Some(config::VerifyCa::Enabled(false)) => config.verify_tls = false,
-///                 Some(config::VerifyCa::File(path)) => config.ca_file = Some(path.clone()),
-///                 _ => {}
-///             }
-///             if let Some(seconds) = swift.timeout {
-///                 config.timeout = Duration::from_secs(seconds);
-///             }
-///             let store = SwiftStore::new(config).context("setting up the Swift object store")?;
-///             tracing::info!(auth_url = %swift.auth_url, "object store: swift");
-///             Ok(Arc::new(store))
-///         }
-///     }
-/// }
-/// ```
+/// The object store of `[objects]`: the built-in store, started here on its own HTTPS port
+/// (DESIGN.md §6a), or a Swift client.
 async fn open_object_store(
     settings: &Settings,
     cert: Option<CertifiedKey>,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<Arc<dyn ObjectStore>> {
-    let _ = (cert, shutdown);
+    use crate::objects::builtin::{BuiltinConfig, BuiltinStore};
+    use crate::objects::swift::{SwiftAuth, SwiftConfig, SwiftStore};
+    use vmdeploy_shared::secret::Secret;
     match &settings.objects {
-        ObjectsSettings::Builtin { root, listen, .. } => {
-            // Made now so that the state directory looks as it will after the merge.
-            builtin_temp_url_key(&settings.state_dir)?;
-            anyhow::bail!(
-                "the built-in object store ({} on {listen}) is not on this branch yet: the lead \
-                 wires objects::builtin::BuiltinStore::start in service::open_object_store at merge",
-                root.display()
+        ObjectsSettings::Builtin {
+            root,
+            listen,
+            public_url,
+            ..
+        } => {
+            let cert = cert.context("no certificate for the built-in object store")?;
+            let key = builtin_temp_url_key(&settings.state_dir)?;
+            let (store, bound) = BuiltinStore::start(
+                BuiltinConfig {
+                    root: root.clone(),
+                    listen: *listen,
+                    public_url: public_url.clone(),
+                    temp_url_key: Secret::new(key),
+                    tls: cert.server_config()?,
+                },
+                shutdown,
             )
+            .await
+            .with_context(|| format!("starting the built-in object store on {listen}"))?;
+            tracing::info!(
+                address = %bound,
+                url = %public_url.clone().unwrap_or_else(|| format!("https://{bound}")),
+                dir = %root.display(),
+                "object store listening (builtin)"
+            );
+            Ok(store)
         }
-        ObjectsSettings::Swift(swift) => anyhow::bail!(
-            "the Swift object store ({}) is not on this branch yet: the lead wires \
-             objects::swift::SwiftStore in service::open_object_store at merge",
-            swift.auth_url
-        ),
+        ObjectsSettings::Swift(swift) => {
+            let auth = if swift.auth_version == 1 {
+                SwiftAuth::TempAuth {
+                    url: swift.auth_url.clone(),
+                    user: swift.user.clone(),
+                    key: swift.key.clone(),
+                }
+            } else {
+                SwiftAuth::Keystone {
+                    auth_url: swift.auth_url.clone(),
+                    username: swift.user.clone(),
+                    password: swift.key.clone(),
+                    project_name: swift.project.clone().unwrap_or_default(),
+                    user_domain_name: swift
+                        .user_domain
+                        .clone()
+                        .unwrap_or_else(|| "Default".into()),
+                    project_domain_name: swift
+                        .project_domain
+                        .clone()
+                        .unwrap_or_else(|| "Default".into()),
+                    region: swift.region.clone(),
+                    interface: swift.interface.clone().unwrap_or_else(|| "public".into()),
+                }
+            };
+            let mut config = SwiftConfig::new(auth);
+            config.temp_url_key = swift.temp_url_key.clone();
+            match &swift.verify_ca {
+                Some(config::VerifyCa::Enabled(false)) => config.verify_tls = false,
+                Some(config::VerifyCa::File(path)) => config.ca_file = Some(path.clone()),
+                _ => {}
+            }
+            if let Some(seconds) = swift.timeout {
+                config.timeout = Duration::from_secs(seconds);
+            }
+            let store = SwiftStore::new(config).context("setting up the Swift object store")?;
+            tracing::info!(auth_url = %swift.auth_url, "object store: swift");
+            Ok(Arc::new(store))
+        }
     }
 }
 
