@@ -148,7 +148,7 @@ pub enum ProvisionVerb {
     Provide,
     /// `active` or `deploy` (1.73): available/deploy failed → deploying.
     Deploy,
-    /// `rebuild`: active/deploy failed → deploying.
+    /// `rebuild`: active/deploy failed/error → deploying.
     Rebuild,
     /// `deleted` or `undeploy` (1.73): tear a deployment down.
     Undeploy,
@@ -198,7 +198,9 @@ pub fn next(state: ProvisionState, event: Event) -> Option<ProvisionState> {
         (Available | CleanFailed, Verb(Manage)) => Manageable,
         (Manageable, Verb(Provide)) => Cleaning,
         (Available | DeployFailed, Verb(Deploy)) => Deploying,
-        (Active | DeployFailed, Verb(Rebuild)) => Deploying,
+        // Ironic also rebuilds a node in `error` (ironic/common/states.py: "An errored instance
+        // can be rebuilt"), which reference/ironic-protocols.md §5.3 leaves out.
+        (Active | DeployFailed | Error, Verb(Rebuild)) => Deploying,
         (Deploying, Wait) => WaitCallBack,
         (WaitCallBack, Resume) => Deploying,
         (Deploying, Done) => Active,
@@ -284,6 +286,185 @@ mod tests {
             assert_eq!(state.as_str().parse::<ProvisionState>(), Ok(state));
         }
         assert!("wait callback".parse::<ProvisionState>().is_err());
+    }
+
+    /// Every event `next` knows, for the exhaustive table below.
+    const EVENTS: [Event; 10] = [
+        Event::Verb(ProvisionVerb::Manage),
+        Event::Verb(ProvisionVerb::Provide),
+        Event::Verb(ProvisionVerb::Deploy),
+        Event::Verb(ProvisionVerb::Rebuild),
+        Event::Verb(ProvisionVerb::Undeploy),
+        Event::Verb(ProvisionVerb::Abort),
+        Event::Wait,
+        Event::Resume,
+        Event::Done,
+        Event::Fail,
+    ];
+
+    /// The transitions of ../shared/reference/ironic-protocols.md §5.3, one row each, in the
+    /// order that section lists them; the modern states (`enroll`, `verifying`, `clean wait`)
+    /// and `abort` as Ironic's state machine has them.
+    fn allowed() -> Vec<(ProvisionState, Event, ProvisionState)> {
+        use Event::*;
+        use ProvisionState::*;
+        use ProvisionVerb::*;
+        vec![
+            // available -deploy-> deploying -wait-> wait call-back -resume-> deploying
+            // -done-> active
+            (Available, Verb(Deploy), Deploying),
+            (Deploying, Wait, WaitCallBack),
+            (WaitCallBack, Resume, Deploying),
+            (Deploying, Done, Active),
+            // deploying|wait call-back -fail-> deploy failed
+            (Deploying, Fail, DeployFailed),
+            (WaitCallBack, Fail, DeployFailed),
+            // deploy failed -deploy|rebuild-> deploying; active -rebuild-> deploying
+            (DeployFailed, Verb(Deploy), Deploying),
+            (DeployFailed, Verb(Rebuild), Deploying),
+            (Active, Verb(Rebuild), Deploying),
+            // not in §5.3 but in Ironic's states.py since Kilo: error -rebuild-> deploying
+            (Error, Verb(Rebuild), Deploying),
+            // active|wait call-back|deploy failed|error -delete-> deleting
+            (Active, Verb(Undeploy), Deleting),
+            (WaitCallBack, Verb(Undeploy), Deleting),
+            (DeployFailed, Verb(Undeploy), Deleting),
+            (Error, Verb(Undeploy), Deleting),
+            // deleting -clean-> cleaning -done-> available; deleting -error-> error
+            (Deleting, Done, Cleaning),
+            (Cleaning, Done, Available),
+            (Deleting, Fail, Error),
+            // cleaning -fail-> clean failed -manage-> manageable; manageable -provide-> cleaning
+            (Cleaning, Fail, CleanFailed),
+            (CleanFailed, Verb(Manage), Manageable),
+            (Manageable, Verb(Provide), Cleaning),
+            // available -manage-> manageable
+            (Available, Verb(Manage), Manageable),
+            // modern: enroll -manage-> verifying -> manageable (back to enroll when it fails)
+            (Enroll, Verb(Manage), Verifying),
+            (Verifying, Done, Manageable),
+            (Verifying, Fail, Enroll),
+            // modern: cleaning through the ramdisk waits in clean wait, like deploys
+            (Cleaning, Wait, CleanWait),
+            (CleanWait, Resume, Cleaning),
+            (CleanWait, Fail, CleanFailed),
+            // modern: abort stops waiting for the ramdisk
+            (WaitCallBack, Verb(Abort), DeployFailed),
+            (CleanWait, Verb(Abort), CleanFailed),
+        ]
+    }
+
+    #[test]
+    fn next_is_exactly_the_table_of_ironic_protocols_5_3() {
+        let allowed = allowed();
+        let mut seen = std::collections::HashSet::new();
+        for &(from, event, to) in &allowed {
+            assert!(
+                seen.insert((from, event)),
+                "row {from} {event:?} listed twice"
+            );
+            assert_eq!(next(from, event), Some(to), "{from} --{event:?}-->");
+        }
+        // Everything not in the table is refused: 13 states x 10 events, every pair checked.
+        let mut refused = 0;
+        for state in ProvisionState::ALL {
+            for event in EVENTS {
+                if !seen.contains(&(state, event)) {
+                    assert_eq!(
+                        next(state, event),
+                        None,
+                        "{state} --{event:?}--> must be refused"
+                    );
+                    refused += 1;
+                }
+            }
+        }
+        assert_eq!(
+            refused + allowed.len(),
+            ProvisionState::ALL.len() * EVENTS.len()
+        );
+    }
+
+    #[test]
+    fn no_verb_is_accepted_while_a_task_runs() {
+        // deploying, deleting, cleaning and verifying belong to a running conductor task: the
+        // API must answer every verb with 400 there (abort only stops a *wait*).
+        for state in [
+            ProvisionState::Deploying,
+            ProvisionState::Deleting,
+            ProvisionState::Cleaning,
+            ProvisionState::Verifying,
+        ] {
+            assert!(!state.is_stable() && !state.is_waiting());
+            for event in EVENTS {
+                if let Event::Verb(verb) = event {
+                    assert_eq!(next(state, event), None, "{verb:?} in {state}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn flow_events_never_leave_a_stable_state() {
+        // Done/Fail/Wait/Resume come from a running task; a node at rest has none.
+        for state in ProvisionState::ALL.into_iter().filter(|s| s.is_stable()) {
+            for event in [Event::Wait, Event::Resume, Event::Done, Event::Fail] {
+                assert_eq!(next(state, event), None, "{event:?} in {state}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_state_is_reachable_from_enroll() {
+        let mut reached = std::collections::HashSet::from([ProvisionState::Enroll]);
+        let mut frontier = vec![ProvisionState::Enroll];
+        while let Some(state) = frontier.pop() {
+            for event in EVENTS {
+                if let Some(to) = next(state, event) {
+                    if reached.insert(to) {
+                        frontier.push(to);
+                    }
+                }
+            }
+        }
+        for state in ProvisionState::ALL {
+            assert!(reached.contains(&state), "{state} unreachable");
+        }
+    }
+
+    #[test]
+    fn verbs_parse_as_the_api_spells_them() {
+        for (target, verb) in [
+            ("manage", Some(ProvisionVerb::Manage)),
+            ("provide", Some(ProvisionVerb::Provide)),
+            ("active", Some(ProvisionVerb::Deploy)),
+            ("deploy", Some(ProvisionVerb::Deploy)),
+            ("rebuild", Some(ProvisionVerb::Rebuild)),
+            ("deleted", Some(ProvisionVerb::Undeploy)),
+            ("undeploy", Some(ProvisionVerb::Undeploy)),
+            ("abort", Some(ProvisionVerb::Abort)),
+            ("inspect", None),
+            ("Active", None),
+            ("", None),
+        ] {
+            assert_eq!(ProvisionVerb::parse(target), verb, "{target:?}");
+        }
+    }
+
+    #[test]
+    fn power_names_round_trip() {
+        for power in [
+            NodePower::On,
+            NodePower::Off,
+            NodePower::Rebooting,
+            NodePower::SoftRebooting,
+            NodePower::SoftPowerOff,
+        ] {
+            let json = serde_json::to_string(&power).expect("serialises");
+            assert_eq!(json, format!("\"{}\"", power.as_str()));
+            assert_eq!(power.as_str().parse::<NodePower>(), Ok(power));
+        }
+        assert!("on".parse::<NodePower>().is_err());
     }
 
     #[test]

@@ -1,3 +1,6 @@
 //! Typed views of a node's JSON fields: `driver_info` (BMC address and credentials, deploy ISO),
 //! `instance_info` (image, sizes, capabilities), `properties.capabilities`. Parsing and
 //! validation live here, above the BMC clients and the flows, so they happen once.
+
+pub mod capabilities;
+pub mod instance_info;

@@ -20,6 +20,8 @@ use uuid::Uuid;
 use crate::states::{NodePower, ProvisionState};
 
 pub mod sqlite;
+#[cfg(test)]
+pub mod testing;
 
 /// A JSON object field of a record.
 pub type JsonObject = Map<String, Value>;

@@ -1,0 +1,532 @@
+//! The embedded store: one SQLite file in the state directory (DESIGN.md §8).
+//!
+//! # Design
+//! rusqlite is blocking, so every call runs on tokio's blocking pool with the one connection
+//! behind a `std::sync::Mutex`: calls are serialised, which SQLite does anyway for writers, and
+//! the async runtime never waits on disk. Each [`Store`] method is one transaction; the ones that
+//! read after writing (reserve) take the write lock first (`BEGIN IMMEDIATE`) so another process
+//! on the same file cannot slip in between.
+//!
+//! The file runs in WAL mode (readers do not block the writer, and a crash leaves the last
+//! committed transaction), with foreign keys on (ports go with their node) and a busy timeout so
+//! a second process (the `vmdeploy-conductor` CLI reading the same file) waits instead of failing.
+//! `synchronous` stays at SQLite's default `FULL`: a state change the API acknowledged must
+//! survive a power cut, and the conductor writes a handful of rows per deploy.
+//!
+//! Schema migrations ([`schema`]) run in [`SqliteStore::open`].
+//!
+//! A blocking call runs to its end even when its caller's future is dropped (an API client that
+//! hung up). For every call but one that is harmless; a reserve that commits after its caller
+//! left would hold the node's lock with no task to release it, so `reserve_node` keeps a guard
+//! that releases such a lock in the background.
+//!
+//! # Limitations
+//! One connection: reads wait for a running write. The conductor's load (a few nodes, a
+//! heartbeat per node every few seconds) is far below what that costs.
+
+mod errors;
+mod guard;
+mod rows;
+mod schema;
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use rusqlite::types::Value;
+use rusqlite::{params, params_from_iter, Connection, OptionalExtension, TransactionBehavior};
+use time::OffsetDateTime;
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+use self::errors::{
+    db, node_not_found, node_write_error, port_not_found, port_write_error, strip_db,
+};
+use self::guard::{release, task_failed, ReserveGuard};
+use self::rows::{
+    json, node_from_row, node_values, normalise_mac, port_from_row, time, NODE_COLUMNS,
+    NODE_WRITABLE, PORT_COLUMNS,
+};
+use super::{Node, NodeFilter, NodeIdent, Port, PortFilter, Store, StoreError};
+
+/// How long a call waits for another process's write lock before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The SQLite store. Cheap to share: hold it as `Arc<dyn Store>`.
+#[derive(Debug)]
+pub struct SqliteStore {
+    conn: Arc<Mutex<Connection>>,
+}
+
+impl SqliteStore {
+    /// Opens (or creates) the database at `path`, creating its parent directories, and brings
+    /// its schema up to date. Blocks briefly: call it at start-up, before serving.
+    pub fn open(path: &Path) -> Result<Arc<SqliteStore>, StoreError> {
+        create_private(path)?;
+        let conn = Connection::open(path)
+            .map_err(|e| StoreError::Database(format!("opening {}: {e}", path.display())))?;
+        Self::setup(conn, &path.display().to_string())
+    }
+
+    /// A private in-memory database, for tests.
+    #[cfg(test)]
+    pub fn open_in_memory() -> Result<Arc<SqliteStore>, StoreError> {
+        let conn = Connection::open_in_memory()
+            .map_err(|e| StoreError::Database(format!("opening an in-memory database: {e}")))?;
+        Self::setup(conn, ":memory:")
+    }
+
+    fn setup(mut conn: Connection, name: &str) -> Result<Arc<SqliteStore>, StoreError> {
+        let context =
+            |what: &str, e: rusqlite::Error| StoreError::Database(format!("{what} of {name}: {e}"));
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| context("setting the busy timeout", e))?;
+        // journal_mode answers with the mode it ended up in; an in-memory database stays
+        // "memory", which is fine.
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+            .map_err(|e| context("setting WAL mode", e))?;
+        if mode != "wal" && name != ":memory:" {
+            return Err(StoreError::Database(format!(
+                "{name}: SQLite refused WAL mode (journal mode is {mode}); is the file on a \
+                 network file system?"
+            )));
+        }
+        conn.pragma_update(None, "foreign_keys", true)
+            .map_err(|e| context("turning foreign keys on", e))?;
+        schema::migrate(&mut conn)
+            .map_err(|e| StoreError::Database(format!("{name}: {}", strip_db(e))))?;
+        Ok(Arc::new(SqliteStore {
+            conn: Arc::new(Mutex::new(conn)),
+        }))
+    }
+
+    /// Runs `f` with the connection on the blocking pool.
+    async fn run<T, F>(&self, what: &'static str, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        self.spawn(f).await.map_err(|e| task_failed(what, e))?
+    }
+
+    /// Starts `f` with the connection on the blocking pool. It runs to its end even when the
+    /// caller stops waiting: a transaction is never cut in half.
+    fn spawn<T, F>(&self, f: F) -> JoinHandle<Result<T, StoreError>>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let conn = Arc::clone(&self.conn);
+        tokio::task::spawn_blocking(move || {
+            // A poisoned lock means an earlier call panicked; its transaction was rolled back
+            // when it unwound, so the connection is still good to use.
+            let mut guard = conn.lock().unwrap_or_else(PoisonError::into_inner);
+            f(&mut guard)
+        })
+    }
+}
+
+/// Creates the database file (and its directory) readable by the conductor's user only: the
+/// nodes' `driver_info` holds BMC passwords. SQLite gives its `-wal` and `-shm` files the mode of
+/// the database file. An existing file keeps its mode (the operator chose it).
+fn create_private(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)
+            .map_err(|e| {
+                StoreError::Database(format!("creating directory {}: {e}", parent.display()))
+            })?;
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(StoreError::Database(format!(
+            "creating {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
+fn now() -> Result<Value, StoreError> {
+    time(OffsetDateTime::now_utc())
+}
+
+fn limit_value(limit: Option<usize>) -> Value {
+    // LIMIT -1 is SQLite's "no limit".
+    Value::Integer(limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX)))
+}
+
+fn read_node(conn: &Connection, ident: &NodeIdent) -> Result<Node, StoreError> {
+    let (column, value) = match ident {
+        NodeIdent::Uuid(uuid) => ("uuid", uuid.to_string()),
+        NodeIdent::Name(name) => ("name", name.clone()),
+    };
+    conn.query_row(
+        &format!("SELECT {NODE_COLUMNS} FROM nodes WHERE {column} = ?1"),
+        [value],
+        node_from_row,
+    )
+    .optional()
+    .map_err(|e| db(&format!("reading node {ident}"), e))?
+    .ok_or_else(|| node_not_found(ident))
+}
+
+#[async_trait::async_trait]
+impl Store for SqliteStore {
+    async fn create_node(&self, node: &Node) -> Result<(), StoreError> {
+        let node = node.clone();
+        self.run("creating a node", move |conn| {
+            let mut values = node_values(&node)?;
+            values.push(node.reservation.clone().map_or(Value::Null, Value::Text));
+            values.push(time(node.created_at)?);
+            values.push(node.updated_at.map_or(Ok(Value::Null), time)?);
+            let columns = NODE_WRITABLE.join(", ");
+            let marks = (1..=values.len())
+                .map(|i| format!("?{i}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            conn.execute(
+                &format!(
+                    "INSERT INTO nodes ({columns}, reservation, created_at, updated_at) \
+                     VALUES ({marks})"
+                ),
+                params_from_iter(values),
+            )
+            .map_err(|e| node_write_error(&format!("creating node {}", node.uuid), &node, e))?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn node(&self, ident: &NodeIdent) -> Result<Node, StoreError> {
+        let ident = ident.clone();
+        self.run("reading a node", move |conn| read_node(conn, &ident))
+            .await
+    }
+
+    async fn list_nodes(&self, filter: &NodeFilter) -> Result<Vec<Node>, StoreError> {
+        let filter = filter.clone();
+        self.run("listing nodes", move |conn| {
+            let mut clauses = Vec::new();
+            let mut values = Vec::new();
+            let mut bind = |clause: &str, value: Value| {
+                values.push(value);
+                clauses.push(clause.replace('?', &format!("?{}", values.len())));
+            };
+            if let Some(state) = filter.provision_state {
+                bind("provision_state = ?", Value::Text(state.as_str().into()));
+            }
+            if let Some(driver) = &filter.driver {
+                bind("driver = ?", Value::Text(driver.clone()));
+            }
+            if let Some(maintenance) = filter.maintenance {
+                bind("maintenance = ?", Value::Integer(maintenance.into()));
+            }
+            if let Some(instance) = &filter.instance_uuid {
+                bind("instance_uuid = ?", Value::Text(instance.clone()));
+            }
+            if let Some(holder) = &filter.reserved_by {
+                bind("reservation = ?", Value::Text(holder.clone()));
+            }
+            if let Some(marker) = filter.marker {
+                let exists = conn
+                    .query_row(
+                        "SELECT 1 FROM nodes WHERE uuid = ?1",
+                        [marker.to_string()],
+                        |_| Ok(()),
+                    )
+                    .optional()
+                    .map_err(|e| db("reading the list marker", e))?;
+                if exists.is_none() {
+                    return Err(node_not_found(marker));
+                }
+                bind(
+                    "id > (SELECT id FROM nodes WHERE uuid = ?)",
+                    Value::Text(marker.to_string()),
+                );
+            }
+            match filter.associated {
+                Some(true) => clauses.push("instance_uuid IS NOT NULL".into()),
+                Some(false) => clauses.push("instance_uuid IS NULL".into()),
+                None => {}
+            }
+            let filters = if clauses.is_empty() {
+                String::new()
+            } else {
+                format!("WHERE {}", clauses.join(" AND "))
+            };
+            values.push(limit_value(filter.limit));
+            let sql = format!(
+                "SELECT {NODE_COLUMNS} FROM nodes {filters} ORDER BY id LIMIT ?{}",
+                values.len()
+            );
+            let mut stmt = conn.prepare(&sql).map_err(|e| db("listing nodes", e))?;
+            let nodes = stmt
+                .query_map(params_from_iter(values), node_from_row)
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| db("listing nodes", e))?;
+            Ok(nodes)
+        })
+        .await
+    }
+
+    async fn update_node(&self, node: &Node) -> Result<(), StoreError> {
+        let node = node.clone();
+        self.run("updating a node", move |conn| {
+            let mut values = node_values(&node)?;
+            values.push(now()?);
+            // Every writable column but the last (uuid, the WHERE); then updated_at.
+            let uuid_index = NODE_WRITABLE.len();
+            let sets = &NODE_WRITABLE[..uuid_index - 1];
+            let assignments = sets
+                .iter()
+                .enumerate()
+                .map(|(i, column)| format!("{column} = ?{}", i + 1))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let changed = conn
+                .execute(
+                    &format!(
+                        "UPDATE nodes SET {assignments}, updated_at = ?{} \
+                         WHERE uuid = ?{uuid_index}",
+                        uuid_index + 1
+                    ),
+                    params_from_iter(values),
+                )
+                .map_err(|e| node_write_error(&format!("updating node {}", node.uuid), &node, e))?;
+            if changed == 0 {
+                return Err(node_not_found(node.uuid));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn delete_node(&self, uuid: Uuid) -> Result<(), StoreError> {
+        self.run("deleting a node", move |conn| {
+            // Ports go with it: ports.node_uuid is ON DELETE CASCADE.
+            let changed = conn
+                .execute("DELETE FROM nodes WHERE uuid = ?1", [uuid.to_string()])
+                .map_err(|e| db(&format!("deleting node {uuid}"), e))?;
+            if changed == 0 {
+                return Err(node_not_found(uuid));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn reserve_node(&self, uuid: Uuid, holder: &str) -> Result<Node, StoreError> {
+        let task_holder = holder.to_string();
+        let handle = self.spawn(move |conn| {
+            let holder = task_holder;
+            let what = || format!("reserving node {uuid}");
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(|e| db(&what(), e))?;
+            // One conditional UPDATE is the lock: whoever changes the row has it.
+            let changed = tx
+                .execute(
+                    "UPDATE nodes SET reservation = ?1 WHERE uuid = ?2 AND reservation IS NULL",
+                    params![holder, uuid.to_string()],
+                )
+                .map_err(|e| db(&what(), e))?;
+            let node = read_node(&tx, &NodeIdent::Uuid(uuid))?;
+            if changed == 0 {
+                return Err(StoreError::Locked {
+                    node: uuid,
+                    holder: node.reservation.unwrap_or_default(),
+                });
+            }
+            tx.commit().map_err(|e| db(&what(), e))?;
+            Ok(node)
+        });
+        let mut guard = ReserveGuard {
+            handle: Some(handle),
+            conn: Arc::clone(&self.conn),
+            holder: holder.to_string(),
+        };
+        let result = match guard.handle.as_mut() {
+            Some(handle) => handle.await,
+            // Not reached: the handle was put there just above.
+            None => return Err(StoreError::Database("reserving a node: no task".into())),
+        };
+        // The answer reached the caller: from here on the lock is theirs to release.
+        guard.handle = None;
+        result.map_err(|e| task_failed("reserving a node", e))?
+    }
+
+    async fn release_node(&self, uuid: Uuid, holder: &str) -> Result<(), StoreError> {
+        let holder = holder.to_string();
+        self.run("releasing a node", move |conn| release(conn, uuid, &holder))
+            .await
+    }
+
+    async fn release_all(&self, holder_prefix: &str) -> Result<Vec<Uuid>, StoreError> {
+        let prefix = holder_prefix.to_string();
+        self.run("releasing reservations", move |conn| {
+            // substr, not LIKE: LIKE is case-insensitive and treats % and _ in the prefix as
+            // wildcards.
+            let mut stmt = conn
+                .prepare(
+                    "UPDATE nodes SET reservation = NULL \
+                     WHERE reservation IS NOT NULL AND substr(reservation, 1, length(?1)) = ?1 \
+                     RETURNING uuid",
+                )
+                .map_err(|e| db("releasing reservations", e))?;
+            let uuids = stmt
+                .query_map([prefix], |row| row.get::<_, String>(0))
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| db("releasing reservations", e))?;
+            uuids
+                .iter()
+                .map(|u| {
+                    Uuid::parse_str(u).map_err(|e| {
+                        StoreError::Database(format!(
+                            "releasing reservations: node uuid {u:?}: {e}"
+                        ))
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+
+    async fn create_port(&self, port: &Port) -> Result<(), StoreError> {
+        let port = port.clone();
+        self.run("creating a port", move |conn| {
+            conn.execute(
+                "INSERT INTO ports (uuid, address, node_uuid, pxe_enabled, extra, created_at, \
+                 updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params_from_iter([
+                    Value::Text(port.uuid.to_string()),
+                    Value::Text(normalise_mac(&port.address)),
+                    Value::Text(port.node_uuid.to_string()),
+                    Value::Integer(port.pxe_enabled.into()),
+                    json(&port.extra)?,
+                    time(port.created_at)?,
+                    port.updated_at.map_or(Ok(Value::Null), time)?,
+                ]),
+            )
+            .map_err(|e| port_write_error(&format!("creating port {}", port.uuid), &port, e))?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn port(&self, uuid: Uuid) -> Result<Port, StoreError> {
+        self.run("reading a port", move |conn| {
+            conn.query_row(
+                &format!("SELECT {PORT_COLUMNS} FROM ports WHERE uuid = ?1"),
+                [uuid.to_string()],
+                port_from_row,
+            )
+            .optional()
+            .map_err(|e| db(&format!("reading port {uuid}"), e))?
+            .ok_or_else(|| port_not_found(uuid))
+        })
+        .await
+    }
+
+    async fn list_ports(&self, filter: &PortFilter) -> Result<Vec<Port>, StoreError> {
+        let filter = filter.clone();
+        self.run("listing ports", move |conn| {
+            let mut clauses = Vec::new();
+            let mut values = Vec::new();
+            let mut bind = |clause: &str, value: Value| {
+                values.push(value);
+                clauses.push(clause.replace('?', &format!("?{}", values.len())));
+            };
+            if let Some(node) = filter.node_uuid {
+                bind("node_uuid = ?", Value::Text(node.to_string()));
+            }
+            if let Some(address) = &filter.address {
+                bind("address = ?", Value::Text(normalise_mac(address)));
+            }
+            if let Some(marker) = filter.marker {
+                let exists = conn
+                    .query_row(
+                        "SELECT 1 FROM ports WHERE uuid = ?1",
+                        [marker.to_string()],
+                        |_| Ok(()),
+                    )
+                    .optional()
+                    .map_err(|e| db("reading the list marker", e))?;
+                if exists.is_none() {
+                    return Err(port_not_found(marker));
+                }
+                bind(
+                    "id > (SELECT id FROM ports WHERE uuid = ?)",
+                    Value::Text(marker.to_string()),
+                );
+            }
+            let filters = if clauses.is_empty() {
+                String::new()
+            } else {
+                format!("WHERE {}", clauses.join(" AND "))
+            };
+            values.push(limit_value(filter.limit));
+            let sql = format!(
+                "SELECT {PORT_COLUMNS} FROM ports {filters} ORDER BY id LIMIT ?{}",
+                values.len()
+            );
+            let mut stmt = conn.prepare(&sql).map_err(|e| db("listing ports", e))?;
+            let ports = stmt
+                .query_map(params_from_iter(values), port_from_row)
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| db("listing ports", e))?;
+            Ok(ports)
+        })
+        .await
+    }
+
+    async fn update_port(&self, port: &Port) -> Result<(), StoreError> {
+        let port = port.clone();
+        self.run("updating a port", move |conn| {
+            let changed = conn
+                .execute(
+                    "UPDATE ports SET address = ?1, node_uuid = ?2, pxe_enabled = ?3, extra = ?4, \
+                     updated_at = ?5 WHERE uuid = ?6",
+                    params_from_iter([
+                        Value::Text(normalise_mac(&port.address)),
+                        Value::Text(port.node_uuid.to_string()),
+                        Value::Integer(port.pxe_enabled.into()),
+                        json(&port.extra)?,
+                        now()?,
+                        Value::Text(port.uuid.to_string()),
+                    ]),
+                )
+                .map_err(|e| port_write_error(&format!("updating port {}", port.uuid), &port, e))?;
+            if changed == 0 {
+                return Err(port_not_found(port.uuid));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn delete_port(&self, uuid: Uuid) -> Result<(), StoreError> {
+        self.run("deleting a port", move |conn| {
+            let changed = conn
+                .execute("DELETE FROM ports WHERE uuid = ?1", [uuid.to_string()])
+                .map_err(|e| db(&format!("deleting port {uuid}"), e))?;
+            if changed == 0 {
+                return Err(port_not_found(uuid));
+            }
+            Ok(())
+        })
+        .await
+    }
+}

@@ -1,0 +1,180 @@
+//! Node and port records to and from SQLite rows: JSON objects as TEXT, timestamps as RFC 3339
+//! TEXT in UTC, states by their Ironic names, UUIDs hyphenated lower case.
+
+use std::str::FromStr;
+
+use rusqlite::types::{Type, Value};
+use rusqlite::Row;
+use time::format_description::well_known::Rfc3339;
+use time::{OffsetDateTime, UtcOffset};
+use uuid::Uuid;
+
+use crate::store::{JsonObject, Node, Port, StoreError};
+
+/// The node columns every read selects, in the order [`node_from_row`] reads them.
+pub(super) const NODE_COLUMNS: &str = "uuid, name, driver, driver_info, driver_internal_info, \
+     properties, instance_info, extra, network_data, instance_uuid, provision_state, \
+     target_provision_state, provision_updated_at, power_state, target_power_state, maintenance, \
+     maintenance_reason, last_error, reservation, console_enabled, created_at, updated_at";
+
+/// The port columns every read selects, in the order [`port_from_row`] reads them.
+pub(super) const PORT_COLUMNS: &str =
+    "uuid, address, node_uuid, pxe_enabled, extra, created_at, updated_at";
+
+/// The columns [`node_values`] fills, in its order: every field but `reservation`,
+/// `created_at` and `updated_at`, which only their own statements write.
+pub(super) const NODE_WRITABLE: [&str; 19] = [
+    "name",
+    "driver",
+    "driver_info",
+    "driver_internal_info",
+    "properties",
+    "instance_info",
+    "extra",
+    "network_data",
+    "instance_uuid",
+    "provision_state",
+    "target_provision_state",
+    "provision_updated_at",
+    "power_state",
+    "target_power_state",
+    "maintenance",
+    "maintenance_reason",
+    "last_error",
+    "console_enabled",
+    "uuid",
+];
+
+/// Values of [`NODE_WRITABLE`], `uuid` last (the `WHERE` of an update).
+pub(super) fn node_values(node: &Node) -> Result<Vec<Value>, StoreError> {
+    Ok(vec![
+        opt_text(node.name.clone()),
+        Value::Text(node.driver.clone()),
+        json(&node.driver_info)?,
+        json(&node.driver_internal_info)?,
+        json(&node.properties)?,
+        json(&node.instance_info)?,
+        json(&node.extra)?,
+        json(&node.network_data)?,
+        opt_text(node.instance_uuid.clone()),
+        Value::Text(node.provision_state.as_str().to_string()),
+        opt_text(node.target_provision_state.map(|s| s.as_str().to_string())),
+        opt_time(node.provision_updated_at)?,
+        opt_text(node.power_state.map(|p| p.as_str().to_string())),
+        opt_text(node.target_power_state.map(|p| p.as_str().to_string())),
+        Value::Integer(i64::from(node.maintenance)),
+        opt_text(node.maintenance_reason.clone()),
+        opt_text(node.last_error.clone()),
+        Value::Integer(i64::from(node.console_enabled)),
+        Value::Text(node.uuid.to_string()),
+    ])
+}
+
+/// Reads a row of [`NODE_COLUMNS`].
+pub(super) fn node_from_row(row: &Row<'_>) -> rusqlite::Result<Node> {
+    Ok(Node {
+        uuid: parsed::<Uuid>(row, 0)?,
+        name: row.get(1)?,
+        driver: row.get(2)?,
+        driver_info: json_from(row, 3)?,
+        driver_internal_info: json_from(row, 4)?,
+        properties: json_from(row, 5)?,
+        instance_info: json_from(row, 6)?,
+        extra: json_from(row, 7)?,
+        network_data: json_from(row, 8)?,
+        instance_uuid: row.get(9)?,
+        provision_state: parsed(row, 10)?,
+        target_provision_state: opt_parsed(row, 11)?,
+        provision_updated_at: opt_time_from(row, 12)?,
+        power_state: opt_parsed(row, 13)?,
+        target_power_state: opt_parsed(row, 14)?,
+        maintenance: row.get(15)?,
+        maintenance_reason: row.get(16)?,
+        last_error: row.get(17)?,
+        reservation: row.get(18)?,
+        console_enabled: row.get(19)?,
+        created_at: time_from(row, 20)?,
+        updated_at: opt_time_from(row, 21)?,
+    })
+}
+
+/// Reads a row of [`PORT_COLUMNS`].
+pub(super) fn port_from_row(row: &Row<'_>) -> rusqlite::Result<Port> {
+    Ok(Port {
+        uuid: parsed(row, 0)?,
+        address: row.get(1)?,
+        node_uuid: parsed(row, 2)?,
+        pxe_enabled: row.get(3)?,
+        extra: json_from(row, 4)?,
+        created_at: time_from(row, 5)?,
+        updated_at: opt_time_from(row, 6)?,
+    })
+}
+
+/// A MAC as stored and compared: lower case, so `AA:BB:..` and `aa:bb:..` are one port.
+pub(super) fn normalise_mac(address: &str) -> String {
+    address.to_ascii_lowercase()
+}
+
+/// A JSON object as TEXT.
+pub(super) fn json(object: &JsonObject) -> Result<Value, StoreError> {
+    serde_json::to_string(object)
+        .map(Value::Text)
+        .map_err(|e| StoreError::Database(format!("encoding a JSON field: {e}")))
+}
+
+/// A time as RFC 3339 TEXT in UTC. UTC first: RFC 3339 cannot carry an offset with seconds, and
+/// one zone keeps the text sortable.
+pub(super) fn time(t: OffsetDateTime) -> Result<Value, StoreError> {
+    t.to_offset(UtcOffset::UTC)
+        .format(&Rfc3339)
+        .map(Value::Text)
+        .map_err(|e| StoreError::Database(format!("formatting time {t}: {e}")))
+}
+
+fn opt_time(t: Option<OffsetDateTime>) -> Result<Value, StoreError> {
+    t.map_or(Ok(Value::Null), time)
+}
+
+fn opt_text(s: Option<String>) -> Value {
+    s.map_or(Value::Null, Value::Text)
+}
+
+fn bad_column(idx: usize, e: impl std::error::Error + Send + Sync + 'static) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(idx, Type::Text, Box::new(e))
+}
+
+fn parsed<T>(row: &Row<'_>, idx: usize) -> rusqlite::Result<T>
+where
+    T: FromStr,
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    let text: String = row.get(idx)?;
+    text.parse().map_err(|e| bad_column(idx, e))
+}
+
+fn opt_parsed<T>(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<T>>
+where
+    T: FromStr,
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    let text: Option<String> = row.get(idx)?;
+    text.map(|t| t.parse().map_err(|e| bad_column(idx, e)))
+        .transpose()
+}
+
+fn json_from(row: &Row<'_>, idx: usize) -> rusqlite::Result<JsonObject> {
+    let text: String = row.get(idx)?;
+    serde_json::from_str(&text).map_err(|e| bad_column(idx, e))
+}
+
+fn time_from(row: &Row<'_>, idx: usize) -> rusqlite::Result<OffsetDateTime> {
+    let text: String = row.get(idx)?;
+    OffsetDateTime::parse(&text, &Rfc3339).map_err(|e| bad_column(idx, e))
+}
+
+fn opt_time_from(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<OffsetDateTime>> {
+    let text: Option<String> = row.get(idx)?;
+    text.map(|t| OffsetDateTime::parse(&t, &Rfc3339).map_err(|e| bad_column(idx, e)))
+        .transpose()
+}
