@@ -20,6 +20,7 @@ use std::sync::Arc;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post, put};
 use axum::Router;
+use tower::ServiceExt as _;
 
 use crate::manager::Manager;
 
@@ -70,10 +71,9 @@ pub fn router(manager: Arc<Manager>, options: ApiOptions) -> axum::Router {
     let state = Arc::new(ApiState { manager, options });
     // Ironic routes unversioned paths (`/nodes/...`) to v1 as well: old ramdisks post
     // `pass_deploy_info` without the prefix (reference §5.1).
-    Router::new()
+    let routes = Router::new()
         .route("/", get(root::root))
         .route("/v1", get(root::v1))
-        .route("/v1/", get(root::v1))
         .nest("/v1", resources())
         .merge(resources())
         .fallback(error::not_found)
@@ -83,7 +83,32 @@ pub fn router(manager: Arc<Manager>, options: ApiOptions) -> axum::Router {
             version::negotiate,
         ))
         .layer(axum::middleware::map_response(error::fault_bodies))
-        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(DefaultBodyLimit::max(MAX_BODY));
+    // python-ironicclient lists with a trailing slash (`GET /v1/ports/?detail=True`, `GET
+    // /v1/drivers/?detail=True`), as Ironic's pecan routes allow: the path is normalised before
+    // routing, so every route answers with and without it.
+    Router::new().fallback_service(routes.map_request(strip_trailing_slash))
+}
+
+/// `/v1/ports/?x` → `/v1/ports?x` (the root `/` stays).
+fn strip_trailing_slash(mut req: axum::extract::Request) -> axum::extract::Request {
+    let path = req.uri().path();
+    if path.len() > 1 && path.ends_with('/') {
+        let trimmed = path.trim_end_matches('/');
+        let trimmed = if trimmed.is_empty() { "/" } else { trimmed };
+        let path_and_query = match req.uri().query() {
+            Some(q) => format!("{trimmed}?{q}"),
+            None => trimmed.to_string(),
+        };
+        let mut parts = req.uri().clone().into_parts();
+        if let Ok(pq) = path_and_query.parse() {
+            parts.path_and_query = Some(pq);
+            if let Ok(uri) = http::Uri::from_parts(parts) {
+                *req.uri_mut() = uri;
+            }
+        }
+    }
+    req
 }
 
 /// The `/v1` resources, without the prefix.

@@ -39,7 +39,7 @@ mod root_and_versions {
 
     #[tokio::test]
     async fn root_document_names_the_version_range() {
-        let (router, _) = app();
+        let (router, _store) = app();
         let reply = call_raw(&router, Method::GET, "/", None, None).await;
         assert_eq!(reply.status, StatusCode::OK);
         let default = &reply.json["default_version"];
@@ -57,7 +57,7 @@ mod root_and_versions {
 
     #[tokio::test]
     async fn v1_document_and_version_headers() {
-        let (router, _) = app();
+        let (router, _store) = app();
         for path in ["/v1", "/v1/"] {
             let reply = call_raw(&router, Method::GET, path, None, None).await;
             assert_eq!(reply.status, StatusCode::OK, "{path}");
@@ -85,7 +85,7 @@ mod root_and_versions {
 
     #[tokio::test]
     async fn versions_outside_the_range_are_406_with_the_range() {
-        let (router, _) = app();
+        let (router, _store) = app();
         for v in ["1.115", "1.0", "2.1", "bogus"] {
             let reply = call_raw(&router, Method::GET, "/v1/nodes", Some(v), None).await;
             assert_eq!(reply.status, StatusCode::NOT_ACCEPTABLE, "{v}");
@@ -113,7 +113,7 @@ mod root_and_versions {
 
     #[tokio::test]
     async fn framework_errors_get_fault_bodies() {
-        let (router, _) = app();
+        let (router, _store) = app();
         let reply = call(&router, Method::GET, "/v1/chassis", None).await;
         assert_fault(&reply, StatusCode::NOT_FOUND, "/v1/chassis");
         let reply = call(&router, Method::POST, "/v1/drivers", Some(json!({}))).await;
@@ -215,7 +215,7 @@ mod nodes {
 
     #[tokio::test]
     async fn create_before_1_11_starts_available_and_given_uuids_are_kept() {
-        let (router, _) = app();
+        let (router, _store) = app();
         let uuid = "1be26c0b-03f2-4d2e-ae87-c02d7f33c123";
         let body = json!({"driver": "agent_ilo", "uuid": uuid})
             .to_string()
@@ -252,7 +252,7 @@ mod nodes {
 
     #[tokio::test]
     async fn bad_creates_name_the_field() {
-        let (router, _) = app();
+        let (router, _store) = app();
         let cases: Vec<(Value, StatusCode, &str)> = vec![
             (json!({}), StatusCode::BAD_REQUEST, "\"driver\""),
             (json!({"driver": 5}), StatusCode::BAD_REQUEST, "\"driver\""),
@@ -316,11 +316,11 @@ mod nodes {
 
     #[tokio::test]
     async fn unknown_and_malformed_idents() {
-        let (router, _) = app();
+        let (router, _store) = app();
         let reply = call(
             &router,
             Method::GET,
-            "/v1/nodes/1be26c0b-03f2-4d2e-ae87-c02d7f33c123",
+            "/v1/nodes/1be26c0b-03f2-4d2e-ae87-c02d7f33c123/",
             None,
         )
         .await;
@@ -526,7 +526,7 @@ mod nodes {
 
     #[tokio::test]
     async fn maintenance_by_patch_and_delete_of_unknown_nodes() {
-        let (router, _) = app();
+        let (router, _store) = app();
         let node = create_node(&router, "m1").await;
         let path = format!("/v1/nodes/{}", node["uuid"].as_str().expect("uuid"));
         let reply = call(
@@ -555,7 +555,7 @@ mod node_states {
 
     #[tokio::test]
     async fn states_document() {
-        let (router, _) = app();
+        let (router, _store) = app();
         let node = create_node(&router, "s1").await;
         let reply = call(&router, Method::GET, "/v1/nodes/s1/states", None).await;
         assert_eq!(reply.status, StatusCode::OK);
@@ -568,7 +568,7 @@ mod node_states {
 
     #[tokio::test]
     async fn power_requests_are_checked_before_the_manager() {
-        let (router, _) = app();
+        let (router, _store) = app();
         create_node(&router, "pw").await;
         let cases: Vec<(Option<&str>, Value, StatusCode, &str)> = vec![
             (
@@ -638,7 +638,7 @@ mod node_states {
 
     #[tokio::test]
     async fn provision_requests_are_checked_before_the_manager() {
-        let (router, _) = app();
+        let (router, _store) = app();
         create_node(&router, "pv").await;
         let cases: Vec<(&str, Value, StatusCode, &str)> = vec![
             (
@@ -725,7 +725,7 @@ mod node_states {
 
     #[tokio::test]
     async fn maintenance_and_boot_device_requests_are_checked() {
-        let (router, _) = app();
+        let (router, _store) = app();
         create_node(&router, "bd").await;
         let reply = call(
             &router,
@@ -783,7 +783,7 @@ mod ports {
 
     #[tokio::test]
     async fn port_lifecycle() {
-        let (router, _) = app();
+        let (router, _store) = app();
         let node = create_node(&router, "pn").await;
         let node_uuid = node["uuid"].as_str().expect("uuid").to_string();
         let reply = call(&router, Method::POST, "/v1/ports", Some(json!({"address": "52-54-00-AB-CD-EF", "node_uuid": node_uuid, "extra": {"vif_port_id": "v1"}}))).await;
@@ -809,6 +809,7 @@ mod ports {
         );
         for path in [
             "/v1/ports/detail".to_string(),
+            "/v1/ports/?detail=True".to_string(),
             format!("/v1/ports/detail?node={node_uuid}"),
             "/v1/ports/detail?node=pn".into(),
             "/v1/ports/detail?address=52:54:00:AB:CD:EF".into(),
@@ -879,7 +880,7 @@ mod ports {
 
     #[tokio::test]
     async fn bad_ports_name_the_field() {
-        let (router, _) = app();
+        let (router, _store) = app();
         let node = create_node(&router, "pb").await;
         let node_uuid = node["uuid"].clone();
         let cases: Vec<(Value, StatusCode, &str)> = vec![
@@ -928,7 +929,7 @@ mod drivers {
 
     #[tokio::test]
     async fn drivers_list_show_and_properties() {
-        let (router, _) = app();
+        let (router, _store) = app();
         let reply = call(&router, Method::GET, "/v1/drivers", None).await;
         let names: Vec<&str> = reply.json["drivers"]
             .as_array()
@@ -939,7 +940,7 @@ mod drivers {
         assert_eq!(names, ["agent_ilo", "ilo", "redfish"]);
         assert_eq!(reply.json["drivers"][0]["hosts"], json!([CONDUCTOR]));
         assert_eq!(reply.json["drivers"][0]["type"], "classic");
-        let reply = call(&router, Method::GET, "/v1/drivers?type=dynamic", None).await;
+        let reply = call(&router, Method::GET, "/v1/drivers/?type=dynamic", None).await;
         assert_eq!(reply.json["drivers"].as_array().map(Vec::len), Some(2));
         let reply = call(&router, Method::GET, "/v1/drivers/redfish", None).await;
         assert_eq!(
@@ -968,7 +969,7 @@ mod ramdisk {
 
     #[tokio::test]
     async fn call_backs_are_checked_before_the_manager() {
-        let (router, _) = app();
+        let (router, _store) = app();
         let reply = call_raw(
             &router,
             Method::GET,
@@ -1127,7 +1128,7 @@ mod fuzz {
         ) {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
             rt.block_on(async {
-                let (router, _) = app();
+                let (router, _store) = app();
                 let node = create_node(&router, "fz").await;
                 let uuid = node["uuid"].as_str().expect("uuid").to_string();
                 let reply = call(&router, Method::POST, "/v1/ports", Some(json!({"address": "52:54:00:00:00:aa", "node_uuid": uuid}))).await;

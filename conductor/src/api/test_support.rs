@@ -1,303 +1,34 @@
 //! What the API's unit tests share: a router over a manager with a store, and a one-shot
 //! request helper (tower's `ServiceExt::oneshot`) that returns status, headers and JSON.
 //!
-//! The store is an in-memory implementation of the [`Store`] trait that keeps the trait's
-//! promises the API relies on (unique UUID/name/MAC, reservations, filters); it stands in until
-//! the SQLite store of the same trait is merged into this branch.
+//! The store is the real [`SqliteStore`], in a temporary directory per test.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::Value;
-use time::OffsetDateTime;
 use tower::ServiceExt;
-use uuid::Uuid;
 
 use crate::deploy::{DeployConfig, DeployContext};
 use crate::manager::{Manager, ManagerConfig};
 use crate::objects::{ObjectBody, ObjectError, ObjectInfo, ObjectPath, ObjectStore, PutOptions};
-use crate::store::{Node, NodeFilter, NodeIdent, Port, PortFilter, Store, StoreError};
+use crate::store::sqlite::SqliteStore;
+use crate::store::Store;
 
-#[derive(Default)]
-struct Records {
-    nodes: Vec<Node>,
-    ports: Vec<Port>,
+/// The real SQLite store in a temporary directory that lives as long as the value.
+pub(super) struct TestStore {
+    store: Arc<SqliteStore>,
+    _dir: tempfile::TempDir,
 }
 
-/// Nodes and ports in memory, in creation order.
-#[derive(Default)]
-pub(super) struct MemoryStore {
-    records: Mutex<Records>,
-}
+impl std::ops::Deref for TestStore {
+    type Target = SqliteStore;
 
-impl MemoryStore {
-    fn lock(&self) -> MutexGuard<'_, Records> {
-        self.records
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-fn node_not_found(ident: impl ToString) -> StoreError {
-    StoreError::NotFound {
-        kind: "node",
-        ident: ident.to_string(),
-    }
-}
-
-#[async_trait::async_trait]
-impl Store for MemoryStore {
-    async fn create_node(&self, node: &Node) -> Result<(), StoreError> {
-        let mut r = self.lock();
-        if r.nodes.iter().any(|n| n.uuid == node.uuid) {
-            return Err(StoreError::Duplicate {
-                kind: "node",
-                field: "uuid",
-                value: node.uuid.to_string(),
-            });
-        }
-        if let Some(name) = &node.name {
-            if r.nodes.iter().any(|n| n.name.as_ref() == Some(name)) {
-                return Err(StoreError::Duplicate {
-                    kind: "node",
-                    field: "name",
-                    value: name.clone(),
-                });
-            }
-        }
-        r.nodes.push(node.clone());
-        Ok(())
-    }
-
-    async fn node(&self, ident: &NodeIdent) -> Result<Node, StoreError> {
-        self.lock()
-            .nodes
-            .iter()
-            .find(|n| match ident {
-                NodeIdent::Uuid(u) => n.uuid == *u,
-                NodeIdent::Name(name) => n.name.as_ref() == Some(name),
-            })
-            .cloned()
-            .ok_or_else(|| node_not_found(ident))
-    }
-
-    async fn list_nodes(&self, filter: &NodeFilter) -> Result<Vec<Node>, StoreError> {
-        let r = self.lock();
-        let mut out: Vec<Node> = r
-            .nodes
-            .iter()
-            .filter(|n| {
-                filter
-                    .provision_state
-                    .is_none_or(|s| n.provision_state == s)
-            })
-            .filter(|n| filter.driver.as_ref().is_none_or(|d| &n.driver == d))
-            .filter(|n| filter.maintenance.is_none_or(|m| n.maintenance == m))
-            .filter(|n| {
-                filter
-                    .instance_uuid
-                    .as_ref()
-                    .is_none_or(|i| n.instance_uuid.as_ref() == Some(i))
-            })
-            .filter(|n| {
-                filter
-                    .associated
-                    .is_none_or(|a| n.instance_uuid.is_some() == a)
-            })
-            .filter(|n| {
-                filter
-                    .reserved_by
-                    .as_ref()
-                    .is_none_or(|h| n.reservation.as_ref() == Some(h))
-            })
-            .cloned()
-            .collect();
-        if let Some(marker) = filter.marker {
-            let at = out
-                .iter()
-                .position(|n| n.uuid == marker)
-                .map_or(0, |i| i + 1);
-            out.drain(..at);
-        }
-        if let Some(limit) = filter.limit {
-            out.truncate(limit);
-        }
-        Ok(out)
-    }
-
-    async fn update_node(&self, node: &Node) -> Result<(), StoreError> {
-        let mut r = self.lock();
-        if let Some(name) = &node.name {
-            if r.nodes
-                .iter()
-                .any(|n| n.uuid != node.uuid && n.name.as_ref() == Some(name))
-            {
-                return Err(StoreError::Duplicate {
-                    kind: "node",
-                    field: "name",
-                    value: name.clone(),
-                });
-            }
-        }
-        let slot = r
-            .nodes
-            .iter_mut()
-            .find(|n| n.uuid == node.uuid)
-            .ok_or_else(|| node_not_found(node.uuid))?;
-        let (reservation, created_at) = (slot.reservation.clone(), slot.created_at);
-        *slot = node.clone();
-        slot.reservation = reservation;
-        slot.created_at = created_at;
-        slot.updated_at = Some(OffsetDateTime::now_utc());
-        Ok(())
-    }
-
-    async fn delete_node(&self, uuid: Uuid) -> Result<(), StoreError> {
-        let mut r = self.lock();
-        let before = r.nodes.len();
-        r.nodes.retain(|n| n.uuid != uuid);
-        if r.nodes.len() == before {
-            return Err(node_not_found(uuid));
-        }
-        r.ports.retain(|p| p.node_uuid != uuid);
-        Ok(())
-    }
-
-    async fn reserve_node(&self, uuid: Uuid, holder: &str) -> Result<Node, StoreError> {
-        let mut r = self.lock();
-        let slot = r
-            .nodes
-            .iter_mut()
-            .find(|n| n.uuid == uuid)
-            .ok_or_else(|| node_not_found(uuid))?;
-        if let Some(current) = &slot.reservation {
-            return Err(StoreError::Locked {
-                node: uuid,
-                holder: current.clone(),
-            });
-        }
-        slot.reservation = Some(holder.to_string());
-        Ok(slot.clone())
-    }
-
-    async fn release_node(&self, uuid: Uuid, holder: &str) -> Result<(), StoreError> {
-        let mut r = self.lock();
-        if let Some(slot) = r.nodes.iter_mut().find(|n| n.uuid == uuid) {
-            if slot.reservation.as_deref() == Some(holder) {
-                slot.reservation = None;
-            }
-        }
-        Ok(())
-    }
-
-    async fn release_all(&self, holder_prefix: &str) -> Result<Vec<Uuid>, StoreError> {
-        let mut r = self.lock();
-        let mut released = Vec::new();
-        for n in r.nodes.iter_mut() {
-            if n.reservation
-                .as_deref()
-                .is_some_and(|h| h.starts_with(holder_prefix))
-            {
-                n.reservation = None;
-                released.push(n.uuid);
-            }
-        }
-        Ok(released)
-    }
-
-    async fn create_port(&self, port: &Port) -> Result<(), StoreError> {
-        let mut r = self.lock();
-        if r.ports.iter().any(|p| p.uuid == port.uuid) {
-            return Err(StoreError::Duplicate {
-                kind: "port",
-                field: "uuid",
-                value: port.uuid.to_string(),
-            });
-        }
-        if r.ports.iter().any(|p| p.address == port.address) {
-            return Err(StoreError::Duplicate {
-                kind: "port",
-                field: "address",
-                value: port.address.clone(),
-            });
-        }
-        r.ports.push(port.clone());
-        Ok(())
-    }
-
-    async fn port(&self, uuid: Uuid) -> Result<Port, StoreError> {
-        self.lock()
-            .ports
-            .iter()
-            .find(|p| p.uuid == uuid)
-            .cloned()
-            .ok_or(StoreError::NotFound {
-                kind: "port",
-                ident: uuid.to_string(),
-            })
-    }
-
-    async fn list_ports(&self, filter: &PortFilter) -> Result<Vec<Port>, StoreError> {
-        let r = self.lock();
-        let mut out: Vec<Port> = r
-            .ports
-            .iter()
-            .filter(|p| filter.node_uuid.is_none_or(|n| p.node_uuid == n))
-            .filter(|p| {
-                filter
-                    .address
-                    .as_ref()
-                    .is_none_or(|a| p.address == a.to_ascii_lowercase())
-            })
-            .cloned()
-            .collect();
-        if let Some(limit) = filter.limit {
-            out.truncate(limit);
-        }
-        Ok(out)
-    }
-
-    async fn update_port(&self, port: &Port) -> Result<(), StoreError> {
-        let mut r = self.lock();
-        if r.ports
-            .iter()
-            .any(|p| p.uuid != port.uuid && p.address == port.address)
-        {
-            return Err(StoreError::Duplicate {
-                kind: "port",
-                field: "address",
-                value: port.address.clone(),
-            });
-        }
-        let slot =
-            r.ports
-                .iter_mut()
-                .find(|p| p.uuid == port.uuid)
-                .ok_or(StoreError::NotFound {
-                    kind: "port",
-                    ident: port.uuid.to_string(),
-                })?;
-        let created_at = slot.created_at;
-        *slot = port.clone();
-        slot.created_at = created_at;
-        slot.updated_at = Some(OffsetDateTime::now_utc());
-        Ok(())
-    }
-
-    async fn delete_port(&self, uuid: Uuid) -> Result<(), StoreError> {
-        let mut r = self.lock();
-        let before = r.ports.len();
-        r.ports.retain(|p| p.uuid != uuid);
-        if r.ports.len() == before {
-            return Err(StoreError::NotFound {
-                kind: "port",
-                ident: uuid.to_string(),
-            });
-        }
-        Ok(())
+    fn deref(&self) -> &SqliteStore {
+        &self.store
     }
 }
 
@@ -333,8 +64,9 @@ impl ObjectStore for NoObjects {
 pub(super) const CONDUCTOR: &str = "test-conductor";
 
 /// A router over a fresh store; the store too, to arrange and inspect records.
-pub(super) fn app() -> (axum::Router, Arc<MemoryStore>) {
-    let store = Arc::new(MemoryStore::default());
+pub(super) fn app() -> (axum::Router, TestStore) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(&dir.path().join("vmdeploy.sqlite")).expect("opening the store");
     let deploy = Arc::new(DeployContext {
         store: Arc::clone(&store) as Arc<dyn Store>,
         objects: Arc::new(NoObjects),
@@ -362,7 +94,7 @@ pub(super) fn app() -> (axum::Router, Arc<MemoryStore>) {
             public_url: Some("http://api.test:6385".into()),
         },
     );
-    (router, store)
+    (router, TestStore { store, _dir: dir })
 }
 
 /// What a request got back.

@@ -245,7 +245,7 @@ fn baremetal_cli_drives_the_conductor() {
         .as_array()
         .expect("driver list")
         .iter()
-        .filter_map(|d| d["Supported driver(s)"].as_str())
+        .filter_map(|d| d["name"].as_str())
         .collect();
     assert!(names.contains(&"agent_ilo"), "{drivers}");
 
@@ -322,7 +322,8 @@ fn baremetal_cli_drives_the_conductor() {
     ]);
     let shown = show("cli-node");
     assert_eq!(shown["instance_info"]["image_source"], image.as_str());
-    assert_eq!(shown["instance_info"]["root_gb"], "1");
+    // The CLI sends `key=value` values JSON-decoded: root_gb arrives as the number 1.
+    assert_eq!(shown["instance_info"]["root_gb"], 1);
     // An unknown driver is refused, naming the field.
     let out = baremetal(&[
         "node",
