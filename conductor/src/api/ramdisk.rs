@@ -19,7 +19,7 @@ use super::body::{self, cut, JsonBody};
 use super::error::ApiError;
 use super::version::Ctx;
 use super::State;
-use crate::manager::HeartbeatRequest;
+use crate::manager::{HeartbeatRequest, LookupReply};
 
 /// Heartbeat fields and the version that added each.
 const HEARTBEAT_FIELDS: &[(&str, u32)] = &[
@@ -71,10 +71,16 @@ pub(super) async fn lookup(
         ));
     }
     let reply = state.manager.lookup(&addresses, node_uuid).await?;
-    Ok(Json(serde_json::json!({
-        "node": reply.node,
-        "config": reply.config,
-    })))
+    Ok(Json(lookup_body(reply)))
+}
+
+/// The lookup answer: the node with its secrets masked as everywhere, and `config` as the
+/// manager made it: `config.agent_token` is the one disclosure of the token Ironic makes (a
+/// pre-generated token already shows `******` there, reference §3.2).
+fn lookup_body(reply: LookupReply) -> Value {
+    let mut node = reply.node;
+    super::mask::mask_secrets(&mut node);
+    serde_json::json!({ "node": node, "config": reply.config })
 }
 
 /// Parses a heartbeat body at the negotiated version.
@@ -194,6 +200,24 @@ mod tests {
             version: ApiVersion::new(1, minor),
             base_url: "http://h".into(),
         }
+    }
+
+    #[test]
+    fn lookup_masks_the_node_but_hands_over_the_token() {
+        let reply = LookupReply {
+            node: json!({"uuid": "u", "driver_internal_info": {"agent_secret_token": "tok"},
+                         "instance_info": {"configdrive": "cd", "image_source": "http://i"}}),
+            config: json!({"heartbeat_timeout": 300, "agent_token": "tok"}),
+        };
+        let body = lookup_body(reply);
+        assert_eq!(
+            body["node"]["driver_internal_info"]["agent_secret_token"],
+            "******"
+        );
+        assert_eq!(body["node"]["instance_info"]["configdrive"], "******");
+        assert_eq!(body["node"]["instance_info"]["image_source"], "http://i");
+        assert_eq!(body["config"]["agent_token"], "tok");
+        assert_eq!(body["config"]["heartbeat_timeout"], 300);
     }
 
     #[test]
