@@ -128,9 +128,15 @@ fn start_serve(state_dir: &Path) -> Proc {
         .stderr(log)
         .spawn()
         .expect("starting vmdeploy-conductor serve");
-    let proc = Proc(child);
+    let mut proc = Proc(child);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !tcp_listening(API_PORT) {
+        if let Ok(Some(status)) = proc.0.try_wait() {
+            panic!(
+                "serve exited ({status}) before listening; its log:\n{}",
+                std::fs::read_to_string(state_dir.join("serve.log")).unwrap_or_default()
+            );
+        }
         assert!(
             Instant::now() < deadline,
             "serve did not listen on {API_PORT} within 30 s; its log:\n{}",
