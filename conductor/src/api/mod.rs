@@ -4,10 +4,51 @@
 //! One file per resource parses a request and calls [`crate::manager::Manager`] (or the store,
 //! for plain reads and writes); `error` maps every failure to Ironic's status code and fault body
 //! in one place; `version` negotiates the microversion. The API never calls a BMC client itself.
+//!
+//! Every response passes two layers: `version::negotiate` (the microversion headers, 406 outside
+//! the range) and `error::fault_bodies` (any 4xx/5xx that does not carry Ironic's fault body yet,
+//! e.g. axum's own 404 and 405, gets one), so a client never sees an error it cannot parse.
+//! Request bodies are capped at [`MAX_BODY`] (413 above).
+//!
+//! # Limitations
+//! Chassis, portgroups, VIFs, allocations, volumes, BIOS, traits and inspection are not served
+//! (404): nothing in this conductor backs them. Authentication is the service's (`is_public`
+//! tells it which routes skip it).
 
 use std::sync::Arc;
 
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post, put};
+use axum::Router;
+use tower::ServiceExt as _;
+
 use crate::manager::Manager;
+
+mod body;
+mod drivers;
+mod error;
+mod mask;
+mod node_states;
+mod nodes;
+mod patch;
+mod ports;
+mod ramdisk;
+mod render;
+mod root;
+mod version;
+
+#[cfg(test)]
+mod router_tests;
+#[cfg(test)]
+mod test_support;
+
+pub use error::ApiError;
+pub use mask::mask_secrets;
+pub use version::{MAX_VERSION, MIN_VERSION};
+
+/// Largest request body accepted (Ironic's own limit is about the same; a node with a config
+/// drive inline is the largest body a client sends): 413 above.
+pub const MAX_BODY: usize = 1024 * 1024;
 
 /// What the router needs beyond the manager.
 #[derive(Debug, Clone, Default)]
@@ -17,16 +58,204 @@ pub struct ApiOptions {
     pub public_url: Option<String>,
 }
 
+/// What every handler shares.
+struct ApiState {
+    manager: Arc<Manager>,
+    options: ApiOptions,
+}
+
+type State = axum::extract::State<Arc<ApiState>>;
+
 /// The API's routes (every `/v1` resource and the root document), ready to serve.
 pub fn router(manager: Arc<Manager>, options: ApiOptions) -> axum::Router {
-    let _ = (manager, options);
-    axum::Router::new()
+    let state = Arc::new(ApiState { manager, options });
+    // Ironic routes unversioned paths (`/nodes/...`) to v1 as well: old ramdisks post
+    // `pass_deploy_info` without the prefix (reference §5.1).
+    let routes = Router::new()
+        .route("/", get(root::root))
+        .route("/v1", get(root::v1))
+        .nest("/v1", resources())
+        .merge(resources())
+        .fallback(error::not_found)
+        .with_state(Arc::clone(&state))
+        .layer(axum::middleware::from_fn_with_state(
+            state,
+            version::negotiate,
+        ))
+        .layer(axum::middleware::map_response(error::fault_bodies))
+        .layer(DefaultBodyLimit::max(MAX_BODY));
+    // python-ironicclient lists with a trailing slash (`GET /v1/ports/?detail=True`, `GET
+    // /v1/drivers/?detail=True`), as Ironic's pecan routes allow: the path is normalised before
+    // routing, so every route answers with and without it.
+    Router::new().fallback_service(routes.map_request(strip_trailing_slash))
+}
+
+/// `/v1/ports/?x` → `/v1/ports?x` (the root `/` stays).
+fn strip_trailing_slash(mut req: axum::extract::Request) -> axum::extract::Request {
+    let path = req.uri().path();
+    if path.len() > 1 && path.ends_with('/') {
+        let trimmed = path.trim_end_matches('/');
+        let trimmed = if trimmed.is_empty() { "/" } else { trimmed };
+        let path_and_query = match req.uri().query() {
+            Some(q) => format!("{trimmed}?{q}"),
+            None => trimmed.to_string(),
+        };
+        let mut parts = req.uri().clone().into_parts();
+        if let Ok(pq) = path_and_query.parse() {
+            parts.path_and_query = Some(pq);
+            if let Ok(uri) = http::Uri::from_parts(parts) {
+                *req.uri_mut() = uri;
+            }
+        }
+    }
+    req
+}
+
+/// The `/v1` resources, without the prefix.
+fn resources() -> Router<Arc<ApiState>> {
+    Router::new()
+        .route("/nodes", get(nodes::list).post(nodes::create))
+        .route("/nodes/detail", get(nodes::list_detail))
+        .route(
+            "/nodes/{node}",
+            get(nodes::show).patch(nodes::update).delete(nodes::delete),
+        )
+        .route("/nodes/{node}/ports", get(ports::list_of_node))
+        .route(
+            "/nodes/{node}/ports/detail",
+            get(ports::list_of_node_detail),
+        )
+        .route("/nodes/{node}/validate", get(node_states::validate))
+        .route("/nodes/{node}/states", get(node_states::states))
+        .route("/nodes/{node}/states/power", put(node_states::power))
+        .route(
+            "/nodes/{node}/states/provision",
+            put(node_states::provision),
+        )
+        .route(
+            "/nodes/{node}/maintenance",
+            put(node_states::maintenance_on).delete(node_states::maintenance_off),
+        )
+        .route(
+            "/nodes/{node}/management/boot_device",
+            put(node_states::set_boot_device).get(node_states::boot_device),
+        )
+        .route(
+            "/nodes/{node}/management/boot_device/supported",
+            get(node_states::supported_boot_devices),
+        )
+        .route(
+            "/nodes/{node}/vendor_passthru",
+            post(ramdisk::vendor_passthru),
+        )
+        .route(
+            "/nodes/{node}/vendor_passthru/{method}",
+            post(ramdisk::vendor_passthru_method),
+        )
+        .route("/ports", get(ports::list).post(ports::create))
+        .route("/ports/detail", get(ports::list_detail))
+        .route(
+            "/ports/{port}",
+            get(ports::show).patch(ports::update).delete(ports::delete),
+        )
+        .route("/drivers", get(drivers::list))
+        .route("/drivers/{name}", get(drivers::show))
+        .route("/drivers/{name}/properties", get(drivers::properties))
+        .route("/lookup", get(ramdisk::lookup))
+        .route("/heartbeat/{node}", post(ramdisk::heartbeat))
 }
 
 /// Whether a request may skip authentication: the root documents and the ramdisk's call-backs
 /// (`/v1/lookup`, `/v1/heartbeat/{node}`, `.../vendor_passthru/pass_deploy_info`), which are
 /// checked by agent token or deploy key instead.
+///
+/// `path` may carry the query string (`uri.path_and_query()`): `POST .../vendor_passthru
+/// ?method=pass_deploy_info` is public only with it.
 pub fn is_public(method: &http::Method, path: &str) -> bool {
-    let _ = (method, path);
-    false
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
+    let path = path.strip_suffix('/').unwrap_or(path);
+    let segments: Vec<&str> = path.split('/').skip(1).collect();
+    let read = method == http::Method::GET || method == http::Method::HEAD;
+    let post = method == http::Method::POST;
+    // The same call-backs are served with and without the `/v1` prefix.
+    let unversioned = match segments.as_slice() {
+        ["v1", rest @ ..] => rest,
+        rest => rest,
+    };
+    match segments.as_slice() {
+        [] | [""] | ["v1"] => return read,
+        ["v1", "lookup"] => return read,
+        ["v1", "heartbeat", node] => return post && !node.is_empty(),
+        _ => {}
+    }
+    match unversioned {
+        ["nodes", node, "vendor_passthru", "pass_deploy_info"] => post && !node.is_empty(),
+        ["nodes", node, "vendor_passthru"] => {
+            post && !node.is_empty() && query.split('&').any(|p| p == "method=pass_deploy_info")
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::Method;
+
+    #[test]
+    fn public_routes_are_the_documents_and_the_ramdisk_call_backs() {
+        let cases: &[(Method, &str, bool)] = &[
+            (Method::GET, "/", true),
+            (Method::GET, "/v1", true),
+            (Method::GET, "/v1/", true),
+            (Method::HEAD, "/v1", true),
+            (Method::GET, "/v1/lookup", true),
+            (Method::GET, "/v1/lookup?addresses=aa:bb:cc:dd:ee:ff", true),
+            (
+                Method::POST,
+                "/v1/heartbeat/3a4a1c2e-1111-2222-3333-444455556666",
+                true,
+            ),
+            (
+                Method::POST,
+                "/v1/nodes/n1/vendor_passthru/pass_deploy_info",
+                true,
+            ),
+            (
+                Method::POST,
+                "/nodes/n1/vendor_passthru/pass_deploy_info",
+                true,
+            ),
+            (
+                Method::POST,
+                "/v1/nodes/n1/vendor_passthru?method=pass_deploy_info",
+                true,
+            ),
+            (
+                Method::POST,
+                "/nodes/n1/vendor_passthru?method=pass_deploy_info",
+                true,
+            ),
+            // Everything else needs credentials.
+            (
+                Method::POST,
+                "/v1/nodes/n1/vendor_passthru?method=other",
+                false,
+            ),
+            (Method::POST, "/v1/nodes/n1/vendor_passthru", false),
+            (Method::POST, "/v1/nodes/n1/vendor_passthru/other", false),
+            (Method::POST, "/", false),
+            (Method::GET, "/v1/nodes", false),
+            (Method::POST, "/v1/nodes", false),
+            (Method::GET, "/v1/heartbeat/n1", false),
+            (Method::POST, "/v1/heartbeat/", false),
+            (Method::POST, "/v1/lookup", false),
+            (Method::GET, "/v1/nodes/n1/states", false),
+            (Method::DELETE, "/v1/nodes/n1", false),
+            (Method::GET, "/lookup", false),
+        ];
+        for (method, path, want) in cases {
+            assert_eq!(is_public(method, path), *want, "{method} {path}");
+        }
+    }
 }

@@ -1,0 +1,521 @@
+//! `/v1/nodes`: create, list (`fields`, `detail`, filters, pagination, sorting), show by UUID
+//! or name, JSON Patch, delete (reference §5.2).
+//!
+//! # Design
+//! Plain record reads and writes go to the store; delete goes through the manager (it refuses
+//! while a task runs or the node is `active`). A patch holds the node's reservation while it
+//! writes, so it never overwrites what a running task writes: a held node is 409 `NodeLocked`.
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query};
+use axum::http::{header::LOCATION, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use serde_json::{json, Map, Value};
+use uuid::Uuid;
+
+use super::body::{self, cut, JsonBody};
+use super::error::ApiError;
+use super::patch::{self, Rules};
+use super::render::{self, Select};
+use super::version::Ctx;
+use super::{drivers, State};
+use crate::states::ProvisionState;
+use crate::store::{Node, NodeFilter, NodeIdent};
+
+/// Node fields a patch may change (the rest of the document is the conductor's).
+const WRITABLE: &[&str] = &[
+    "name",
+    "driver",
+    "driver_info",
+    "properties",
+    "instance_info",
+    "extra",
+    "instance_uuid",
+    "maintenance",
+    "network_data",
+];
+
+/// Longest logical name (Ironic's column is 255 characters).
+const MAX_NAME: usize = 255;
+
+/// The node a path names: a UUID, or (from 1.5) a logical name; 400 for anything else.
+pub(super) fn ident(ctx: &Ctx, s: &str) -> Result<NodeIdent, ApiError> {
+    if let Ok(uuid) = Uuid::parse_str(s) {
+        return Ok(NodeIdent::Uuid(uuid));
+    }
+    if ctx.at_least(5) && valid_name(s) {
+        return Ok(NodeIdent::Name(s.to_string()));
+    }
+    if ctx.at_least(5) {
+        Err(ApiError::bad_request(format!(
+            "Expected a logical name or UUID but received {:?}.",
+            cut(s)
+        )))
+    } else {
+        Err(ApiError::bad_request(format!(
+            "Expected a UUID but received {:?} (logical names need API version 1.5).",
+            cut(s)
+        )))
+    }
+}
+
+/// A logical name: RFC 3986 unreserved characters, not a UUID (it would shadow one).
+fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_NAME
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b))
+        && Uuid::parse_str(s).is_err()
+}
+
+fn check_name(name: &str) -> Result<(), ApiError> {
+    if valid_name(name) {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "Invalid value for field \"name\": {:?} is not a valid logical name (letters, \
+             digits, - . _ ~; at most {MAX_NAME}; not a UUID).",
+            cut(name)
+        )))
+    }
+}
+
+fn check_instance_uuid(value: Option<String>) -> Result<Option<String>, ApiError> {
+    match value {
+        None => Ok(None),
+        Some(s) => body::parse_uuid(&s, "instance_uuid").map(|u| Some(u.to_string())),
+    }
+}
+
+/// Loads the node a path names (400/404).
+pub(super) async fn load(state: &State, ctx: &Ctx, node: &str) -> Result<Node, ApiError> {
+    let ident = ident(ctx, node)?;
+    Ok(state.manager.store().node(&ident).await?)
+}
+
+fn conductor(state: &State) -> &str {
+    &state.manager.config().conductor_name
+}
+
+/// `POST /v1/nodes`.
+pub(super) async fn create(
+    state: State,
+    Extension(ctx): Extension<Ctx>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let obj = body::object(body, "a node")?;
+    let mut known = vec![
+        "uuid",
+        "driver",
+        "driver_info",
+        "properties",
+        "instance_info",
+        "extra",
+        "instance_uuid",
+        "chassis_uuid",
+    ];
+    if ctx.at_least(5) {
+        known.push("name");
+    }
+    if ctx.at_least(66) {
+        known.push("network_data");
+    }
+    body::refuse_unknown(&obj, &known, "node")?;
+    if obj.get("chassis_uuid").is_some_and(|v| !v.is_null()) {
+        return Err(ApiError::bad_request(
+            "Invalid value for field \"chassis_uuid\": this conductor has no chassis.",
+        ));
+    }
+    let driver = body::req_str(&obj, "driver")?;
+    drivers::check(&driver)?;
+    let uuid = body::opt_uuid(&obj, "uuid")?.unwrap_or_else(Uuid::new_v4);
+    // Nodes start in `enroll` from 1.11 (their credentials unchecked), `available` before.
+    let initial = if ctx.at_least(11) {
+        ProvisionState::Enroll
+    } else {
+        ProvisionState::Available
+    };
+    let mut node = Node::new(uuid, driver, initial);
+    if let Some(name) = body::opt_str(&obj, "name")? {
+        check_name(&name)?;
+        node.name = Some(name);
+    }
+    node.driver_info = body::opt_object(&obj, "driver_info")?.unwrap_or_default();
+    node.properties = body::opt_object(&obj, "properties")?.unwrap_or_default();
+    node.instance_info = body::opt_object(&obj, "instance_info")?.unwrap_or_default();
+    node.extra = body::opt_object(&obj, "extra")?.unwrap_or_default();
+    node.network_data = body::opt_object(&obj, "network_data")?.unwrap_or_default();
+    node.instance_uuid = check_instance_uuid(body::opt_str(&obj, "instance_uuid")?)?;
+    let store = state.manager.store();
+    store.create_node(&node).await?;
+    let node = store.node(&NodeIdent::Uuid(uuid)).await?;
+    let out = render::node(&node, &ctx, conductor(&state), &Select::All);
+    let mut response = (StatusCode::CREATED, Json(out)).into_response();
+    if let Ok(location) = HeaderValue::from_str(&ctx.url(&format!("/v1/nodes/{uuid}"))) {
+        response.headers_mut().insert(LOCATION, location);
+    }
+    Ok(response)
+}
+
+/// `GET /v1/nodes`.
+pub(super) async fn list(
+    state: State,
+    Extension(ctx): Extension<Ctx>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    let detail = match query.get("detail") {
+        None => false,
+        Some(v) => {
+            ctx.require(43, "The \"detail\" parameter")?;
+            body::parse_bool(v).ok_or_else(|| {
+                ApiError::bad_request("Invalid value for parameter \"detail\": expected a boolean.")
+            })?
+        }
+    };
+    if detail && query.contains_key("fields") {
+        return Err(ApiError::bad_request(
+            "The \"fields\" and \"detail\" parameters are mutually exclusive.",
+        ));
+    }
+    list_nodes(state, ctx, query, detail, "nodes").await
+}
+
+/// `GET /v1/nodes/detail`.
+pub(super) async fn list_detail(
+    state: State,
+    Extension(ctx): Extension<Ctx>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    if query.contains_key("fields") {
+        return Err(ApiError::bad_request(
+            "The \"fields\" parameter is not allowed on /nodes/detail.",
+        ));
+    }
+    list_nodes(state, ctx, query, true, "nodes/detail").await
+}
+
+/// Pagination and sorting of a list query (shared with ports).
+pub(super) struct Page {
+    /// At most this many.
+    pub limit: Option<usize>,
+    /// Start after this record.
+    pub marker: Option<Uuid>,
+    /// Field to sort on.
+    pub sort_key: String,
+    /// Descending.
+    pub descending: bool,
+}
+
+impl Page {
+    /// From `limit`, `marker`, `sort_key`, `sort_dir`; `sortable` lists the keys allowed.
+    pub fn parse(query: &HashMap<String, String>, sortable: &[&str]) -> Result<Page, ApiError> {
+        let limit = match query.get("limit") {
+            None => None,
+            Some(v) => Some(v.parse::<usize>().map_err(|_| {
+                ApiError::bad_request(format!(
+                    "Invalid value for parameter \"limit\": {:?} (expected a non-negative integer).",
+                    cut(v)
+                ))
+            })?),
+        }
+        // Ironic: 0 means no limit.
+        .filter(|l| *l > 0);
+        let marker = match query.get("marker") {
+            None => None,
+            Some(v) => Some(body::parse_uuid(v, "marker")?),
+        };
+        let sort_key = query
+            .get("sort_key")
+            .cloned()
+            .unwrap_or_else(|| "id".to_string());
+        if !sortable.contains(&sort_key.as_str()) {
+            return Err(ApiError::bad_request(format!(
+                "The sort_key value {:?} is an invalid field for sorting (use one of: {}).",
+                cut(&sort_key),
+                sortable.join(", ")
+            )));
+        }
+        let descending = match query.get("sort_dir").map(String::as_str) {
+            None | Some("asc") => false,
+            Some("desc") => true,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "Invalid sort direction: {:?}. Acceptable values are 'asc' or 'desc'.",
+                    cut(other)
+                )))
+            }
+        };
+        Ok(Page {
+            limit,
+            marker,
+            sort_key,
+            descending,
+        })
+    }
+
+    /// Sorts (stable, by the rendered value of `sort_key`; `id` is creation order), then cuts
+    /// the page after `marker`. `key` renders a record's sort value, `uuid` names it.
+    pub fn apply<T>(
+        &self,
+        mut items: Vec<T>,
+        key: impl Fn(&T, &str) -> Value,
+        uuid: impl Fn(&T) -> Uuid,
+    ) -> Result<Vec<T>, ApiError> {
+        if self.sort_key != "id" {
+            items.sort_by(|a, b| compare(&key(a, &self.sort_key), &key(b, &self.sort_key)));
+        }
+        if self.descending {
+            items.reverse();
+        }
+        let start = match self.marker {
+            None => 0,
+            Some(marker) => {
+                items
+                    .iter()
+                    .position(|item| uuid(item) == marker)
+                    .ok_or_else(|| {
+                        ApiError::bad_request(format!(
+                            "Invalid value for parameter \"marker\": {marker} is not in the list."
+                        ))
+                    })?
+                    + 1
+            }
+        };
+        let items: Vec<T> = items.into_iter().skip(start).collect();
+        Ok(match self.limit {
+            Some(limit) => items.into_iter().take(limit).collect(),
+            None => items,
+        })
+    }
+}
+
+/// Orders JSON scalars: nulls first, then numbers, booleans and strings by value.
+fn compare(a: &Value, b: &Value) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    match (a, b) {
+        (Value::Null, Value::Null) => Ordering::Equal,
+        (Value::Null, _) => Ordering::Less,
+        (_, Value::Null) => Ordering::Greater,
+        (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
+        (Value::Number(x), Value::Number(y)) => x
+            .as_f64()
+            .partial_cmp(&y.as_f64())
+            .unwrap_or(Ordering::Equal),
+        (Value::String(x), Value::String(y)) => x.cmp(y),
+        _ => a.to_string().cmp(&b.to_string()),
+    }
+}
+
+/// Node fields a list may sort on (Ironic refuses the JSON ones).
+const SORTABLE: &[&str] = &[
+    "id",
+    "uuid",
+    "name",
+    "created_at",
+    "updated_at",
+    "driver",
+    "provision_state",
+    "power_state",
+    "maintenance",
+    "instance_uuid",
+    "provision_updated_at",
+];
+
+async fn list_nodes(
+    state: State,
+    ctx: Ctx,
+    query: HashMap<String, String>,
+    detail: bool,
+    path: &str,
+) -> Result<Json<Value>, ApiError> {
+    let names = render::node_field_names(&ctx);
+    let default = if detail { Select::All } else { Select::Short };
+    let select = Select::parse(
+        query.get("fields").map(String::as_str),
+        default,
+        &ctx,
+        &names,
+    )?;
+    let page = Page::parse(&query, SORTABLE)?;
+    let mut filter = NodeFilter::default();
+    if let Some(v) = query.get("provision_state") {
+        ctx.require(9, "The \"provision_state\" filter")?;
+        filter.provision_state = Some(v.parse().map_err(|_| {
+            ApiError::bad_request(format!(
+                "Invalid value for parameter \"provision_state\": {:?} is not a provision state.",
+                cut(v)
+            ))
+        })?);
+    }
+    if let Some(v) = query.get("driver") {
+        ctx.require(16, "The \"driver\" filter")?;
+        filter.driver = Some(v.clone());
+    }
+    for (param, slot) in [
+        ("maintenance", &mut filter.maintenance),
+        ("associated", &mut filter.associated),
+    ] {
+        if let Some(v) = query.get(param) {
+            *slot = Some(body::parse_bool(v).ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "Invalid value for parameter \"{param}\": {:?} (expected a boolean).",
+                    cut(v)
+                ))
+            })?);
+        }
+    }
+    if let Some(v) = query.get("instance_uuid") {
+        filter.instance_uuid = Some(body::parse_uuid(v, "instance_uuid")?.to_string());
+    }
+    let nodes = state.manager.store().list_nodes(&filter).await?;
+    let conductor = conductor(&state).to_string();
+    let sort_ctx = ctx.clone();
+    let nodes = page.apply(
+        nodes,
+        |node, key| {
+            render::node_document(node, &sort_ctx, "")
+                .get(key)
+                .cloned()
+                .unwrap_or(Value::Null)
+        },
+        |node| node.uuid,
+    )?;
+    let count = nodes.len();
+    let last = nodes.last().map(|n| n.uuid.to_string());
+    let out: Vec<Value> = nodes
+        .iter()
+        .map(|n| render::node(n, &ctx, &conductor, &select))
+        .collect();
+    let mut doc = json!({ "nodes": out });
+    if let Some(next) = render::next_link(&ctx, path, page.limit, count, last) {
+        doc["next"] = json!(next);
+    }
+    Ok(Json(doc))
+}
+
+/// `GET /v1/nodes/{node}`.
+pub(super) async fn show(
+    state: State,
+    Extension(ctx): Extension<Ctx>,
+    Path(node): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    let names = render::node_field_names(&ctx);
+    let select = Select::parse(
+        query.get("fields").map(String::as_str),
+        Select::All,
+        &ctx,
+        &names,
+    )?;
+    let node = load(&state, &ctx, &node).await?;
+    Ok(Json(render::node(&node, &ctx, conductor(&state), &select)))
+}
+
+/// `PATCH /v1/nodes/{node}`.
+pub(super) async fn update(
+    state: State,
+    Extension(ctx): Extension<Ctx>,
+    Path(node): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let ops = patch::parse(body)?;
+    let current = load(&state, &ctx, &node).await?;
+    let document = render::node_document(&current, &ctx, conductor(&state));
+    let present: Vec<&str> = document
+        .as_object()
+        .map(|o| o.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    let writable: Vec<&str> = WRITABLE
+        .iter()
+        .copied()
+        .filter(|f| present.contains(f))
+        .collect();
+    let read_only: Vec<&str> = present
+        .iter()
+        .copied()
+        .filter(|f| !writable.contains(f))
+        .chain(["id", "reservation"])
+        .collect();
+    patch::check(
+        &ops,
+        &Rules {
+            writable: &writable,
+            read_only: &read_only,
+            mandatory: &["driver"],
+            kind: "node",
+        },
+    )?;
+    // Hold the node while writing: a running task's own writes are never overwritten, and a
+    // client learns it must retry (409 NodeLocked).
+    let store = state.manager.store();
+    let holder = format!("{}:api-patch", conductor(&state));
+    let reserved = store.reserve_node(current.uuid, &holder).await?;
+    let result = async {
+        let mut document = render::node_document(&reserved, &ctx, conductor(&state));
+        patch::apply(&mut document, &ops)?;
+        let updated = node_from_document(reserved.clone(), &document)?;
+        store.update_node(&updated).await?;
+        Ok::<_, ApiError>(())
+    }
+    .await;
+    let released = store.release_node(current.uuid, &holder).await;
+    result?;
+    released?;
+    let node = store.node(&NodeIdent::Uuid(current.uuid)).await?;
+    Ok(Json(render::node(
+        &node,
+        &ctx,
+        conductor(&state),
+        &Select::All,
+    )))
+}
+
+/// Reads the writable fields back from a patched document, checking their types.
+fn node_from_document(mut node: Node, document: &Value) -> Result<Node, ApiError> {
+    let empty = Map::new();
+    let obj = document.as_object().unwrap_or(&empty);
+    if obj.contains_key("name") {
+        node.name = body::opt_str(obj, "name")?;
+        if let Some(name) = &node.name {
+            check_name(name)?;
+        }
+    }
+    let driver = body::opt_str(obj, "driver")?.ok_or_else(|| {
+        ApiError::bad_request("Invalid value for field \"driver\": a node needs a driver.")
+    })?;
+    if driver != node.driver {
+        drivers::check(&driver)?;
+        node.driver = driver;
+    }
+    node.driver_info = body::opt_object(obj, "driver_info")?.unwrap_or_default();
+    node.properties = body::opt_object(obj, "properties")?.unwrap_or_default();
+    node.instance_info = body::opt_object(obj, "instance_info")?.unwrap_or_default();
+    node.extra = body::opt_object(obj, "extra")?.unwrap_or_default();
+    if obj.contains_key("network_data") {
+        node.network_data = body::opt_object(obj, "network_data")?.unwrap_or_default();
+    }
+    node.instance_uuid = check_instance_uuid(body::opt_str(obj, "instance_uuid")?)?;
+    let maintenance = body::opt_bool(obj, "maintenance")?.unwrap_or(false);
+    if !maintenance {
+        // Leaving maintenance forgets why it was entered (Ironic does the same).
+        node.maintenance_reason = None;
+    }
+    node.maintenance = maintenance;
+    Ok(node)
+}
+
+/// `DELETE /v1/nodes/{node}`.
+pub(super) async fn delete(
+    state: State,
+    Extension(ctx): Extension<Ctx>,
+    Path(node): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let node = load(&state, &ctx, &node).await?;
+    state
+        .manager
+        .delete_node(&NodeIdent::Uuid(node.uuid))
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,253 @@
+//! The ramdisk's call-backs (reference §3.2, §2.3): `GET /v1/lookup`, `POST /v1/heartbeat/{node}`
+//! and the iSCSI ramdisk's `POST [/v1]/nodes/{node}/vendor_passthru/pass_deploy_info` (also as
+//! `.../vendor_passthru?method=pass_deploy_info`). They are public (`is_public`): the manager
+//! checks the agent token or the deploy key.
+//!
+//! # Design
+//! Heartbeat fields are gated by microversion as Ironic gates them (`agent_version` 1.36,
+//! `agent_token` 1.62, `agent_verify_ca` 1.68, `agent_status*` 1.72): a field the negotiated
+//! version does not know is a 400 naming it, which is how the agent learns to leave it out.
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query};
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use serde_json::Value;
+
+use super::body::{self, cut, JsonBody};
+use super::error::ApiError;
+use super::version::Ctx;
+use super::State;
+use crate::manager::{HeartbeatRequest, LookupReply};
+
+/// Heartbeat fields and the version that added each.
+const HEARTBEAT_FIELDS: &[(&str, u32)] = &[
+    ("callback_url", 22),
+    ("agent_version", 36),
+    ("agent_token", 62),
+    ("agent_verify_ca", 68),
+    ("agent_status", 72),
+    ("agent_status_message", 72),
+];
+
+/// Most MACs a lookup may carry (a server has a handful of NICs).
+const MAX_LOOKUP_ADDRESSES: usize = 64;
+
+/// `GET /v1/lookup?addresses=<mac>,<mac>[&node_uuid=<uuid>]`.
+pub(super) async fn lookup(
+    state: State,
+    Extension(ctx): Extension<Ctx>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    if !ctx.at_least(22) {
+        return Err(ApiError::not_found(
+            "The lookup resource needs API version 1.22 or later.",
+        ));
+    }
+    let addresses: Vec<String> = match query.get("addresses") {
+        None => Vec::new(),
+        Some(list) => {
+            let raw: Vec<&str> = list.split(',').filter(|a| !a.trim().is_empty()).collect();
+            if raw.len() > MAX_LOOKUP_ADDRESSES {
+                return Err(ApiError::bad_request(format!(
+                    "Invalid value for parameter \"addresses\": at most {MAX_LOOKUP_ADDRESSES} \
+                     addresses."
+                )));
+            }
+            // Ironic drops what is not a MAC (loopback, InfiniBand GUIDs) and looks up the rest.
+            raw.into_iter()
+                .filter_map(|a| body::mac(a.trim(), "addresses").ok())
+                .collect()
+        }
+    };
+    let node_uuid = match query.get("node_uuid") {
+        None => None,
+        Some(v) => Some(body::parse_uuid(v, "node_uuid")?),
+    };
+    if addresses.is_empty() && node_uuid.is_none() {
+        return Err(ApiError::bad_request(
+            "Either \"node_uuid\" or valid \"addresses\" must be provided for a lookup.",
+        ));
+    }
+    let reply = state.manager.lookup(&addresses, node_uuid).await?;
+    Ok(Json(lookup_body(reply)))
+}
+
+/// The lookup answer: the node with its secrets masked as everywhere, and `config` as the
+/// manager made it: `config.agent_token` is the one disclosure of the token Ironic makes (a
+/// pre-generated token already shows `******` there, reference §3.2).
+fn lookup_body(reply: LookupReply) -> Value {
+    let mut node = reply.node;
+    super::mask::mask_secrets(&mut node);
+    serde_json::json!({ "node": node, "config": reply.config })
+}
+
+/// Parses a heartbeat body at the negotiated version.
+pub(super) fn parse_heartbeat(ctx: &Ctx, body: Value) -> Result<HeartbeatRequest, ApiError> {
+    let obj = body::object(body, "a heartbeat")?;
+    for key in obj.keys() {
+        match HEARTBEAT_FIELDS.iter().find(|(name, _)| name == key) {
+            None => {
+                return Err(ApiError::bad_request(format!(
+                    "Unknown attribute for heartbeat: {:?}.",
+                    cut(key)
+                )))
+            }
+            Some((name, since)) => ctx
+                .require(*since, &format!("The heartbeat field \"{name}\""))
+                .map_err(|e| ApiError::bad_request(e.message))?,
+        }
+    }
+    let callback_url = body::req_str(&obj, "callback_url")?;
+    let lower = callback_url.to_ascii_lowercase();
+    if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+        return Err(ApiError::bad_request(format!(
+            "Invalid value for field \"callback_url\": {:?} is not an http(s) URL.",
+            cut(&callback_url)
+        )));
+    }
+    if let Some(status) = body::opt_str(&obj, "agent_status")? {
+        if !["start", "end", "error"].contains(&status.as_str()) {
+            return Err(ApiError::bad_request(format!(
+                "Invalid value for field \"agent_status\": {:?} (expected start, end or error).",
+                cut(&status)
+            )));
+        }
+    }
+    Ok(HeartbeatRequest {
+        callback_url,
+        agent_token: body::opt_str(&obj, "agent_token")?,
+        agent_version: body::opt_str(&obj, "agent_version")?,
+        agent_verify_ca: body::opt_str(&obj, "agent_verify_ca")?,
+        agent_status_message: body::opt_str(&obj, "agent_status_message")?,
+    })
+}
+
+/// `POST /v1/heartbeat/{node}`.
+pub(super) async fn heartbeat(
+    state: State,
+    Extension(ctx): Extension<Ctx>,
+    Path(node): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<StatusCode, ApiError> {
+    if !ctx.at_least(22) {
+        return Err(ApiError::not_found(
+            "The heartbeat resource needs API version 1.22 or later.",
+        ));
+    }
+    let ident = super::nodes::ident(&ctx, &node)?;
+    let heartbeat = parse_heartbeat(&ctx, body)?;
+    state.manager.heartbeat(&ident, heartbeat).await?;
+    Ok(StatusCode::ACCEPTED)
+}
+
+/// `POST [/v1]/nodes/{node}/vendor_passthru?method=<method>`.
+pub(super) async fn vendor_passthru(
+    state: State,
+    Extension(ctx): Extension<Ctx>,
+    Path(node): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    JsonBody(body): JsonBody,
+) -> Result<StatusCode, ApiError> {
+    let method = query
+        .get("method")
+        .ok_or_else(|| ApiError::bad_request("Mandatory parameter \"method\" is missing."))?;
+    passthru(state, ctx, &node, method, body).await
+}
+
+/// `POST [/v1]/nodes/{node}/vendor_passthru/<method>`.
+pub(super) async fn vendor_passthru_method(
+    state: State,
+    Extension(ctx): Extension<Ctx>,
+    Path((node, method)): Path<(String, String)>,
+    JsonBody(body): JsonBody,
+) -> Result<StatusCode, ApiError> {
+    passthru(state, ctx, &node, &method, body).await
+}
+
+async fn passthru(
+    state: State,
+    ctx: Ctx,
+    node: &str,
+    method: &str,
+    body: Value,
+) -> Result<StatusCode, ApiError> {
+    if method != "pass_deploy_info" {
+        return Err(ApiError::bad_request(format!(
+            "Unsupported vendor passthru method {:?} (this conductor serves pass_deploy_info).",
+            cut(method)
+        )));
+    }
+    // The Kilo ramdisk names its node by UUID; any version may call back.
+    let ident = match uuid::Uuid::parse_str(node) {
+        Ok(uuid) => crate::store::NodeIdent::Uuid(uuid),
+        Err(_) => super::nodes::ident(&ctx, node)?,
+    };
+    let body = Value::Object(body::object(body, "pass_deploy_info")?);
+    state.manager.pass_deploy_info(&ident, body).await?;
+    Ok(StatusCode::ACCEPTED)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use vmdeploy_shared::api::ipa::ApiVersion;
+
+    fn ctx(minor: u32) -> Ctx {
+        Ctx {
+            version: ApiVersion::new(1, minor),
+            base_url: "http://h".into(),
+        }
+    }
+
+    #[test]
+    fn lookup_masks_the_node_but_hands_over_the_token() {
+        let reply = LookupReply {
+            node: json!({"uuid": "u", "driver_internal_info": {"agent_secret_token": "tok"},
+                         "instance_info": {"configdrive": "cd", "image_source": "http://i"}}),
+            config: json!({"heartbeat_timeout": 300, "agent_token": "tok"}),
+        };
+        let body = lookup_body(reply);
+        assert_eq!(
+            body["node"]["driver_internal_info"]["agent_secret_token"],
+            "******"
+        );
+        assert_eq!(body["node"]["instance_info"]["configdrive"], "******");
+        assert_eq!(body["node"]["instance_info"]["image_source"], "http://i");
+        assert_eq!(body["config"]["agent_token"], "tok");
+        assert_eq!(body["config"]["heartbeat_timeout"], 300);
+    }
+
+    #[test]
+    fn heartbeat_fields_are_gated_by_version() {
+        let full = json!({"callback_url": "https://10.0.0.5:9999", "agent_token": "t",
+                          "agent_version": "10.0", "agent_verify_ca": "PEM",
+                          "agent_status": "start", "agent_status_message": "written 1"});
+        let hb = parse_heartbeat(&ctx(72), full.clone()).expect("1.72 takes every field");
+        assert_eq!(hb.callback_url, "https://10.0.0.5:9999");
+        assert_eq!(hb.agent_token.as_deref(), Some("t"));
+        assert_eq!(hb.agent_verify_ca.as_deref(), Some("PEM"));
+        assert_eq!(hb.agent_status_message.as_deref(), Some("written 1"));
+        let e = parse_heartbeat(&ctx(68), full).expect_err("1.68 has no agent_status");
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert!(e.message.contains("agent_status"), "{e}");
+        let cases: Vec<(Value, &str)> = vec![
+            (json!({}), "callback_url"),
+            (json!({"callback_url": 5}), "callback_url"),
+            (json!({"callback_url": "ftp://x"}), "callback_url"),
+            (json!({"callback_url": "http://x", "bogus": 1}), "bogus"),
+            (
+                json!({"callback_url": "http://x", "agent_status": "done"}),
+                "agent_status",
+            ),
+            (json!([1]), "JSON object"),
+        ];
+        for (body, words) in cases {
+            let e = parse_heartbeat(&ctx(73), body.clone()).expect_err(&body.to_string());
+            assert_eq!(e.status, StatusCode::BAD_REQUEST);
+            assert!(e.message.contains(words), "{body}: {e}");
+        }
+    }
+}
