@@ -4,13 +4,20 @@
 //! # Design
 //! One tokio runtime runs three things: the command API ([`super::server`]) with the `standby`
 //! and `iscsi` extensions, the heartbeat loop ([`super::heartbeat`]), and the wait for
-//! `standby.power_off`. In order: bind the command API port (fail early if taken), negotiate the
-//! API version, look the node up by MAC (retried, bounded), pick the install disk (the lookup's
-//! `properties.root_device` hints, else the floppy's), serve commands, heartbeat. A finished
-//! command triggers an early heartbeat (rate limited, as IPA does).
+//! `standby.power_off`. In order: bind the command API port (fail early if taken), generate the
+//! command API's certificate ([`super::tls`], Ironic's auto-TLS), negotiate the API version, look
+//! the node up by MAC (retried, bounded), pick the install disk (the lookup's
+//! `properties.root_device` hints, else the floppy's), serve commands over HTTPS, heartbeat with
+//! `callback_url` `https://…` and the certificate in `agent_verify_ca`. A finished command
+//! triggers an early heartbeat (rate limited, as IPA does).
+//!
+//! Auto-TLS is on unless the parameters say `ipa-enable-auto-tls=0` (IPA's `enable_auto_tls`;
+//! DESIGN.md §7: plain HTTP only when asked for). Unlike IPA, the agent does not fall back to
+//! plain HTTP when the conductor's API is older than 1.68 (where `agent_verify_ca` came): it
+//! says so in the log, and such a conductor needs auto-TLS turned off.
 //!
 //! # Limitations
-//! Whole-disk images only; no agent-side TLS (`agent_verify_ca` is not sent).
+//! Whole-disk images only.
 //! Tuning for tests, read from the environment: `VMDEPLOY_LOOKUP_TIMEOUT_SECS` (default 900) and
 //! `VMDEPLOY_POWER_OFF_GRACE_MS` (default 1000: time to let the conductor read the `power_off`
 //! result before the API goes away).
@@ -23,6 +30,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde_json::Value;
 use tokio::sync::Notify;
+use vmdeploy_shared::api::ipa::ApiVersion;
 use vmdeploy_shared::params::{AgentParams, MacAddr, RootDeviceHints};
 
 use super::client::ConductorClient;
@@ -43,6 +51,25 @@ pub struct AgentModeConfig {
     pub listen: SocketAddr,
     /// MAC addresses for the lookup.
     pub mac_addresses: Vec<MacAddr>,
+    /// Serve the command API over HTTPS with a boot-time certificate (`ipa-enable-auto-tls`).
+    pub auto_tls: bool,
+}
+
+/// Whether `ipa-enable-auto-tls` asks for auto-TLS: on when absent; `1/true/yes/on` or
+/// `0/false/no/off` (any case, as oslo.config reads IPA's boolean options), else an error
+/// naming the key.
+pub fn auto_tls_from(value: Option<&str>) -> anyhow::Result<bool> {
+    let Some(v) = value.map(str::trim) else {
+        return Ok(true);
+    };
+    match v.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => bail!(
+            "{}={v:?} is not a boolean (1/0, true/false, yes/no, on/off)",
+            vmdeploy_shared::params::keys::IPA_ENABLE_AUTO_TLS
+        ),
+    }
 }
 
 /// How long the lookup may take in all, by default: the ramdisk may boot long before the
@@ -81,12 +108,33 @@ async fn run_async(cfg: AgentModeConfig) -> anyhow::Result<FinalAction> {
         .local_addr()
         .context("reading the command API address")?
         .port();
-    let callback_url = format!("http://{}", SocketAddr::new(cfg.advertise, port));
+    let cert = if cfg.auto_tls {
+        let cert = super::tls::generate(cfg.advertise).with_context(|| {
+            format!(
+                "generating the command API certificate for {}",
+                cfg.advertise
+            )
+        })?;
+        tracing::info!(address = %cfg.advertise, "command API certificate generated (auto-TLS)");
+        Some(cert)
+    } else {
+        tracing::warn!("auto-TLS is off (ipa-enable-auto-tls): the command API speaks plain HTTP");
+        None
+    };
+    let scheme = if cert.is_some() { "https" } else { "http" };
+    let callback_url = format!("{scheme}://{}", SocketAddr::new(cfg.advertise, port));
 
     let mut client =
         ConductorClient::new(&cfg.params.api_url, cfg.params.common.agent_ca_pem.clone())
             .context("setting up the conductor client")?;
     client.negotiate_version().await;
+    if cert.is_some() && client.version() < ApiVersion::AGENT_VERIFY_CA {
+        tracing::error!(
+            using = %client.version(),
+            "the conductor's API predates agent_verify_ca (1.68): it cannot learn this agent's \
+             certificate and will not reach the command API; set ipa-enable-auto-tls=0 for it"
+        );
+    }
     let macs: Vec<String> = cfg.mac_addresses.iter().map(ToString::to_string).collect();
     if macs.is_empty() {
         bail!("no MAC addresses to look this node up by");
@@ -156,7 +204,8 @@ async fn run_async(cfg: AgentModeConfig) -> anyhow::Result<FinalAction> {
     let stop_server = Arc::new(Notify::new());
     let server_task = {
         let stop = Arc::clone(&stop_server);
-        tokio::spawn(server::serve(listener, api, async move {
+        let tls = cert.as_ref().map(|c| Arc::clone(&c.server_config));
+        tokio::spawn(server::serve_with(listener, api, tls, async move {
             stop.notified().await;
         }))
     };
@@ -168,6 +217,7 @@ async fn run_async(cfg: AgentModeConfig) -> anyhow::Result<FinalAction> {
         HeartbeatPlan {
             node_uuid,
             callback_url,
+            agent_verify_ca: cert.map(|c| c.cert_pem),
             agent_token: token,
             heartbeat_timeout,
         },
@@ -298,6 +348,22 @@ pub fn hints_from_json(v: &Value) -> anyhow::Result<RootDeviceHints> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn auto_tls_parameter() {
+        assert!(auto_tls_from(None).expect("absent"));
+        for on in ["1", "true", "TRUE", "yes", "on", " 1 "] {
+            assert!(auto_tls_from(Some(on)).expect(on), "{on}");
+        }
+        for off in ["0", "false", "False", "no", "off"] {
+            assert!(!auto_tls_from(Some(off)).expect(off), "{off}");
+        }
+        let err = auto_tls_from(Some("maybe")).expect_err("not a boolean");
+        assert!(
+            format!("{err:#}").contains("ipa-enable-auto-tls"),
+            "{err:#}"
+        );
+    }
 
     #[test]
     fn node_hints_parse() {

@@ -166,6 +166,9 @@ impl ConductorClient {
         if self.version < ApiVersion::AGENT_TOKEN {
             body.agent_token = None;
         }
+        if self.version < ApiVersion::AGENT_VERIFY_CA {
+            body.agent_verify_ca = None;
+        }
         if self.version < ApiVersion::AGENT_STATUS {
             body.agent_status = None;
             body.agent_status_message = None;
@@ -211,6 +214,7 @@ mod tests {
             callback_url: "http://a:9999".into(),
             agent_token: Some(Secret::new("t")),
             agent_version: Some("v".into()),
+            agent_verify_ca: Some("-----BEGIN CERTIFICATE-----\n".into()),
             agent_status: None,
             agent_status_message: Some("image write: written=1 total=2 rate=3".into()),
         };
@@ -219,6 +223,12 @@ mod tests {
         c.version = ApiVersion::new(1, 71);
         let hb = c.fit_to_version(full.clone());
         assert!(hb.agent_status_message.is_none() && hb.agent_token.is_some());
+        c.version = ApiVersion::new(1, 68);
+        let hb = c.fit_to_version(full.clone());
+        assert!(hb.agent_verify_ca.is_some() && hb.agent_status_message.is_none());
+        c.version = ApiVersion::new(1, 67);
+        let hb = c.fit_to_version(full.clone());
+        assert!(hb.agent_verify_ca.is_none() && hb.agent_token.is_some());
         c.version = ApiVersion::new(1, 40);
         let hb = c.fit_to_version(full.clone());
         assert!(hb.agent_token.is_none() && hb.agent_version.is_some());

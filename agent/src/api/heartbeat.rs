@@ -107,8 +107,10 @@ pub fn progress_of(slot: &ProgressSlot, now: Instant) -> WriteProgress {
 pub struct HeartbeatPlan {
     /// Node UUID from the lookup.
     pub node_uuid: String,
-    /// `http://advertise:port`.
+    /// `https://advertise:port` (`http://` with auto-TLS off).
     pub callback_url: String,
+    /// The command API's certificate, PEM (`agent_verify_ca`); `None` with auto-TLS off.
+    pub agent_verify_ca: Option<String>,
     /// The agent token.
     pub agent_token: Secret,
     /// The conductor's heartbeat timeout.
@@ -159,6 +161,7 @@ pub async fn run_heartbeats(
             callback_url: plan.callback_url.clone(),
             agent_token: Some(plan.agent_token.clone()),
             agent_version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+            agent_verify_ca: plan.agent_verify_ca.clone(),
             agent_status: None,
             agent_status_message: message.map(|p| p.to_message()),
         };

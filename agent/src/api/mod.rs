@@ -4,7 +4,8 @@
 //! # Design
 //! The JSON bodies live in `vmdeploy_shared::api::ipa` (both ends use them). [`client`] makes the
 //! calls to the conductor, [`heartbeat`] decides when and with what progress, [`server`] is the
-//! `/v1/commands` API, [`standby`] and [`iscsi`] are the extensions (image write with
+//! `/v1/commands` API (over HTTPS with the certificate [`tls`] generates at boot, Ironic's
+//! auto-TLS), [`standby`] and [`iscsi`] are the extensions (image write with
 //! [`crate::stream`], partition table with [`partitions`], the iSCSI target with
 //! [`crate::target`]), and [`agent_mode`] runs the whole flow. A failed or refused command is
 //! reported with an `IpaErrorKind` (`vmdeploy_shared::api::ipa`), never a spelled-out name.
@@ -19,3 +20,4 @@ pub mod iscsi;
 pub mod partitions;
 pub mod server;
 pub mod standby;
+pub mod tls;

@@ -1,7 +1,8 @@
 //! The agent's command API on port 9999 (IPA-compatible, ../shared/reference/ironic-protocols.md
 //! §3.3): `GET /v1/commands`, `GET /v1/commands/{id}`, `POST /v1/commands?wait=..`, each with
 //! `?agent_token=` checked in constant time (401 "Token invalid."); one command at a time (409
-//! while one runs); unknown extension 404, unknown command or bad parameters 400.
+//! while one runs); unknown extension 404, unknown command or bad parameters 400. Served over
+//! HTTPS with the agent's boot-time certificate ([`super::tls`]) unless auto-TLS is off.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -278,12 +279,29 @@ fn parse_query(q: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Serves `api` on `listener` until `shutdown` resolves.
+/// Longest wait for a client's TLS handshake: a peer that connects and says nothing must not
+/// hold a task forever.
+pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Serves `api` over plain HTTP on `listener` until `shutdown` resolves.
 pub async fn serve(
     listener: TcpListener,
     api: Arc<CommandApi>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    serve_with(listener, api, None, shutdown).await
+}
+
+/// Serves `api` on `listener` until `shutdown` resolves: over HTTPS when `tls` is given (the
+/// handshake runs in the connection's own task, bounded by [`HANDSHAKE_TIMEOUT`]), else plain
+/// HTTP.
+pub async fn serve_with(
+    listener: TcpListener,
+    api: Arc<CommandApi>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -296,21 +314,39 @@ pub async fn serve(
                     }
                 };
                 let api = Arc::clone(&api);
+                let acceptor = acceptor.clone();
                 tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| {
-                        let api = Arc::clone(&api);
-                        async move { Ok::<_, Infallible>(api.handle(req).await) }
-                    });
-                    if let Err(e) = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                        .await
-                    {
-                        tracing::debug!(%peer, "command API connection: {e}");
+                    match acceptor {
+                        None => serve_connection(stream, api, peer).await,
+                        Some(acceptor) => {
+                            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                                Ok(Ok(tls)) => serve_connection(tls, api, peer).await,
+                                // A conductor that does not trust the certificate aborts here.
+                                Ok(Err(e)) => tracing::warn!(%peer, "command API TLS handshake failed: {e}"),
+                                Err(_) => tracing::warn!(%peer, "command API TLS handshake timed out"),
+                            }
+                        }
                     }
                 });
             }
             () = &mut shutdown => return Ok(()),
         }
+    }
+}
+
+async fn serve_connection<S>(stream: S, api: Arc<CommandApi>, peer: std::net::SocketAddr)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req| {
+        let api = Arc::clone(&api);
+        async move { Ok::<_, Infallible>(api.handle(req).await) }
+    });
+    if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+        .await
+    {
+        tracing::debug!(%peer, "command API connection: {e}");
     }
 }
 
@@ -467,6 +503,60 @@ mod tests {
         assert_eq!(list.len(), 2);
         assert_eq!(list[0]["id"], id.as_str());
 
+        let _ = stop_tx.send(());
+        server.await.expect("join").expect("serve");
+    }
+
+    #[tokio::test]
+    async fn https_with_the_boot_certificate_and_only_it() {
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let api = CommandApi::new(Some(Secret::new("tok")), Arc::new(TestExec { gate }));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let cert = crate::api::tls::generate(addr.ip()).expect("certificate");
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve_with(
+            listener,
+            api,
+            Some(Arc::clone(&cert.server_config)),
+            async move {
+                let _ = stop_rx.await;
+            },
+        ));
+        let client = |pem: &str| {
+            crate::http::build_client(&crate::http::HttpOptions {
+                ca_pem: Some(pem.as_bytes().to_vec()),
+                ..Default::default()
+            })
+            .expect("client")
+        };
+        let url = format!("https://{addr}/v1/commands/?agent_token=tok");
+        let resp = client(&cert.cert_pem)
+            .get(&url)
+            .send()
+            .await
+            .expect("pinned certificate accepted");
+        assert_eq!(resp.status(), 200);
+        let other = crate::api::tls::generate(addr.ip()).expect("another certificate");
+        let err = client(&other.cert_pem)
+            .get(&url)
+            .send()
+            .await
+            .expect_err("another certificate for the same address is refused");
+        assert!(
+            crate::http::is_tls_error(&err),
+            "{}",
+            crate::http::error_chain(&err)
+        );
+        let err = crate::http::build_client(&Default::default())
+            .expect("client")
+            .get(format!("http://{addr}/v1/commands/?agent_token=tok"))
+            .send()
+            .await;
+        assert!(
+            err.as_ref().map_or(true, |r| r.status() != 200),
+            "plain HTTP is not served on the TLS port: {err:?}"
+        );
         let _ = stop_tx.send(());
         server.await.expect("join").expect("serve");
     }

@@ -224,7 +224,14 @@ fn deploy(args: &RunArgs, pid1: bool) -> anyhow::Result<FinalAction> {
     // 3. Network, 4. the deploy.
     match mode {
         Mode::Iscsi(params) => run_iscsi(*params, args, loaded.floppy_device, pid1),
-        Mode::Agent(params) => run_agent(*params, args),
+        Mode::Agent(params) => {
+            let auto_tls = crate::api::agent_mode::auto_tls_from(
+                loaded
+                    .params
+                    .get(vmdeploy_shared::params::keys::IPA_ENABLE_AUTO_TLS),
+            )?;
+            run_agent(*params, args, auto_tls)
+        }
     }
 }
 
@@ -289,7 +296,7 @@ fn run_iscsi(
     Ok(action)
 }
 
-fn run_agent(params: AgentParams, args: &RunArgs) -> anyhow::Result<FinalAction> {
+fn run_agent(params: AgentParams, args: &RunArgs, auto_tls: bool) -> anyhow::Result<FinalAction> {
     tracing::info!(conductor = %params.api_url, "agent deploy");
     let advertise = network(args, &params.common)?;
     let mac_addresses = if args.macs.is_empty() {
@@ -302,6 +309,7 @@ fn run_agent(params: AgentParams, args: &RunArgs) -> anyhow::Result<FinalAction>
         advertise,
         listen: args.agent_listen,
         mac_addresses,
+        auto_tls,
     })
 }
 

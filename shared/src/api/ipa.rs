@@ -209,6 +209,10 @@ pub struct Heartbeat {
     /// Agent version (API >= 1.36; required by modern conductors).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_version: Option<String>,
+    /// The agent's self-signed certificate, PEM (API >= 1.68, Ironic's auto-TLS): the conductor
+    /// pins it for every call to `callback_url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_verify_ca: Option<String>,
     /// Status word: Ironic accepts only `start`, `end` or `error` (API >= 1.72).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_status: Option<String>,
@@ -547,6 +551,7 @@ mod tests {
             callback_url: "http://10.0.0.5:9999".into(),
             agent_token: Some(Secret::new("secret-token")),
             agent_version: Some("1.0".into()),
+            agent_verify_ca: None,
             agent_status: None,
             agent_status_message: None,
         };
@@ -565,6 +570,20 @@ mod tests {
         assert!(!format!("{hb:?} {hb:#?}").contains("secret-token"));
         let back = Heartbeat::from_json(json.to_string().as_bytes()).expect("parse");
         assert_eq!(back, hb);
+
+        // Ironic's auto-TLS field, spelled as in ironic-protocols.md §3.2.
+        let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        let tls = Heartbeat {
+            callback_url: "https://10.0.0.5:9999".into(),
+            agent_verify_ca: Some(pem.into()),
+            ..hb
+        };
+        let json = serde_json::to_value(&tls).expect("json");
+        assert_eq!(json["agent_verify_ca"], pem);
+        assert_eq!(
+            Heartbeat::from_json(json.to_string().as_bytes()).expect("parse"),
+            tls
+        );
     }
 
     #[test]
@@ -692,9 +711,10 @@ mod tests {
         #[test]
         fn heartbeat_round_trip(url in "\\PC{0,40}", tok in proptest::option::of("\\PC{0,50}"),
                                 ver in proptest::option::of("[0-9.]{0,10}"),
+                                ca in proptest::option::of("\\PC{0,80}"),
                                 msg in proptest::option::of("\\PC{0,80}")) {
             let hb = Heartbeat { callback_url: url, agent_token: tok.map(Secret::new), agent_version: ver,
-                                 agent_status: None, agent_status_message: msg };
+                                 agent_verify_ca: ca, agent_status: None, agent_status_message: msg };
             let text = serde_json::to_vec(&hb).expect("serialize");
             prop_assert_eq!(Heartbeat::from_json(&text), Ok(hb));
         }

@@ -62,6 +62,10 @@ pub mod keys {
     pub const IPA_AGENT_TOKEN: &str = "ipa-agent-token";
     /// Driver name (informational).
     pub const IPA_DRIVER_NAME: &str = "ipa-driver-name";
+    /// Whether the agent serves its command API over HTTPS with a certificate it generates at
+    /// boot and sends in its heartbeats (IPA's `enable_auto_tls` option, default on). `0`,
+    /// `false`, `no` or `off` turn it off: the command API is then plain HTTP.
+    pub const IPA_ENABLE_AUTO_TLS: &str = "ipa-enable-auto-tls";
     /// How the ramdisk was booted; `vmedia` means "read the floppy".
     pub const BOOT_METHOD: &str = "boot_method";
     /// vmdeploy: the conductor's CA, PEM, standard base64 (no white space allowed in values).

@@ -6,11 +6,16 @@
 //!   (fields the version does not know are a 400, as in Ironic's ramdisk controller). It records
 //!   each heartbeat; every violation is kept in [`IpaStandin::violations`] for the test to
 //!   assert empty.
+//! - With auto-TLS (the agent's default), each heartbeat must carry `callback_url` `https://` and
+//!   the agent's certificate in `agent_verify_ca` (Ironic's auto-TLS, §3.2): a PEM certificate
+//!   valid for the callback's IP address, the same in every heartbeat. [`IpaStandin::pinned_cert`]
+//!   gives it to the test.
 //! - [`AgentDriver`] calls the agent's `/v1/commands` as Ironic's agent client does: `POST` with
-//!   `?agent_token=`, then `GET /v1/commands` until the command is no longer `RUNNING`.
+//!   `?agent_token=`, then `GET /v1/commands` until the command is no longer `RUNNING`; over
+//!   HTTPS trusting only the pinned certificate when it has one.
 //!
-//! Plain std threads and a minimal HTTP/1.1 (one request per connection), so the stand-in shares
-//! no code with the agent's HTTP stack.
+//! Plain std threads, rustls' blocking streams and a minimal HTTP/1.1 (one request per
+//! connection), so the stand-in shares no code with the agent's HTTP stack.
 //!
 //! Every check is made twice: through `shared`'s types (what the agent itself uses), and on the
 //! raw JSON and header text against the field names, versions and values written out here from
@@ -54,6 +59,10 @@ pub struct StandinConfig {
     /// Answer this many (valid) heartbeats with 409 first, as Ironic does when the node is
     /// locked; the agent must retry.
     pub heartbeat_conflicts: u32,
+    /// Whether the agent runs with auto-TLS (its default; off with `ipa-enable-auto-tls=0`):
+    /// `https://` callback and `agent_verify_ca` expected (from API 1.68), else `http://` and
+    /// no certificate.
+    pub auto_tls: bool,
 }
 
 /// One heartbeat as received.
@@ -73,6 +82,8 @@ struct Shared {
     violations: Mutex<Vec<String>>,
     lookups: AtomicU32,
     heartbeat_count: AtomicU32,
+    /// The certificate of the first heartbeat that carried one.
+    pinned: Mutex<Option<String>>,
 }
 
 /// The running stand-in; stops on drop.
@@ -133,6 +144,11 @@ impl IpaStandin {
     /// Every protocol violation so far (empty when the agent behaved).
     pub fn violations(&self) -> Vec<String> {
         self.shared.violations.lock().expect("lock").clone()
+    }
+
+    /// The agent's certificate (PEM) from its heartbeats, once one arrived.
+    pub fn pinned_cert(&self) -> Option<String> {
+        self.shared.pinned.lock().expect("lock").clone()
     }
 
     /// Lookups received.
@@ -285,7 +301,7 @@ fn serve(
             if node != cfg.node_uuid {
                 problems.push(format!("heartbeat for node {node:?}"));
             }
-            match check_heartbeat(&req.body, cfg, want, &mut problems) {
+            match check_heartbeat(&req.body, cfg, want, &shared.pinned, &mut problems) {
                 Some((hb, progress)) => {
                     shared
                         .heartbeats
@@ -351,6 +367,7 @@ fn check_heartbeat(
     body: &[u8],
     cfg: &StandinConfig,
     version: (u32, u32),
+    pinned: &Mutex<Option<String>>,
     problems: &mut Vec<String>,
 ) -> Option<(Heartbeat, Option<WriteProgress>)> {
     let raw: Value = serde_json::from_slice(body).ok()?;
@@ -367,13 +384,18 @@ fn check_heartbeat(
         }
     }
     check_heartbeat_raw(obj, cfg, version, problems);
+    check_auto_tls(obj, cfg, version, pinned, problems);
     let hb = Heartbeat::from_json(body).ok()?;
-    match hb.callback_url.strip_prefix("http://") {
+    let scheme = if cfg.auto_tls { "https://" } else { "http://" };
+    match hb.callback_url.strip_prefix(scheme) {
         Some(rest) if rest.parse::<SocketAddr>().is_ok() => {}
         _ => problems.push(format!(
-            "callback_url {:?} is not http://IP:PORT",
+            "callback_url {:?} is not {scheme}IP:PORT",
             hb.callback_url
         )),
+    }
+    if hb.agent_verify_ca != text_field(obj, "agent_verify_ca") {
+        problems.push("shared's Heartbeat reads agent_verify_ca differently from the JSON".into());
     }
     if version >= (1, 62)
         && hb.agent_token.as_ref().map(|t| t.expose().as_str()) != Some(cfg.token.as_str())
@@ -430,6 +452,103 @@ fn check_heartbeat_raw(
             problems.push(format!("raw heartbeat: agent_status {status}"));
         }
     }
+}
+
+fn text_field(obj: &serde_json::Map<String, Value>, key: &str) -> Option<String> {
+    obj.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// Ironic's auto-TLS on the raw JSON (§3.2): with auto-TLS and API >= 1.68, `callback_url` is
+/// `https://IP:PORT` and `agent_verify_ca` a PEM certificate valid for that IP (checked with
+/// webpki as a client pinned to it would, and its DER holding the IP SAN), the same in every
+/// heartbeat; without auto-TLS no certificate at all.
+fn check_auto_tls(
+    obj: &serde_json::Map<String, Value>,
+    cfg: &StandinConfig,
+    version: (u32, u32),
+    pinned: &Mutex<Option<String>>,
+    problems: &mut Vec<String>,
+) {
+    let ca = text_field(obj, "agent_verify_ca");
+    let url = text_field(obj, "callback_url").unwrap_or_default();
+    if !cfg.auto_tls {
+        if ca.is_some() {
+            problems.push("agent_verify_ca sent with auto-TLS off".into());
+        }
+        return;
+    }
+    if version < (1, 68) {
+        return;
+    }
+    let Some(pem) = ca else {
+        problems.push("auto-TLS: heartbeat without agent_verify_ca".into());
+        return;
+    };
+    let Some(addr) = url
+        .strip_prefix("https://")
+        .and_then(|rest| rest.parse::<SocketAddr>().ok())
+    else {
+        problems.push(format!(
+            "auto-TLS: callback_url {url:?} is not https://IP:PORT"
+        ));
+        return;
+    };
+    if let Err(e) = cert_valid_for(&pem, addr.ip()) {
+        problems.push(format!("agent_verify_ca: {e}"));
+    }
+    let mut first = pinned.lock().expect("lock");
+    match first.as_ref() {
+        None => *first = Some(pem),
+        Some(p) if *p == pem => {}
+        Some(_) => problems.push("agent_verify_ca changed between heartbeats".into()),
+    }
+}
+
+/// Whether `pem` is one certificate that a client pinned to it accepts for `ip`.
+pub fn cert_valid_for(pem: &str, ip: std::net::IpAddr) -> Result<(), String> {
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("not PEM: {e:?}"))?;
+    let [cert] = certs.as_slice() else {
+        return Err(format!("{} certificates, expected one", certs.len()));
+    };
+    // The IP SAN: iPAddress is [7] IMPLICIT OCTET STRING, tag 0x87, then the address bytes.
+    let octets = match ip {
+        std::net::IpAddr::V4(v4) => v4.octets().to_vec(),
+        std::net::IpAddr::V6(v6) => v6.octets().to_vec(),
+    };
+    let mut san = vec![0x87, octets.len() as u8];
+    san.extend_from_slice(&octets);
+    if !cert.windows(san.len()).any(|w| w == san.as_slice()) {
+        return Err(format!("no IP SAN {ip} in the certificate"));
+    }
+    let verifier = pinned_verifier(cert.clone())?;
+    verifier
+        .verify_server_cert(
+            cert,
+            &[],
+            &ServerName::IpAddress(ip.into()),
+            &[],
+            UnixTime::now(),
+        )
+        .map(|_| ())
+        .map_err(|e| format!("not valid for {ip} when pinned: {e}"))
+}
+
+fn pinned_verifier(
+    cert: rustls::pki_types::CertificateDer<'static>,
+) -> Result<Arc<rustls::client::WebPkiServerVerifier>, String> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(cert)
+        .map_err(|e| format!("not usable as a trust anchor: {e}"))?;
+    rustls::client::WebPkiServerVerifier::builder(Arc::new(roots))
+        .build()
+        .map_err(|e| format!("verifier: {e}"))
 }
 
 /// The command states IPA reports (§3.3).
@@ -502,28 +621,80 @@ pub fn assert_raw_command_result(v: &Value) {
 /// Calls the agent's command API as Ironic's agent client does.
 #[derive(Debug, Clone)]
 pub struct AgentDriver {
-    /// `http://IP:PORT` (the heartbeat's callback_url).
+    /// `https://IP:PORT` (or `http://`): the heartbeat's callback_url.
     pub base: String,
     /// The token appended to every call.
     pub token: String,
+    /// The certificate to pin for `https://` (the heartbeat's `agent_verify_ca`).
+    pub cert_pem: Option<String>,
 }
 
-/// A minimal blocking HTTP/1.1 call: status and JSON body (Null when empty or not JSON).
+/// The TLS client side pinned to `pem` only, for `ip`.
+fn pinned_client(pem: &str, ip: std::net::IpAddr, sock: TcpStream) -> std::io::Result<TlsStream> {
+    use rustls::pki_types::pem::PemObject;
+    let cert = rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes())
+        .map_err(|e| std::io::Error::other(format!("pinned certificate: {e:?}")))?;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert).map_err(std::io::Error::other)?;
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let conn = rustls::ClientConnection::new(
+        Arc::new(config),
+        rustls::pki_types::ServerName::IpAddress(ip.into()),
+    )
+    .map_err(std::io::Error::other)?;
+    Ok(rustls::StreamOwned::new(conn, sock))
+}
+
+type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// A minimal blocking HTTP/1.1 call over plain HTTP: status and JSON body (Null when empty).
 pub fn http_call(base: &str, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-    let host = base.trim_start_matches("http://").trim_end_matches('/');
-    let mut stream = TcpStream::connect(host).expect("connecting to the agent");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(120)))
-        .expect("timeout");
+    call(base, None, method, path, body).unwrap_or_else(|e| panic!("{method} {base}{path}: {e}"))
+}
+
+/// One HTTP/1.1 call to `base` (`http://IP:PORT`, or `https://IP:PORT` trusting only
+/// `cert_pem`): status and JSON body (Null when empty); an I/O or TLS failure is the error.
+pub fn call(
+    base: &str,
+    cert_pem: Option<&str>,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> std::io::Result<(u16, Value)> {
+    let (tls, host) = match base.strip_prefix("https://") {
+        Some(h) => (true, h),
+        None => (false, base.trim_start_matches("http://")),
+    };
+    let host = host.trim_end_matches('/');
+    let sock = TcpStream::connect(host)?;
+    sock.set_read_timeout(Some(Duration::from_secs(120)))?;
+    let mut stream: Box<dyn ReadWrite> = if tls {
+        let pem = cert_pem.ok_or_else(|| std::io::Error::other("https without a pinned cert"))?;
+        let ip = host
+            .parse::<SocketAddr>()
+            .map_err(|e| std::io::Error::other(format!("{host}: {e}")))?
+            .ip();
+        Box::new(pinned_client(pem, ip, sock)?)
+    } else {
+        Box::new(sock)
+    };
     let text = body.map(Value::to_string).unwrap_or_default();
     write!(
         stream,
         "{method} {path} HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
         text.len()
-    )
-    .expect("sending the request");
+    )?;
+    stream.flush()?;
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("reading the answer");
+    match stream.read_to_end(&mut raw) {
+        Ok(_) => {}
+        // hyper closes without TLS close_notify after `Connection: close`; the answer is whole.
+        Err(e) if tls && e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+        Err(e) => return Err(e),
+    }
     let raw = String::from_utf8_lossy(&raw).into_owned();
     let (head, rest) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
     let status = head
@@ -540,14 +711,23 @@ pub fn http_call(base: &str, method: &str, path: &str, body: Option<&Value>) -> 
             panic!("{method} {path}: status {status}, body is not JSON ({e}): {rest:?}")
         })
     };
-    (status, json)
+    Ok((status, json))
 }
 
+/// A stream to write a request to and read its answer from.
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
 impl AgentDriver {
+    /// One call to the agent (pinned to `cert_pem` over HTTPS); panics on a transport failure.
+    pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        call(&self.base, self.cert_pem.as_deref(), method, path, body)
+            .unwrap_or_else(|e| panic!("{method} {}{path}: {e}", self.base))
+    }
+
     /// `POST /v1/commands/?wait=<wait>&agent_token=<token>` with `{"name", "params"}`.
     pub fn post(&self, name: &str, params: Value, wait: bool) -> (u16, Value) {
-        http_call(
-            &self.base,
+        self.call(
             "POST",
             &format!("/v1/commands/?wait={wait}&agent_token={}", self.token),
             Some(&json!({"name": name, "params": params})),
@@ -556,8 +736,7 @@ impl AgentDriver {
 
     /// `GET /v1/commands/?agent_token=<token>`, parsed.
     pub fn list(&self) -> CommandList {
-        let (status, body) = http_call(
-            &self.base,
+        let (status, body) = self.call(
             "GET",
             &format!("/v1/commands/?agent_token={}", self.token),
             None,

@@ -1,7 +1,9 @@
 //! The agent's `agent_ilo` mode end to end, through the binary (`vmdeploy-agent run`): a floppy
 //! on a loop device, the install disk on another loop device, the image from a local HTTP
-//! server, and [`IpaStandin`] checking every lookup and heartbeat field while [`AgentDriver`]
-//! drives `/v1/commands` as Ironic does.
+//! server, and [`IpaStandin`] checking every lookup and heartbeat field (the `https://` callback
+//! and its certificate in `agent_verify_ca`, Ironic's auto-TLS) while [`AgentDriver`] drives
+//! `/v1/commands` as Ironic does, over HTTPS pinned to that certificate; and the conductor's own
+//! [`AgentClient`] against the same agent.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -12,8 +14,11 @@ use std::time::{Duration, Instant};
 use md5::Md5;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256, Sha512};
+use vmdeploy_conductor::deploy::agent_client::{AgentClient, AgentClientError, AgentEndpoint};
 use vmdeploy_integration_tests::http::{ServerConfig, TestHttpServer};
-use vmdeploy_integration_tests::ipa_standin::{http_call, AgentDriver, IpaStandin, StandinConfig};
+use vmdeploy_integration_tests::ipa_standin::{
+    call, cert_valid_for, AgentDriver, IpaStandin, StandinConfig,
+};
 use vmdeploy_integration_tests::loopdev::{LoopDevice, LoopIo};
 use vmdeploy_integration_tests::{bin, free_port};
 use vmdeploy_shared::api::ipa::{ApiVersion, CommandStatus};
@@ -75,12 +80,13 @@ struct Rig {
 /// Starts the stand-in and the agent; `floppy_hints` puts `root_device=name=<disk>` on the
 /// floppy, else the lookup's node properties carry the hints; `pregenerated` puts the token on
 /// the floppy (the lookup then masks it), else the lookup discloses it. The stand-in claims
-/// `max_version` in `GET /`.
+/// `max_version` in `GET /`. `auto_tls` false puts `ipa-enable-auto-tls=0` on the floppy.
 fn rig(
     floppy_hints: bool,
     pregenerated: bool,
     max_version: ApiVersion,
     heartbeat_conflicts: u32,
+    auto_tls: bool,
 ) -> Rig {
     let disk = LoopDevice::attach(&vec![FILL; DISK_LEN as usize], DISK_LEN, LoopIo::Direct);
     let disk_name = disk.device().display().to_string();
@@ -100,6 +106,7 @@ fn rig(
         properties,
         lookup_misses: 1,
         heartbeat_conflicts,
+        auto_tls,
     });
     let mut params = format!("ipa-api-url={}\n", standin.url());
     if pregenerated {
@@ -107,6 +114,9 @@ fn rig(
     }
     if floppy_hints {
         params.push_str(&format!("root_device=name={disk_name}\n"));
+    }
+    if !auto_tls {
+        params.push_str("ipa-enable-auto-tls=0\n");
     }
     let image = vmdeploy_shared::fat::build_floppy(LABEL, &[("parameters.txt", params.as_bytes())])
         .expect("building the floppy");
@@ -160,19 +170,31 @@ fn rig(
             agent.log()
         );
     };
-    assert_eq!(first.body.callback_url, format!("http://{listen}"));
+    let base = format!("{}://{listen}", if auto_tls { "https" } else { "http" });
+    assert_eq!(first.body.callback_url, base);
     assert!(
         standin.lookups() >= 2,
         "the first lookup was answered 404 and retried"
     );
+    let cert_pem = standin.pinned_cert();
+    if auto_tls {
+        let pem = cert_pem
+            .as_deref()
+            .expect("agent_verify_ca in the heartbeat");
+        assert_eq!(first.body.agent_verify_ca.as_deref(), Some(pem));
+        cert_valid_for(pem, std::net::Ipv4Addr::LOCALHOST.into()).expect("a cert for 127.0.0.1");
+    } else {
+        assert!(cert_pem.is_none() && first.body.agent_verify_ca.is_none());
+    }
     Rig {
         disk,
         _floppy: floppy,
         standin,
         agent,
         driver: AgentDriver {
-            base: format!("http://{listen}"),
+            base,
             token,
+            cert_pem,
         },
     }
 }
@@ -239,20 +261,24 @@ fn power_off_and_exit(rig: &mut Rig) {
 
 #[test]
 fn full_flow_writes_the_disk_reports_progress_and_powers_off() {
-    let mut rig = rig(false, true, NEWEST, 0);
+    let mut rig = rig(false, true, NEWEST, 0, true);
     let image = make_image(40 * MIB, 7);
     let server = serve(image.clone());
 
     // Every call needs the token.
-    let (status, _) = http_call(
-        &rig.driver.base,
-        "GET",
-        "/v1/commands/?agent_token=wrong",
-        None,
-    );
+    let (status, _) = rig
+        .driver
+        .call("GET", "/v1/commands/?agent_token=wrong", None);
     assert_eq!(status, 401, "a wrong token is refused");
-    let (status, _) = http_call(&rig.driver.base, "GET", "/v1/commands/", None);
+    let (status, _) = rig.driver.call("GET", "/v1/commands/", None);
     assert_eq!(status, 401, "a missing token is refused");
+    // Only TLS is spoken on the command port.
+    let plain = rig.driver.base.replace("https://", "http://");
+    let q = format!("/v1/commands/?agent_token={}", rig.driver.token);
+    assert!(
+        !matches!(call(&plain, None, "GET", &q, None), Ok((200, _))),
+        "plain HTTP answered on the TLS port"
+    );
 
     let info = json!({"image_info": {
         "id": "test-image", "urls": [server.url("/image.raw")],
@@ -354,7 +380,7 @@ fn full_flow_writes_the_disk_reports_progress_and_powers_off() {
 
 #[test]
 fn wrong_checksum_fails_clearly_and_zeroes_the_first_mib() {
-    let mut rig = rig(true, true, NEWEST, 0);
+    let mut rig = rig(true, true, NEWEST, 0, true);
     let image = make_image(8 * MIB, 11);
     let server = serve(image.clone());
     let wrong = hex_digest("md5", b"not the image");
@@ -384,7 +410,7 @@ fn wrong_checksum_fails_clearly_and_zeroes_the_first_mib() {
 #[test]
 fn every_checksum_algorithm_and_the_legacy_field() {
     // Token disclosed by the lookup; hints from the floppy.
-    let mut rig = rig(true, false, NEWEST, 0);
+    let mut rig = rig(true, false, NEWEST, 0, true);
     let cases = [
         ("md5", true),
         ("sha256", true),
@@ -421,7 +447,7 @@ fn every_checksum_algorithm_and_the_legacy_field() {
 
 #[test]
 fn iscsi_target_started_through_the_api_takes_the_conductors_write() {
-    let mut rig = rig(false, true, NEWEST, 0);
+    let mut rig = rig(false, true, NEWEST, 0, true);
     let iqn = format!("iqn-{NODE}");
     let port = free_port();
     let started = rig.driver.run(
@@ -479,7 +505,7 @@ fn an_older_conductor_gets_no_progress_fields() {
     // flags any field that version does not know; progress then goes to the console only.
     // The first heartbeat is answered 409 (node locked): the agent retries after IPA's error
     // interval (5 s x [1, 2]) and carries on.
-    let mut rig = rig(false, true, ApiVersion::new(1, 68), 1);
+    let mut rig = rig(false, true, ApiVersion::new(1, 68), 1, true);
     let image = make_image(8 * MIB, 31);
     let server = serve(image.clone());
     let result = rig.driver.run(
@@ -515,5 +541,155 @@ fn an_older_conductor_gets_no_progress_fields() {
         rig.agent.log().contains("image write progress"),
         "progress still logged on the console"
     );
+    power_off_and_exit(&mut rig);
+}
+
+/// Another self-signed certificate for 127.0.0.1, as an impostor on the agent's address would
+/// present.
+fn other_cert_pem() -> String {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.subject_alt_names.push(rcgen::SanType::IpAddress(
+        std::net::Ipv4Addr::LOCALHOST.into(),
+    ));
+    let key = rcgen::KeyPair::generate().expect("key");
+    params.self_signed(&key).expect("certificate").pem()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+#[test]
+fn the_conductors_agent_client_pins_the_heartbeat_certificate() {
+    let mut rig = rig(false, true, NEWEST, 0, true);
+    let pem = rig.driver.cert_pem.clone().expect("pinned certificate");
+    let endpoint = AgentEndpoint {
+        callback_url: rig.driver.base.clone(),
+        pinned_cert_pem: Some(pem.clone()),
+        allow_plain_http: false,
+        timeout: Duration::from_secs(30),
+        agent_token: rig.driver.token.as_str().into(),
+    };
+    let rt = runtime();
+    let client = AgentClient::new(&endpoint).expect("client");
+
+    // The pinned certificate is accepted: a command runs and is listed.
+    let sync = rt
+        .block_on(client.execute("standby.sync", json!({}), true))
+        .expect("standby.sync over pinned TLS");
+    assert_eq!(
+        sync.command_status,
+        CommandStatus::Succeeded,
+        "{:?}",
+        sync.command_error
+    );
+    let listed = rt.block_on(client.commands()).expect("GET /v1/commands");
+    assert_eq!(listed.last().map(|c| c.id.as_str()), Some(sync.id.as_str()));
+    let one = rt
+        .block_on(client.command_status(&sync.id))
+        .expect("GET /v1/commands/{id}");
+    assert_eq!(one.command_name, "sync");
+    let uuids = rt
+        .block_on(client.get_partition_uuids())
+        .expect("get_partition_uuids on the blank disk");
+    assert!(uuids.is_object(), "{uuids}");
+
+    // Another certificate for the same address: refused in the handshake, naming the agent.
+    let impostor = AgentEndpoint {
+        pinned_cert_pem: Some(other_cert_pem()),
+        ..endpoint.clone()
+    };
+    let err = rt
+        .block_on(AgentClient::new(&impostor).expect("client").commands())
+        .expect_err("another certificate is refused");
+    assert!(
+        matches!(
+            err.downcast_ref::<AgentClientError>(),
+            Some(AgentClientError::Tls { .. })
+        ),
+        "{err:#}"
+    );
+    assert!(format!("{err:#}").contains(&rig.driver.base), "{err:#}");
+    // The stand-in's own client, pinned to the impostor, fails the same way.
+    let q = format!("/v1/commands/?agent_token={}", rig.driver.token);
+    assert!(call(&rig.driver.base, Some(&other_cert_pem()), "GET", &q, None).is_err());
+
+    // http:// is refused unless allowed; allowed, it still cannot talk to the TLS port.
+    let plain = AgentEndpoint {
+        callback_url: rig.driver.base.replace("https://", "http://"),
+        pinned_cert_pem: None,
+        ..endpoint.clone()
+    };
+    let err = AgentClient::new(&plain).expect_err("plain http refused");
+    assert!(format!("{err:#}").contains("plain http"), "{err:#}");
+    let allowed = AgentEndpoint {
+        allow_plain_http: true,
+        timeout: Duration::from_secs(5),
+        ..plain
+    };
+    assert!(rt
+        .block_on(AgentClient::new(&allowed).expect("allowed").commands())
+        .is_err());
+
+    // A wrong token: the agent's 401 and its text come through.
+    let wrong = AgentEndpoint {
+        agent_token: "wrong-token".into(),
+        ..endpoint.clone()
+    };
+    let err = rt
+        .block_on(AgentClient::new(&wrong).expect("client").commands())
+        .expect_err("wrong token");
+    let typed = err.downcast_ref::<AgentClientError>().expect("typed error");
+    assert!(typed.is_auth(), "{err:#}");
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("401") && text.contains("Token invalid."),
+        "{text}"
+    );
+    assert!(
+        !text.contains("wrong-token"),
+        "the token stays out of errors: {text}"
+    );
+
+    // And the deploy flow's last call: power off through the agent.
+    let off = rt.block_on(client.power_off()).expect("power_off");
+    assert_eq!(off.command_status, CommandStatus::Succeeded);
+    let code = rig.agent.wait_exit(Duration::from_secs(30));
+    assert_eq!(code, Some(0), "the agent exits 0 after power_off");
+    assert!(
+        rig.standin.violations().is_empty(),
+        "protocol violations: {:?}",
+        rig.standin.violations()
+    );
+}
+
+#[test]
+fn auto_tls_off_serves_plain_http_and_sends_no_certificate() {
+    let mut rig = rig(true, true, NEWEST, 0, false);
+    assert!(rig.driver.base.starts_with("http://"));
+    let image = make_image(4 * MIB, 41);
+    let server = serve(image.clone());
+    let result = rig.driver.run(
+        "standby.prepare_image",
+        json!({"image_info": {"id": "plain", "urls": [server.url("/p.raw")],
+                              "os_hash_algo": "sha256", "os_hash_value": hex_digest("sha256", &image)}}),
+        Duration::from_secs(120),
+    );
+    assert_eq!(
+        result.command_status,
+        CommandStatus::Succeeded,
+        "{:?}",
+        result.command_error
+    );
+    assert_disk_holds(&rig.disk, &image);
+    assert!(rig
+        .standin
+        .heartbeats()
+        .iter()
+        .all(|h| h.body.agent_verify_ca.is_none() && h.body.callback_url.starts_with("http://")));
+    assert!(rig.agent.log().contains("auto-TLS is off"));
     power_off_and_exit(&mut rig);
 }
