@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde_json::json;
 use vmdeploy_conductor::deploy::{vmedia, DeployContext, DeployInterface, DeployStep};
 use vmdeploy_conductor::manager::HeartbeatRequest;
+use vmdeploy_conductor::objects::swift::{SwiftAuth, SwiftConfig, SwiftStore};
 use vmdeploy_conductor::objects::{ObjectError, ObjectStore};
 use vmdeploy_conductor::states::ProvisionState;
 use vmdeploy_conductor::store::Node;
@@ -23,6 +24,8 @@ use vmdeploy_integration_tests::conductor_env::{
 use vmdeploy_integration_tests::free_port;
 use vmdeploy_integration_tests::http::TestPki;
 use vmdeploy_integration_tests::loopdev::{require_loop_devices, LoopDevice, LoopIo};
+use vmdeploy_integration_tests::swift::{SwiftPeer, KEY, USER};
+use vmdeploy_shared::secret::Secret;
 
 /// Long enough for any step of these tests; the tests that wait for the timeout set it short.
 const LONG_CALLBACK: Duration = Duration::from_secs(120);
@@ -226,6 +229,54 @@ async fn an_object_store_that_is_down_fails_the_deploy_and_leaves_no_media() {
     emulator.assert_media_ejected();
     assert_eq!(emulator.state()["power"], "OFF");
     assert!(env.floppy_gone(node.uuid).await, "floppy deleted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_swift_fails_the_deploy_naming_the_store() {
+    let swift = SwiftPeer::start().expect("Swift starts (scripts/setup installs it)");
+    let auth_url = format!("{}/auth/v1.0", swift.base_url);
+    let store: Arc<dyn ObjectStore> = Arc::new(
+        SwiftStore::new(SwiftConfig::new(SwiftAuth::TempAuth {
+            url: auth_url.clone(),
+            user: USER.to_string(),
+            key: Secret::new(KEY),
+        }))
+        .expect("the Swift store"),
+    );
+    let emulator = Emulator::start(&[]);
+    let media = Media::new(&[1u8; 4096]);
+    let db = tempfile::tempdir().expect("temp dir");
+    let (listener, api_url) = api_listener().await;
+    let settings = Settings {
+        api_url,
+        ca_pem: None,
+        callback_timeout: LONG_CALLBACK,
+    };
+    let conductor = Conductor::start(
+        &db.path().join("vmdeploy.sqlite"),
+        Arc::clone(&store),
+        &settings,
+    )
+    .await;
+    let _api = ApiShim::serve(listener, Arc::clone(&conductor.manager));
+    let node = enroll(
+        &conductor.nodes,
+        ProvisionState::Available,
+        emulator.driver_info(),
+        &media,
+        &[1u8; 4096],
+        json!({}),
+    )
+    .await;
+    drop(swift);
+    let node = conductor.deploy(node.uuid, STEP).await;
+    assert_failed(&node);
+    let text = last_error(&node);
+    assert!(text.contains("swift store"), "{text}");
+    assert!(text.contains(&auth_url), "names Swift's URL: {text}");
+    assert!(!text.contains(KEY), "no Swift key in last_error: {text}");
+    emulator.assert_media_ejected();
+    assert_eq!(emulator.state()["power"], "OFF");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
