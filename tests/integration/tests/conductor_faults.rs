@@ -317,7 +317,8 @@ async fn a_silent_ramdisk_times_out_and_is_cleaned_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_with_the_wrong_token_is_refused_and_the_node_times_out() {
     require_loop_devices();
-    let env = Env::start(Duration::from_secs(4)).await;
+    // Long enough for the agent to start and be refused on a loaded machine.
+    let env = Env::start(Duration::from_secs(8)).await;
     let emulator = Emulator::start(&[]);
     let image = make_image(1 << 20);
     let disk = LoopDevice::attach(&[0xAA; 4 << 20], 4 << 20, LoopIo::Direct);
@@ -354,6 +355,11 @@ async fn an_agent_with_the_wrong_token_is_refused_and_the_node_times_out() {
         agent.log()
     );
     assert_eq!(env.api.accepted_heartbeats(), 0, "none accepted");
+    assert!(
+        agent.log().contains("heartbeat answered 401"),
+        "the agent saw the refusal:\n{}",
+        agent.log()
+    );
     assert_failed(&node);
     let text = last_error(&node);
     assert!(
