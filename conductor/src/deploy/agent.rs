@@ -378,7 +378,7 @@ fn agent_failure(what: &str, result: &CommandResult) -> String {
 }
 
 /// `text` with the value of every `temp_url_sig=` replaced by `******`.
-fn mask_temp_url_signatures(text: &str) -> String {
+pub(super) fn mask_temp_url_signatures(text: &str) -> String {
     const KEY: &str = "temp_url_sig=";
     let mut out = String::with_capacity(text.len());
     let mut rest = text;

@@ -108,8 +108,14 @@ pub(super) async fn prepare(ctx: &DeployContext, bmc: &Bmc, node: &mut Node) -> 
     )
     .await?;
 
-    bmc.insert(VmediaDevice::Floppy, &floppy_url).await?;
-    bmc.insert(VmediaDevice::Cdrom, &iso_url).await?;
+    // A BMC that cannot read a medium quotes its URL; the signature must not reach
+    // `last_error` (it would let anyone read the floppy and its agent token).
+    bmc.insert(VmediaDevice::Floppy, &floppy_url)
+        .await
+        .map_err(without_signatures)?;
+    bmc.insert(VmediaDevice::Cdrom, &iso_url)
+        .await
+        .map_err(without_signatures)?;
     bmc.boot_once_from_cd().await?;
     let mode = bmc.ensure_boot_mode(wanted_mode).await?;
 
@@ -126,6 +132,11 @@ pub(super) async fn prepare(ctx: &DeployContext, bmc: &Bmc, node: &mut Node) -> 
     bmc.power_on().await?;
     tracing::info!(node = %node.uuid, boot_mode = %mode, "deploy ramdisk booting from virtual media");
     Ok(())
+}
+
+/// `err` as text with every temp URL signature masked.
+fn without_signatures(err: anyhow::Error) -> anyhow::Error {
+    anyhow::anyhow!(super::agent::mask_temp_url_signatures(&format!("{err:#}")))
 }
 
 /// Ejects both media, deletes the floppy object and wipes the token. Never fails; `bmc` is

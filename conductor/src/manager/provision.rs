@@ -205,6 +205,25 @@ async fn run_provide(core: &Core, mut node: Node) {
 /// `deploy`/`rebuild`: the flow boots the ramdisk and returns `Wait` (the node waits for its
 /// heartbeat, unreserved) or `Done`.
 async fn run_deploy(core: &Core, mut node: Node, flow: Arc<dyn DeployInterface>) {
+    // Validation apart and first: a node refused here (iLO unreachable, login refused, virtual
+    // media not licensed, fields missing) has not been touched, so it is neither cleaned up nor
+    // powered off ("refused before anything is powered off"; a rebuild keeps its instance
+    // running). The flow's deploy validates again: one more BMC round trip.
+    if let Err(err) = flow.validate(&node).await {
+        let message = format!(
+            "Deploy of node {} failed validation, nothing on the node was changed: {err:#}",
+            node.uuid
+        );
+        tracing::error!("{message}");
+        if !apply(&mut node, Event::Fail) {
+            move_to(&mut node, ProvisionState::DeployFailed);
+        }
+        node.last_error = Some(message);
+        if let Err(err) = core.store().update_node(&node).await {
+            tasks::log_store_error(&err, "the failed validation");
+        }
+        return;
+    }
     match flow.deploy(&mut node).await {
         Ok(step) => {
             let event = match step {

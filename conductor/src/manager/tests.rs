@@ -599,9 +599,12 @@ async fn a_silent_ramdisk_times_out() {
             n.provision_state == ProvisionState::DeployFailed && n.reservation.is_none()
         })
         .await;
-    assert_eq!(
-        node.last_error.as_deref(),
-        Some(format!("Timeout reached while waiting for callback for node {uuid}").as_str())
+    let text = node.last_error.clone().unwrap_or_default();
+    assert!(
+        text.starts_with(&format!(
+            "Timeout reached while waiting for callback for node {uuid}: "
+        )) && text.contains("deploy_callback_timeout"),
+        "{text}"
     );
     assert_eq!(h.flow.clean_ups.load(Ordering::SeqCst), 1);
     assert!(!node.driver_internal_info.contains_key("agent_secret_token"));

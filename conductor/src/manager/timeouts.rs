@@ -70,9 +70,15 @@ pub(crate) async fn check_once(core: &Arc<Core>) {
             continue;
         };
         if expired(&node, timeout) {
+            // Ironic's words first (operators search for them), then what to check: a refused
+            // heartbeat (wrong token) leaves no trace on the node, so the message names it.
             let message = format!(
-                "Timeout reached while waiting for callback for node {}",
-                node.uuid
+                "Timeout reached while waiting for callback for node {}: no heartbeat with a \
+                 valid agent token came within {}s (deploy_callback_timeout); check that the \
+                 node boots the deploy ISO, reaches the API at {} and runs this deploy's floppy",
+                node.uuid,
+                timeout.as_secs(),
+                core.deploy.config.api_url
             );
             let flow = core.flow_for(&node.driver);
             let span = tracing::info_span!("timeout", node = %node.uuid);

@@ -9,6 +9,7 @@ pub mod sushy;
 pub mod swift;
 pub mod tgt;
 
+pub mod conductor_env;
 pub mod freeze;
 pub mod http;
 pub mod ipa_standin;

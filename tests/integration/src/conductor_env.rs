@@ -1,0 +1,742 @@
+//! The set-up the conductor's deploy tests share (`conductor_deploy_flow.rs`,
+//! `conductor_faults.rs`): the iLO emulator as a process, the built-in object store over TLS,
+//! the real [`Manager`] on a SQLite file, the agent binary as a process, and a small HTTP shim
+//! that serves the agent's `lookup` and `heartbeat` by calling the Manager.
+//!
+//! The shim ([`ApiShim`]) is a stand-in for the conductor's API router, which comes with another
+//! branch: it only parses the two ramdisk requests and forwards them to
+//! [`Manager::lookup`] / [`Manager::heartbeat`], mapping the Manager's errors to the status codes
+//! Ironic gives. Everything behind it (token check, reservations, the `agent_ilo` flow) is the
+//! conductor's own code.
+//!
+//! One CA ([`TestPki`]) signs the built-in store's certificate and goes on the floppy as the
+//! conductor's CA (`ipa-agent-ca`), as the service's `tls = "auto"` does; the agent then trusts
+//! the store's temp URLs. The API itself is plain HTTP on loopback.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+use vmdeploy_conductor::deploy::agent::AgentDeploy;
+use vmdeploy_conductor::deploy::{DeployConfig, DeployContext, DeployInterface, AGENT_DRIVERS};
+use vmdeploy_conductor::manager::{HeartbeatRequest, Manager, ManagerConfig, ManagerError};
+use vmdeploy_conductor::objects::builtin::{BuiltinConfig, BuiltinStore};
+use vmdeploy_conductor::objects::ObjectStore;
+use vmdeploy_conductor::states::ProvisionState;
+use vmdeploy_conductor::store::sqlite::SqliteStore;
+use vmdeploy_conductor::store::{JsonObject, Node, NodeIdent, Port, Store, StoreError};
+use vmdeploy_shared::secret::Secret;
+
+use crate::http::TestPki;
+use crate::{bin, free_port};
+
+/// The emulator's credentials.
+pub const USER: &str = "deployer";
+/// The emulator's password.
+pub const PASSWORD: &str = "flow-pass";
+/// The MAC of the node's one port (the agent is started with it).
+pub const MAC: &str = "52:54:00:12:34:56";
+/// The object store container of floppies and uploaded images.
+pub const CONTAINER: &str = "vmdeploy-test";
+/// The floppy's lifetime (`deploy_helper_images_ttl`).
+pub const FLOPPY_TTL: Duration = Duration::from_secs(600);
+/// The conductor name of the Manager (prefix of its reservations).
+pub const CONDUCTOR: &str = "conductor-test";
+
+/// A JSON object from a `json!` literal.
+pub fn obj(v: Value) -> JsonObject {
+    match v {
+        Value::Object(o) => o,
+        other => panic!("not an object: {other}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The iLO emulator.
+
+/// A running `ilo-emulator`, killed on drop.
+pub struct Emulator {
+    child: Child,
+    /// `host:port` of its HTTPS server.
+    pub address: String,
+    /// Its certificate (PEM file), for `ilo_verify_ca`.
+    pub cert: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Emulator {
+    /// Starts the emulator with [`USER`]/`password` and `extra` arguments.
+    pub fn start_with_password(password: &str, extra: &[&str]) -> Emulator {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let cert = dir.path().join("cert.pem");
+        let mut child = Command::new(bin("ilo-emulator"))
+            .args(["--listen", "127.0.0.1:0", "--username", USER])
+            .args(["--password", password])
+            .arg("--cert-out")
+            .arg(&cert)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting ilo-emulator");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut address = None;
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("server 0 https://") {
+                    address = Some(url.trim().to_string());
+                }
+                if line.trim() == "ready" {
+                    let _ = tx.send(address.take());
+                }
+            }
+        });
+        let address = rx
+            .recv_timeout(Duration::from_secs(30))
+            .ok()
+            .flatten()
+            .expect("ilo-emulator printed its address and ready within 30 s");
+        Emulator {
+            child,
+            address,
+            cert,
+            _dir: dir,
+        }
+    }
+
+    /// Starts the emulator with [`USER`]/[`PASSWORD`].
+    pub fn start(extra: &[&str]) -> Emulator {
+        Emulator::start_with_password(PASSWORD, extra)
+    }
+
+    /// `curl` as a plain HTTPS client of the admin API.
+    pub fn admin(&self, method: &str, path: &str) -> Value {
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "10", "--cacert"])
+            .arg(&self.cert)
+            .args(["-X", method, &format!("https://{}{path}", self.address)])
+            .output()
+            .expect("running curl (fix: apt-get install curl)");
+        assert!(
+            out.status.success(),
+            "curl {path}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    }
+
+    /// `GET /_emulator/state`.
+    pub fn state(&self) -> Value {
+        self.admin("GET", "/_emulator/state")
+    }
+
+    /// The node's `driver_info` for this emulator (RIBCL).
+    pub fn driver_info(&self) -> JsonObject {
+        obj(json!({
+            "ilo_address": self.address,
+            "ilo_username": USER,
+            "ilo_password": PASSWORD,
+            "ilo_verify_ca": self.cert.display().to_string(),
+            "ilo_protocol": "ribcl",
+        }))
+    }
+
+    /// Powers the host on through the conductor's own iLO client.
+    pub async fn power_on(&self) {
+        use vmdeploy_conductor::drivers::ilo::IloClient;
+        use vmdeploy_conductor::drivers::{Power, PowerAction};
+        use vmdeploy_conductor::node::driver_info::{IloDefaults, IloDriverInfo};
+        let config = IloDriverInfo::parse(&self.driver_info(), &IloDefaults::default())
+            .expect("config")
+            .config;
+        let client = IloClient::connect(&config).await.expect("connecting");
+        client.set_power(PowerAction::On).await.expect("power on");
+        assert_eq!(self.state()["power"], "ON");
+    }
+
+    /// Asserts that both virtual media are ejected.
+    pub fn assert_media_ejected(&self) {
+        let state = self.state();
+        assert_eq!(state["vmedia"]["FLOPPY"]["inserted"], false, "{state}");
+        assert_eq!(state["vmedia"]["CDROM"]["inserted"], false, "{state}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The built-in object store.
+
+/// The built-in store serving over TLS with a certificate of the test CA; stopped on drop.
+pub struct Builtin {
+    /// The store.
+    pub store: Arc<BuiltinStore>,
+    stop: watch::Sender<bool>,
+    _dir: tempfile::TempDir,
+}
+
+impl Builtin {
+    /// Starts the store in a fresh directory on 127.0.0.1 with `pki`'s server certificate.
+    pub async fn start(pki: &TestPki) -> Builtin {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (stop, shutdown) = watch::channel(false);
+        let (store, _addr) = BuiltinStore::start(
+            BuiltinConfig {
+                root: dir.path().join("objects"),
+                listen: "127.0.0.1:0".parse().expect("address"),
+                public_url: None,
+                temp_url_key: Secret::new("conductor-env-temp-url-key"),
+                tls: Arc::clone(&pki.server_config),
+            },
+            shutdown,
+        )
+        .await
+        .expect("the built-in store starts");
+        Builtin {
+            store,
+            stop,
+            _dir: dir,
+        }
+    }
+
+    /// The store as the Manager sees it.
+    pub fn objects(&self) -> Arc<dyn ObjectStore> {
+        Arc::clone(&self.store) as Arc<dyn ObjectStore>
+    }
+
+    /// Stops serving (the object directory stays).
+    pub async fn shut_down(&self) {
+        let _ = self.stop.send(true);
+        let port = self
+            .store
+            .public_url()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse::<u16>().ok())
+            .expect("the public URL names a port");
+        let started = Instant::now();
+        while crate::tcp_listening(port) {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the built-in store still listens 10 s after its shutdown"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Builtin {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The API shim and the Manager.
+
+/// Binds the API shim's port first, because its URL goes on the floppy the Manager builds.
+pub async fn api_listener() -> (tokio::net::TcpListener, String) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binding the API shim");
+    let addr = listener.local_addr().expect("bound address");
+    (listener, format!("http://{addr}"))
+}
+
+#[derive(Clone)]
+struct ShimState {
+    manager: Arc<Manager>,
+    refused: Arc<AtomicUsize>,
+    accepted: Arc<AtomicUsize>,
+}
+
+/// A stand-in of the API router for the ramdisk's two calls, forwarding to the Manager (see
+/// the module documentation). Stops on drop.
+pub struct ApiShim {
+    refused: Arc<AtomicUsize>,
+    accepted: Arc<AtomicUsize>,
+    stop: watch::Sender<bool>,
+}
+
+impl Drop for ApiShim {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+impl ApiShim {
+    /// Serves `GET /`, `GET /v1/lookup` and `POST /v1/heartbeat/{node}` on `listener`.
+    pub fn serve(listener: tokio::net::TcpListener, manager: Arc<Manager>) -> ApiShim {
+        let refused = Arc::new(AtomicUsize::new(0));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let state = ShimState {
+            manager,
+            refused: Arc::clone(&refused),
+            accepted: Arc::clone(&accepted),
+        };
+        let router = Router::new()
+            .route("/", get(root))
+            .route("/v1/lookup", get(lookup))
+            .route("/v1/heartbeat/{node}", post(heartbeat))
+            .with_state(state);
+        let (stop, mut stopped) = watch::channel(false);
+        tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            };
+            let _ = axum::serve(listener, router)
+                .with_graceful_shutdown(shutdown)
+                .await;
+        });
+        ApiShim {
+            refused,
+            accepted,
+            stop,
+        }
+    }
+
+    /// Heartbeats the Manager refused with 401 (wrong or missing token).
+    pub fn refused_heartbeats(&self) -> usize {
+        self.refused.load(Ordering::SeqCst)
+    }
+
+    /// Heartbeats the Manager accepted (202).
+    pub fn accepted_heartbeats(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+async fn root() -> Json<Value> {
+    Json(json!({
+        "name": "vmdeploy API shim (tests)",
+        "default_version": {"id": "v1", "version": "1.72", "min_version": "1.1",
+                            "status": "CURRENT"},
+        "versions": [{"id": "v1", "version": "1.72", "min_version": "1.1",
+                      "status": "CURRENT"}],
+    }))
+}
+
+/// Ironic's status code of a Manager error, with its text.
+fn refusal(err: &ManagerError) -> Response {
+    let status = match err {
+        ManagerError::Store(StoreError::NotFound { .. }) => StatusCode::NOT_FOUND,
+        ManagerError::Store(StoreError::Locked { .. }) | ManagerError::Conflict(_) => {
+            StatusCode::CONFLICT
+        }
+        ManagerError::Forbidden(_) => StatusCode::UNAUTHORIZED,
+        ManagerError::Invalid(_) | ManagerError::InvalidState { .. } => StatusCode::BAD_REQUEST,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    (status, Json(json!({"error_message": err.to_string()}))).into_response()
+}
+
+async fn lookup(
+    State(shim): State<ShimState>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let addresses: Vec<String> = query
+        .get("addresses")
+        .map(|a| a.split(',').map(str::to_owned).collect())
+        .unwrap_or_default();
+    let node_uuid = query
+        .get("node_uuid")
+        .and_then(|u| uuid::Uuid::parse_str(u).ok());
+    match shim.manager.lookup(&addresses, node_uuid).await {
+        Ok(reply) => Json(json!({"node": reply.node, "config": reply.config})).into_response(),
+        Err(err) => refusal(&err),
+    }
+}
+
+async fn heartbeat(
+    State(shim): State<ShimState>,
+    UrlPath(node): UrlPath<String>,
+    Json(body): Json<Value>,
+) -> Response {
+    let s = |k: &str| body.get(k).and_then(Value::as_str).map(str::to_owned);
+    let request = HeartbeatRequest {
+        callback_url: s("callback_url").unwrap_or_default(),
+        agent_token: s("agent_token"),
+        agent_version: s("agent_version"),
+        agent_verify_ca: s("agent_verify_ca"),
+        agent_status_message: s("agent_status_message"),
+    };
+    match shim
+        .manager
+        .heartbeat(&NodeIdent::parse(&node), request)
+        .await
+    {
+        Ok(()) => {
+            shim.accepted.fetch_add(1, Ordering::SeqCst);
+            StatusCode::ACCEPTED.into_response()
+        }
+        Err(err) => {
+            if matches!(err, ManagerError::Forbidden(_)) {
+                shim.refused.fetch_add(1, Ordering::SeqCst);
+            }
+            refusal(&err)
+        }
+    }
+}
+
+/// How a test conductor is set up.
+#[derive(Clone)]
+pub struct Settings {
+    /// The API URL on the floppy.
+    pub api_url: String,
+    /// The conductor's CA (on the floppy as `ipa-agent-ca`).
+    pub ca_pem: Option<String>,
+    /// `deploy_callback_timeout`.
+    pub callback_timeout: Duration,
+}
+
+/// The `agent_ilo` flow as the Manager runs it, with a short wait for the host to go down
+/// after the agent's `standby.power_off` (the agent is a process here: the emulated host never
+/// powers itself off, so the iLO always powers it off after this wait).
+pub fn agent_flow(context: Arc<DeployContext>) -> Arc<dyn DeployInterface> {
+    Arc::new(AgentDeploy::new(context).with_agent_power_off_wait(Duration::from_secs(1)))
+}
+
+/// The real Manager on the SQLite file `db` over `objects`, background duties (recovery,
+/// callback timeouts) started.
+pub struct Conductor {
+    /// The Manager.
+    pub manager: Arc<Manager>,
+    /// The node store (the same SQLite file).
+    pub nodes: Arc<SqliteStore>,
+    stop: watch::Sender<bool>,
+}
+
+impl Drop for Conductor {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+impl Conductor {
+    /// A Manager whose `agent_ilo` flow is [`agent_flow`], recovery run.
+    pub async fn start(db: &Path, objects: Arc<dyn ObjectStore>, settings: &Settings) -> Conductor {
+        Conductor::start_with(db, objects, settings, agent_flow).await
+    }
+
+    /// [`Conductor::start`] with another flow for the agent drivers.
+    pub async fn start_with(
+        db: &Path,
+        objects: Arc<dyn ObjectStore>,
+        settings: &Settings,
+        flow: fn(Arc<DeployContext>) -> Arc<dyn DeployInterface>,
+    ) -> Conductor {
+        let nodes = SqliteStore::open(db).expect("opening SQLite");
+        let context = Arc::new(DeployContext {
+            store: Arc::clone(&nodes) as Arc<dyn Store>,
+            objects,
+            config: DeployConfig {
+                api_url: settings.api_url.clone(),
+                api_ca_pem: settings.ca_pem.clone(),
+                container: CONTAINER.into(),
+                deploy_helper_images_ttl: FLOPPY_TTL,
+                agent_allow_plain_http: false,
+                agent_call_timeout: Duration::from_secs(30),
+            },
+        });
+        let manager = Arc::new(Manager::new(
+            Arc::clone(&context),
+            ManagerConfig {
+                deploy_callback_timeout: settings.callback_timeout,
+                power_sync_interval: Duration::from_secs(3600),
+                automated_clean: false,
+                conductor_name: CONDUCTOR.into(),
+            },
+        ));
+        let flow = flow(context);
+        manager.set_deploy_resolver(Arc::new(move |driver: &str| {
+            AGENT_DRIVERS.contains(&driver).then(|| Arc::clone(&flow))
+        }));
+        let (stop, shutdown) = watch::channel(false);
+        manager
+            .start_background(shutdown)
+            .await
+            .expect("recovery and background duties start");
+        Conductor {
+            manager,
+            nodes,
+            stop,
+        }
+    }
+
+    /// The node as stored.
+    pub async fn node(&self, uuid: uuid::Uuid) -> Node {
+        self.nodes
+            .node(&NodeIdent::Uuid(uuid))
+            .await
+            .expect("the node is stored")
+    }
+
+    /// Waits until the node is in one of `states` (not reserved), failing after `limit`.
+    pub async fn wait_for(
+        &self,
+        uuid: uuid::Uuid,
+        states: &[ProvisionState],
+        limit: Duration,
+    ) -> Node {
+        let started = Instant::now();
+        loop {
+            let node = self.node(uuid).await;
+            if states.contains(&node.provision_state) && node.reservation.is_none() {
+                return node;
+            }
+            assert!(
+                started.elapsed() < limit,
+                "node not in {states:?} within {limit:?}: {} (last_error {:?}, reservation {:?})",
+                node.provision_state,
+                node.last_error,
+                node.reservation
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// `PUT .../states/provision {"target": "active"}`, then waits for a state after it.
+    pub async fn deploy(&self, uuid: uuid::Uuid, limit: Duration) -> Node {
+        self.manager
+            .set_provision_state(
+                &NodeIdent::Uuid(uuid),
+                vmdeploy_conductor::states::ProvisionVerb::Deploy,
+                None,
+            )
+            .await
+            .expect("the deploy verb is accepted");
+        self.wait_for(
+            uuid,
+            &[
+                ProvisionState::WaitCallBack,
+                ProvisionState::DeployFailed,
+                ProvisionState::Active,
+            ],
+            limit,
+        )
+        .await
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The node and its media.
+
+/// The deploy ISO and instance image of a node, as conductor-local files.
+pub struct Media {
+    /// The deploy ISO (64 KiB of 0x5a).
+    pub iso: PathBuf,
+    /// The instance image.
+    pub image: PathBuf,
+    /// The directory holding them (and the agent's files).
+    pub dir: tempfile::TempDir,
+}
+
+impl Media {
+    /// Writes the ISO and `image` into a fresh directory.
+    pub fn new(image: &[u8]) -> Media {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let iso = dir.path().join("deploy.iso");
+        std::fs::write(&iso, vec![0x5a; 64 * 1024]).expect("writing the deploy ISO stand-in");
+        let path = dir.path().join("instance.raw");
+        std::fs::write(&path, image).expect("writing the image");
+        Media {
+            iso,
+            image: path,
+            dir,
+        }
+    }
+}
+
+/// Enrolls an `agent_ilo` node in `state` with `driver_info`, the media's ISO and image
+/// (`sha256` of `image`), `properties`, one PXE-enabled port with [`MAC`] and a static network.
+pub async fn enroll(
+    nodes: &SqliteStore,
+    state: ProvisionState,
+    driver_info: JsonObject,
+    media: &Media,
+    image: &[u8],
+    properties: Value,
+) -> Node {
+    let mut node = Node::new(uuid::Uuid::new_v4(), "agent_ilo", state);
+    node.driver_info = driver_info;
+    node.driver_info.insert(
+        "ilo_deploy_iso".into(),
+        json!(format!("file://{}", media.iso.display())),
+    );
+    node.instance_info = obj(json!({
+        "image_source": format!("file://{}", media.image.display()),
+        "image_os_hash_algo": "sha256",
+        "image_os_hash_value": hex::encode(Sha256::digest(image)),
+        "image_disk_format": "raw",
+    }));
+    node.properties = obj(properties);
+    node.network_data = obj(json!({
+        "networks": [{"id": "n0", "type": "ipv4", "ip_address": "192.0.2.10",
+                      "netmask": "255.255.255.0",
+                      "routes": [{"network": "0.0.0.0", "netmask": "0.0.0.0",
+                                  "gateway": "192.0.2.1"}]}],
+        "services": [{"type": "dns", "address": "192.0.2.53"}]
+    }));
+    nodes.create_node(&node).await.expect("node");
+    nodes
+        .create_port(&Port {
+            uuid: uuid::Uuid::new_v4(),
+            address: MAC.into(),
+            node_uuid: node.uuid,
+            pxe_enabled: true,
+            extra: JsonObject::new(),
+            created_at: time::OffsetDateTime::now_utc(),
+            updated_at: None,
+        })
+        .await
+        .expect("port");
+    node
+}
+
+// ---------------------------------------------------------------------------------------------
+// The floppy and the agent.
+
+/// The bytes behind a media URL the emulator was given, fetched as iLO fetches (TLS not
+/// verified); `None` when the server answers an error status.
+pub fn fetch_media(url: &str) -> Option<Vec<u8>> {
+    let out = Command::new("curl")
+        .args(["-sk", "--fail", "--max-time", "10", url])
+        .output()
+        .expect("running curl (fix: apt-get install curl)");
+    out.status.success().then_some(out.stdout)
+}
+
+/// The parameters on a floppy image.
+pub fn floppy_params(image: &[u8]) -> vmdeploy_shared::params::Params {
+    assert_eq!(
+        vmdeploy_shared::fat::fat_label(&image[..512])
+            .expect("a FAT image")
+            .as_deref(),
+        Some("ir-vfd-dev")
+    );
+    let text = vmdeploy_shared::fat::read_root_file(
+        std::io::Cursor::new(image.to_vec()),
+        "parameters.txt",
+        64 * 1024,
+    )
+    .expect("parameters.txt on the floppy");
+    vmdeploy_shared::params::Params::parse(&text).expect("a valid parameters file")
+}
+
+/// The floppy the emulator has inserted now.
+pub fn inserted_floppy(emulator: &Emulator) -> Vec<u8> {
+    let state = emulator.state();
+    let url = state["vmedia"]["FLOPPY"]["url"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a floppy is inserted: {state}"));
+    fetch_media(url).expect("the floppy's temp URL answers")
+}
+
+/// The agent process, killed on drop; its log printed when the test fails.
+pub struct AgentProcess {
+    child: Child,
+    log: PathBuf,
+}
+
+impl AgentProcess {
+    /// Runs `vmdeploy-agent run` in `dir` with `floppy` as its virtual floppy, as a node
+    /// booted from the deploy ISO would.
+    pub fn start(dir: &Path, floppy: &[u8]) -> AgentProcess {
+        let floppy_file = dir.join("floppy.img");
+        std::fs::write(&floppy_file, floppy).expect("writing the floppy");
+        let cmdline = dir.join("cmdline");
+        std::fs::write(&cmdline, "console=ttyS0 boot_method=vmedia\n").expect("cmdline");
+        let log = dir.join("agent.log");
+        let listen = format!("127.0.0.1:{}", free_port());
+        let child = Command::new(bin("vmdeploy-agent"))
+            .arg("run")
+            .arg("--cmdline-file")
+            .arg(&cmdline)
+            .arg("--floppy")
+            .arg(&floppy_file)
+            .args(["--floppy-label", "ir-vfd-dev", "--floppy-wait-secs", "5"])
+            .args(["--address", "127.0.0.1", "--agent-listen", &listen])
+            .args(["--mac", MAC, "--fail-timeout-secs", "1"])
+            .env("RUST_LOG", "info")
+            .env("VMDEPLOY_LOOKUP_TIMEOUT_SECS", "60")
+            .env("VMDEPLOY_POWER_OFF_GRACE_MS", "200")
+            .env("VMDEPLOY_RETRY_BACKOFF_MS", "50")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).expect("log file"))
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&log)
+                    .expect("log file"),
+            )
+            .spawn()
+            .expect("starting vmdeploy-agent run");
+        AgentProcess { child, log }
+    }
+
+    /// Its output so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Its exit code, when it exits within `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- agent log ---\n{}", self.log());
+        }
+    }
+}
+
+/// A pseudo-random image whose first sector is an MBR with one partition.
+pub fn make_image(len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len);
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    v[..512].fill(0);
+    v[440..444].copy_from_slice(&0x1234_5678u32.to_le_bytes());
+    v[446 + 4] = 0x83;
+    v[446 + 8..446 + 12].copy_from_slice(&2048u32.to_le_bytes());
+    v[446 + 12..446 + 16].copy_from_slice(&4096u32.to_le_bytes());
+    v[510] = 0x55;
+    v[511] = 0xAA;
+    v
+}
