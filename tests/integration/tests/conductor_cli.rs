@@ -290,9 +290,9 @@ fn baremetal_cli_drives_the_conductor() {
     // List and show.
     let listed = json(&["node", "list"]);
     assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
-    assert_eq!(listed[0]["UUID"], uuid.as_str());
-    assert_eq!(listed[0]["Name"], "cli-node");
-    assert_eq!(listed[0]["Provisioning State"], "enroll");
+    assert_eq!(listed[0]["uuid"], uuid.as_str());
+    assert_eq!(listed[0]["name"], "cli-node");
+    assert_eq!(listed[0]["provision_state"], "enroll");
     let long = ok(&["node", "list", "--long"]);
     assert!(
         !long.contains(ILO_PASSWORD),
@@ -396,7 +396,7 @@ fn baremetal_cli_drives_the_conductor() {
     assert_eq!(port["address"], MAC);
     assert_eq!(port["node_uuid"], uuid.as_str());
     let ports = json(&["port", "list"]);
-    assert_eq!(ports[0]["Address"], MAC, "{ports}");
+    assert_eq!(ports[0]["address"], MAC, "{ports}");
     let node_ports = json(&["port", "list", "--node", "cli-node"]);
     assert_eq!(node_ports.as_array().map(Vec::len), Some(1), "{node_ports}");
     let out = baremetal(&["port", "create", "not-a-mac", "--node", &uuid]);
