@@ -77,6 +77,8 @@ pub(super) fn app() -> (axum::Router, TestStore) {
             deploy_helper_images_ttl: Duration::from_secs(600),
             agent_allow_plain_http: true,
             agent_call_timeout: Duration::from_secs(5),
+            agent_power_off_wait: Duration::from_secs(2),
+            ilo_defaults: Default::default(),
         },
     });
     let manager = Arc::new(Manager::new(

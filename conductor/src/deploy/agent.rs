@@ -63,8 +63,8 @@ impl AgentDeploy {
     /// The interface over `ctx`.
     pub fn new(ctx: Arc<DeployContext>) -> AgentDeploy {
         AgentDeploy {
+            agent_power_off_wait: ctx.config.agent_power_off_wait,
             ctx,
-            agent_power_off_wait: DEFAULT_AGENT_POWER_OFF_WAIT,
         }
     }
 
@@ -135,7 +135,7 @@ impl AgentDeploy {
             }
             _ => bail!(agent_failure("reading the partition UUIDs", &uuids)),
         }
-        let bmc = Bmc::connect(node).await?;
+        let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
         bmc.boot_from_disk().await?;
         // Media out before the power cycle, so the next boot cannot come from the ramdisk.
         eject_and_delete(&self.ctx, &bmc, node).await;
@@ -169,7 +169,7 @@ impl DeployInterface for AgentDeploy {
         let image = image::instance_image(&node.instance_info)?;
         let (iso_field, iso) = vmedia::deploy_iso(node)?;
         vmedia::requested_boot_mode(node)?;
-        let bmc = Bmc::connect(node).await?;
+        let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
         bmc.power_state()
             .await
             .context("checking the iLO credentials")?;
@@ -198,7 +198,7 @@ impl DeployInterface for AgentDeploy {
         clear_agent_fields(info);
         info.remove(PROGRESS_KEY);
         info.remove(PARTITION_UUIDS_KEY);
-        let bmc = Bmc::connect(node).await?;
+        let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
         vmedia::prepare(&self.ctx, &bmc, node)
             .await
             .context("booting the deploy ramdisk from virtual media")?;
@@ -248,7 +248,7 @@ impl DeployInterface for AgentDeploy {
     }
 
     async fn tear_down(&self, node: &mut Node) -> anyhow::Result<()> {
-        let bmc = Bmc::connect(node).await?;
+        let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
         bmc.power_off().await?;
         vmedia::cleanup(&self.ctx, Some(&bmc), node).await;
         clear_agent_fields(&mut node.driver_internal_info);
@@ -256,7 +256,7 @@ impl DeployInterface for AgentDeploy {
     }
 
     async fn clean_up(&self, node: &mut Node) {
-        let bmc = match Bmc::connect(node).await {
+        let bmc = match Bmc::connect(node, &self.ctx.config.ilo_defaults).await {
             Ok(b) => Some(b),
             Err(e) => {
                 tracing::warn!(node = %node.uuid, error = %format!("{e:#}"), "clean-up: cannot reach the BMC");

@@ -62,10 +62,9 @@ pub(super) struct Bmc {
 impl Bmc {
     /// Connects to the node's BMC from its `driver_info` (`ilo_*`; for the `redfish` alias
     /// `redfish_address`/`redfish_username`/`redfish_password`, spoken over Redfish).
-    pub(super) async fn connect(node: &Node) -> anyhow::Result<Bmc> {
+    pub(super) async fn connect(node: &Node, defaults: &IloDefaults) -> anyhow::Result<Bmc> {
         let info = client_settings(node);
-        // TODO(issue 10): the `[ilo]` configuration's defaults, once the service passes them.
-        let config = IloDriverInfo::parse(&info, &IloDefaults::default())
+        let config = IloDriverInfo::parse(&info, defaults)
             .context("reading the BMC settings of driver_info")?
             .config;
         let address = config.address.clone();

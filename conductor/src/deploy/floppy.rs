@@ -279,6 +279,8 @@ mod tests {
             deploy_helper_images_ttl: Duration::from_secs(600),
             agent_allow_plain_http: false,
             agent_call_timeout: Duration::from_secs(60),
+            agent_power_off_wait: Duration::from_secs(2),
+            ilo_defaults: Default::default(),
         }
     }
 

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::manager::HeartbeatRequest;
+use crate::node::driver_info::IloDefaults;
 use crate::objects::ObjectStore;
 use crate::store::{Node, Store};
 
@@ -33,7 +34,8 @@ pub const AGENT_DRIVERS: [&str; 4] = ["agent_ilo", "ilo", "ilo5", "redfish"];
 pub struct DeployConfig {
     /// The API URL the ramdisk calls back (`ipa-api-url` / `ironic_api_url` on the floppy).
     pub api_url: String,
-    /// The CA of the API's certificate when it speaks TLS (`ipa-agent-ca` on the floppy).
+    /// The CAs (PEM bundle) the ramdisk must trust, `ipa-agent-ca` on the floppy: the API's when
+    /// it speaks TLS, and the built-in store's, whose temp URLs the agent downloads images from.
     pub api_ca_pem: Option<String>,
     /// Container for floppies and deploy ISOs in the object store.
     pub container: String,
@@ -43,6 +45,11 @@ pub struct DeployConfig {
     pub agent_allow_plain_http: bool,
     /// Timeout of one call to an agent's command API.
     pub agent_call_timeout: Duration,
+    /// How long the host may take to power off after the agent's `standby.power_off` before
+    /// the iLO powers it off (`agent_power_off_wait`; Ironic polls 6 × 5 s = 30 s).
+    pub agent_power_off_wait: Duration,
+    /// What a node's `driver_info` leaves out: iLO port, timeout, certificate check (`[ilo]`).
+    pub ilo_defaults: IloDefaults,
 }
 
 /// What a flow works with. Shared by every node task.

@@ -8,18 +8,17 @@
 
 use serde_json::Value;
 
+use super::Core;
 use super::ManagerError;
 use crate::drivers::ilo::{IloClient, IloConfig};
 use crate::drivers::{DriverError, DriverErrorKind, Power, PowerAction, PowerState};
-use crate::node::driver_info::{IloDefaults, IloDriverInfo};
+use crate::node::driver_info::IloDriverInfo;
 use crate::states::NodePower;
 use crate::store::Node;
 
 /// The node's BMC settings, or why `driver_info` does not give them (400 for the API).
-pub(crate) fn config(node: &Node) -> Result<IloConfig, ManagerError> {
-    // TODO(issue 10): the `[ilo]` configuration's defaults; the built-in ones until the
-    // service passes them down.
-    IloDriverInfo::parse(&node.driver_info, &IloDefaults::default())
+pub(crate) fn config(core: &Core, node: &Node) -> Result<IloConfig, ManagerError> {
+    IloDriverInfo::parse(&node.driver_info, &core.deploy.config.ilo_defaults)
         .map(|info| info.config)
         .map_err(|err| {
             ManagerError::Invalid(format!(
@@ -30,16 +29,16 @@ pub(crate) fn config(node: &Node) -> Result<IloConfig, ManagerError> {
 }
 
 /// A client for the node's BMC.
-pub(crate) async fn connect(node: &Node) -> Result<IloClient, ManagerError> {
-    let config = config(node)?;
+pub(crate) async fn connect(core: &Core, node: &Node) -> Result<IloClient, ManagerError> {
+    let config = config(core, node)?;
     IloClient::connect(&config)
         .await
         .map_err(|err| ManagerError::Failed(format!("iLO {}: {}", config.address, describe(&err))))
 }
 
 /// Reads the host power through a fresh client.
-pub(crate) async fn read_power(node: &Node) -> Result<NodePower, ManagerError> {
-    let client = connect(node).await?;
+pub(crate) async fn read_power(core: &Core, node: &Node) -> Result<NodePower, ManagerError> {
+    let client = connect(core, node).await?;
     client
         .power_state()
         .await
@@ -48,8 +47,8 @@ pub(crate) async fn read_power(node: &Node) -> Result<NodePower, ManagerError> {
 }
 
 /// Powers the node off (Ironic's power-off: hold the button), for failure paths.
-pub(crate) async fn power_off(node: &Node) -> Result<(), ManagerError> {
-    let client = connect(node).await?;
+pub(crate) async fn power_off(core: &Core, node: &Node) -> Result<(), ManagerError> {
+    let client = connect(core, node).await?;
     if client.power_state().await.map_err(|e| failed(node, &e))? == PowerState::Off {
         return Ok(());
     }

@@ -75,7 +75,7 @@ pub(crate) async fn set_boot_device(
     })?;
     let (node, reservation) = tasks::reserve(core, ident).await?;
     let outcome = async {
-        let client = bmc::connect(&node).await?;
+        let client = bmc::connect(core, &node).await?;
         let result = if persistent {
             client.set_persistent_boot(&wanted).await
         } else {
@@ -101,7 +101,7 @@ pub(crate) async fn boot_device(
     ident: &NodeIdent,
 ) -> Result<BootDeviceReading, ManagerError> {
     let node = core.store().node(ident).await?;
-    let client = bmc::connect(&node).await?;
+    let client = bmc::connect(core, &node).await?;
     if let Some(once) = client
         .one_time_boot()
         .await

@@ -41,7 +41,7 @@ pub(crate) async fn set_power_state(
     let (mut node, reservation) = tasks::reserve(core, ident).await?;
     // Refuse what cannot work before touching the node: a driver_info the BMC client cannot
     // use is the operator's to fix (400), not a task failure.
-    if let Err(err) = bmc::config(&node) {
+    if let Err(err) = bmc::config(core, &node) {
         reservation.release().await;
         return Err(err);
     }
@@ -61,7 +61,7 @@ pub(crate) async fn set_power_state(
 /// The power task: act, wait, record.
 async fn run(core: &Core, mut node: Node, target: NodePower, timeout: Option<Duration>) {
     let limit = timeout.unwrap_or(POWER_STATE_CHANGE_TIMEOUT);
-    let outcome = match bmc::connect(&node).await {
+    let outcome = match bmc::connect(core, &node).await {
         Ok(client) => change(&node, &client, target, limit).await,
         Err(err) => Err(err),
     };
@@ -79,7 +79,7 @@ async fn run(core: &Core, mut node: Node, target: NodePower, timeout: Option<Dur
                 node.uuid
             );
             tracing::error!("{message}");
-            if let Ok(now) = bmc::read_power(&node).await {
+            if let Ok(now) = bmc::read_power(core, &node).await {
                 node.power_state = Some(now);
             }
             node.last_error = Some(message);

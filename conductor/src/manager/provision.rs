@@ -168,7 +168,7 @@ fn start(
 
 /// `manage` from `enroll`: the credentials work when the BMC answers a power-state read.
 async fn run_verify(core: &Core, mut node: Node) {
-    match bmc::read_power(&node).await {
+    match bmc::read_power(core, &node).await {
         Ok(power) => {
             node.power_state = Some(power);
             apply(&mut node, Event::Done);
@@ -307,7 +307,7 @@ pub(crate) async fn clean_up_after_failure(
     if let Some(flow) = flow {
         flow.clean_up(node).await;
     }
-    match bmc::power_off(node).await {
+    match bmc::power_off(core, node).await {
         Ok(()) => node.power_state = Some(NodePower::Off),
         Err(err) => {
             tracing::warn!(error = %err, "could not power the node off after the failure");

@@ -60,7 +60,7 @@ pub(crate) async fn sync_once(core: &Arc<Core>) {
                 continue;
             }
         };
-        match bmc::read_power(&node).await {
+        match bmc::read_power(core, &node).await {
             Ok(power) if node.power_state != Some(power) => {
                 tracing::warn!(
                     node = %node.uuid,

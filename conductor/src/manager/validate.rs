@@ -36,7 +36,7 @@ pub(crate) async fn validate(
 ) -> Result<BTreeMap<String, InterfaceValidation>, ManagerError> {
     let node = core.store().node(ident).await?;
     let mut lines = BTreeMap::new();
-    let bmc_check = bmc::read_power(&node)
+    let bmc_check = bmc::read_power(core, &node)
         .await
         .map(|_| ())
         .map_err(|e| e.to_string());

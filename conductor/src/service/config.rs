@@ -103,6 +103,8 @@ pub mod keys {
     pub const DEPLOY_AGENT_PLAIN_HTTP: &str = "deploy.agent_allow_plain_http";
     /// Timeout of one call to an agent's command API, seconds.
     pub const DEPLOY_AGENT_CALL_TIMEOUT: &str = "deploy.agent_call_timeout";
+    /// Seconds the host may take to power off after the agent's `standby.power_off`.
+    pub const DEPLOY_AGENT_POWER_OFF_WAIT: &str = "deploy.agent_power_off_wait";
     /// Clean nodes through the agent on undeploy and provide.
     pub const DEPLOY_AUTOMATED_CLEAN: &str = "deploy.automated_clean";
     /// Seconds between power-state syncs.
@@ -456,6 +458,8 @@ pub struct DeploySection {
     pub agent_allow_plain_http: bool,
     /// `agent_call_timeout`, seconds.
     pub agent_call_timeout: Option<u64>,
+    /// `agent_power_off_wait`, seconds.
+    pub agent_power_off_wait: Option<u64>,
     /// `automated_clean`.
     pub automated_clean: bool,
     /// `power_sync_interval`, seconds.
@@ -675,6 +679,22 @@ pub struct IloDefaults {
     pub verify_ca: VerifyCa,
 }
 
+impl IloDefaults {
+    /// The same defaults as the node-level parser takes them.
+    pub fn for_nodes(&self) -> crate::node::driver_info::IloDefaults {
+        use crate::drivers::ilo::TlsVerify;
+        crate::node::driver_info::IloDefaults {
+            port: self.client_port,
+            timeout: self.client_timeout,
+            verify: match &self.verify_ca {
+                VerifyCa::Enabled(true) => TlsVerify::System,
+                VerifyCa::Enabled(false) => TlsVerify::Insecure,
+                VerifyCa::File(path) => TlsVerify::CaFile(path.clone()),
+            },
+        }
+    }
+}
+
 /// Everything `serve` needs, checked, with defaults filled.
 #[derive(Debug)]
 pub struct Settings {
@@ -716,6 +736,8 @@ pub struct Settings {
     pub agent_allow_plain_http: bool,
     /// `deploy.agent_call_timeout`.
     pub agent_call_timeout: Duration,
+    /// `deploy.agent_power_off_wait`.
+    pub agent_power_off_wait: Duration,
     /// `deploy.automated_clean`.
     pub automated_clean: bool,
     /// `deploy.power_sync_interval`.
@@ -1089,6 +1111,11 @@ impl Settings {
                 keys::DEPLOY_AGENT_CALL_TIMEOUT,
                 deploy.agent_call_timeout,
                 DEFAULT_AGENT_CALL_TIMEOUT,
+            )?,
+            agent_power_off_wait: seconds(
+                keys::DEPLOY_AGENT_POWER_OFF_WAIT,
+                deploy.agent_power_off_wait,
+                crate::deploy::agent::DEFAULT_AGENT_POWER_OFF_WAIT,
             )?,
             automated_clean: deploy.automated_clean,
             power_sync_interval: seconds(

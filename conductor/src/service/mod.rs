@@ -271,6 +271,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             deploy_helper_images_ttl: settings.deploy_helper_images_ttl,
             agent_allow_plain_http: settings.agent_allow_plain_http,
             agent_call_timeout: settings.agent_call_timeout,
+            agent_power_off_wait: settings.agent_power_off_wait,
+            ilo_defaults: settings.ilo.for_nodes(),
         },
     });
     let manager = Arc::new(Manager::new(
@@ -352,7 +354,7 @@ fn create_state_dir(settings: &Settings) -> anyhow::Result<()> {
 struct Certificates {
     /// The API's, when it speaks TLS.
     api: Option<CertifiedKey>,
-    /// The CA the ramdisk trusts for the API.
+    /// The CAs the ramdisk trusts: the API's and the built-in store's.
     api_ca_pem: Option<String>,
     /// The built-in store's (always HTTPS), `None` for Swift.
     objects: Option<CertifiedKey>,
@@ -457,6 +459,22 @@ fn certificates(
     } else {
         anyhow::bail!("no certificate for the built-in object store")
     };
+    // The ramdisk trusts only what its floppy carries (`ipa-agent-ca`): the API's CA and,
+    // because the agent downloads images from the built-in store's temp URLs over HTTPS, the
+    // store's CA too, even when the API itself is plain HTTP on loopback.
+    let mut ramdisk_cas: Vec<String> = Vec::new();
+    for pem in [
+        api_ca_pem,
+        objects.as_ref().and_then(|cert| cert.ca_pem.clone()),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if !ramdisk_cas.contains(&pem) {
+            ramdisk_cas.push(pem);
+        }
+    }
+    let api_ca_pem = (!ramdisk_cas.is_empty()).then(|| ramdisk_cas.concat());
     Ok(Certificates {
         api,
         api_ca_pem,

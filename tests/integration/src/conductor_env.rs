@@ -454,6 +454,8 @@ impl Conductor {
                 deploy_helper_images_ttl: FLOPPY_TTL,
                 agent_allow_plain_http: false,
                 agent_call_timeout: Duration::from_secs(30),
+                agent_power_off_wait: Duration::from_secs(2),
+                ilo_defaults: Default::default(),
             },
         });
         let manager = Arc::new(Manager::new(

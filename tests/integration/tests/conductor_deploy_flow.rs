@@ -95,6 +95,8 @@ async fn rig(emulator_args: &[&str], api_url: &str, image: &[u8], properties: Va
             deploy_helper_images_ttl: FLOPPY_TTL,
             agent_allow_plain_http: false,
             agent_call_timeout: Duration::from_secs(30),
+            agent_power_off_wait: Duration::from_secs(2),
+            ilo_defaults: Default::default(),
         },
     });
     let deploy = AgentDeploy::new(ctx).with_agent_power_off_wait(Duration::from_secs(2));
