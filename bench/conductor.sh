@@ -188,6 +188,29 @@ class Api:
             time.sleep(0.05)
         raise RuntimeError(f"node not {want} within {limit} s: {n}")
 
+def agent_marks(log_path, wall0):
+    """(milestone, seconds after wall0) of the agent's first log line and of its image checksum
+    check (the image is on the disk), read from the log's RFC 3339 UTC timestamps."""
+    import datetime
+    marks = []
+    wanted = [("agent started", None), ("agent: image written", "image checksum verified")]
+    try:
+        lines = open(log_path).read().splitlines()
+    except OSError:
+        return marks
+    for name, needle in wanted:
+        for line in lines:
+            if needle is None or needle in line:
+                stamp = line.split(" ", 1)[0]
+                try:
+                    t = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ")
+                except ValueError:
+                    continue
+                t = t.replace(tzinfo=datetime.timezone.utc).timestamp()
+                marks.append((name, t - wall0))
+                break
+    return marks
+
 def deploy_bench():
     global loop
     www = os.path.join(work, "www")
@@ -256,10 +279,10 @@ def deploy_bench():
                         "ilo_verify_ca": cert,
                         "ilo_deploy_iso": f"http://127.0.0.1:{http_port}/deploy.iso"},
         "properties": {"root_device": {"name": loop}},
-        "instance_info": {"image_source": f"http://127.0.0.1:{http_port}/image.raw",
-                          "image_disk_format": "raw", "image_os_hash_algo": "sha256",
-                          "image_os_hash_value": sha},
     })
+    instance_info = {"image_source": f"http://127.0.0.1:{http_port}/image.raw",
+                     "image_disk_format": "raw", "image_os_hash_algo": "sha256",
+                     "image_os_hash_value": sha}
     uuid = node["uuid"]
     api.call("POST", "/v1/ports", {"address": MAC, "node_uuid": uuid})
     api.call("PUT", f"/v1/nodes/{uuid}/states/provision", {"target": "manage"})
@@ -267,14 +290,19 @@ def deploy_bench():
     api.call("PUT", f"/v1/nodes/{uuid}/states/provision", {"target": "provide"})
     api.wait(uuid, "available", 60)
 
-    totals, phases = [], {}
+    totals, phases = [], []
     for run in range(deploy_runs):
         subprocess.run(["blkdiscard", "-f", loop], capture_output=True)
         node_dir = os.path.join(work, f"node-{run}")
         player = start(["bash", play_node, ilo, cert, agent, MAC, node_dir, "120"],
                        f"play-node-{run}.log")
-        seen = {}
+        # Undeploy clears instance_info (as Ironic's tear-down does): set it before every run.
+        api.call("PATCH", f"/v1/nodes/{uuid}", [
+            {"op": "add", "path": f"/instance_info/{k}", "value": v}
+            for k, v in instance_info.items()])
+        trail = []      # (provision state, seconds after the PUT) at each change seen
         last = None
+        wall0 = time.time()
         t0 = time.perf_counter()
         api.call("PUT", f"/v1/nodes/{uuid}/states/provision", {"target": "active"})
         while True:
@@ -282,7 +310,7 @@ def deploy_bench():
             now = time.perf_counter() - t0
             s = n["provision_state"]
             if s != last:
-                seen.setdefault(s, now)
+                trail.append((s, now))
                 last = s
             if s == "active":
                 break
@@ -291,11 +319,12 @@ def deploy_bench():
                          + tail(f"node-{run}/agent.log"))
             time.sleep(0.01)
         totals.append(now)
-        for k, v in seen.items():
-            phases.setdefault(k, []).append(v)
         if player.wait(timeout=60) != 0:
             sys.exit(f"deploy run {run}: the agent exited {player.returncode}\n"
                      + tail(f"node-{run}/agent.log"))
+        # The agent's own milestones, from its log's timestamps (UTC, same clock).
+        marks = agent_marks(os.path.join(node_dir, "agent.log"), wall0)
+        phases.append(sorted(trail + marks, key=lambda e: e[1]))
         with open(loop, "rb") as f:
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
             if hashlib.sha256(f.read(IMAGE_LEN)).hexdigest() != sha:
@@ -350,7 +379,12 @@ print()
 print("min/max: API up fresh %.0f/%.0f ms, restart %.0f/%.0f ms, RSS %.1f/%.1f MiB" % (
     min(fresh), max(fresh), min(restart), max(restart), min(rss) / MIB, max(rss) / MIB))
 print("deploy -> active per run: " + " ".join(f"{t:.2f}" for t in deploy_totals) + " s")
-order = sorted(deploy_phases, key=lambda k: statistics.median(deploy_phases[k]))
-print("deploy phases, median time after the PUT at which the node was first seen in each state: "
-      + ", ".join(f"{k} {statistics.median(deploy_phases[k]):.2f} s" for k in order))
+print("each deploy run, seconds after the PUT: the provision states the polling GET saw, and the")
+print("agent's start and end of writing from its log:")
+for run, trail in enumerate(deploy_phases):
+    print(f"  run {run}: " + ", ".join(f"{k} {t:.2f}" for k, t in trail))
+print("From 'image written' to 'active': the agent's next heartbeat, which reports the finished")
+print("command no sooner than 5 s after its previous one (MIN_HEARTBEAT_INTERVAL in")
+print("agent/src/api/heartbeat.rs), then the finish (partition UUIDs, boot from disk, eject,")
+print(f"standby.power_off, the {power_off_wait if has_power_off_key else 30} s power-off wait, power on through the iLO).")
 PY
