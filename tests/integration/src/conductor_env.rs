@@ -14,7 +14,6 @@
 //! the store's temp URLs. The API itself is plain HTTP on loopback.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -88,34 +87,7 @@ impl Emulator {
     pub fn start_with_password(password: &str, extra: &[&str]) -> Emulator {
         let dir = tempfile::tempdir().expect("temp dir");
         let cert = dir.path().join("cert.pem");
-        let mut child = Command::new(bin("ilo-emulator"))
-            .args(["--listen", "127.0.0.1:0", "--username", USER])
-            .args(["--password", password])
-            .arg("--cert-out")
-            .arg(&cert)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting ilo-emulator");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut address = None;
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("server 0 https://") {
-                    address = Some(url.trim().to_string());
-                }
-                if line.trim() == "ready" {
-                    let _ = tx.send(address.take());
-                }
-            }
-        });
-        let address = rx
-            .recv_timeout(Duration::from_secs(30))
-            .ok()
-            .flatten()
-            .expect("ilo-emulator printed its address and ready within 30 s");
+        let (child, address) = crate::emulator::spawn(USER, password, &cert, extra);
         Emulator {
             child,
             address,
@@ -664,6 +636,13 @@ impl AgentProcess {
     pub fn start(dir: &Path, floppy: &[u8]) -> AgentProcess {
         let floppy_file = dir.join("floppy.img");
         std::fs::write(&floppy_file, floppy).expect("writing the floppy");
+        AgentProcess::spawn(dir, &floppy_file, "ir-vfd-dev").0
+    }
+
+    /// Runs `vmdeploy-agent run` with its cmdline file and log in `dir`, the floppy found at
+    /// `floppy` (an image file or a block device) under FAT label `label`, and [`MAC`] as its
+    /// one MAC; the agent API listens on a free loopback port, returned as `host:port`.
+    pub fn spawn(dir: &Path, floppy: &Path, label: &str) -> (AgentProcess, String) {
         let cmdline = dir.join("cmdline");
         std::fs::write(&cmdline, "console=ttyS0 boot_method=vmedia\n").expect("cmdline");
         let log = dir.join("agent.log");
@@ -673,8 +652,8 @@ impl AgentProcess {
             .arg("--cmdline-file")
             .arg(&cmdline)
             .arg("--floppy")
-            .arg(&floppy_file)
-            .args(["--floppy-label", "ir-vfd-dev", "--floppy-wait-secs", "5"])
+            .arg(floppy)
+            .args(["--floppy-label", label, "--floppy-wait-secs", "5"])
             .args(["--address", "127.0.0.1", "--agent-listen", &listen])
             .args(["--mac", MAC, "--fail-timeout-secs", "1"])
             .env("RUST_LOG", "info")
@@ -691,7 +670,7 @@ impl AgentProcess {
             )
             .spawn()
             .expect("starting vmdeploy-agent run");
-        AgentProcess { child, log }
+        (AgentProcess { child, log }, listen)
     }
 
     /// Its output so far.

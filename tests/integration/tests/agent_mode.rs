@@ -6,8 +6,7 @@
 //! [`AgentClient`] against the same agent.
 
 use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +14,7 @@ use md5::Md5;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256, Sha512};
 use vmdeploy_conductor::deploy::agent_client::{AgentClient, AgentClientError, AgentEndpoint};
+use vmdeploy_integration_tests::conductor_env::AgentProcess;
 use vmdeploy_integration_tests::http::{ServerConfig, TestHttpServer};
 use vmdeploy_integration_tests::ipa_standin::{
     call, cert_valid_for, AgentDriver, IpaStandin, StandinConfig,
@@ -33,48 +33,15 @@ const LABEL: &str = "ir-vfd-amt";
 /// What a current Ironic claims in `GET /`.
 const NEWEST: ApiVersion = ApiVersion::new(1, 92);
 
-/// The agent process, killed on drop; its log goes to a file printed on failure.
-struct Agent {
-    child: Child,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Agent {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits for the agent to exit; its exit code.
-    fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
-        let started = Instant::now();
-        while started.elapsed() < limit {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.code();
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        None
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!("--- agent log ---\n{}", self.log());
-        }
-    }
-}
-
 /// Everything one test needs: disk, floppy, stand-in, agent.
 struct Rig {
     disk: LoopDevice,
     _floppy: LoopDevice,
     standin: IpaStandin,
-    agent: Agent,
+    agent: AgentProcess,
     driver: AgentDriver,
+    /// The agent's cmdline file and log; removed after the agent is killed.
+    _agent_dir: tempfile::TempDir,
 }
 
 /// Starts the stand-in and the agent; `floppy_hints` puts `root_device=name=<disk>` on the
@@ -123,45 +90,7 @@ fn rig(
     let floppy = LoopDevice::attach(&image, 0, LoopIo::Buffered);
 
     let dir = tempfile::tempdir().expect("temp dir");
-    let cmdline = dir.path().join("cmdline");
-    std::fs::write(&cmdline, "console=ttyS0 boot_method=vmedia\n").expect("cmdline");
-    let log = dir.path().join("agent.log");
-    let listen = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(bin("vmdeploy-agent"))
-        .arg("run")
-        .arg("--cmdline-file")
-        .arg(&cmdline)
-        .arg("--floppy")
-        .arg(floppy.device())
-        .args(["--floppy-label", LABEL, "--floppy-wait-secs", "5"])
-        .args([
-            "--address",
-            "127.0.0.1",
-            "--agent-listen",
-            &listen,
-            "--mac",
-            MAC,
-        ])
-        .args(["--fail-timeout-secs", "1"])
-        .env("RUST_LOG", "info")
-        .env("VMDEPLOY_LOOKUP_TIMEOUT_SECS", "60")
-        .env("VMDEPLOY_POWER_OFF_GRACE_MS", "200")
-        .env("VMDEPLOY_RETRY_BACKOFF_MS", "50")
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&log).expect("log file"))
-        .stderr(
-            std::fs::OpenOptions::new()
-                .append(true)
-                .open(&log)
-                .expect("log file"),
-        )
-        .spawn()
-        .expect("starting vmdeploy-agent run");
-    let agent = Agent {
-        child,
-        log,
-        _dir: dir,
-    };
+    let (agent, listen) = AgentProcess::spawn(dir.path(), floppy.device(), LABEL);
     let first = standin.wait_for_heartbeat(Duration::from_secs(40));
     let Some(first) = first else {
         panic!(
@@ -196,6 +125,7 @@ fn rig(
             token,
             cert_pem,
         },
+        _agent_dir: dir,
     }
 }
 
