@@ -12,11 +12,12 @@ use axum::extract::{Path, Query};
 use axum::http::{header::LOCATION, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::body::{self, cut, JsonBody};
 use super::error::ApiError;
+use super::list::{Listing, Page};
 use super::patch::{self, Rules};
 use super::render::{self, Select};
 use super::version::Ctx;
@@ -196,118 +197,6 @@ pub(super) async fn list_detail(
     list_nodes(state, ctx, query, true, "nodes/detail").await
 }
 
-/// Pagination and sorting of a list query (shared with ports).
-pub(super) struct Page {
-    /// At most this many.
-    pub limit: Option<usize>,
-    /// Start after this record.
-    pub marker: Option<Uuid>,
-    /// Field to sort on.
-    pub sort_key: String,
-    /// Descending.
-    pub descending: bool,
-}
-
-impl Page {
-    /// From `limit`, `marker`, `sort_key`, `sort_dir`; `sortable` lists the keys allowed.
-    pub fn parse(query: &HashMap<String, String>, sortable: &[&str]) -> Result<Page, ApiError> {
-        let limit = match query.get("limit") {
-            None => None,
-            Some(v) => Some(v.parse::<usize>().map_err(|_| {
-                ApiError::bad_request(format!(
-                    "Invalid value for parameter \"limit\": {:?} (expected a non-negative integer).",
-                    cut(v)
-                ))
-            })?),
-        }
-        // Ironic: 0 means no limit.
-        .filter(|l| *l > 0);
-        let marker = match query.get("marker") {
-            None => None,
-            Some(v) => Some(body::parse_uuid(v, "marker")?),
-        };
-        let sort_key = query
-            .get("sort_key")
-            .cloned()
-            .unwrap_or_else(|| "id".to_string());
-        if !sortable.contains(&sort_key.as_str()) {
-            return Err(ApiError::bad_request(format!(
-                "The sort_key value {:?} is an invalid field for sorting (use one of: {}).",
-                cut(&sort_key),
-                sortable.join(", ")
-            )));
-        }
-        let descending = match query.get("sort_dir").map(String::as_str) {
-            None | Some("asc") => false,
-            Some("desc") => true,
-            Some(other) => {
-                return Err(ApiError::bad_request(format!(
-                    "Invalid sort direction: {:?}. Acceptable values are 'asc' or 'desc'.",
-                    cut(other)
-                )))
-            }
-        };
-        Ok(Page {
-            limit,
-            marker,
-            sort_key,
-            descending,
-        })
-    }
-
-    /// Sorts (stable, by the rendered value of `sort_key`; `id` is creation order), then cuts
-    /// the page after `marker`. `key` renders a record's sort value, `uuid` names it.
-    pub fn apply<T>(
-        &self,
-        mut items: Vec<T>,
-        key: impl Fn(&T, &str) -> Value,
-        uuid: impl Fn(&T) -> Uuid,
-    ) -> Result<Vec<T>, ApiError> {
-        if self.sort_key != "id" {
-            items.sort_by(|a, b| compare(&key(a, &self.sort_key), &key(b, &self.sort_key)));
-        }
-        if self.descending {
-            items.reverse();
-        }
-        let start = match self.marker {
-            None => 0,
-            Some(marker) => {
-                items
-                    .iter()
-                    .position(|item| uuid(item) == marker)
-                    .ok_or_else(|| {
-                        ApiError::bad_request(format!(
-                            "Invalid value for parameter \"marker\": {marker} is not in the list."
-                        ))
-                    })?
-                    + 1
-            }
-        };
-        let items: Vec<T> = items.into_iter().skip(start).collect();
-        Ok(match self.limit {
-            Some(limit) => items.into_iter().take(limit).collect(),
-            None => items,
-        })
-    }
-}
-
-/// Orders JSON scalars: nulls first, then numbers, booleans and strings by value.
-fn compare(a: &Value, b: &Value) -> std::cmp::Ordering {
-    use std::cmp::Ordering;
-    match (a, b) {
-        (Value::Null, Value::Null) => Ordering::Equal,
-        (Value::Null, _) => Ordering::Less,
-        (_, Value::Null) => Ordering::Greater,
-        (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
-        (Value::Number(x), Value::Number(y)) => x
-            .as_f64()
-            .partial_cmp(&y.as_f64())
-            .unwrap_or(Ordering::Equal),
-        (Value::String(x), Value::String(y)) => x.cmp(y),
-        _ => a.to_string().cmp(&b.to_string()),
-    }
-}
-
 /// Node fields a list may sort on (Ironic refuses the JSON ones).
 const SORTABLE: &[&str] = &[
     "id",
@@ -371,28 +260,17 @@ async fn list_nodes(
     }
     let nodes = state.manager.store().list_nodes(&filter).await?;
     let conductor = conductor(&state).to_string();
-    let sort_ctx = ctx.clone();
-    let nodes = page.apply(
+    page.respond(
         nodes,
-        |node, key| {
-            render::node_document(node, &sort_ctx, "")
-                .get(key)
-                .cloned()
-                .unwrap_or(Value::Null)
+        Listing {
+            collection: "nodes",
+            path,
+            ctx: &ctx,
         },
+        |node| render::node_document(node, &ctx, ""),
         |node| node.uuid,
-    )?;
-    let count = nodes.len();
-    let last = nodes.last().map(|n| n.uuid.to_string());
-    let out: Vec<Value> = nodes
-        .iter()
-        .map(|n| render::node(n, &ctx, &conductor, &select))
-        .collect();
-    let mut doc = json!({ "nodes": out });
-    if let Some(next) = render::next_link(&ctx, path, page.limit, count, last) {
-        doc["next"] = json!(next);
-    }
-    Ok(Json(doc))
+        |node| render::node(node, &ctx, &conductor, &select),
+    )
 }
 
 /// `GET /v1/nodes/{node}`.

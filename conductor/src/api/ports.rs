@@ -7,13 +7,14 @@ use axum::extract::{Path, Query};
 use axum::http::{header::LOCATION, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::body::{self, JsonBody};
 use super::error::ApiError;
-use super::nodes::{self, Page};
+use super::list::{Listing, Page};
+use super::nodes;
 use super::patch::{self, Rules};
 use super::render::{self, Select};
 use super::version::Ctx;
@@ -185,28 +186,17 @@ async fn list_ports(
         filter.address = Some(body::mac(v, "address")?);
     }
     let ports = state.manager.store().list_ports(&filter).await?;
-    let sort_ctx = ctx.clone();
-    let ports = page.apply(
+    page.respond(
         ports,
-        |port, key| {
-            render::port_document(port, &sort_ctx)
-                .get(key)
-                .cloned()
-                .unwrap_or(Value::Null)
+        Listing {
+            collection: "ports",
+            path,
+            ctx: &ctx,
         },
+        |port| render::port_document(port, &ctx),
         |port| port.uuid,
-    )?;
-    let count = ports.len();
-    let last = ports.last().map(|p| p.uuid.to_string());
-    let out: Vec<Value> = ports
-        .iter()
-        .map(|p| render::port(p, &ctx, &select))
-        .collect();
-    let mut doc = json!({ "ports": out });
-    if let Some(next) = render::next_link(&ctx, path, page.limit, count, last) {
-        doc["next"] = json!(next);
-    }
-    Ok(Json(doc))
+        |port| render::port(port, &ctx, &select),
+    )
 }
 
 /// `GET /v1/ports/{port}`.
