@@ -10,8 +10,31 @@ use uuid::Uuid;
 
 use super::body::{self, cut};
 use super::error::ApiError;
-use super::render;
+use super::render::{self, Select};
 use super::version::Ctx;
+
+/// `?detail=` (1.43): whether a list shows every field; absent is the short set.
+pub(super) fn detail(query: &HashMap<String, String>, ctx: &Ctx) -> Result<bool, ApiError> {
+    match query.get("detail") {
+        None => Ok(false),
+        Some(v) => {
+            ctx.require(43, "The \"detail\" parameter")?;
+            body::parse_bool(v).ok_or_else(|| {
+                ApiError::bad_request("Invalid value for parameter \"detail\": expected a boolean.")
+            })
+        }
+    }
+}
+
+/// `?fields=` among `names` (the fields of this version); `default` when absent.
+pub(super) fn fields(
+    query: &HashMap<String, String>,
+    default: Select,
+    ctx: &Ctx,
+    names: &[&str],
+) -> Result<Select, ApiError> {
+    Select::parse(query.get("fields").map(String::as_str), default, ctx, names)
+}
 
 /// Where a list document goes: its collection key and the path its `next` link repeats.
 pub(super) struct Listing<'a> {

@@ -9,15 +9,15 @@
 use std::collections::HashMap;
 
 use axum::extract::{Path, Query};
-use axum::http::{header::LOCATION, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::Response;
 use axum::{Extension, Json};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::body::{self, cut, JsonBody};
 use super::error::ApiError;
-use super::list::{Listing, Page};
+use super::list::{self, Listing, Page};
 use super::patch::{self, Rules};
 use super::render::{self, Select};
 use super::version::Ctx;
@@ -153,11 +153,7 @@ pub(super) async fn create(
     store.create_node(&node).await?;
     let node = store.node(&NodeIdent::Uuid(uuid)).await?;
     let out = render::node(&node, &ctx, conductor(&state), &Select::All);
-    let mut response = (StatusCode::CREATED, Json(out)).into_response();
-    if let Ok(location) = HeaderValue::from_str(&ctx.url(&format!("/v1/nodes/{uuid}"))) {
-        response.headers_mut().insert(LOCATION, location);
-    }
-    Ok(response)
+    Ok(render::created(&ctx, &format!("nodes/{uuid}"), out))
 }
 
 /// `GET /v1/nodes`.
@@ -166,15 +162,7 @@ pub(super) async fn list(
     Extension(ctx): Extension<Ctx>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    let detail = match query.get("detail") {
-        None => false,
-        Some(v) => {
-            ctx.require(43, "The \"detail\" parameter")?;
-            body::parse_bool(v).ok_or_else(|| {
-                ApiError::bad_request("Invalid value for parameter \"detail\": expected a boolean.")
-            })?
-        }
-    };
+    let detail = list::detail(&query, &ctx)?;
     if detail && query.contains_key("fields") {
         return Err(ApiError::bad_request(
             "The \"fields\" and \"detail\" parameters are mutually exclusive.",
@@ -221,12 +209,7 @@ async fn list_nodes(
 ) -> Result<Json<Value>, ApiError> {
     let names = render::node_field_names(&ctx);
     let default = if detail { Select::All } else { Select::Short };
-    let select = Select::parse(
-        query.get("fields").map(String::as_str),
-        default,
-        &ctx,
-        &names,
-    )?;
+    let select = list::fields(&query, default, &ctx, &names)?;
     let page = Page::parse(&query, SORTABLE)?;
     let mut filter = NodeFilter::default();
     if let Some(v) = query.get("provision_state") {
@@ -281,12 +264,7 @@ pub(super) async fn show(
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
     let names = render::node_field_names(&ctx);
-    let select = Select::parse(
-        query.get("fields").map(String::as_str),
-        Select::All,
-        &ctx,
-        &names,
-    )?;
+    let select = list::fields(&query, Select::All, &ctx, &names)?;
     let node = load(&state, &ctx, &node).await?;
     Ok(Json(render::node(&node, &ctx, conductor(&state), &select)))
 }
