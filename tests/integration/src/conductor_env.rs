@@ -62,6 +62,21 @@ pub fn obj(v: Value) -> JsonObject {
     }
 }
 
+/// The flows' settings in these tests: the API at `api_url`, `ca_pem` on the floppy, floppies in
+/// [`CONTAINER`] for [`FLOPPY_TTL`], agents over HTTPS only.
+pub fn deploy_config(api_url: String, ca_pem: Option<String>) -> DeployConfig {
+    DeployConfig {
+        api_url,
+        api_ca_pem: ca_pem,
+        container: CONTAINER.into(),
+        deploy_helper_images_ttl: FLOPPY_TTL,
+        agent_allow_plain_http: false,
+        agent_call_timeout: Duration::from_secs(30),
+        agent_power_off_wait: Duration::from_secs(2),
+        ilo_defaults: Default::default(),
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The iLO emulator.
 
@@ -419,16 +434,7 @@ impl Conductor {
         let context = Arc::new(DeployContext {
             store: Arc::clone(&nodes) as Arc<dyn Store>,
             objects,
-            config: DeployConfig {
-                api_url: settings.api_url.clone(),
-                api_ca_pem: settings.ca_pem.clone(),
-                container: CONTAINER.into(),
-                deploy_helper_images_ttl: FLOPPY_TTL,
-                agent_allow_plain_http: false,
-                agent_call_timeout: Duration::from_secs(30),
-                agent_power_off_wait: Duration::from_secs(2),
-                ilo_defaults: Default::default(),
-            },
+            config: deploy_config(settings.api_url.clone(), settings.ca_pem.clone()),
         });
         let manager = Arc::new(Manager::new(
             Arc::clone(&context),
@@ -703,8 +709,15 @@ impl Drop for AgentProcess {
 
 /// A pseudo-random image whose first sector is an MBR with one partition.
 pub fn make_image(len: usize) -> Vec<u8> {
+    make_image_seeded(len, 0x9e37_79b9_7f4a_7c15)
+}
+
+/// A pseudo-random image (xorshift from `seed`) whose first sector is an MBR: disk signature
+/// 0x12345678, one Linux partition from LBA 2048.
+pub fn make_image_seeded(len: usize, seed: u64) -> Vec<u8> {
     let mut v = Vec::with_capacity(len);
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    // xorshift never leaves 0; an odd seed keeps the sequence going.
+    let mut x = seed | 1;
     while v.len() < len {
         x ^= x << 13;
         x ^= x >> 7;

@@ -14,7 +14,7 @@ use md5::Md5;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256, Sha512};
 use vmdeploy_conductor::deploy::agent_client::{AgentClient, AgentClientError, AgentEndpoint};
-use vmdeploy_integration_tests::conductor_env::AgentProcess;
+use vmdeploy_integration_tests::conductor_env::{make_image_seeded, AgentProcess};
 use vmdeploy_integration_tests::http::{ServerConfig, TestHttpServer};
 use vmdeploy_integration_tests::ipa_standin::{
     call, cert_valid_for, AgentDriver, IpaStandin, StandinConfig,
@@ -129,28 +129,6 @@ fn rig(
     }
 }
 
-/// A pseudo-random image whose first sector is an MBR (disk signature 0x12345678, one Linux
-/// partition from LBA 2048).
-fn make_image(len: usize, seed: u64) -> Vec<u8> {
-    let mut v = Vec::with_capacity(len);
-    let mut x = seed | 1;
-    while v.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(len);
-    v[..512].fill(0);
-    v[440..444].copy_from_slice(&0x1234_5678u32.to_le_bytes());
-    v[446 + 4] = 0x83;
-    v[446 + 8..446 + 12].copy_from_slice(&2048u32.to_le_bytes());
-    v[446 + 12..446 + 16].copy_from_slice(&4096u32.to_le_bytes());
-    v[510] = 0x55;
-    v[511] = 0xAA;
-    v
-}
-
 fn hex_digest(algo: &str, data: &[u8]) -> String {
     match algo {
         "md5" => hex::encode(Md5::digest(data)),
@@ -192,7 +170,7 @@ fn power_off_and_exit(rig: &mut Rig) {
 #[test]
 fn full_flow_writes_the_disk_reports_progress_and_powers_off() {
     let mut rig = rig(false, true, NEWEST, 0, true);
-    let image = make_image(40 * MIB, 7);
+    let image = make_image_seeded(40 * MIB, 7);
     let server = serve(image.clone());
 
     // Every call needs the token.
@@ -311,7 +289,7 @@ fn full_flow_writes_the_disk_reports_progress_and_powers_off() {
 #[test]
 fn wrong_checksum_fails_clearly_and_zeroes_the_first_mib() {
     let mut rig = rig(true, true, NEWEST, 0, true);
-    let image = make_image(8 * MIB, 11);
+    let image = make_image_seeded(8 * MIB, 11);
     let server = serve(image.clone());
     let wrong = hex_digest("md5", b"not the image");
     let result = rig.driver.run(
@@ -349,7 +327,7 @@ fn every_checksum_algorithm_and_the_legacy_field() {
         ("md5", false),
     ];
     for (i, (algo, os_hash)) in cases.into_iter().enumerate() {
-        let image = make_image(4 * MIB + i * 4096, 100 + i as u64);
+        let image = make_image_seeded(4 * MIB + i * 4096, 100 + i as u64);
         let server = serve(image.clone());
         let digest = hex_digest(algo, &image);
         let mut info = json!({"id": format!("img-{i}"), "urls": [server.url("/i.raw")]});
@@ -401,7 +379,7 @@ fn iscsi_target_started_through_the_api_takes_the_conductors_write() {
     assert!(before[before.len() - MIB..].iter().all(|&b| b == 0));
 
     let dir = tempfile::tempdir().expect("temp dir");
-    let image = make_image(16 * MIB, 23);
+    let image = make_image_seeded(16 * MIB, 23);
     let image_path = dir.path().join("image.raw");
     std::fs::File::create(&image_path)
         .and_then(|mut f| f.write_all(&image))
@@ -436,7 +414,7 @@ fn an_older_conductor_gets_no_progress_fields() {
     // The first heartbeat is answered 409 (node locked): the agent retries after IPA's error
     // interval (5 s x [1, 2]) and carries on.
     let mut rig = rig(false, true, ApiVersion::new(1, 68), 1, true);
-    let image = make_image(8 * MIB, 31);
+    let image = make_image_seeded(8 * MIB, 31);
     let server = serve(image.clone());
     let result = rig.driver.run(
         "standby.prepare_image",
@@ -600,7 +578,7 @@ fn the_conductors_agent_client_pins_the_heartbeat_certificate() {
 fn auto_tls_off_serves_plain_http_and_sends_no_certificate() {
     let mut rig = rig(true, true, NEWEST, 0, false);
     assert!(rig.driver.base.starts_with("http://"));
-    let image = make_image(4 * MIB, 41);
+    let image = make_image_seeded(4 * MIB, 41);
     let server = serve(image.clone());
     let result = rig.driver.run(
         "standby.prepare_image",
