@@ -27,6 +27,7 @@ use crate::manager::Manager;
 mod body;
 mod drivers;
 mod error;
+mod list;
 mod mask;
 mod node_states;
 mod nodes;

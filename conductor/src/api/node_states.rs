@@ -297,14 +297,7 @@ pub(super) async fn supported_boot_devices(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vmdeploy_shared::api::ipa::ApiVersion;
-
-    fn ctx(minor: u32) -> Ctx {
-        Ctx {
-            version: ApiVersion::new(1, minor),
-            base_url: "http://h".into(),
-        }
-    }
+    use crate::api::test_support::ctx;
 
     #[test]
     fn verbs_by_version() {

@@ -9,14 +9,15 @@
 use std::collections::HashMap;
 
 use axum::extract::{Path, Query};
-use axum::http::{header::LOCATION, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::Response;
 use axum::{Extension, Json};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::body::{self, cut, JsonBody};
 use super::error::ApiError;
+use super::list::{self, Listing, Page};
 use super::patch::{self, Rules};
 use super::render::{self, Select};
 use super::version::Ctx;
@@ -152,11 +153,7 @@ pub(super) async fn create(
     store.create_node(&node).await?;
     let node = store.node(&NodeIdent::Uuid(uuid)).await?;
     let out = render::node(&node, &ctx, conductor(&state), &Select::All);
-    let mut response = (StatusCode::CREATED, Json(out)).into_response();
-    if let Ok(location) = HeaderValue::from_str(&ctx.url(&format!("/v1/nodes/{uuid}"))) {
-        response.headers_mut().insert(LOCATION, location);
-    }
-    Ok(response)
+    Ok(render::created(&ctx, &format!("nodes/{uuid}"), out))
 }
 
 /// `GET /v1/nodes`.
@@ -165,15 +162,7 @@ pub(super) async fn list(
     Extension(ctx): Extension<Ctx>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    let detail = match query.get("detail") {
-        None => false,
-        Some(v) => {
-            ctx.require(43, "The \"detail\" parameter")?;
-            body::parse_bool(v).ok_or_else(|| {
-                ApiError::bad_request("Invalid value for parameter \"detail\": expected a boolean.")
-            })?
-        }
-    };
+    let detail = list::detail(&query, &ctx)?;
     if detail && query.contains_key("fields") {
         return Err(ApiError::bad_request(
             "The \"fields\" and \"detail\" parameters are mutually exclusive.",
@@ -194,118 +183,6 @@ pub(super) async fn list_detail(
         ));
     }
     list_nodes(state, ctx, query, true, "nodes/detail").await
-}
-
-/// Pagination and sorting of a list query (shared with ports).
-pub(super) struct Page {
-    /// At most this many.
-    pub limit: Option<usize>,
-    /// Start after this record.
-    pub marker: Option<Uuid>,
-    /// Field to sort on.
-    pub sort_key: String,
-    /// Descending.
-    pub descending: bool,
-}
-
-impl Page {
-    /// From `limit`, `marker`, `sort_key`, `sort_dir`; `sortable` lists the keys allowed.
-    pub fn parse(query: &HashMap<String, String>, sortable: &[&str]) -> Result<Page, ApiError> {
-        let limit = match query.get("limit") {
-            None => None,
-            Some(v) => Some(v.parse::<usize>().map_err(|_| {
-                ApiError::bad_request(format!(
-                    "Invalid value for parameter \"limit\": {:?} (expected a non-negative integer).",
-                    cut(v)
-                ))
-            })?),
-        }
-        // Ironic: 0 means no limit.
-        .filter(|l| *l > 0);
-        let marker = match query.get("marker") {
-            None => None,
-            Some(v) => Some(body::parse_uuid(v, "marker")?),
-        };
-        let sort_key = query
-            .get("sort_key")
-            .cloned()
-            .unwrap_or_else(|| "id".to_string());
-        if !sortable.contains(&sort_key.as_str()) {
-            return Err(ApiError::bad_request(format!(
-                "The sort_key value {:?} is an invalid field for sorting (use one of: {}).",
-                cut(&sort_key),
-                sortable.join(", ")
-            )));
-        }
-        let descending = match query.get("sort_dir").map(String::as_str) {
-            None | Some("asc") => false,
-            Some("desc") => true,
-            Some(other) => {
-                return Err(ApiError::bad_request(format!(
-                    "Invalid sort direction: {:?}. Acceptable values are 'asc' or 'desc'.",
-                    cut(other)
-                )))
-            }
-        };
-        Ok(Page {
-            limit,
-            marker,
-            sort_key,
-            descending,
-        })
-    }
-
-    /// Sorts (stable, by the rendered value of `sort_key`; `id` is creation order), then cuts
-    /// the page after `marker`. `key` renders a record's sort value, `uuid` names it.
-    pub fn apply<T>(
-        &self,
-        mut items: Vec<T>,
-        key: impl Fn(&T, &str) -> Value,
-        uuid: impl Fn(&T) -> Uuid,
-    ) -> Result<Vec<T>, ApiError> {
-        if self.sort_key != "id" {
-            items.sort_by(|a, b| compare(&key(a, &self.sort_key), &key(b, &self.sort_key)));
-        }
-        if self.descending {
-            items.reverse();
-        }
-        let start = match self.marker {
-            None => 0,
-            Some(marker) => {
-                items
-                    .iter()
-                    .position(|item| uuid(item) == marker)
-                    .ok_or_else(|| {
-                        ApiError::bad_request(format!(
-                            "Invalid value for parameter \"marker\": {marker} is not in the list."
-                        ))
-                    })?
-                    + 1
-            }
-        };
-        let items: Vec<T> = items.into_iter().skip(start).collect();
-        Ok(match self.limit {
-            Some(limit) => items.into_iter().take(limit).collect(),
-            None => items,
-        })
-    }
-}
-
-/// Orders JSON scalars: nulls first, then numbers, booleans and strings by value.
-fn compare(a: &Value, b: &Value) -> std::cmp::Ordering {
-    use std::cmp::Ordering;
-    match (a, b) {
-        (Value::Null, Value::Null) => Ordering::Equal,
-        (Value::Null, _) => Ordering::Less,
-        (_, Value::Null) => Ordering::Greater,
-        (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
-        (Value::Number(x), Value::Number(y)) => x
-            .as_f64()
-            .partial_cmp(&y.as_f64())
-            .unwrap_or(Ordering::Equal),
-        (Value::String(x), Value::String(y)) => x.cmp(y),
-        _ => a.to_string().cmp(&b.to_string()),
-    }
 }
 
 /// Node fields a list may sort on (Ironic refuses the JSON ones).
@@ -332,12 +209,7 @@ async fn list_nodes(
 ) -> Result<Json<Value>, ApiError> {
     let names = render::node_field_names(&ctx);
     let default = if detail { Select::All } else { Select::Short };
-    let select = Select::parse(
-        query.get("fields").map(String::as_str),
-        default,
-        &ctx,
-        &names,
-    )?;
+    let select = list::fields(&query, default, &ctx, &names)?;
     let page = Page::parse(&query, SORTABLE)?;
     let mut filter = NodeFilter::default();
     if let Some(v) = query.get("provision_state") {
@@ -371,28 +243,17 @@ async fn list_nodes(
     }
     let nodes = state.manager.store().list_nodes(&filter).await?;
     let conductor = conductor(&state).to_string();
-    let sort_ctx = ctx.clone();
-    let nodes = page.apply(
+    page.respond(
         nodes,
-        |node, key| {
-            render::node_document(node, &sort_ctx, "")
-                .get(key)
-                .cloned()
-                .unwrap_or(Value::Null)
+        Listing {
+            collection: "nodes",
+            path,
+            ctx: &ctx,
         },
+        |node| render::node_document(node, &ctx, ""),
         |node| node.uuid,
-    )?;
-    let count = nodes.len();
-    let last = nodes.last().map(|n| n.uuid.to_string());
-    let out: Vec<Value> = nodes
-        .iter()
-        .map(|n| render::node(n, &ctx, &conductor, &select))
-        .collect();
-    let mut doc = json!({ "nodes": out });
-    if let Some(next) = render::next_link(&ctx, path, page.limit, count, last) {
-        doc["next"] = json!(next);
-    }
-    Ok(Json(doc))
+        |node| render::node(node, &ctx, &conductor, &select),
+    )
 }
 
 /// `GET /v1/nodes/{node}`.
@@ -403,12 +264,7 @@ pub(super) async fn show(
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
     let names = render::node_field_names(&ctx);
-    let select = Select::parse(
-        query.get("fields").map(String::as_str),
-        Select::All,
-        &ctx,
-        &names,
-    )?;
+    let select = list::fields(&query, Select::All, &ctx, &names)?;
     let node = load(&state, &ctx, &node).await?;
     Ok(Json(render::node(&node, &ctx, conductor(&state), &select)))
 }

@@ -4,16 +4,17 @@
 use std::collections::HashMap;
 
 use axum::extract::{Path, Query};
-use axum::http::{header::LOCATION, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::Response;
 use axum::{Extension, Json};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::body::{self, JsonBody};
 use super::error::ApiError;
-use super::nodes::{self, Page};
+use super::list::{self, Listing, Page};
+use super::nodes;
 use super::patch::{self, Rules};
 use super::render::{self, Select};
 use super::version::Ctx;
@@ -81,15 +82,8 @@ pub(super) async fn create(
     let store = state.manager.store();
     store.create_port(&port).await?;
     let port = store.port(port.uuid).await?;
-    let mut response = (
-        StatusCode::CREATED,
-        Json(render::port(&port, &ctx, &Select::All)),
-    )
-        .into_response();
-    if let Ok(location) = HeaderValue::from_str(&ctx.url(&format!("/v1/ports/{}", port.uuid))) {
-        response.headers_mut().insert(LOCATION, location);
-    }
-    Ok(response)
+    let out = render::port(&port, &ctx, &Select::All);
+    Ok(render::created(&ctx, &format!("ports/{}", port.uuid), out))
 }
 
 /// `GET /v1/ports`.
@@ -98,15 +92,7 @@ pub(super) async fn list(
     Extension(ctx): Extension<Ctx>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    let detail = match query.get("detail") {
-        None => false,
-        Some(v) => {
-            ctx.require(43, "The \"detail\" parameter")?;
-            body::parse_bool(v).ok_or_else(|| {
-                ApiError::bad_request("Invalid value for parameter \"detail\": expected a boolean.")
-            })?
-        }
-    };
+    let detail = list::detail(&query, &ctx)?;
     list_ports(state, ctx, query, None, detail, "ports").await
 }
 
@@ -162,12 +148,7 @@ async fn list_ports(
     }
     let names = render::port_field_names(&ctx);
     let default = if detail { Select::All } else { Select::Short };
-    let select = Select::parse(
-        query.get("fields").map(String::as_str),
-        default,
-        &ctx,
-        &names,
-    )?;
+    let select = list::fields(&query, default, &ctx, &names)?;
     let page = Page::parse(&query, SORTABLE)?;
     let mut filter = PortFilter {
         node_uuid: node,
@@ -185,28 +166,17 @@ async fn list_ports(
         filter.address = Some(body::mac(v, "address")?);
     }
     let ports = state.manager.store().list_ports(&filter).await?;
-    let sort_ctx = ctx.clone();
-    let ports = page.apply(
+    page.respond(
         ports,
-        |port, key| {
-            render::port_document(port, &sort_ctx)
-                .get(key)
-                .cloned()
-                .unwrap_or(Value::Null)
+        Listing {
+            collection: "ports",
+            path,
+            ctx: &ctx,
         },
+        |port| render::port_document(port, &ctx),
         |port| port.uuid,
-    )?;
-    let count = ports.len();
-    let last = ports.last().map(|p| p.uuid.to_string());
-    let out: Vec<Value> = ports
-        .iter()
-        .map(|p| render::port(p, &ctx, &select))
-        .collect();
-    let mut doc = json!({ "ports": out });
-    if let Some(next) = render::next_link(&ctx, path, page.limit, count, last) {
-        doc["next"] = json!(next);
-    }
-    Ok(Json(doc))
+        |port| render::port(port, &ctx, &select),
+    )
 }
 
 /// `GET /v1/ports/{port}`.
@@ -217,12 +187,7 @@ pub(super) async fn show(
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
     let names = render::port_field_names(&ctx);
-    let select = Select::parse(
-        query.get("fields").map(String::as_str),
-        Select::All,
-        &ctx,
-        &names,
-    )?;
+    let select = list::fields(&query, Select::All, &ctx, &names)?;
     let port = state.manager.store().port(port_uuid(&port)?).await?;
     Ok(Json(render::port(&port, &ctx, &select)))
 }

@@ -192,15 +192,8 @@ async fn passthru(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::test_support::ctx;
     use serde_json::json;
-    use vmdeploy_shared::api::ipa::ApiVersion;
-
-    fn ctx(minor: u32) -> Ctx {
-        Ctx {
-            version: ApiVersion::new(1, minor),
-            base_url: "http://h".into(),
-        }
-    }
 
     #[test]
     fn lookup_masks_the_node_but_hands_over_the_token() {

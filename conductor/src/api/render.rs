@@ -7,6 +7,9 @@
 //! with the value Ironic shows for "not set", so a client sees the shape of the version it
 //! negotiated; interfaces come from the driver table (`drivers`).
 
+use axum::http::{header::LOCATION, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
 use serde_json::{json, Map, Value};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
@@ -293,6 +296,15 @@ pub(super) fn port_document(port: &Port, ctx: &Ctx) -> Value {
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
     )
+}
+
+/// A `201 Created` with `doc` and, when it makes a valid header, `Location: <base>/v1/<path>`.
+pub(super) fn created(ctx: &Ctx, path: &str, doc: Value) -> Response {
+    let mut response = (StatusCode::CREATED, Json(doc)).into_response();
+    if let Ok(location) = HeaderValue::from_str(&ctx.url(&format!("/v1/{path}"))) {
+        response.headers_mut().insert(LOCATION, location);
+    }
+    response
 }
 
 /// `next` link of a paginated list, when the page was full.

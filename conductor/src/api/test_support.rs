@@ -12,6 +12,9 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use tower::ServiceExt;
 
+use vmdeploy_shared::api::ipa::ApiVersion;
+
+use super::version::Ctx;
 use crate::deploy::{DeployConfig, DeployContext};
 use crate::manager::{Manager, ManagerConfig};
 use crate::objects::{ObjectBody, ObjectError, ObjectInfo, ObjectPath, ObjectStore, PutOptions};
@@ -60,6 +63,14 @@ impl ObjectStore for NoObjects {
     }
 }
 
+/// A request context at microversion `1.<minor>`.
+pub(super) fn ctx(minor: u32) -> Ctx {
+    Ctx {
+        version: ApiVersion::new(1, minor),
+        base_url: "http://h".into(),
+    }
+}
+
 /// The conductor name tests see in `reservation`, `conductor` and `hosts`.
 pub(super) const CONDUCTOR: &str = "test-conductor";
 
@@ -70,16 +81,7 @@ pub(super) fn app() -> (axum::Router, TestStore) {
     let deploy = Arc::new(DeployContext {
         store: Arc::clone(&store) as Arc<dyn Store>,
         objects: Arc::new(NoObjects),
-        config: DeployConfig {
-            api_url: "http://127.0.0.1:6385".into(),
-            api_ca_pem: None,
-            container: "vmdeploy".into(),
-            deploy_helper_images_ttl: Duration::from_secs(600),
-            agent_allow_plain_http: true,
-            agent_call_timeout: Duration::from_secs(5),
-            agent_power_off_wait: Duration::from_secs(2),
-            ilo_defaults: Default::default(),
-        },
+        config: DeployConfig::for_tests(),
     });
     let manager = Arc::new(Manager::new(
         deploy,

@@ -275,12 +275,9 @@ mod tests {
         DeployConfig {
             api_url: "https://192.0.2.1:6385/".into(),
             api_ca_pem: ca.map(str::to_owned),
-            container: "vmdeploy".into(),
-            deploy_helper_images_ttl: Duration::from_secs(600),
             agent_allow_plain_http: false,
             agent_call_timeout: Duration::from_secs(60),
-            agent_power_off_wait: Duration::from_secs(2),
-            ilo_defaults: Default::default(),
+            ..DeployConfig::for_tests()
         }
     }
 

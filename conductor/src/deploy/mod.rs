@@ -52,6 +52,24 @@ pub struct DeployConfig {
     pub ilo_defaults: IloDefaults,
 }
 
+#[cfg(test)]
+impl DeployConfig {
+    /// The settings the unit tests deploy with: the API on plain loopback HTTP, agents allowed
+    /// plain HTTP, short agent timeouts.
+    pub(crate) fn for_tests() -> DeployConfig {
+        DeployConfig {
+            api_url: "http://127.0.0.1:6385".into(),
+            api_ca_pem: None,
+            container: "vmdeploy".into(),
+            deploy_helper_images_ttl: Duration::from_secs(600),
+            agent_allow_plain_http: true,
+            agent_call_timeout: Duration::from_secs(5),
+            agent_power_off_wait: Duration::from_secs(2),
+            ilo_defaults: Default::default(),
+        }
+    }
+}
+
 /// What a flow works with. Shared by every node task.
 pub struct DeployContext {
     /// Nodes and ports.

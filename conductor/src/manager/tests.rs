@@ -159,16 +159,7 @@ impl Harness {
         let context = Arc::new(DeployContext {
             store: store.clone(),
             objects: Arc::new(NoObjects),
-            config: DeployConfig {
-                api_url: "http://127.0.0.1:6385".into(),
-                api_ca_pem: None,
-                container: "vmdeploy".into(),
-                deploy_helper_images_ttl: Duration::from_secs(600),
-                agent_allow_plain_http: true,
-                agent_call_timeout: Duration::from_secs(5),
-                agent_power_off_wait: Duration::from_secs(2),
-                ilo_defaults: Default::default(),
-            },
+            config: DeployConfig::for_tests(),
         });
         let manager = Arc::new(Manager::new(context, config));
         let flow = Arc::new(ScriptedFlow::default());

@@ -128,7 +128,7 @@ impl Capabilities {
             Value::String(s) => Ok(Self::from_pairs(field, s)),
             other => Err(CapabilitiesError::WrongType {
                 field,
-                found: json_type(other),
+                found: super::json_kind(other),
             }),
         }
     }
@@ -288,17 +288,6 @@ fn parse_boot_mode(
             value: value.to_string(),
             allowed: "bios, uefi",
         })
-    }
-}
-
-fn json_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

@@ -170,20 +170,8 @@ fn text(field: &'static str, value: Option<&Value>) -> Result<String, DriverInfo
         Some(Value::String(_)) => Err(invalid(field, "is empty")),
         Some(other) => Err(invalid(
             field,
-            format!("expected a string, got {}", kind(other)),
+            format!("expected a string, got {}", super::json_kind(other)),
         )),
-    }
-}
-
-/// The JSON type of a value, for messages (never the value: it may be a secret).
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 
@@ -244,7 +232,7 @@ fn verify_ca(field: &'static str, value: &Value) -> Result<TlsVerify, DriverInfo
             field,
             format!(
                 "expected true, false or a CA file path, got {}",
-                kind(other)
+                super::json_kind(other)
             ),
         )),
     }
@@ -260,7 +248,10 @@ fn protocol(field: &'static str, value: &Value) -> Result<Protocol, DriverInfoEr
         }),
         other => Err(invalid(
             field,
-            format!("expected ribcl, redfish or auto, got {}", kind(other)),
+            format!(
+                "expected ribcl, redfish or auto, got {}",
+                super::json_kind(other)
+            ),
         )),
     }
 }

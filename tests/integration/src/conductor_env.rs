@@ -14,7 +14,6 @@
 //! the store's temp URLs. The API itself is plain HTTP on loopback.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -63,6 +62,21 @@ pub fn obj(v: Value) -> JsonObject {
     }
 }
 
+/// The flows' settings in these tests: the API at `api_url`, `ca_pem` on the floppy, floppies in
+/// [`CONTAINER`] for [`FLOPPY_TTL`], agents over HTTPS only.
+pub fn deploy_config(api_url: String, ca_pem: Option<String>) -> DeployConfig {
+    DeployConfig {
+        api_url,
+        api_ca_pem: ca_pem,
+        container: CONTAINER.into(),
+        deploy_helper_images_ttl: FLOPPY_TTL,
+        agent_allow_plain_http: false,
+        agent_call_timeout: Duration::from_secs(30),
+        agent_power_off_wait: Duration::from_secs(2),
+        ilo_defaults: Default::default(),
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The iLO emulator.
 
@@ -88,34 +102,7 @@ impl Emulator {
     pub fn start_with_password(password: &str, extra: &[&str]) -> Emulator {
         let dir = tempfile::tempdir().expect("temp dir");
         let cert = dir.path().join("cert.pem");
-        let mut child = Command::new(bin("ilo-emulator"))
-            .args(["--listen", "127.0.0.1:0", "--username", USER])
-            .args(["--password", password])
-            .arg("--cert-out")
-            .arg(&cert)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting ilo-emulator");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut address = None;
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("server 0 https://") {
-                    address = Some(url.trim().to_string());
-                }
-                if line.trim() == "ready" {
-                    let _ = tx.send(address.take());
-                }
-            }
-        });
-        let address = rx
-            .recv_timeout(Duration::from_secs(30))
-            .ok()
-            .flatten()
-            .expect("ilo-emulator printed its address and ready within 30 s");
+        let (child, address) = crate::emulator::spawn(USER, password, &cert, extra);
         Emulator {
             child,
             address,
@@ -447,16 +434,7 @@ impl Conductor {
         let context = Arc::new(DeployContext {
             store: Arc::clone(&nodes) as Arc<dyn Store>,
             objects,
-            config: DeployConfig {
-                api_url: settings.api_url.clone(),
-                api_ca_pem: settings.ca_pem.clone(),
-                container: CONTAINER.into(),
-                deploy_helper_images_ttl: FLOPPY_TTL,
-                agent_allow_plain_http: false,
-                agent_call_timeout: Duration::from_secs(30),
-                agent_power_off_wait: Duration::from_secs(2),
-                ilo_defaults: Default::default(),
-            },
+            config: deploy_config(settings.api_url.clone(), settings.ca_pem.clone()),
         });
         let manager = Arc::new(Manager::new(
             Arc::clone(&context),
@@ -664,6 +642,13 @@ impl AgentProcess {
     pub fn start(dir: &Path, floppy: &[u8]) -> AgentProcess {
         let floppy_file = dir.join("floppy.img");
         std::fs::write(&floppy_file, floppy).expect("writing the floppy");
+        AgentProcess::spawn(dir, &floppy_file, "ir-vfd-dev").0
+    }
+
+    /// Runs `vmdeploy-agent run` with its cmdline file and log in `dir`, the floppy found at
+    /// `floppy` (an image file or a block device) under FAT label `label`, and [`MAC`] as its
+    /// one MAC; the agent API listens on a free loopback port, returned as `host:port`.
+    pub fn spawn(dir: &Path, floppy: &Path, label: &str) -> (AgentProcess, String) {
         let cmdline = dir.join("cmdline");
         std::fs::write(&cmdline, "console=ttyS0 boot_method=vmedia\n").expect("cmdline");
         let log = dir.join("agent.log");
@@ -673,8 +658,8 @@ impl AgentProcess {
             .arg("--cmdline-file")
             .arg(&cmdline)
             .arg("--floppy")
-            .arg(&floppy_file)
-            .args(["--floppy-label", "ir-vfd-dev", "--floppy-wait-secs", "5"])
+            .arg(floppy)
+            .args(["--floppy-label", label, "--floppy-wait-secs", "5"])
             .args(["--address", "127.0.0.1", "--agent-listen", &listen])
             .args(["--mac", MAC, "--fail-timeout-secs", "1"])
             .env("RUST_LOG", "info")
@@ -691,7 +676,7 @@ impl AgentProcess {
             )
             .spawn()
             .expect("starting vmdeploy-agent run");
-        AgentProcess { child, log }
+        (AgentProcess { child, log }, listen)
     }
 
     /// Its output so far.
@@ -724,8 +709,15 @@ impl Drop for AgentProcess {
 
 /// A pseudo-random image whose first sector is an MBR with one partition.
 pub fn make_image(len: usize) -> Vec<u8> {
+    make_image_seeded(len, 0x9e37_79b9_7f4a_7c15)
+}
+
+/// A pseudo-random image (xorshift from `seed`) whose first sector is an MBR: disk signature
+/// 0x12345678, one Linux partition from LBA 2048.
+pub fn make_image_seeded(len: usize, seed: u64) -> Vec<u8> {
     let mut v = Vec::with_capacity(len);
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    // xorshift never leaves 0; an odd seed keeps the sequence going.
+    let mut x = seed | 1;
     while v.len() < len {
         x ^= x << 13;
         x ^= x >> 7;

@@ -6,8 +6,7 @@
 //! [`AgentClient`] against the same agent.
 
 use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +14,7 @@ use md5::Md5;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256, Sha512};
 use vmdeploy_conductor::deploy::agent_client::{AgentClient, AgentClientError, AgentEndpoint};
+use vmdeploy_integration_tests::conductor_env::{make_image_seeded, AgentProcess};
 use vmdeploy_integration_tests::http::{ServerConfig, TestHttpServer};
 use vmdeploy_integration_tests::ipa_standin::{
     call, cert_valid_for, AgentDriver, IpaStandin, StandinConfig,
@@ -33,48 +33,15 @@ const LABEL: &str = "ir-vfd-amt";
 /// What a current Ironic claims in `GET /`.
 const NEWEST: ApiVersion = ApiVersion::new(1, 92);
 
-/// The agent process, killed on drop; its log goes to a file printed on failure.
-struct Agent {
-    child: Child,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Agent {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits for the agent to exit; its exit code.
-    fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
-        let started = Instant::now();
-        while started.elapsed() < limit {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.code();
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        None
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!("--- agent log ---\n{}", self.log());
-        }
-    }
-}
-
 /// Everything one test needs: disk, floppy, stand-in, agent.
 struct Rig {
     disk: LoopDevice,
     _floppy: LoopDevice,
     standin: IpaStandin,
-    agent: Agent,
+    agent: AgentProcess,
     driver: AgentDriver,
+    /// The agent's cmdline file and log; removed after the agent is killed.
+    _agent_dir: tempfile::TempDir,
 }
 
 /// Starts the stand-in and the agent; `floppy_hints` puts `root_device=name=<disk>` on the
@@ -123,45 +90,7 @@ fn rig(
     let floppy = LoopDevice::attach(&image, 0, LoopIo::Buffered);
 
     let dir = tempfile::tempdir().expect("temp dir");
-    let cmdline = dir.path().join("cmdline");
-    std::fs::write(&cmdline, "console=ttyS0 boot_method=vmedia\n").expect("cmdline");
-    let log = dir.path().join("agent.log");
-    let listen = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(bin("vmdeploy-agent"))
-        .arg("run")
-        .arg("--cmdline-file")
-        .arg(&cmdline)
-        .arg("--floppy")
-        .arg(floppy.device())
-        .args(["--floppy-label", LABEL, "--floppy-wait-secs", "5"])
-        .args([
-            "--address",
-            "127.0.0.1",
-            "--agent-listen",
-            &listen,
-            "--mac",
-            MAC,
-        ])
-        .args(["--fail-timeout-secs", "1"])
-        .env("RUST_LOG", "info")
-        .env("VMDEPLOY_LOOKUP_TIMEOUT_SECS", "60")
-        .env("VMDEPLOY_POWER_OFF_GRACE_MS", "200")
-        .env("VMDEPLOY_RETRY_BACKOFF_MS", "50")
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&log).expect("log file"))
-        .stderr(
-            std::fs::OpenOptions::new()
-                .append(true)
-                .open(&log)
-                .expect("log file"),
-        )
-        .spawn()
-        .expect("starting vmdeploy-agent run");
-    let agent = Agent {
-        child,
-        log,
-        _dir: dir,
-    };
+    let (agent, listen) = AgentProcess::spawn(dir.path(), floppy.device(), LABEL);
     let first = standin.wait_for_heartbeat(Duration::from_secs(40));
     let Some(first) = first else {
         panic!(
@@ -196,29 +125,8 @@ fn rig(
             token,
             cert_pem,
         },
+        _agent_dir: dir,
     }
-}
-
-/// A pseudo-random image whose first sector is an MBR (disk signature 0x12345678, one Linux
-/// partition from LBA 2048).
-fn make_image(len: usize, seed: u64) -> Vec<u8> {
-    let mut v = Vec::with_capacity(len);
-    let mut x = seed | 1;
-    while v.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(len);
-    v[..512].fill(0);
-    v[440..444].copy_from_slice(&0x1234_5678u32.to_le_bytes());
-    v[446 + 4] = 0x83;
-    v[446 + 8..446 + 12].copy_from_slice(&2048u32.to_le_bytes());
-    v[446 + 12..446 + 16].copy_from_slice(&4096u32.to_le_bytes());
-    v[510] = 0x55;
-    v[511] = 0xAA;
-    v
 }
 
 fn hex_digest(algo: &str, data: &[u8]) -> String {
@@ -262,7 +170,7 @@ fn power_off_and_exit(rig: &mut Rig) {
 #[test]
 fn full_flow_writes_the_disk_reports_progress_and_powers_off() {
     let mut rig = rig(false, true, NEWEST, 0, true);
-    let image = make_image(40 * MIB, 7);
+    let image = make_image_seeded(40 * MIB, 7);
     let server = serve(image.clone());
 
     // Every call needs the token.
@@ -381,7 +289,7 @@ fn full_flow_writes_the_disk_reports_progress_and_powers_off() {
 #[test]
 fn wrong_checksum_fails_clearly_and_zeroes_the_first_mib() {
     let mut rig = rig(true, true, NEWEST, 0, true);
-    let image = make_image(8 * MIB, 11);
+    let image = make_image_seeded(8 * MIB, 11);
     let server = serve(image.clone());
     let wrong = hex_digest("md5", b"not the image");
     let result = rig.driver.run(
@@ -419,7 +327,7 @@ fn every_checksum_algorithm_and_the_legacy_field() {
         ("md5", false),
     ];
     for (i, (algo, os_hash)) in cases.into_iter().enumerate() {
-        let image = make_image(4 * MIB + i * 4096, 100 + i as u64);
+        let image = make_image_seeded(4 * MIB + i * 4096, 100 + i as u64);
         let server = serve(image.clone());
         let digest = hex_digest(algo, &image);
         let mut info = json!({"id": format!("img-{i}"), "urls": [server.url("/i.raw")]});
@@ -471,7 +379,7 @@ fn iscsi_target_started_through_the_api_takes_the_conductors_write() {
     assert!(before[before.len() - MIB..].iter().all(|&b| b == 0));
 
     let dir = tempfile::tempdir().expect("temp dir");
-    let image = make_image(16 * MIB, 23);
+    let image = make_image_seeded(16 * MIB, 23);
     let image_path = dir.path().join("image.raw");
     std::fs::File::create(&image_path)
         .and_then(|mut f| f.write_all(&image))
@@ -506,7 +414,7 @@ fn an_older_conductor_gets_no_progress_fields() {
     // The first heartbeat is answered 409 (node locked): the agent retries after IPA's error
     // interval (5 s x [1, 2]) and carries on.
     let mut rig = rig(false, true, ApiVersion::new(1, 68), 1, true);
-    let image = make_image(8 * MIB, 31);
+    let image = make_image_seeded(8 * MIB, 31);
     let server = serve(image.clone());
     let result = rig.driver.run(
         "standby.prepare_image",
@@ -670,7 +578,7 @@ fn the_conductors_agent_client_pins_the_heartbeat_certificate() {
 fn auto_tls_off_serves_plain_http_and_sends_no_certificate() {
     let mut rig = rig(true, true, NEWEST, 0, false);
     assert!(rig.driver.base.starts_with("http://"));
-    let image = make_image(4 * MIB, 41);
+    let image = make_image_seeded(4 * MIB, 41);
     let server = serve(image.clone());
     let result = rig.driver.run(
         "standby.prepare_image",

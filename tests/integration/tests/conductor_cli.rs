@@ -9,13 +9,13 @@
 //! 127.0.0.1:6385 with `noauth` and keeps its state in the directory given. The port is fixed,
 //! so the test holds the `conductor-api-6385` lock while it runs.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use vmdeploy_integration_tests::emulator;
 use vmdeploy_integration_tests::http::{ServerConfig, TestHttpServer};
 use vmdeploy_integration_tests::lock::ResourceLock;
 use vmdeploy_integration_tests::{bin, tcp_listening, venv_bin};
@@ -48,39 +48,7 @@ struct Emulator {
 impl Emulator {
     fn start(dir: &Path) -> Emulator {
         let cert = dir.join("ilo-cert.pem");
-        let mut child = Command::new(bin("ilo-emulator"))
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--username",
-                ILO_USER,
-                "--password",
-                ILO_PASSWORD,
-            ])
-            .arg("--cert-out")
-            .arg(&cert)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting ilo-emulator");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut address = None;
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("server 0 https://") {
-                    address = Some(url.trim().to_string());
-                }
-                if line.trim() == "ready" {
-                    let _ = tx.send(address.take());
-                }
-            }
-        });
-        let address = rx
-            .recv_timeout(Duration::from_secs(30))
-            .ok()
-            .flatten()
-            .expect("ilo-emulator printed its address and `ready` within 30 s");
+        let (child, address) = emulator::spawn(ILO_USER, ILO_PASSWORD, &cert, &[]);
         Emulator {
             _proc: Proc(child),
             address,

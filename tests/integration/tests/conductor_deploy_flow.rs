@@ -19,17 +19,16 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use time::OffsetDateTime;
 use vmdeploy_conductor::deploy::agent::AgentDeploy;
-use vmdeploy_conductor::deploy::{
-    vmedia, DeployConfig, DeployContext, DeployInterface, DeployStep,
-};
+use vmdeploy_conductor::deploy::{vmedia, DeployContext, DeployInterface, DeployStep};
 use vmdeploy_conductor::objects::swift::{SwiftAuth, SwiftConfig, SwiftStore};
 use vmdeploy_conductor::objects::{ObjectError, ObjectPath, ObjectStore};
 use vmdeploy_conductor::states::ProvisionState;
 use vmdeploy_conductor::store::sqlite::SqliteStore;
 use vmdeploy_conductor::store::{Node, NodeIdent, Store};
 use vmdeploy_integration_tests::conductor_env::{
-    api_listener, enroll, fetch_media, floppy_params, inserted_floppy, make_image, AgentProcess,
-    ApiShim, Builtin, Conductor, Emulator, Media, Settings, CONTAINER, FLOPPY_TTL, MAC,
+    api_listener, deploy_config, enroll, fetch_media, floppy_params, inserted_floppy, make_image,
+    AgentProcess, ApiShim, Builtin, Conductor, Emulator, Media, Settings, CONTAINER, FLOPPY_TTL,
+    MAC,
 };
 use vmdeploy_integration_tests::http::TestPki;
 use vmdeploy_integration_tests::loopdev::{require_loop_devices, LoopDevice, LoopIo};
@@ -88,16 +87,7 @@ async fn rig(emulator_args: &[&str], api_url: &str, image: &[u8], properties: Va
     let ctx = Arc::new(DeployContext {
         store: Arc::clone(&nodes) as Arc<dyn Store>,
         objects: builtin.objects(),
-        config: DeployConfig {
-            api_url: api_url.into(),
-            api_ca_pem: Some(pki.ca_pem.clone()),
-            container: CONTAINER.into(),
-            deploy_helper_images_ttl: FLOPPY_TTL,
-            agent_allow_plain_http: false,
-            agent_call_timeout: Duration::from_secs(30),
-            agent_power_off_wait: Duration::from_secs(2),
-            ilo_defaults: Default::default(),
-        },
+        config: deploy_config(api_url.into(), Some(pki.ca_pem.clone())),
     });
     let deploy = AgentDeploy::new(ctx).with_agent_power_off_wait(Duration::from_secs(2));
     Rig {

@@ -3,16 +3,17 @@
 //! (`GET /_emulator/state`), and the emulator's injected faults, each of which must end the CLI
 //! with a non-zero status and a one-line reason.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use vmdeploy_integration_tests::bin;
+use vmdeploy_integration_tests::emulator;
 
 const USER: &str = "admin";
 const PASSWORD: &str = "emu-pass";
@@ -36,40 +37,7 @@ impl Emulator {
     fn start(extra: &[&str]) -> Emulator {
         let dir = tempfile::tempdir().expect("temp dir");
         let cert = dir.path().join("cert.pem");
-        let mut child = Command::new(bin("ilo-emulator"))
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--username",
-                USER,
-                "--password",
-                PASSWORD,
-            ])
-            .arg("--cert-out")
-            .arg(&cert)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting ilo-emulator");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut address = None;
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("server 0 https://") {
-                    address = Some(url.trim().to_string());
-                }
-                if line.trim() == "ready" {
-                    let _ = tx.send(address.take());
-                }
-            }
-        });
-        let address = rx
-            .recv_timeout(Duration::from_secs(30))
-            .ok()
-            .flatten()
-            .expect("ilo-emulator printed its address and ready within 30 s");
+        let (child, address) = emulator::spawn(USER, PASSWORD, &cert, extra);
         Emulator {
             child,
             address,

@@ -28,6 +28,7 @@ mod errors;
 mod guard;
 mod rows;
 mod schema;
+mod select;
 #[cfg(test)]
 mod tests;
 
@@ -49,6 +50,7 @@ use self::rows::{
     json, node_from_row, node_values, normalise_mac, port_from_row, time, NODE_COLUMNS,
     NODE_WRITABLE, PORT_COLUMNS,
 };
+use self::select::ListQuery;
 use super::{Node, NodeFilter, NodeIdent, Port, PortFilter, Store, StoreError};
 
 /// How long a call waits for another process's write lock before failing.
@@ -219,65 +221,37 @@ impl Store for SqliteStore {
     async fn list_nodes(&self, filter: &NodeFilter) -> Result<Vec<Node>, StoreError> {
         let filter = filter.clone();
         self.run("listing nodes", move |conn| {
-            let mut clauses = Vec::new();
-            let mut values = Vec::new();
-            let mut bind = |clause: &str, value: Value| {
-                values.push(value);
-                clauses.push(clause.replace('?', &format!("?{}", values.len())));
-            };
+            let mut query = ListQuery::new("nodes");
             if let Some(state) = filter.provision_state {
-                bind("provision_state = ?", Value::Text(state.as_str().into()));
+                query.bind("provision_state = ?", Value::Text(state.as_str().into()));
             }
             if let Some(driver) = &filter.driver {
-                bind("driver = ?", Value::Text(driver.clone()));
+                query.bind("driver = ?", Value::Text(driver.clone()));
             }
             if let Some(maintenance) = filter.maintenance {
-                bind("maintenance = ?", Value::Integer(maintenance.into()));
+                query.bind("maintenance = ?", Value::Integer(maintenance.into()));
             }
             if let Some(instance) = &filter.instance_uuid {
-                bind("instance_uuid = ?", Value::Text(instance.clone()));
+                query.bind("instance_uuid = ?", Value::Text(instance.clone()));
             }
             if let Some(holder) = &filter.reserved_by {
-                bind("reservation = ?", Value::Text(holder.clone()));
+                query.bind("reservation = ?", Value::Text(holder.clone()));
             }
             if let Some(marker) = filter.marker {
-                let exists = conn
-                    .query_row(
-                        "SELECT 1 FROM nodes WHERE uuid = ?1",
-                        [marker.to_string()],
-                        |_| Ok(()),
-                    )
-                    .optional()
-                    .map_err(|e| db("reading the list marker", e))?;
-                if exists.is_none() {
-                    return Err(node_not_found(marker));
-                }
-                bind(
-                    "id > (SELECT id FROM nodes WHERE uuid = ?)",
-                    Value::Text(marker.to_string()),
-                );
+                query.after(conn, marker, node_not_found)?;
             }
             match filter.associated {
-                Some(true) => clauses.push("instance_uuid IS NOT NULL".into()),
-                Some(false) => clauses.push("instance_uuid IS NULL".into()),
+                Some(true) => query.clause("instance_uuid IS NOT NULL"),
+                Some(false) => query.clause("instance_uuid IS NULL"),
                 None => {}
             }
-            let filters = if clauses.is_empty() {
-                String::new()
-            } else {
-                format!("WHERE {}", clauses.join(" AND "))
-            };
-            values.push(limit_value(filter.limit));
-            let sql = format!(
-                "SELECT {NODE_COLUMNS} FROM nodes {filters} ORDER BY id LIMIT ?{}",
-                values.len()
-            );
-            let mut stmt = conn.prepare(&sql).map_err(|e| db("listing nodes", e))?;
-            let nodes = stmt
-                .query_map(params_from_iter(values), node_from_row)
-                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| db("listing nodes", e))?;
-            Ok(nodes)
+            query.run(
+                conn,
+                NODE_COLUMNS,
+                filter.limit,
+                node_from_row,
+                "listing nodes",
+            )
         })
         .await
     }
@@ -443,51 +417,23 @@ impl Store for SqliteStore {
     async fn list_ports(&self, filter: &PortFilter) -> Result<Vec<Port>, StoreError> {
         let filter = filter.clone();
         self.run("listing ports", move |conn| {
-            let mut clauses = Vec::new();
-            let mut values = Vec::new();
-            let mut bind = |clause: &str, value: Value| {
-                values.push(value);
-                clauses.push(clause.replace('?', &format!("?{}", values.len())));
-            };
+            let mut query = ListQuery::new("ports");
             if let Some(node) = filter.node_uuid {
-                bind("node_uuid = ?", Value::Text(node.to_string()));
+                query.bind("node_uuid = ?", Value::Text(node.to_string()));
             }
             if let Some(address) = &filter.address {
-                bind("address = ?", Value::Text(normalise_mac(address)));
+                query.bind("address = ?", Value::Text(normalise_mac(address)));
             }
             if let Some(marker) = filter.marker {
-                let exists = conn
-                    .query_row(
-                        "SELECT 1 FROM ports WHERE uuid = ?1",
-                        [marker.to_string()],
-                        |_| Ok(()),
-                    )
-                    .optional()
-                    .map_err(|e| db("reading the list marker", e))?;
-                if exists.is_none() {
-                    return Err(port_not_found(marker));
-                }
-                bind(
-                    "id > (SELECT id FROM ports WHERE uuid = ?)",
-                    Value::Text(marker.to_string()),
-                );
+                query.after(conn, marker, port_not_found)?;
             }
-            let filters = if clauses.is_empty() {
-                String::new()
-            } else {
-                format!("WHERE {}", clauses.join(" AND "))
-            };
-            values.push(limit_value(filter.limit));
-            let sql = format!(
-                "SELECT {PORT_COLUMNS} FROM ports {filters} ORDER BY id LIMIT ?{}",
-                values.len()
-            );
-            let mut stmt = conn.prepare(&sql).map_err(|e| db("listing ports", e))?;
-            let ports = stmt
-                .query_map(params_from_iter(values), port_from_row)
-                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| db("listing ports", e))?;
-            Ok(ports)
+            query.run(
+                conn,
+                PORT_COLUMNS,
+                filter.limit,
+                port_from_row,
+                "listing ports",
+            )
         })
         .await
     }

@@ -1,0 +1,95 @@
+//! The `SELECT` behind `list_nodes` and `list_ports`: `AND`ed filter clauses with numbered
+//! parameters, an optional marker (records after it in creation order), a limit.
+
+use rusqlite::types::Value;
+use rusqlite::{params_from_iter, Connection, OptionalExtension, Row};
+use uuid::Uuid;
+
+use super::errors::db;
+use super::limit_value;
+use crate::store::StoreError;
+
+/// A list query on one table, built clause by clause.
+pub(super) struct ListQuery {
+    table: &'static str,
+    clauses: Vec<String>,
+    values: Vec<Value>,
+}
+
+impl ListQuery {
+    /// A query on `table` (a name of the schema's, never user input).
+    pub fn new(table: &'static str) -> ListQuery {
+        ListQuery {
+            table,
+            clauses: Vec::new(),
+            values: Vec::new(),
+        }
+    }
+
+    /// Adds `clause`, whose one `?` takes `value`.
+    pub fn bind(&mut self, clause: &str, value: Value) {
+        self.values.push(value);
+        self.clauses
+            .push(clause.replace('?', &format!("?{}", self.values.len())));
+    }
+
+    /// Adds a clause with no parameter.
+    pub fn clause(&mut self, clause: &str) {
+        self.clauses.push(clause.to_string());
+    }
+
+    /// Keeps the records created after `marker`; a marker that names no record is `not_found`.
+    pub fn after(
+        &mut self,
+        conn: &Connection,
+        marker: Uuid,
+        not_found: impl FnOnce(Uuid) -> StoreError,
+    ) -> Result<(), StoreError> {
+        let table = self.table;
+        let exists = conn
+            .query_row(
+                &format!("SELECT 1 FROM {table} WHERE uuid = ?1"),
+                [marker.to_string()],
+                |_| Ok(()),
+            )
+            .optional()
+            .map_err(|e| db("reading the list marker", e))?;
+        if exists.is_none() {
+            return Err(not_found(marker));
+        }
+        self.bind(
+            &format!("id > (SELECT id FROM {table} WHERE uuid = ?)"),
+            Value::Text(marker.to_string()),
+        );
+        Ok(())
+    }
+
+    /// Runs the query for `columns`, in creation order, at most `limit` rows, each read by
+    /// `from_row`; `what` names the call in errors (`listing nodes`).
+    pub fn run<T>(
+        mut self,
+        conn: &Connection,
+        columns: &str,
+        limit: Option<usize>,
+        from_row: fn(&Row<'_>) -> rusqlite::Result<T>,
+        what: &str,
+    ) -> Result<Vec<T>, StoreError> {
+        let filters = if self.clauses.is_empty() {
+            String::new()
+        } else {
+            format!("WHERE {}", self.clauses.join(" AND "))
+        };
+        self.values.push(limit_value(limit));
+        let sql = format!(
+            "SELECT {columns} FROM {} {filters} ORDER BY id LIMIT ?{}",
+            self.table,
+            self.values.len()
+        );
+        let mut stmt = conn.prepare(&sql).map_err(|e| db(what, e))?;
+        let rows = stmt
+            .query_map(params_from_iter(self.values), from_row)
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| db(what, e))?;
+        Ok(rows)
+    }
+}
