@@ -7,7 +7,7 @@
 //!
 //! `serve` runs with no configuration, as an operator would first start it: it listens on
 //! 127.0.0.1:6385 with `noauth` and keeps its state in the directory given. The port is fixed,
-//! so the test holds the `conductor-api-6385` lock while it runs.
+//! so the test holds the `port-6385` lock while it runs (the same lock file conductor/tests/serve.rs takes for the default port).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -186,7 +186,7 @@ fn wait_for(node: &str, field: &str, want: &str, timeout: Duration) -> Value {
 
 #[test]
 fn baremetal_cli_drives_the_conductor() {
-    let _lock = ResourceLock::acquire("conductor-api-6385");
+    let _lock = ResourceLock::acquire("port-6385");
     let dir = tempfile::tempdir().expect("temp dir");
     let emulator = Emulator::start(dir.path());
     // The deploy ISO and the image, served over plain HTTP (the iLO fetches the ISO by URL).
