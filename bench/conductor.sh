@@ -384,7 +384,7 @@ print("agent's start and end of writing from its log:")
 for run, trail in enumerate(deploy_phases):
     print(f"  run {run}: " + ", ".join(f"{k} {t:.2f}" for k, t in trail))
 print("From 'image written' to 'active': the agent's next heartbeat, which reports the finished")
-print("command no sooner than 5 s after its previous one (MIN_HEARTBEAT_INTERVAL in")
+print("command no sooner than 1 s after its previous one (EARLY_HEARTBEAT_MIN_GAP in")
 print("agent/src/api/heartbeat.rs), then the finish (partition UUIDs, boot from disk, eject,")
 print(f"standby.power_off, the {power_off_wait if has_power_off_key else 30} s power-off wait, power on through the iLO).")
 PY

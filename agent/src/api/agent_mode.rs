@@ -9,7 +9,7 @@
 //! the node up by MAC (retried, bounded), pick the install disk (the lookup's
 //! `properties.root_device` hints, else the floppy's), serve commands over HTTPS, heartbeat with
 //! `callback_url` `https://…` and the certificate in `agent_verify_ca`. A finished command
-//! triggers an early heartbeat (rate limited, as IPA does).
+//! triggers an early heartbeat (rate limited: at least 1 s after the previous one).
 //!
 //! Auto-TLS is on unless the parameters say `ipa-enable-auto-tls=0` (IPA's `enable_auto_tls`;
 //! DESIGN.md §7: plain HTTP only when asked for). Unlike IPA, the agent does not fall back to
