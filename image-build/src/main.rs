@@ -15,6 +15,8 @@ use clap::{Parser, Subcommand};
 use vmdeploy_shared::exit::{self, UsageError};
 use vmdeploy_shared::{fat, params::Params};
 
+mod boot_iso;
+mod deploy_iso;
 mod initramfs;
 mod kmod;
 
@@ -61,6 +63,11 @@ enum Command {
         #[arg(long, short)]
         out: PathBuf,
     },
+    /// Build the deploy ISO (BIOS + UEFI): a Debian kernel, the agent as /init and the modules
+    /// it needs, volume id VMEDIA_BOOT_ISO.
+    DeployIso(deploy_iso::DeployIsoArgs),
+    /// Build an instance boot ISO (BIOS + UEFI) from a kernel, a ramdisk and a command line.
+    BootIso(boot_iso::BootIsoArgs),
 }
 
 fn main() -> ExitCode {
@@ -87,6 +94,8 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::DeployIso(args) => deploy_iso::run(args),
+        Command::BootIso(args) => boot_iso::run(args),
         Command::Initramfs {
             agent,
             modules_dir,

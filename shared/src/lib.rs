@@ -12,6 +12,7 @@ pub mod fat;
 pub mod io;
 pub mod iqn;
 pub mod iscsi;
+pub mod iso;
 pub mod params;
 pub mod secret;
 pub mod tempurl;
