@@ -56,6 +56,8 @@ pub const GRUB_EARLY_CONFIG: &str = "search --no-floppy --label --set=root VMEDI
 
 /// The GRUB modules the EFI binary needs for [`GRUB_EARLY_CONFIG`] and the `grub.cfg` we write,
 /// and nothing else (Debian's monolithic `gcdx64.efi` is 3.8 MB; this is about 0.6 MB).
+/// `efi_gop` hands the firmware's frame buffer to Linux (efifb, so `console=tty0` shows on the
+/// iLO's remote console); without a video driver GRUB also prints "no suitable video mode found".
 pub const GRUB_EFI_MODULES: &[&str] = &[
     "iso9660",
     "search",
@@ -67,6 +69,7 @@ pub const GRUB_EFI_MODULES: &[&str] = &[
     "terminal",
     "echo",
     "test",
+    "efi_gop",
 ];
 
 /// The boot loader binaries an ISO needs.
