@@ -215,6 +215,7 @@ fn check_inputs(spec: &BootIsoSpec<'_>) -> Result<(), IsoError> {
 
 #[cfg(test)]
 mod tests {
+    use super::volume::tests::{read_file, u32le};
     use super::volume::SECTOR;
     use super::*;
     use proptest::prelude::*;
@@ -238,40 +239,6 @@ mod tests {
         write_boot_iso(spec, Cursor::new(Vec::new()))
             .expect("ISO")
             .into_inner()
-    }
-
-    fn u32le(b: &[u8], at: usize) -> u32 {
-        u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-    }
-
-    /// A test-only reader: follows the PVD's root record and the directory records down `path`
-    /// (as stored, e.g. `["BOOT", "VMLINUZ.;1"]`) and returns the file's bytes.
-    fn read_file<'i>(iso: &'i [u8], path: &[&str]) -> Option<&'i [u8]> {
-        let pvd = &iso[16 * SECTOR..17 * SECTOR];
-        let root = &pvd[156..190];
-        let (mut lba, mut len) = (u32le(root, 2) as usize, u32le(root, 10) as usize);
-        for (depth, name) in path.iter().enumerate() {
-            let dir = &iso[lba * SECTOR..lba * SECTOR + len];
-            let mut at = 0;
-            let mut found = None;
-            while at < dir.len() {
-                let rec_len = dir[at] as usize;
-                if rec_len == 0 {
-                    at = (at / SECTOR + 1) * SECTOR;
-                    continue;
-                }
-                let rec = &dir[at..at + rec_len];
-                let id = &rec[33..33 + rec[32] as usize];
-                if id == name.as_bytes() {
-                    let is_dir = rec[25] & 2 != 0;
-                    assert_eq!(is_dir, depth + 1 < path.len(), "{name}: wrong kind");
-                    found = Some((u32le(rec, 2) as usize, u32le(rec, 10) as usize));
-                }
-                at += rec_len;
-            }
-            (lba, len) = found?;
-        }
-        Some(&iso[lba * SECTOR..lba * SECTOR + len])
     }
 
     #[test]

@@ -543,3 +543,143 @@ fn dir_extent(number: usize, layout: &Layout, files: &[IsoFile<'_>], time: &Civi
     out.resize(dir.sectors as usize * SECTOR, 0);
     out
 }
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::super::date::{Civil, DEFAULT_EPOCH};
+    use super::*;
+
+    pub(in super::super) fn u32le(b: &[u8], at: usize) -> u32 {
+        u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+    }
+
+    /// A test-only reader: follows the PVD's root record and the directory records down `path`
+    /// (as stored, e.g. `["BOOT", "VMLINUZ.;1"]`) and returns the file's bytes.
+    pub(in super::super) fn read_file<'i>(iso: &'i [u8], path: &[&str]) -> Option<&'i [u8]> {
+        let pvd = &iso[16 * SECTOR..17 * SECTOR];
+        let root = &pvd[156..190];
+        let (mut lba, mut len) = (u32le(root, 2) as usize, u32le(root, 10) as usize);
+        for (depth, name) in path.iter().enumerate() {
+            let dir = &iso[lba * SECTOR..lba * SECTOR + len];
+            let mut at = 0;
+            let mut found = None;
+            while at < dir.len() {
+                let rec_len = dir[at] as usize;
+                if rec_len == 0 {
+                    at = (at / SECTOR + 1) * SECTOR;
+                    continue;
+                }
+                let rec = &dir[at..at + rec_len];
+                let id = &rec[33..33 + rec[32] as usize];
+                if id == name.as_bytes() {
+                    let is_dir = rec[25] & 2 != 0;
+                    assert_eq!(is_dir, depth + 1 < path.len(), "{name}: wrong kind");
+                    found = Some((u32le(rec, 2) as usize, u32le(rec, 10) as usize));
+                }
+                at += rec_len;
+            }
+            (lba, len) = found?;
+        }
+        Some(&iso[lba * SECTOR..lba * SECTOR + len])
+    }
+
+    fn write(files: Vec<IsoFile<'_>>) -> Result<Vec<u8>, IsoError> {
+        let vol = Volume {
+            volume_id: "TEST_VOLUME",
+            time: Civil::from_epoch(DEFAULT_EPOCH).expect("in range"),
+            files,
+            boot: None,
+        };
+        let mut out = Vec::new();
+        let n = write_volume(&vol, &mut out)?;
+        assert_eq!(n as usize, out.len());
+        Ok(out)
+    }
+
+    fn file(path: &[&str], data: Vec<u8>) -> IsoFile<'static> {
+        IsoFile {
+            path: path.iter().map(|s| (*s).to_owned()).collect(),
+            data: Cow::Owned(data),
+        }
+    }
+
+    /// A directory of many entries spans sectors (records never cross a boundary) and a deep
+    /// path works; every file reads back, and the path tables list every directory.
+    #[test]
+    fn large_and_deep_trees_read_back() {
+        let mut files: Vec<IsoFile<'static>> = (0..150)
+            .map(|i| {
+                file(
+                    &["MANY", &format!("FILE_{i:03}.DAT")],
+                    vec![i as u8; i * 37],
+                )
+            })
+            .collect();
+        files.push(file(
+            &["A", "B", "C", "D", "E", "F", "G", "DEEP.TXT"],
+            b"deep".to_vec(),
+        ));
+        let iso = write(files).expect("volume");
+        // No boot record: the terminator follows the PVD.
+        assert_eq!(iso[17 * SECTOR], 255);
+        for i in 0..150usize {
+            let name = format!("FILE_{i:03}.DAT;1");
+            assert_eq!(
+                read_file(&iso, &["MANY", &name]),
+                Some(vec![i as u8; i * 37].as_slice()),
+                "{name}"
+            );
+        }
+        assert_eq!(
+            read_file(&iso, &["A", "B", "C", "D", "E", "F", "G", "DEEP.TXT;1"]),
+            Some(b"deep".as_slice())
+        );
+        let pvd = &iso[16 * SECTOR..];
+        let table_len = u32le(pvd, 132) as usize;
+        let l_table = u32le(pvd, 140) as usize * SECTOR;
+        let m_table =
+            u32::from_be_bytes([pvd[148], pvd[149], pvd[150], pvd[151]]) as usize * SECTOR;
+        // Root + MANY + A..G = 9 directories; root first, with parent 1.
+        let mut at = 0;
+        let mut names = Vec::new();
+        while at < table_len {
+            let len = iso[l_table + at] as usize;
+            let lba = u32le(&iso, l_table + at + 2);
+            let m_lba = u32::from_be_bytes([
+                iso[m_table + at + 2],
+                iso[m_table + at + 3],
+                iso[m_table + at + 4],
+                iso[m_table + at + 5],
+            ]);
+            assert_eq!(lba, m_lba);
+            names.push(String::from_utf8_lossy(&iso[l_table + at + 8..][..len]).into_owned());
+            at += 8 + len + len % 2;
+        }
+        assert_eq!(names, ["\0", "A", "MANY", "B", "C", "D", "E", "F", "G"]);
+    }
+
+    #[test]
+    fn bad_trees_are_errors() {
+        let bad = |files: Vec<IsoFile<'static>>| matches!(write(files), Err(IsoError::Invalid(_)));
+        assert!(bad(vec![file(&["lower.txt"], vec![])]));
+        assert!(bad(vec![file(&["NODOT"], vec![])]));
+        assert!(bad(vec![file(&["TWO.DOTS.X"], vec![])]));
+        assert!(bad(vec![file(&["BAD DIR", "A.B"], vec![])]));
+        assert!(bad(vec![file(&[], vec![])]));
+        assert!(bad(vec![file(&["A.B"], vec![1]), file(&["A.B"], vec![2])]));
+        assert!(bad(vec![file(
+            &["A", "B", "C", "D", "E", "F", "G", "H", "X.Y"],
+            vec![]
+        )]));
+        let vol = Volume {
+            volume_id: "lower",
+            time: Civil::from_epoch(DEFAULT_EPOCH).expect("in range"),
+            files: vec![file(&["A.B"], vec![])],
+            boot: None,
+        };
+        assert!(write_volume(&vol, &mut Vec::new()).is_err());
+        // An empty file is fine.
+        let iso = write(vec![file(&["EMPTY."], vec![])]).expect("volume");
+        assert_eq!(read_file(&iso, &["EMPTY.;1"]), Some(&[][..]));
+    }
+}
