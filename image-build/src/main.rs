@@ -19,6 +19,7 @@ mod boot_iso;
 mod deploy_iso;
 mod initramfs;
 mod kmod;
+mod loaders;
 
 #[derive(Parser)]
 #[command(
