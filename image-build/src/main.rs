@@ -20,6 +20,7 @@ mod deploy_iso;
 mod initramfs;
 mod kernel_deb;
 mod kmod;
+mod loaders;
 
 #[derive(Parser)]
 #[command(

@@ -5,18 +5,69 @@
 //! the instance boot ISOs of `iscsi_ilo` netboot. Pure code: the boot loader binaries come in as
 //! bytes ([`BootLoaders`]); finding them on a system is the caller's business.
 //!
-//! # Layout (SKELETON: the ISO helper fills this in)
+//! # Layout
 //! ```text
 //! /boot/vmlinuz  /boot/initrd        stored once, read by both loaders
-//! BIOS entry: isolinux (or GRUB's El Torito image), config with the command line
-//! UEFI entry: a FAT EFI system image with EFI/BOOT/BOOTX64.EFI (GRUB) and its config
+//! /isolinux/isolinux.bin             BIOS El Torito entry (no emulation, boot-info-table)
+//! /isolinux/ldlinux.c32, isolinux.cfg
+//! /boot/efi.img                      UEFI El Torito entry: FAT12 with EFI/BOOT/BOOTX64.EFI (GRUB)
+//! /boot/grub/grub.cfg                read by that GRUB once its embedded config found the volume
+//! the boot catalog                  a sector after the directories, not in the tree
 //! volume id VMEDIA_BOOT_ISO; the same inputs give the same bytes
 //! ```
+//! Names are stored as plain ISO 9660 (`BOOT/VMLINUZ.;1`); both loaders read them in lower case.
+//!
+//! # Why GRUB's config is not in the EFI image
+//! GRUB started from an El Torito image sees the CD (`cd0`, the ISO 9660 tree), not the FAT
+//! image it came from, so a `grub.cfg` beside `BOOTX64.EFI` is never read. The GRUB binary
+//! carries [`GRUB_EARLY_CONFIG`] instead (`grub-mkimage -c`), which finds the ISO by its volume
+//! label and reads `/boot/grub/grub.cfg` with the command line from there. The GRUB binary is
+//! therefore the same for every ISO and can be built once.
+//!
+//! # Why our own writer
+//! hadris-iso 2.5.0 (`crates.md` §3.1) stamps every volume descriptor and directory record with
+//! the clock (`Utc::now()`), with no way to pass a time, so two builds never match; and fatfs
+//! cannot write the EFI image's sub-directories cleanly. What the boot ISOs need is small: a
+//! handful of fixed 8.3 names, two El Torito entries and a boot-info-table.
 
+mod config;
+mod date;
+mod efi_image;
+mod eltorito;
+mod volume;
+
+use std::borrow::Cow;
 use std::io::{Seek, Write};
+
+pub use config::{full_cmdline, CONSOLE_ARGS, MAX_CMDLINE};
+pub use date::DEFAULT_EPOCH;
 
 /// The volume id of every boot ISO we write.
 pub const BOOT_VOLUME_ID: &str = "VMEDIA_BOOT_ISO";
+
+/// Where GRUB's configuration lives in the ISO 9660 tree (GRUB's `prefix`).
+pub const GRUB_PREFIX: &str = "/boot/grub";
+
+/// The config embedded in the GRUB EFI binary (`grub-mkimage -c`): find the ISO by its volume
+/// label and read the per-ISO `grub.cfg` from it (see the module documentation).
+pub const GRUB_EARLY_CONFIG: &str = "search --no-floppy --label --set=root VMEDIA_BOOT_ISO\n\
+                                     set prefix=($root)/boot/grub\n\
+                                     configfile $prefix/grub.cfg\n";
+
+/// The GRUB modules the EFI binary needs for [`GRUB_EARLY_CONFIG`] and the `grub.cfg` we write,
+/// and nothing else (Debian's monolithic `gcdx64.efi` is 3.8 MB; this is about 0.6 MB).
+pub const GRUB_EFI_MODULES: &[&str] = &[
+    "iso9660",
+    "search",
+    "search_label",
+    "configfile",
+    "normal",
+    "linux",
+    "serial",
+    "terminal",
+    "echo",
+    "test",
+];
 
 /// The boot loader binaries an ISO needs.
 #[derive(Debug, Clone)]
@@ -25,7 +76,8 @@ pub struct BootLoaders {
     pub isolinux_bin: Vec<u8>,
     /// `ldlinux.c32`, which isolinux.bin loads.
     pub ldlinux_c32: Vec<u8>,
-    /// GRUB's x86_64 EFI binary, stored as `EFI/BOOT/BOOTX64.EFI` in the EFI system image.
+    /// GRUB's x86_64 EFI binary, stored as `EFI/BOOT/BOOTX64.EFI` in the EFI system image. It
+    /// must carry [`GRUB_EARLY_CONFIG`] as its embedded config.
     pub grub_efi: Vec<u8>,
 }
 
@@ -53,11 +105,319 @@ pub enum IsoError {
     Invalid(String),
 }
 
-/// Writes the boot ISO to `out` and returns it.
+/// Sizes of what went on an ISO, for the tools to print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IsoSummary {
+    /// The whole image.
+    pub iso_bytes: u64,
+    /// The EFI system image (FAT) holding GRUB.
+    pub efi_image_bytes: u64,
+}
+
+/// Writes the boot ISO to `out` with every date at [`DEFAULT_EPOCH`] and returns `out`.
 pub fn write_boot_iso<W: Write + Seek>(spec: &BootIsoSpec<'_>, out: W) -> Result<W, IsoError> {
-    let _ = spec;
-    let _ = out;
-    Err(IsoError::Invalid(
-        "the ISO writer is not built yet (skeleton)".into(),
+    write_boot_iso_at(spec, DEFAULT_EPOCH, out).map(|(out, _)| out)
+}
+
+/// Writes the boot ISO with every date at `epoch` (seconds since 1970, UTC; e.g. from
+/// `SOURCE_DATE_EPOCH`), from the current position of `out`; returns `out` and the sizes.
+pub fn write_boot_iso_at<W: Write + Seek>(
+    spec: &BootIsoSpec<'_>,
+    epoch: u64,
+    mut out: W,
+) -> Result<(W, IsoSummary), IsoError> {
+    let time = date::Civil::from_epoch(epoch)?;
+    check_inputs(spec)?;
+    let cmdline = config::full_cmdline(spec.cmdline)?;
+    let isolinux_cfg = config::isolinux_cfg(&cmdline);
+    let grub_cfg = config::grub_cfg(&cmdline);
+    let efi_image = efi_image::build(
+        &[efi_image::FatFile {
+            path: &["EFI", "BOOT", "BOOTX64.EFI"],
+            data: &spec.loaders.grub_efi,
+        }],
+        &time,
+    )?;
+    let efi_image_len = efi_image.len();
+
+    // Boot images and configs first, the large kernel and initramfs last.
+    let files = vec![
+        iso_file(&["ISOLINUX", "ISOLINUX.BIN"], &spec.loaders.isolinux_bin),
+        iso_file(&["ISOLINUX", "LDLINUX.C32"], &spec.loaders.ldlinux_c32),
+        iso_file(&["ISOLINUX", "ISOLINUX.CFG"], isolinux_cfg.into_bytes()),
+        iso_file(&["BOOT", "GRUB", "GRUB.CFG"], grub_cfg.into_bytes()),
+        iso_file(&["BOOT", "EFI.IMG"], efi_image),
+        iso_file(&["BOOT", "VMLINUZ."], spec.kernel),
+        iso_file(&["BOOT", "INITRD."], spec.initramfs),
+    ];
+    let boot = eltorito::ElTorito {
+        bios_image: 0,
+        efi_image: 4,
+        efi_image_len,
+    };
+    let vol = volume::Volume {
+        volume_id: BOOT_VOLUME_ID,
+        time,
+        files,
+        boot: Some(&boot),
+    };
+    let mut buffered = std::io::BufWriter::with_capacity(1 << 20, &mut out);
+    let iso_bytes = volume::write_volume(&vol, &mut buffered)?;
+    buffered.flush()?;
+    drop(buffered);
+    Ok((
+        out,
+        IsoSummary {
+            iso_bytes,
+            efi_image_bytes: efi_image_len as u64,
+        },
     ))
+}
+
+fn iso_file<'a>(path: &[&str], data: impl Into<Cow<'a, [u8]>>) -> volume::IsoFile<'a> {
+    volume::IsoFile {
+        path: path.iter().map(|s| (*s).to_owned()).collect(),
+        data: data.into(),
+    }
+}
+
+/// Refuses inputs no firmware or loader could use, before anything is written.
+fn check_inputs(spec: &BootIsoSpec<'_>) -> Result<(), IsoError> {
+    // The x86 boot protocol header: "HdrS" at 0x202 (Documentation/arch/x86/boot.rst).
+    if spec.kernel.get(0x202..0x206) != Some(b"HdrS".as_slice()) {
+        return Err(IsoError::Invalid(
+            "the kernel is not an x86 bzImage (no \"HdrS\" boot protocol header at 0x202)".into(),
+        ));
+    }
+    if spec.initramfs.is_empty() {
+        return Err(IsoError::Invalid("the initramfs is empty".into()));
+    }
+    let l = spec.loaders;
+    if l.isolinux_bin.len() < 2048 {
+        return Err(IsoError::Invalid(format!(
+            "isolinux.bin is {} bytes; the real one is tens of KiB",
+            l.isolinux_bin.len()
+        )));
+    }
+    if l.ldlinux_c32.is_empty() {
+        return Err(IsoError::Invalid("ldlinux.c32 is empty".into()));
+    }
+    if !l.grub_efi.starts_with(b"MZ") {
+        return Err(IsoError::Invalid(
+            "the GRUB EFI binary is not a PE image (no \"MZ\" header)".into(),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::volume::SECTOR;
+    use super::*;
+    use proptest::prelude::*;
+    use std::io::Cursor;
+
+    fn loaders() -> BootLoaders {
+        BootLoaders {
+            isolinux_bin: (0..4096u32).map(|i| (i * 7) as u8).collect(),
+            ldlinux_c32: b"ldlinux".to_vec(),
+            grub_efi: [b"MZ".as_slice(), &[0x42; 5000]].concat(),
+        }
+    }
+
+    fn kernel(len: usize) -> Vec<u8> {
+        let mut k: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        k[0x202..0x206].copy_from_slice(b"HdrS");
+        k
+    }
+
+    fn build(spec: &BootIsoSpec<'_>) -> Vec<u8> {
+        write_boot_iso(spec, Cursor::new(Vec::new()))
+            .expect("ISO")
+            .into_inner()
+    }
+
+    fn u32le(b: &[u8], at: usize) -> u32 {
+        u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+    }
+
+    /// A test-only reader: follows the PVD's root record and the directory records down `path`
+    /// (as stored, e.g. `["BOOT", "VMLINUZ.;1"]`) and returns the file's bytes.
+    fn read_file<'i>(iso: &'i [u8], path: &[&str]) -> Option<&'i [u8]> {
+        let pvd = &iso[16 * SECTOR..17 * SECTOR];
+        let root = &pvd[156..190];
+        let (mut lba, mut len) = (u32le(root, 2) as usize, u32le(root, 10) as usize);
+        for (depth, name) in path.iter().enumerate() {
+            let dir = &iso[lba * SECTOR..lba * SECTOR + len];
+            let mut at = 0;
+            let mut found = None;
+            while at < dir.len() {
+                let rec_len = dir[at] as usize;
+                if rec_len == 0 {
+                    at = (at / SECTOR + 1) * SECTOR;
+                    continue;
+                }
+                let rec = &dir[at..at + rec_len];
+                let id = &rec[33..33 + rec[32] as usize];
+                if id == name.as_bytes() {
+                    let is_dir = rec[25] & 2 != 0;
+                    assert_eq!(is_dir, depth + 1 < path.len(), "{name}: wrong kind");
+                    found = Some((u32le(rec, 2) as usize, u32le(rec, 10) as usize));
+                }
+                at += rec_len;
+            }
+            (lba, len) = found?;
+        }
+        Some(&iso[lba * SECTOR..lba * SECTOR + len])
+    }
+
+    #[test]
+    fn layout_and_contents() {
+        let l = loaders();
+        let k = kernel(10_000);
+        let spec = BootIsoSpec {
+            kernel: &k,
+            initramfs: b"initramfs bytes",
+            cmdline: "root=UUID=42 ro",
+            loaders: &l,
+        };
+        let iso = build(&spec);
+        assert_eq!(iso.len() % SECTOR, 0);
+        let pvd = &iso[16 * SECTOR..];
+        assert_eq!(&pvd[..7], b"\x01CD001\x01");
+        assert_eq!(&pvd[40..72], format!("{BOOT_VOLUME_ID:<32}").as_bytes());
+        assert_eq!(u32le(pvd, 80) as usize * SECTOR, iso.len());
+        assert_eq!(&pvd[813..829], b"2026010100000000");
+        assert_eq!(
+            &iso[17 * SECTOR + 1..17 * SECTOR + 30],
+            b"CD001\x01EL TORITO SPECIFICATION"
+        );
+        assert_eq!(iso[18 * SECTOR], 255);
+
+        assert_eq!(read_file(&iso, &["BOOT", "VMLINUZ.;1"]), Some(k.as_slice()));
+        assert_eq!(
+            read_file(&iso, &["BOOT", "INITRD.;1"]),
+            Some(b"initramfs bytes".as_slice())
+        );
+        let cfg = read_file(&iso, &["ISOLINUX", "ISOLINUX.CFG;1"]).expect("isolinux.cfg");
+        assert!(String::from_utf8_lossy(cfg).contains(
+            "APPEND initrd=/boot/initrd console=tty0 console=ttyS0,115200 root=UUID=42 ro\n"
+        ));
+        let grub = read_file(&iso, &["BOOT", "GRUB", "GRUB.CFG;1"]).expect("grub.cfg");
+        assert!(String::from_utf8_lossy(grub)
+            .contains("linux /boot/vmlinuz console=tty0 console=ttyS0,115200 root=UUID=42 ro\n"));
+
+        // The boot catalog points at isolinux.bin (patched) and the EFI image.
+        let catalog_lba = u32le(&iso, 17 * SECTOR + 0x47) as usize;
+        let cat = &iso[catalog_lba * SECTOR..(catalog_lba + 1) * SECTOR];
+        let bios_lba = u32le(cat, 40) as usize;
+        let isolinux = read_file(&iso, &["ISOLINUX", "ISOLINUX.BIN;1"]).expect("isolinux");
+        assert_eq!(isolinux.as_ptr(), iso[bios_lba * SECTOR..].as_ptr());
+        assert_eq!(u32le(isolinux, 8), 16);
+        assert_eq!(u32le(isolinux, 12) as usize, bios_lba);
+        assert_eq!(u32le(isolinux, 16) as usize, l.isolinux_bin.len());
+        assert_eq!(&isolinux[64..], &l.isolinux_bin[64..]);
+        let efi_lba = u32le(cat, 104) as usize;
+        let efi = read_file(&iso, &["BOOT", "EFI.IMG;1"]).expect("efi.img");
+        assert_eq!(efi.as_ptr(), iso[efi_lba * SECTOR..].as_ptr());
+        assert_eq!(
+            usize::from(u16::from_le_bytes([cat[102], cat[103]])) * 512,
+            efi.len()
+        );
+        assert!(efi
+            .windows(l.grub_efi.len())
+            .any(|w| w == l.grub_efi.as_slice()));
+        // The kernel is stored once.
+        assert_eq!(
+            iso.windows(k.len()).filter(|w| *w == k.as_slice()).count(),
+            1
+        );
+    }
+
+    #[test]
+    fn the_epoch_is_the_only_time() {
+        let l = loaders();
+        let k = kernel(3000);
+        let spec = BootIsoSpec {
+            kernel: &k,
+            initramfs: b"i",
+            cmdline: "",
+            loaders: &l,
+        };
+        let at = |epoch| {
+            write_boot_iso_at(&spec, epoch, Cursor::new(Vec::new()))
+                .expect("ISO")
+                .0
+                .into_inner()
+        };
+        assert_eq!(at(DEFAULT_EPOCH), build(&spec));
+        let other = at(1_000_000_000);
+        assert_ne!(other, build(&spec));
+        assert_eq!(
+            &other[16 * SECTOR + 813..16 * SECTOR + 829],
+            b"2001090901464000"
+        );
+        assert!(write_boot_iso_at(&spec, 0, Cursor::new(Vec::new())).is_err());
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        let l = loaders();
+        let k = kernel(3000);
+        let ok = BootIsoSpec {
+            kernel: &k,
+            initramfs: b"i",
+            cmdline: "ro",
+            loaders: &l,
+        };
+        let fails = |spec: BootIsoSpec<'_>| {
+            matches!(
+                write_boot_iso(&spec, Cursor::new(Vec::new())),
+                Err(IsoError::Invalid(_))
+            )
+        };
+        assert!(!fails(ok));
+        assert!(fails(BootIsoSpec {
+            cmdline: "ro\ninit=/bin/sh",
+            ..ok
+        }));
+        assert!(fails(BootIsoSpec {
+            kernel: b"not a kernel",
+            ..ok
+        }));
+        assert!(fails(BootIsoSpec {
+            initramfs: b"",
+            ..ok
+        }));
+        let mut bad = l.clone();
+        bad.grub_efi = b"ELF".to_vec();
+        assert!(fails(BootIsoSpec {
+            loaders: &bad,
+            ..ok
+        }));
+        let mut bad = l.clone();
+        bad.isolinux_bin.truncate(100);
+        assert!(fails(BootIsoSpec {
+            loaders: &bad,
+            ..ok
+        }));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// Any sizes: same bytes twice, files read back whole, the size the PVD says.
+        #[test]
+        fn any_sizes_round_trip(klen in 0x300usize..20_000, ilen in 1usize..9000, seed: u8) {
+            let l = loaders();
+            let mut k = kernel(klen);
+            k[0] = seed;
+            let initramfs: Vec<u8> = (0..ilen).map(|i| (i as u8) ^ seed).collect();
+            let spec = BootIsoSpec { kernel: &k, initramfs: &initramfs, cmdline: "x=1", loaders: &l };
+            let iso = build(&spec);
+            prop_assert_eq!(&iso, &build(&spec));
+            prop_assert_eq!(read_file(&iso, &["BOOT", "VMLINUZ.;1"]), Some(k.as_slice()));
+            prop_assert_eq!(read_file(&iso, &["BOOT", "INITRD.;1"]), Some(initramfs.as_slice()));
+            prop_assert_eq!(u32le(&iso, 16 * SECTOR + 80) as usize * SECTOR, iso.len());
+        }
+    }
 }
