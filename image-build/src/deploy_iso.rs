@@ -151,7 +151,7 @@ pub fn run(args: DeployIsoArgs) -> anyhow::Result<()> {
     let module_bytes = plan.bytes()?;
     let (ramdisk, cpio_len) = initramfs::xz_ramdisk(&spec, &plan).context("writing the ramdisk")?;
 
-    let loaders = boot_loaders()?;
+    let loaders = crate::loaders::system_loaders().context("getting the boot loaders")?;
     let image = iso::write_boot_iso(
         &BootIsoSpec {
             kernel: &kernel,
@@ -196,11 +196,6 @@ pub fn run(args: DeployIsoArgs) -> anyhow::Result<()> {
         plan.list
     );
     Ok(())
-}
-
-/// The boot loaders from the system (isolinux, GRUB).
-fn boot_loaders() -> anyhow::Result<BootLoaders> {
-    anyhow::bail!("the boot loaders are not found yet (the iso branch brings crate::loaders)")
 }
 
 fn write_file(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
