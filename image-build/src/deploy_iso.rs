@@ -23,6 +23,7 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use vmdeploy_shared::exit::UsageError;
 use vmdeploy_shared::iso::{self, BootIsoSpec, BootLoaders};
 
 use crate::initramfs::{self, InitramfsSpec, ModuleRequest};
@@ -132,8 +133,15 @@ pub fn cmdline(append: Option<&str>) -> String {
 
 /// Builds the ISO.
 pub fn run(args: DeployIsoArgs) -> anyhow::Result<()> {
-    let requests =
-        module_requests(&args.modules).map_err(vmdeploy_shared::exit::UsageError::wrap)?;
+    let requests = module_requests(&args.modules).map_err(UsageError::wrap)?;
+    // Inputs that are not there are bad arguments (exit 64), not build failures.
+    for (what, path) in [("agent", &args.agent), ("kernel package", &args.kernel_deb)] {
+        if !path.is_file() {
+            return Err(
+                UsageError::wrap(format!("the {what} {} does not exist", path.display())).into(),
+            );
+        }
+    }
     let cmdline = cmdline(args.append.as_deref());
     let agent_bytes = std::fs::metadata(&args.agent)
         .with_context(|| format!("reading the agent {}", args.agent.display()))?

@@ -421,3 +421,42 @@ fn deploy_iso_boots_bios_in_256_mib_and_uefi_to_pass_deploy_info() {
     let uefi = boot_to_pass_deploy_info(&iso.iso, Firmware::Uefi, 512);
     eprintln!("deploy ISO to pass_deploy_info: BIOS {bios:.1?}, UEFI {uefi:.1?}");
 }
+
+/// `--module` beyond the budget: the build fails, says so, and writes neither the ISO nor the
+/// initramfs.
+#[test]
+fn an_iso_over_the_budget_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir_in("/var/tmp").expect("scratch dir");
+    let iso = dir.path().join("big.iso");
+    let out = Command::new(vmdeploy_integration_tests::bin("vmdeploy-image-build"))
+        .arg("deploy-iso")
+        .arg("--agent")
+        .arg(qemu::musl_agent())
+        .arg("--kernel-deb")
+        .arg(deploy_iso::kernel_deb())
+        .args([
+            "--module",
+            "mlx5_core",
+            "--module",
+            "ice",
+            "--initramfs-out",
+        ])
+        .arg(dir.path().join("big-initrd"))
+        .arg("-o")
+        .arg(&iso)
+        .output()
+        .expect("running vmdeploy-image-build");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("over the 12582912-byte budget"), "{said}");
+    assert!(
+        said.contains("\n  ISO "),
+        "the parts are printed before the refusal: {said}"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("listing the scratch dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "files left behind: {left:?}");
+}
