@@ -3,9 +3,10 @@
 //! # What goes in
 //! ```text
 //! kernel      boot/vmlinuz-<release> from a Debian linux-image .deb      (crate::kernel_deb)
-//! initramfs   cpio newc, xz (CRC32, x86 BCJ): the agent as /init, the modules of
-//!             DEFAULT_MODULES + --module with their dependencies from modules.dep,
-//!             etc/vmdeploy/modules (the list the agent loads)            (crate::initramfs)
+//! initramfs   two cpio newc archives, each its own xz stream (CRC32): the agent as /init
+//!             (x86 BCJ filter), then etc/vmdeploy/modules (the list the agent loads) and
+//!             the modules of DEFAULT_MODULES + --module with their dependencies from
+//!             modules.dep                                                 (crate::initramfs)
 //! cmdline     boot_method=vmedia [--append ...]; the ISO writer puts the consoles first
 //! loaders     isolinux (BIOS) and GRUB (UEFI) from the system            (crate::loaders)
 //! ```

@@ -1,6 +1,7 @@
 //! The deploy ramdisk: a cpio "newc" archive with the agent as `/init`, the kernel modules it
 //! needs and the list the agent loads them from; gzipped for the `initramfs` subcommand
-//! ([`build`]), xz-compressed for the deploy ISO ([`compress_xz`], `crate::deploy_iso`).
+//! ([`build`]), two xz-compressed archives for the deploy ISO ([`xz_ramdisk`],
+//! `crate::deploy_iso`).
 //!
 //! # Layout
 //! ```text
