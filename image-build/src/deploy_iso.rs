@@ -1,6 +1,83 @@
-//! `vmdeploy-image-build deploy-iso`: the deploy ISO (SKELETON).
+//! `vmdeploy-image-build deploy-iso`: the deploy ISO an iLO attaches as a virtual CD.
+//!
+//! # What goes in
+//! ```text
+//! kernel      boot/vmlinuz-<release> from a Debian linux-image .deb      (crate::kernel_deb)
+//! initramfs   two cpio newc archives, each its own xz stream (CRC32): the agent as /init
+//!             (x86 BCJ filter), then etc/vmdeploy/modules (the list the agent loads) and
+//!             the modules of DEFAULT_MODULES + --module with their dependencies from
+//!             modules.dep                                                 (crate::initramfs)
+//! cmdline     boot_method=vmedia [--append ...]; the ISO writer puts the consoles first
+//! loaders     isolinux (BIOS) and GRUB (UEFI) from the system            (crate::loaders)
+//! ```
+//! The ISO itself comes from `vmdeploy_shared::iso::write_boot_iso` (DESIGN §10–11), is at most
+//! [`MAX_ISO_BYTES`], and is written through `OUT.partial` and a rename, so a failed build never
+//! leaves half an ISO under the real name.
+//!
+//! # Limitations
+//! The agent loads every listed module in order, without checking for the hardware first: a
+//! driver for absent hardware costs its load time only, except `floppy`, which probes for a
+//! controller for about 3 s on machines that have none (../shared/reference/qemu-and-boot.md §9).
+//! The NIC list is bounded by the ISO budget (see [`DEFAULT_MODULES`]).
 
-use std::path::PathBuf;
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use vmdeploy_shared::exit::UsageError;
+use vmdeploy_shared::iso::{self, BootIsoSpec, BootLoaders};
+
+use crate::initramfs::{self, InitramfsSpec, ModuleRequest};
+use crate::kernel_deb::KernelPackage;
+
+/// Largest deploy ISO accepted (the issue's budget; IPA's published ramdisks are 97–533 MB).
+pub const MAX_ISO_BYTES: u64 = 12 << 20;
+
+/// The kernel command line the agent needs: it reads its parameters from the virtual floppy
+/// only when told it booted from virtual media (agent/src/floppy).
+pub const BASE_CMDLINE: &str = "boot_method=vmedia";
+
+/// The modules every deploy ISO carries (their dependencies are added from modules.dep), in the
+/// order the agent loads them: USB first, so the virtual media enumerate while the rest loads.
+/// `--module` adds more or replaces one's parameters.
+///
+/// The 12 MiB budget decides what is left out (compressed sizes with dependencies, Debian 6.1):
+/// the kernel takes 8.2 MB, the agent 1.8 MB and the loaders ~0.8 MB, leaving ~1.4 MB for the
+/// modules. Left out: ixgbe (+170 KB), i40e (+210 KB), bnx2x (+330 KB), bnxt_en (+150 KB),
+/// be2net, qede (+600 KB), mlx4_en, mlx5_core (3.9 MB raw),
+/// ice, vmxnet3; uas (iLO's media are bulk-only), ohci/uhci (USB 1.1 companions); sr_mod, isofs,
+/// vfat and nls_* (the agent never mounts the CD and reads the floppy's FAT itself: no file the
+/// agent does not use).
+pub const DEFAULT_MODULES: &[&str] = &[
+    // USB: iLO presents its virtual CD and floppy as USB mass storage (xHCI on Gen9 and later,
+    // EHCI before). delay_use=0: usb-storage would wait 1 s per device before the floppy shows.
+    "xhci_pci",
+    "ehci_pci",
+    "usb-storage delay_use=0",
+    // SCSI disks: the USB floppy, SATA disks and Smart Array volumes appear as sdX.
+    "sd_mod",
+    // virtio (QEMU): disk and NIC.
+    "virtio_pci",
+    "virtio_blk",
+    "virtio_net",
+    // Local disks: NVMe, SATA in AHCI mode (and PIIX on QEMU's pc machine), the ProLiant Smart
+    // Array controllers (hpsa up to Gen9, smartpqi from Gen10).
+    "nvme",
+    "ahci",
+    "ata_piix",
+    "hpsa",
+    "smartpqi",
+    // NICs: QEMU's Intel models, then the ProLiant LOMs and FlexLOMs: Intel i350 (igb),
+    // Broadcom 5719/5720 (tg3).
+    "e1000",
+    "e1000e",
+    "igb",
+    "tg3",
+    // The legacy floppy drive (an iLO option; the agent probes fdN by label).
+    "floppy",
+    // The agent mounts configfs at /sys/kernel/config (agent/src/init/mounts.rs).
+    "configfs",
+];
 
 /// Arguments of `deploy-iso`.
 #[derive(Debug, clap::Args)]
@@ -25,8 +102,214 @@ pub struct DeployIsoArgs {
     pub out: PathBuf,
 }
 
+/// The default modules with `extra` added; an extra naming a default module replaces its
+/// parameters.
+pub fn module_requests(extra: &[String]) -> anyhow::Result<Vec<ModuleRequest>> {
+    let mut requests = DEFAULT_MODULES
+        .iter()
+        .map(|m| ModuleRequest::parse(m))
+        .collect::<anyhow::Result<Vec<_>>>()
+        .context("parsing DEFAULT_MODULES")?;
+    for spec in extra {
+        let req = ModuleRequest::parse(spec)?;
+        let canon = req.name.replace('-', "_");
+        match requests
+            .iter_mut()
+            .find(|r| r.name.replace('-', "_") == canon)
+        {
+            Some(existing) => *existing = req,
+            None => requests.push(req),
+        }
+    }
+    Ok(requests)
+}
+
+/// The kernel command line of the ISO.
+pub fn cmdline(append: Option<&str>) -> String {
+    match append.map(str::trim).filter(|a| !a.is_empty()) {
+        Some(extra) => format!("{BASE_CMDLINE} {extra}"),
+        None => BASE_CMDLINE.to_owned(),
+    }
+}
+
 /// Builds the ISO.
 pub fn run(args: DeployIsoArgs) -> anyhow::Result<()> {
-    let _ = args;
-    anyhow::bail!("deploy-iso is not built yet (skeleton)")
+    let requests = module_requests(&args.modules).map_err(UsageError::wrap)?;
+    // Inputs that are not there are bad arguments (exit 64), not build failures.
+    for (what, path) in [("agent", &args.agent), ("kernel package", &args.kernel_deb)] {
+        if !path.is_file() {
+            return Err(
+                UsageError::wrap(format!("the {what} {} does not exist", path.display())).into(),
+            );
+        }
+    }
+    let cmdline = cmdline(args.append.as_deref());
+    let agent_bytes = std::fs::metadata(&args.agent)
+        .with_context(|| format!("reading the agent {}", args.agent.display()))?
+        .len();
+    let kernel_pkg = KernelPackage::unpack(&args.kernel_deb)?;
+    let kernel = std::fs::read(&kernel_pkg.vmlinuz)
+        .with_context(|| format!("reading {}", kernel_pkg.vmlinuz.display()))?;
+
+    let spec = InitramfsSpec {
+        agent: args.agent.clone(),
+        modules_dir: Some(kernel_pkg.modules_dir.clone()),
+        modules: requests,
+    };
+    let plan = initramfs::plan_modules(&spec).context("choosing the modules")?;
+    let module_bytes = plan.bytes()?;
+    let (ramdisk, cpio_len) = initramfs::xz_ramdisk(&spec, &plan).context("writing the ramdisk")?;
+
+    let loaders = crate::loaders::system_loaders().context("getting the boot loaders")?;
+    let image = iso::write_boot_iso(
+        &BootIsoSpec {
+            kernel: &kernel,
+            initramfs: &ramdisk,
+            cmdline: &cmdline,
+            loaders: &loaders,
+        },
+        Cursor::new(Vec::new()),
+    )
+    .context("writing the ISO")?
+    .into_inner();
+
+    let report = Report {
+        release: &kernel_pkg.release,
+        kernel: kernel.len() as u64,
+        agent: &args.agent,
+        agent_bytes,
+        module_count: plan.files.len(),
+        module_bytes,
+        cpio: cpio_len,
+        ramdisk: ramdisk.len() as u64,
+        loaders: &loaders,
+        cmdline: &cmdline,
+        iso: image.len() as u64,
+    };
+    eprint!("{}", report.render());
+    anyhow::ensure!(
+        report.iso <= MAX_ISO_BYTES,
+        "the ISO would be {} bytes, over the {MAX_ISO_BYTES}-byte budget (MAX_ISO_BYTES): drop \
+         modules",
+        report.iso
+    );
+    if let Some(path) = &args.initramfs_out {
+        write_file(path, &ramdisk)?;
+        eprintln!("wrote {} ({} bytes)", path.display(), ramdisk.len());
+    }
+    write_file(&args.out, &image)?;
+    eprintln!(
+        "wrote {} ({} bytes)\nmodule list:\n{}",
+        args.out.display(),
+        image.len(),
+        plan.list
+    );
+    Ok(())
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    initramfs::write_via_partial(path, |mut file| {
+        use std::io::Write as _;
+        file.write_all(bytes)
+            .with_context(|| format!("writing {}", path.display()))?;
+        file.sync_all()
+            .with_context(|| format!("syncing {}", path.display()))
+    })
+}
+
+/// What went into the ISO, for the operator.
+struct Report<'a> {
+    release: &'a str,
+    kernel: u64,
+    agent: &'a Path,
+    agent_bytes: u64,
+    module_count: usize,
+    module_bytes: u64,
+    cpio: u64,
+    ramdisk: u64,
+    loaders: &'a BootLoaders,
+    cmdline: &'a str,
+    iso: u64,
+}
+
+impl Report<'_> {
+    fn render(&self) -> String {
+        let l = self.loaders;
+        let loaders = (l.isolinux_bin.len() + l.ldlinux_c32.len() + l.grub_efi.len()) as u64;
+        format!(
+            "deploy ISO parts:\n\
+             \x20 kernel     {:>10} bytes  vmlinuz-{}\n\
+             \x20 agent      {:>10} bytes  {} (as /init, uncompressed)\n\
+             \x20 modules    {:>10} bytes  {} modules (uncompressed)\n\
+             \x20 initramfs  {:>10} bytes  xz ({} bytes uncompressed, {:.0}%)\n\
+             \x20 loaders    {:>10} bytes  isolinux.bin {}, ldlinux.c32 {}, GRUB EFI {}\n\
+             \x20 ISO        {:>10} bytes  {:.2} MiB of {:.0} MiB\n\
+             \x20 cmdline    {}\n",
+            self.kernel,
+            self.release,
+            self.agent_bytes,
+            self.agent.display(),
+            self.module_bytes,
+            self.module_count,
+            self.ramdisk,
+            self.cpio,
+            100.0 * self.ramdisk as f64 / self.cpio.max(1) as f64,
+            loaders,
+            l.isolinux_bin.len(),
+            l.ldlinux_c32.len(),
+            l.grub_efi.len(),
+            self.iso,
+            self.iso as f64 / f64::from(1 << 20),
+            MAX_ISO_BYTES as f64 / f64::from(1 << 20),
+            self.cmdline,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extra_modules_add_or_replace_parameters() {
+        let reqs = module_requests(&["usb_storage quirks=1".into(), "mlx5_core".into()])
+            .expect("requests");
+        assert_eq!(reqs.len(), DEFAULT_MODULES.len() + 1);
+        let usb = reqs
+            .iter()
+            .find(|r| r.name == "usb_storage")
+            .expect("usb-storage replaced in place");
+        assert_eq!(usb.params, "quirks=1");
+        assert!(!reqs.iter().any(|r| r.name == "usb-storage"));
+        assert_eq!(reqs.last().map(|r| r.name.as_str()), Some("mlx5_core"));
+        assert!(module_requests(&["  ".into()]).is_err());
+    }
+
+    #[test]
+    fn cmdline_starts_with_boot_method() {
+        assert_eq!(cmdline(None), "boot_method=vmedia");
+        assert_eq!(cmdline(Some("  ")), "boot_method=vmedia");
+        assert_eq!(
+            cmdline(Some("panic=-1 BOOTIF=01-aa")),
+            "boot_method=vmedia panic=-1 BOOTIF=01-aa"
+        );
+    }
+
+    #[test]
+    fn xz_ramdisk_decodes_with_crc32_check() {
+        use std::io::Read as _;
+        let data: Vec<u8> = (0..300_000u32)
+            .flat_map(|i| (i % 251).to_le_bytes())
+            .collect();
+        let xz = initramfs::compress_xz(&data, true).expect("compress");
+        assert!(xz.len() < data.len() / 4, "{} bytes", xz.len());
+        // Stream flags (bytes 6-7): check type 0x01 = CRC32, which the kernel supports.
+        assert_eq!(&xz[..6], b"\xfd7zXZ\0");
+        assert_eq!(xz[7], 0x01);
+        let mut back = Vec::new();
+        lzma_rust2::XzReader::new(&xz[..], false)
+            .read_to_end(&mut back)
+            .expect("decode");
+        assert!(back == data);
+    }
 }

@@ -18,6 +18,7 @@ use vmdeploy_shared::{fat, params::Params};
 mod boot_iso;
 mod deploy_iso;
 mod initramfs;
+mod kernel_deb;
 mod kmod;
 mod loaders;
 

@@ -10,6 +10,7 @@ pub mod swift;
 pub mod tgt;
 
 pub mod conductor_env;
+pub mod deploy_iso;
 pub mod emulator;
 pub mod freeze;
 pub mod http;

@@ -1,0 +1,136 @@
+//! The deploy ISO for QEMU tests: `vmdeploy-image-build deploy-iso` from the static musl agent
+//! ([`crate::qemu::musl_agent`]) and the kernel .deb in `.cache/kernel`, built once per target
+//! directory and rebuilt when an input changes.
+//!
+//! # Cache
+//! `$CARGO_TARGET_DIR/deploy-iso/` holds `deploy.iso`, `initrd.xz` (the `--initramfs-out`
+//! copy), `report.txt` (what the command printed) and `inputs.key`: the path, size and mtime
+//! of the agent, the .deb and `vmdeploy-image-build`, plus the arguments. A different key means
+//! a rebuild. Builds run under a lock and land through a rename, so parallel tests neither build
+//! twice nor see half an ISO.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::UNIX_EPOCH;
+
+use crate::lock::ResourceLock;
+
+/// A built deploy ISO and what went into it.
+#[derive(Debug, Clone)]
+pub struct DeployIso {
+    /// The ISO.
+    pub iso: PathBuf,
+    /// The initramfs alone, as written by `--initramfs-out`.
+    pub initramfs: PathBuf,
+    /// What `deploy-iso` printed: the parts, their sizes and the module list.
+    pub report: String,
+}
+
+/// The default deploy ISO (no extra modules or arguments), built if needed.
+pub fn deploy_iso() -> PathBuf {
+    deploy_iso_build().iso
+}
+
+/// The default deploy ISO with its initramfs and report.
+pub fn deploy_iso_build() -> DeployIso {
+    let agent = crate::qemu::musl_agent();
+    let deb = kernel_deb();
+    let tool = crate::bin("vmdeploy-image-build");
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::workspace_root().join("target"))
+        .join("deploy-iso");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    let built = DeployIso {
+        iso: dir.join("deploy.iso"),
+        initramfs: dir.join("initrd.xz"),
+        report: String::new(),
+    };
+    let key = [&agent, &deb, &tool]
+        .iter()
+        .map(|p| identity(p))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let key_path = dir.join("inputs.key");
+    let report_path = dir.join("report.txt");
+    let _lock = ResourceLock::acquire("deploy-iso-build");
+    let fresh = std::fs::read_to_string(&key_path).is_ok_and(|k| k == key)
+        && built.iso.is_file()
+        && built.initramfs.is_file();
+    if !fresh {
+        let _ = std::fs::remove_file(&key_path);
+        let report = build(&tool, &agent, &deb, &built.iso, &built.initramfs, &[]);
+        std::fs::write(&report_path, &report).expect("writing the build report");
+        std::fs::write(&key_path, &key).expect("writing the input key");
+    }
+    let report = std::fs::read_to_string(&report_path).expect("reading the build report");
+    DeployIso { report, ..built }
+}
+
+/// Runs `vmdeploy-image-build deploy-iso` with `extra` arguments; returns what it printed.
+/// Panics with that output when it fails.
+pub fn build(
+    tool: &Path,
+    agent: &Path,
+    deb: &Path,
+    iso: &Path,
+    initramfs: &Path,
+    extra: &[&str],
+) -> String {
+    let out = Command::new(tool)
+        .arg("deploy-iso")
+        .arg("--agent")
+        .arg(agent)
+        .arg("--kernel-deb")
+        .arg(deb)
+        .arg("--initramfs-out")
+        .arg(initramfs)
+        .arg("-o")
+        .arg(iso)
+        .args(extra)
+        .output()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", tool.display()));
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "vmdeploy-image-build deploy-iso failed ({}):\n{said}",
+        out.status
+    );
+    said
+}
+
+/// `.cache/kernel/linux-image-*.deb` (scripts/setup downloads it); the newest name if several.
+pub fn kernel_deb() -> PathBuf {
+    let cache = crate::workspace_root().join(".cache/kernel");
+    std::fs::read_dir(&cache)
+        .ok()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("linux-image-") && n.ends_with(".deb"))
+        })
+        .max()
+        .unwrap_or_else(|| {
+            panic!(
+                "no linux-image-*.deb in {}: run scripts/setup (it downloads the kernel)",
+                cache.display()
+            )
+        })
+}
+
+/// Path, size and mtime: changes when the file is rebuilt or replaced.
+fn identity(path: &Path) -> String {
+    let meta =
+        std::fs::metadata(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{} {} {mtime}", path.display(), meta.len())
+}
