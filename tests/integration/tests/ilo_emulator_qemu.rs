@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use support::{EmulatorProcess, PASSWORD, USER};
 use vmdeploy_integration_tests::emulator::MediaServer;
-use vmdeploy_integration_tests::iscsi_standin::{IscsiStandin, StandinConfig};
+use vmdeploy_integration_tests::iscsi_standin::{self, IscsiStandin, StandinConfig};
 use vmdeploy_integration_tests::{qemu, venv_bin};
 
 /// TCG on two busy cores (reference §9 item 7).
@@ -178,10 +178,32 @@ impl QemuEmulator {
         }
     }
 
+    /// The pids of every QEMU the emulator started, from its log (`QEMU started ... pid=N`),
+    /// plus those the state showed.
+    fn started_pids(&self) -> Vec<u32> {
+        let log = self
+            .emulator
+            .as_ref()
+            .map(|e| std::fs::read_to_string(&e.log).unwrap_or_default())
+            .unwrap_or_default();
+        let mut pids: Vec<u32> = log
+            .lines()
+            .filter(|l| l.contains("QEMU started"))
+            .filter_map(|l| l.split_once(" pid=").map(|(_, rest)| rest))
+            .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
+            .collect();
+        pids.extend(&self.seen_pids);
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+
     /// Kills the emulator and checks that no QEMU it started is left.
     fn stop_and_check_no_qemu_left(mut self) {
+        let pids = self.started_pids();
+        assert!(!pids.is_empty(), "no QEMU start in the emulator log");
         drop(self.emulator.take());
-        assert_no_qemu_left(&self.seen_pids);
+        assert_no_qemu_left(&pids);
     }
 }
 
@@ -487,8 +509,30 @@ fn floppy_with(dir: &Path, params: &str) -> PathBuf {
     img
 }
 
+/// What the test's boot sector prints on COM1 before it powers the machine off.
+const DISK_MARKER: &str = "VMDEPLOY-DISK-BOOTED";
+
+/// A 1 MiB disk image whose MBR boot code prints [`DISK_MARKER`] on COM1 and powers a q35
+/// machine off through the ICH9 PM1a control register (port 0x604, SLP_EN with QEMU's S5 type
+/// 0). Hand-assembled 16-bit code, loaded at 0x7c00:
+/// `xor ax,ax; mov ds,ax; mov dx,0x3f8; mov si,msg; l: lodsb; test al,al; jz d; out dx,al;
+/// jmp l; d: mov dx,0x604; mov ax,0x2000; out dx,ax; h: cli; hlt; jmp h; msg: ...`.
+fn boot_sector_image() -> Vec<u8> {
+    let mut mbr = vec![
+        0x31, 0xC0, 0x8E, 0xD8, 0xBA, 0xF8, 0x03, 0xBE, 0x1D, 0x7C, 0xAC, 0x84, 0xC0, 0x74, 0x03,
+        0xEE, 0xEB, 0xF8, 0xBA, 0x04, 0x06, 0xB8, 0x00, 0x20, 0xEF, 0xFA, 0xF4, 0xEB, 0xFC,
+    ];
+    assert_eq!(mbr.len(), 0x1D, "the message address in `mov si` is 0x7c1d");
+    mbr.extend_from_slice(format!("\r\n{DISK_MARKER}\r\n\0").as_bytes());
+    mbr.resize(510, 0);
+    mbr.extend_from_slice(&[0x55, 0xAA]);
+    mbr.resize(1 << 20, 0);
+    mbr
+}
+
 /// proliantutils inserts the deploy ISO and the floppy, sets boot once CD and powers on; the
-/// agent reaches the stand-in through the guest forward.
+/// agent reaches the stand-in through the guest forward. Then the conductor's part through the
+/// forwarded agent ports, and the reboot into the deployed disk.
 #[test]
 fn proliantutils_boots_the_deploy_iso_on_the_qemu_backend_and_the_agent_reports() {
     let dir = scratch();
@@ -598,12 +642,75 @@ print('powered on')
     );
     eprintln!("pass_deploy_info {:.1?} after power-on", started.elapsed());
 
-    // Power off through RIBCL: QEMU ends, the emulator says OFF.
-    let (status, message) = emu.ribcl("SERVER_INFO", "write", "<HOLD_PWR_BTN TOGGLE=\"NO\"/>");
-    assert_eq!(status, 0, "{message}");
-    let state = emu.wait_state("QEMU stopped", Duration::from_secs(20), |s| {
-        s["machine"]["running"] == false
-    });
-    assert_eq!(state["power"], "OFF");
+    // The conductor's part: the image through the forwarded target port, `done` through the
+    // forwarded port 10000 (host ports from the admin state).
+    let forwards = &state["machine"]["forwards"];
+    let port = |guest: &str| {
+        forwards[guest]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no host port for {guest}: {state:#}"))
+    };
+    let image = boot_sector_image();
+    let image_path = dir.path().join("image.raw");
+    std::fs::write(&image_path, &image).expect("writing the image");
+    let done: std::net::SocketAddr = format!("127.0.0.1:{}", port("10000"))
+        .parse()
+        .expect("an address");
+    if let Err(e) = iscsi_standin::write_and_notify(
+        &format!("127.0.0.1:{}", port("3260")),
+        &iqn(),
+        &image_path,
+        done,
+        BOOT_LIMIT,
+    ) {
+        panic!("{e}; console:\n{}", emu.console());
+    }
+    emu.wait_console("disk flushed", 1, BOOT_LIMIT);
+
+    // As ironic ends an iSCSI deploy: media out, boot from the disk, reboot. The emulator starts
+    // a new machine that boots the written disk; the boot sector prints its marker and powers
+    // off, and the emulator reports the server off, as an iLO does when the OS shuts down.
+    ok(
+        "eject floppy",
+        emu.ribcl(
+            "RIB_INFO",
+            "write",
+            "<EJECT_VIRTUAL_MEDIA DEVICE=\"FLOPPY\"/>",
+        ),
+    );
+    ok(
+        "persistent boot HDD",
+        emu.ribcl(
+            "SERVER_INFO",
+            "write",
+            "<SET_PERSISTENT_BOOT><DEVICE VALUE=\"HDD\"/></SET_PERSISTENT_BOOT>",
+        ),
+    );
+    ok(
+        "reset",
+        emu.ribcl("SERVER_INFO", "write", "<RESET_SERVER/>"),
+    );
+    emu.wait_console(DISK_MARKER, 1, BOOT_LIMIT);
+    let state = emu.wait_state(
+        "the server off after the guest powered off",
+        Duration::from_secs(60),
+        |s| s["power"] == "OFF" && s["machine"]["running"] == false,
+    );
+    assert_eq!(state["boots"], 2, "{state:#}");
+    assert_eq!(state["last_boot"]["device"], "HDD", "{state:#}");
+    assert!(
+        state["machine"]["last_exit"]
+            .as_str()
+            .is_some_and(|e| e.contains("guest-shutdown")),
+        "{state:#}"
+    );
+    assert_eq!(
+        state["machine"]["starts"], 2,
+        "one QEMU per boot: {state:#}"
+    );
+    assert_eq!(emu.started_pids().len(), 2, "{:?}", emu.started_pids());
+    let disk = std::fs::read(state["machine"]["disk"].as_str().expect("disk path"))
+        .expect("reading the server's disk");
+    assert!(disk.starts_with(&image), "the disk does not hold the image");
     emu.stop_and_check_no_qemu_left();
 }
