@@ -5,7 +5,8 @@
 //!   refused at insert as an iLO refuses them, with QEMU never started; an ISO that serves garbage
 //!   boots to SeaBIOS's "No bootable device"; a URL that stops answering between insert and power
 //!   on (an expired temporary URL, a stopped media server) leaves the drive empty, the machine in
-//!   firmware and the error in the admin state. Power off ends QEMU.
+//!   firmware and the error in the admin state. Power off ends QEMU. A pending UEFI boot mode
+//!   makes the next power-on run OVMF, whose variables land in the server's own store.
 //! - The deploy, through proliantutils (RIBCL): the deploy ISO and a parameter floppy (made by
 //!   mkfs.vfat and mcopy) are inserted by URL, the CD set to boot once, the server powered on; the agent boots
 //!   from the USB CD, finds the USB key by its label and calls `pass_deploy_info` on a host
@@ -419,6 +420,51 @@ fn bad_media_end_like_an_ilo_and_leave_qemu_off_or_in_firmware() {
     // The iLO still answers while the machine sits in firmware.
     let (status, _) = emu.ribcl("SERVER_INFO", "read", "<GET_HOST_POWER_STATUS/>");
     assert_eq!(status, 0);
+
+    // UEFI pending: the next power-on runs OVMF with the server's own variable store, which
+    // OVMF writes (its boot options) and which stays for later boots.
+    ok(
+        "power off before UEFI",
+        emu.ribcl("SERVER_INFO", "write", "<HOLD_PWR_BTN TOGGLE=\"NO\"/>"),
+    );
+    ok(
+        "pending UEFI",
+        emu.ribcl(
+            "SERVER_INFO",
+            "write",
+            "<SET_PENDING_BOOT_MODE VALUE=\"UEFI\"/>",
+        ),
+    );
+    ok(
+        "power on UEFI",
+        emu.ribcl(
+            "SERVER_INFO",
+            "write",
+            "<SET_HOST_POWER HOST_POWER=\"Yes\"/>",
+        ),
+    );
+    let state = emu.wait_state("OVMF running", Duration::from_secs(60), |s| {
+        s["machine"]["running"] == true
+    });
+    assert_eq!(state["machine"]["firmware"], "OVMF", "{state:#}");
+    assert_eq!(state["boot_mode"]["current"], "UEFI");
+    emu.wait_console("BdsDxe", 1, BOOT_LIMIT);
+    ok(
+        "power off after UEFI",
+        emu.ribcl("SERVER_INFO", "write", "<HOLD_PWR_BTN TOGGLE=\"NO\"/>"),
+    );
+    let state = emu.wait_state("OVMF stopped", Duration::from_secs(20), |s| {
+        s["machine"]["running"] == false
+    });
+    let vars = std::fs::read(state["machine"]["ovmf_vars"].as_str().expect("vars path"))
+        .expect("the server's OVMF variable store is kept");
+    let template =
+        std::fs::read("/usr/share/OVMF/OVMF_VARS_4M.fd").expect("reading the OVMF template");
+    assert_eq!(vars.len(), template.len());
+    assert!(
+        vars != template,
+        "OVMF wrote nothing to the server's variable store"
+    );
     emu.stop_and_check_no_qemu_left();
 }
 
