@@ -109,17 +109,7 @@ impl QemuEmulator {
     /// One RIBCL command (raw XML, as proliantutils sends it); returns the reply's STATUS and
     /// MESSAGE of the command's document (the last non-zero status, else the last message).
     fn ribcl(&self, block: &str, mode: &str, command: &str) -> (u32, String) {
-        let body = format!(
-            "<RIBCL VERSION=\"2.0\"><LOGIN USER_LOGIN=\"{USER}\" PASSWORD=\"{PASSWORD}\">\
-             <{block} MODE=\"{mode}\">{command}</{block}></LOGIN></RIBCL>\r\n"
-        );
-        let reply = self.curl(&[
-            "-X",
-            "POST",
-            "--data-binary",
-            &body,
-            &format!("https://{}/ribcl", self.addr),
-        ]);
+        let reply = self.ribcl_raw(block, mode, command);
         let mut result = (0, String::new());
         for doc in reply.split("<RESPONSE").skip(1) {
             let attr = |name: &str| {
@@ -138,6 +128,21 @@ impl QemuEmulator {
             }
         }
         result
+    }
+
+    /// One RIBCL command; the whole reply.
+    fn ribcl_raw(&self, block: &str, mode: &str, command: &str) -> String {
+        let body = format!(
+            "<RIBCL VERSION=\"2.0\"><LOGIN USER_LOGIN=\"{USER}\" PASSWORD=\"{PASSWORD}\">\
+             <{block} MODE=\"{mode}\">{command}</{block}></LOGIN></RIBCL>\r\n"
+        );
+        self.curl(&[
+            "-X",
+            "POST",
+            "--data-binary",
+            &body,
+            &format!("https://{}/ribcl", self.addr),
+        ])
     }
 
     /// Polls the state until `pred` holds, or fails with the state, console and log.
@@ -331,6 +336,13 @@ fn bad_media_end_like_an_ilo_and_leave_qemu_off_or_in_firmware() {
         );
     }
     assert!(alive(state["machine"]["pid"].as_u64().expect("pid") as u32));
+    // The NIC has the MAC the iLO reports for port 1 (SMBIOS type 209 in GET_HOST_DATA).
+    let mac = state["machine"]["mac"].as_str().expect("a MAC");
+    let host_data = emu.ribcl_raw("SERVER_INFO", "read", "<GET_HOST_DATA/>");
+    assert!(
+        host_data.contains(&format!("VALUE=\"{}\"", mac.replace(':', "-"))),
+        "{mac} not in {host_data}"
+    );
     emu.wait_console("Booting from DVD/CD", 1, BOOT_LIMIT);
     emu.wait_console("No bootable device", 1, BOOT_LIMIT);
     let console = emu.console();
@@ -612,7 +624,11 @@ fn proliantutils_boots_the_deploy_iso_on_the_qemu_backend_and_the_agent_reports(
         ),
     ]);
     let forward = format!("127.0.0.1:{standin_port}");
-    let mut emu = QemuEmulator::start(dir.path(), &["--guest-forward", &forward]);
+    // 256 MiB: the agent must work in small machines too (the default is 1 GiB).
+    let mut emu = QemuEmulator::start(
+        dir.path(),
+        &["--guest-forward", &forward, "--qemu-memory-mib", "256"],
+    );
 
     let script = r#"
 import sys
@@ -646,6 +662,7 @@ print('powered on')
     });
     assert_eq!(state["last_boot"]["device"], "CDROM", "{state:#}");
     assert_eq!(state["last_boot"]["reason"], "vmedia_boot_once");
+    assert_eq!(state["machine"]["memory_mib"], 256);
     assert_eq!(
         state["machine"]["media"]["CDROM"]["attached"], true,
         "{state:#}"
