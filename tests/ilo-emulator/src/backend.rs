@@ -4,9 +4,9 @@
 //! The emulator's state machine ([`crate::state`]) decides *what* happens (which device boots,
 //! which media are connected, which boot mode applies); a [`Backend`] makes it happen on a
 //! machine. [`InMemoryBackend`] has no machine: the state is the whole truth, which is what fast
-//! tests and the 1000-node scale test need. A QEMU backend (end-to-end issue) maps the same calls
-//! to QMP: power to the process, boot device to the boot order, media to medium changes,
-//! firmware boot mode to SeaBIOS vs OVMF (DESIGN §9).
+//! tests and the 1000-node scale test need. The QEMU backend ([`crate::qemu::QemuBackend`]) maps
+//! the same calls to a QEMU machine: power to the process, boot device to the boot order, media to
+//! medium changes over QMP, firmware boot mode to SeaBIOS vs OVMF (DESIGN §9).
 //!
 //! Methods return boxed futures so servers can hold `Arc<dyn Backend>` (async fn in traits is not
 //! dyn-compatible).
