@@ -94,7 +94,7 @@ struct Args {
     /// What is behind each iLO: nothing (memory) or a QEMU virtual machine.
     #[arg(long, value_enum, default_value = "memory")]
     backend: BackendArg,
-    /// QEMU: where each server's files go (DIR/server-<i>/: disk, serial log, QMP socket,
+    /// QEMU: where each server's files go (`DIR/server-<i>/`: disk, serial log, QMP socket,
     /// OVMF variables); default a new directory in the temp directory.
     #[arg(long)]
     qemu_state_dir: Option<PathBuf>,
