@@ -204,7 +204,7 @@ impl QemuEmulator {
         pids
     }
 
-    /// Kills the emulator and checks that no QEMU it started is left.
+    /// Kills the emulator (SIGKILL) and checks that no QEMU it started is left.
     fn stop_and_check_no_qemu_left(mut self) {
         let pids = self.started_pids();
         assert!(!pids.is_empty(), "no QEMU start in the emulator log");
@@ -477,6 +477,22 @@ fn bad_media_end_like_an_ilo_and_leave_qemu_off_or_in_firmware() {
         vars != template,
         "OVMF wrote nothing to the server's variable store"
     );
+
+    // The emulator dies with its machine running (SIGKILL: no clean-up code runs); the
+    // parent-death signal takes QEMU along.
+    ok(
+        "power on to leave it running",
+        emu.ribcl(
+            "SERVER_INFO",
+            "write",
+            "<SET_HOST_POWER HOST_POWER=\"Yes\"/>",
+        ),
+    );
+    let state = emu.wait_state("QEMU running at the end", Duration::from_secs(60), |s| {
+        s["machine"]["running"] == true
+    });
+    let last = state["machine"]["pid"].as_u64().expect("pid") as u32;
+    assert!(alive(last));
     emu.stop_and_check_no_qemu_left();
 }
 
