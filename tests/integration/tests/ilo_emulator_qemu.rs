@@ -7,10 +7,15 @@
 //!   on (an expired temporary URL, a stopped media server) leaves the drive empty, the machine in
 //!   firmware and the error in the admin state. Power off ends QEMU. A pending UEFI boot mode
 //!   makes the next power-on run OVMF, whose variables land in the server's own store.
-//! - The deploy, through proliantutils (RIBCL): the deploy ISO and a parameter floppy (made by
-//!   mkfs.vfat and mcopy) are inserted by URL, the CD set to boot once, the server powered on; the agent boots
-//!   from the USB CD, finds the USB key by its label and calls `pass_deploy_info` on a host
-//!   stand-in reached only through the emulator's `--guest-forward`.
+//! - The deploy, through proliantutils (RIBCL), in legacy BIOS (SeaBIOS, 256 MiB) and in UEFI
+//!   (OVMF, 512 MiB): the deploy ISO and a parameter floppy (made by mkfs.vfat and mcopy) are
+//!   inserted by URL, the CD set to boot once, the pending boot mode set, the server powered on;
+//!   the agent boots from the USB CD, finds the USB key by its label and calls
+//!   `pass_deploy_info` on a host stand-in reached only through the emulator's `--guest-forward`.
+//!   In BIOS the test then plays the conductor: the image (a boot sector that prints a marker and
+//!   powers off) goes through the forwarded iSCSI and `done` ports, the floppy is ejected, the
+//!   persistent boot set to HDD and the server reset; the new machine boots the disk, and its
+//!   power-off turns the server OFF through QMP's SHUTDOWN event.
 //!
 //! Every test holds the emulator in a guard whose drop kills it; QEMU dies with it (parent-death
 //! signal), which each test checks at its end, also for the QEMU pids it saw.
@@ -510,43 +515,35 @@ const MODULES: &[&str] = &[
 ];
 
 /// The deploy ISO the emulator boots. Until `vmdeploy-image-build deploy-iso` lands, a stand-in:
-/// the Debian kernel and the agent ramdisk behind isolinux (BIOS only), built with xorriso
-/// (reference §6 B). The lead swaps this for `deploy_iso::deploy_iso()` at merge.
+/// the Debian kernel and the agent ramdisk behind GRUB for BIOS and UEFI, built by
+/// `grub-mkrescue` (reference §6 A). The lead swaps this for `deploy_iso::deploy_iso()` at merge.
 fn deploy_iso_for_tests(dir: &Path) -> PathBuf {
     let kernel = qemu::kernel();
     let agent = qemu::musl_agent();
     let root = dir.join("isoroot");
-    std::fs::create_dir_all(root.join("isolinux")).expect("iso dirs");
-    std::fs::create_dir_all(root.join("boot")).expect("iso dirs");
+    std::fs::create_dir_all(root.join("boot/grub")).expect("iso dirs");
     let said = qemu::build_initramfs(&agent, &kernel, MODULES, &root.join("boot/initrd.gz"));
     eprintln!("{said}");
     std::fs::copy(&kernel.vmlinuz, root.join("boot/vmlinuz")).expect("copying the kernel");
-    for (from, name) in [
-        ("/usr/lib/ISOLINUX/isolinux.bin", "isolinux.bin"),
-        ("/usr/lib/syslinux/modules/bios/ldlinux.c32", "ldlinux.c32"),
-    ] {
-        std::fs::copy(from, root.join("isolinux").join(name))
-            .unwrap_or_else(|e| panic!("{from}: {e} (apt-get install isolinux syslinux-common)"));
-    }
     std::fs::write(
-        root.join("isolinux/isolinux.cfg"),
-        "SERIAL 0 115200\nDEFAULT deploy\nPROMPT 0\nTIMEOUT 0\nLABEL deploy\n  KERNEL /boot/vmlinuz\n  \
-         INITRD /boot/initrd.gz\n  APPEND console=tty0 console=ttyS0,115200 boot_method=vmedia\n",
+        root.join("boot/grub/grub.cfg"),
+        "serial --unit=0 --speed=115200\nterminal_input serial console\n\
+         terminal_output serial console\nset timeout=0\nset default=0\n\
+         menuentry \"deploy\" {\n  linux /boot/vmlinuz console=tty0 console=ttyS0,115200 \
+         boot_method=vmedia\n  initrd /boot/initrd.gz\n}\n",
     )
-    .expect("isolinux.cfg");
+    .expect("grub.cfg");
     let iso = dir.join("deploy.iso");
-    let out = Command::new("xorriso")
-        .args(["-as", "mkisofs", "-o"])
+    let out = Command::new("grub-mkrescue")
+        .arg("-o")
         .arg(&iso)
-        .args(["-V", "VMEDIA_BOOT_ISO", "-J", "-R"])
-        .args(["-b", "isolinux/isolinux.bin", "-c", "isolinux/boot.cat"])
-        .args(["-no-emul-boot", "-boot-load-size", "4", "-boot-info-table"])
+        .args(["--compress=xz", "--locales=", "--fonts=", "--themes="])
         .arg(&root)
         .output()
-        .expect("running xorriso (apt-get install xorriso)");
+        .expect("running grub-mkrescue (apt-get install grub-common grub-pc-bin grub-efi-amd64-bin xorriso mtools)");
     assert!(
         out.status.success(),
-        "xorriso: {}",
+        "grub-mkrescue: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     iso
@@ -604,11 +601,20 @@ fn boot_sector_image() -> Vec<u8> {
     mbr
 }
 
-/// proliantutils inserts the deploy ISO and the floppy, sets boot once CD and powers on; the
-/// agent reaches the stand-in through the guest forward. Then the conductor's part through the
-/// forwarded agent ports, and the reboot into the deployed disk.
-#[test]
-fn proliantutils_boots_the_deploy_iso_on_the_qemu_backend_and_the_agent_reports() {
+/// A deploy booted through the emulator: the scratch directory, the stand-in that got
+/// `pass_deploy_info`, the emulator and its state right after the power-on.
+struct Booted {
+    dir: tempfile::TempDir,
+    _standin: IscsiStandin,
+    _media: MediaServer,
+    emu: QemuEmulator,
+    state: Value,
+}
+
+/// proliantutils inserts the deploy ISO and the floppy, sets boot once CD, sets the pending boot
+/// mode (`uefi`) and powers on; the agent boots from the USB CD, reads the USB key and reaches
+/// the stand-in through the guest forward with the right key, IQN and address.
+fn boot_the_deploy_iso(uefi: bool, memory_mib: &str) -> Booted {
     let dir = scratch();
     let iso = deploy_iso_for_tests(dir.path());
     let standin = IscsiStandin::start(StandinConfig {
@@ -628,8 +634,9 @@ fn proliantutils_boots_the_deploy_iso_on_the_qemu_backend_and_the_agent_reports(
     let params = format!(
         "deployment_id={NODE}\ndeployment_key={KEY}\niscsi_target_iqn={}\n\
          ironic_api_url=http://10.0.2.100:{standin_port}\ndisk=vda\nboot_option=netboot\n\
-         boot_mode=bios\n",
-        iqn()
+         boot_mode={}\n",
+        iqn(),
+        if uefi { "uefi" } else { "bios" }
     );
     let floppy = floppy_with(dir.path(), &params);
     let media = MediaServer::start(vec![
@@ -640,17 +647,18 @@ fn proliantutils_boots_the_deploy_iso_on_the_qemu_backend_and_the_agent_reports(
         ),
     ]);
     let forward = format!("127.0.0.1:{standin_port}");
-    // 256 MiB: the agent must work in small machines too (the default is 1 GiB).
     let mut emu = QemuEmulator::start(
         dir.path(),
-        &["--guest-forward", &forward, "--qemu-memory-mib", "256"],
+        &["--guest-forward", &forward, "--qemu-memory-mib", memory_mib],
     );
 
     let script = r#"
 import sys
 from proliantutils.ilo import ribcl
-ilo, user, password, iso, floppy = sys.argv[1:6]
+ilo, user, password, iso, floppy, mode = sys.argv[1:7]
 r = ribcl.RIBCLOperations(ilo, user, password, timeout=120, port=None)
+r.set_pending_boot_mode(mode)
+assert r.get_pending_boot_mode() == mode, r.get_pending_boot_mode()
 r.insert_virtual_media(iso, device='CDROM')
 r.set_vm_status(device='CDROM', boot_option='BOOT_ONCE', write_protect='YES')
 r.insert_virtual_media(floppy, device='FLOPPY')
@@ -664,6 +672,7 @@ print('powered on')
         .args(["-c", script, &emu.addr, USER, PASSWORD])
         .arg(media.url("/deploy.iso"))
         .arg(media.url("/params.img"))
+        .arg(if uefi { "UEFI" } else { "LEGACY" })
         .output()
         .expect("running proliantutils");
     assert!(
@@ -678,7 +687,12 @@ print('powered on')
     });
     assert_eq!(state["last_boot"]["device"], "CDROM", "{state:#}");
     assert_eq!(state["last_boot"]["reason"], "vmedia_boot_once");
-    assert_eq!(state["machine"]["memory_mib"], 256);
+    assert_eq!(state["machine"]["memory_mib"].to_string(), memory_mib);
+    assert_eq!(
+        state["machine"]["firmware"],
+        if uefi { "OVMF" } else { "SeaBIOS" },
+        "{state:#}"
+    );
     assert_eq!(
         state["machine"]["media"]["CDROM"]["attached"], true,
         "{state:#}"
@@ -719,7 +733,48 @@ print('powered on')
         console.contains("found the virtual floppy"),
         "the agent did not find the USB key:\n{console}"
     );
-    eprintln!("pass_deploy_info {:.1?} after power-on", started.elapsed());
+    eprintln!(
+        "{}: pass_deploy_info {:.1?} after power-on",
+        if uefi { "UEFI" } else { "BIOS" },
+        started.elapsed()
+    );
+    Booted {
+        dir,
+        _standin: standin,
+        _media: media,
+        emu,
+        state,
+    }
+}
+
+/// The deploy in UEFI (OVMF, 512 MiB: GRUB's EFI heap needs more than 256 MiB, reference §6),
+/// then power off through RIBCL.
+#[test]
+fn proliantutils_boots_the_deploy_iso_in_uefi_on_the_qemu_backend() {
+    let Booted { mut emu, .. } = boot_the_deploy_iso(true, "512");
+    ok(
+        "power off",
+        emu.ribcl("SERVER_INFO", "write", "<HOLD_PWR_BTN TOGGLE=\"NO\"/>"),
+    );
+    let state = emu.wait_state("QEMU stopped", Duration::from_secs(20), |s| {
+        s["machine"]["running"] == false
+    });
+    assert_eq!(state["power"], "OFF");
+    assert_eq!(state["boot_mode"]["current"], "UEFI");
+    emu.stop_and_check_no_qemu_left();
+}
+
+/// The deploy in legacy BIOS in 256 MiB (the agent must work in small machines; the default is
+/// 1 GiB); then the conductor's part through the forwarded agent ports, and the reboot into the
+/// deployed disk, whose guest power-off turns the server off.
+#[test]
+fn proliantutils_boots_the_deploy_iso_on_the_qemu_backend_and_the_agent_reports() {
+    let Booted {
+        dir,
+        mut emu,
+        state,
+        ..
+    } = boot_the_deploy_iso(false, "256");
 
     // The conductor's part: the image through the forwarded target port, `done` through the
     // forwarded port 10000 (host ports from the admin state).
