@@ -3,7 +3,10 @@
 //! - `POST /_emulator/faults` `{"kind": ..., "count": N, "seconds": S}` queues a fault for the next
 //!   N requests (optional `status`/`message` override the RIBCL status of `ribcl_error`/`busy`);
 //! - `GET /_emulator/faults` lists queued faults; `DELETE /_emulator/faults` drops them;
-//! - `GET /_emulator/state` returns the server's state as JSON.
+//! - `GET /_emulator/state` returns the server's state as JSON, with what the backend says about
+//!   its machine under `"machine"` (QEMU: pid, serial log, disk, forwarded ports, firmware);
+//! - `GET /_emulator/console?tail=N` returns the machine's serial console log (the last `N`
+//!   bytes, default and at most [`CONSOLE_TAIL_MAX`]); 404 when the backend has no console.
 //!
 //! Admin requests need no credentials, are not counted and never hit a fault.
 
@@ -14,6 +17,31 @@ use serde_json::json;
 use crate::fault::FaultSpec;
 use crate::http::{read_body, simple, Reply};
 use crate::server::{Server, ServerSnapshot};
+
+/// The most of the console log one request returns.
+pub const CONSOLE_TAIL_MAX: u64 = 4 << 20;
+
+/// The last `tail` bytes of the file at `path`.
+async fn read_tail(path: &std::path::Path, tail: u64) -> std::io::Result<Vec<u8>> {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    let mut file = tokio::fs::File::open(path).await?;
+    let len = file.metadata().await?.len();
+    file.seek(std::io::SeekFrom::Start(len.saturating_sub(tail)))
+        .await?;
+    let mut out = Vec::new();
+    file.take(tail).read_to_end(&mut out).await?;
+    Ok(out)
+}
+
+/// The `tail` query parameter (bytes), capped.
+fn tail_param(query: Option<&str>) -> u64 {
+    query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|kv| kv.strip_prefix("tail="))
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(CONSOLE_TAIL_MAX, |t| t.min(CONSOLE_TAIL_MAX))
+}
 
 fn json_reply(status: StatusCode, value: &serde_json::Value) -> Reply {
     simple(status, "application/json", format!("{value}\n"))
@@ -61,6 +89,7 @@ pub fn state_json(s: &ServerSnapshot) -> serde_json::Value {
         })),
         "requests": s.requests,
         "faults_pending": s.faults_pending,
+        "machine": s.machine,
     })
 }
 
@@ -73,6 +102,23 @@ pub async fn handle(server: &Server, req: Request<Incoming>) -> Reply {
         (Method::GET, "/_emulator/state") => {
             json_reply(StatusCode::OK, &state_json(&server.snapshot().await))
         }
+        (Method::GET, "/_emulator/console") => match server.console_log() {
+            None => json_reply(
+                StatusCode::NOT_FOUND,
+                &json!({ "error": "this backend has no serial console" }),
+            ),
+            Some(path) => match read_tail(&path, tail_param(req.uri().query())).await {
+                Ok(bytes) => simple(StatusCode::OK, "text/plain; charset=utf-8", bytes),
+                // No boot yet: an empty console.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    simple(StatusCode::OK, "text/plain; charset=utf-8", Vec::new())
+                }
+                Err(e) => json_reply(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &json!({ "error": format!("reading {}: {e}", path.display()) }),
+                ),
+            },
+        },
         (Method::POST, "/_emulator/faults") => {
             let body = match read_body(req.into_body()).await {
                 Ok(b) => b,

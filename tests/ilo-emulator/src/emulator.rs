@@ -101,6 +101,17 @@ impl Emulator {
                 .sync_from_backend()
                 .await
                 .with_context(|| format!("reading server {i}'s firmware boot mode"))?;
+            if let Some(mut events) = server.take_machine_events() {
+                // A weak reference: the forwarder must not keep the server (and its machine)
+                // alive once the emulator is dropped.
+                let weak = Arc::downgrade(&server);
+                tokio::spawn(async move {
+                    while let Some(event) = events.recv().await {
+                        let Some(server) = weak.upgrade() else { break };
+                        server.machine_event(event).await;
+                    }
+                });
+            }
             tracing::info!(server = i, address = %bound, product = %server_config.product, "emulated iLO listening");
             tasks.push(tokio::spawn(crate::http::serve(
                 server.clone(),

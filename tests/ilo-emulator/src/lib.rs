@@ -22,6 +22,7 @@ pub mod emulator;
 pub mod fault;
 pub mod http;
 pub mod media_fetch;
+pub mod qemu;
 pub mod redfish;
 pub mod ribcl;
 pub mod server;

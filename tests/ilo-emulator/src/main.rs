@@ -3,6 +3,9 @@
 //! ```text
 //! ilo-emulator --listen ADDR:PORT [--servers N] [--username U --password P]
 //!              [--tls-cert PEM --tls-key PEM] [--license standard|advanced] [--product NAME]
+//!              [--backend memory|qemu] [--qemu-state-dir DIR] [--qemu-memory-mib N]
+//!              [--qemu-disk-size-mib N] [--guest-forward HOST:PORT]... [--qemu-vmedia usb|legacy]
+//!              [--qemu-nic virtio|e1000] [--qemu-binary PATH]
 //! ```
 //! Server i of N answers on PORT+i. Without a certificate a self-signed one is made (SAN = the
 //! listen IP), written to a file, and its path printed. See README.md.
@@ -14,7 +17,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use vmdeploy_ilo_emulator::backend::{Backend, InMemoryBackend};
+use vmdeploy_ilo_emulator::config::BackendFactory;
 use vmdeploy_ilo_emulator::config::{EmulatorConfig, ServerConfig, TlsSource, DEFAULT_PRODUCT};
+use vmdeploy_ilo_emulator::qemu::{GuestForward, NicModel, QemuBackend, QemuSettings, VmediaBus};
 use vmdeploy_ilo_emulator::state::{BootMode, License};
 use vmdeploy_ilo_emulator::Emulator;
 
@@ -28,6 +33,28 @@ enum LicenseArg {
 enum BootModeArg {
     Legacy,
     Uefi,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum BackendArg {
+    /// No machine: the state is the truth.
+    Memory,
+    /// A QEMU (TCG) virtual machine per server.
+    Qemu,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum VmediaArg {
+    /// USB CD-ROM and USB key on xHCI, as an iLO presents them.
+    Usb,
+    /// AHCI CD-ROM and an ISA floppy drive.
+    Legacy,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum NicArg {
+    Virtio,
+    E1000,
 }
 
 /// Emulated HP iLOs: RIBCL and Redfish over HTTPS, one port per server.
@@ -64,6 +91,33 @@ struct Args {
     /// Boot mode of a fresh server.
     #[arg(long, value_enum, default_value = "legacy")]
     boot_mode: BootModeArg,
+    /// What is behind each iLO: nothing (memory) or a QEMU virtual machine.
+    #[arg(long, value_enum, default_value = "memory")]
+    backend: BackendArg,
+    /// QEMU: where each server's files go (`DIR/server-<i>/`: disk, serial log, QMP socket,
+    /// OVMF variables); default a new directory in the temp directory.
+    #[arg(long)]
+    qemu_state_dir: Option<PathBuf>,
+    /// QEMU: guest RAM per server, MiB.
+    #[arg(long, default_value_t = 1024)]
+    qemu_memory_mib: u32,
+    /// QEMU: size of each server's disk image (sparse), MiB.
+    #[arg(long, default_value_t = 4096)]
+    qemu_disk_size_mib: u64,
+    /// QEMU: a host service the guest may reach, `HOST:PORT` (seen by the guest at
+    /// 10.0.2.100:PORT) or `GUEST_IP:GUEST_PORT=HOST:PORT`; repeat for more. Nothing else is
+    /// reachable from the guest.
+    #[arg(long = "guest-forward", value_parser = GuestForward::parse)]
+    guest_forwards: Vec<GuestForward>,
+    /// QEMU: how virtual media are attached.
+    #[arg(long, value_enum, default_value = "usb")]
+    qemu_vmedia: VmediaArg,
+    /// QEMU: the NIC model.
+    #[arg(long, value_enum, default_value = "virtio")]
+    qemu_nic: NicArg,
+    /// QEMU: the emulator binary.
+    #[arg(long, default_value = "qemu-system-x86_64")]
+    qemu_binary: PathBuf,
 }
 
 fn main() -> std::process::ExitCode {
@@ -103,7 +157,73 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// The backend settings, taken out of [`Args`] before the rest is moved into the config.
+struct BackendArgs {
+    kind: BackendArg,
+    qemu: Option<QemuSettings>,
+}
+
+fn backend_args(args: &Args) -> BackendArgs {
+    let qemu = (args.backend == BackendArg::Qemu).then(|| {
+        let state_dir = args.qemu_state_dir.clone().unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("ilo-emulator-{}", std::process::id()))
+        });
+        let mut s = QemuSettings::new(state_dir);
+        s.qemu_binary = args.qemu_binary.clone();
+        s.memory_mib = args.qemu_memory_mib;
+        s.disk_size = args.qemu_disk_size_mib.saturating_mul(1 << 20);
+        s.guest_forwards = args.guest_forwards.clone();
+        s.vmedia_bus = match args.qemu_vmedia {
+            VmediaArg::Usb => VmediaBus::Usb,
+            VmediaArg::Legacy => VmediaBus::Legacy,
+        };
+        s.nic = match args.qemu_nic {
+            NicArg::Virtio => NicModel::Virtio,
+            NicArg::E1000 => NicModel::E1000,
+        };
+        s
+    });
+    BackendArgs {
+        kind: args.backend,
+        qemu,
+    }
+}
+
+fn backend_factory(b: &BackendArgs, servers: usize) -> anyhow::Result<BackendFactory> {
+    match (b.kind, &b.qemu) {
+        (BackendArg::Qemu, Some(settings)) => {
+            settings.check().map_err(anyhow::Error::msg)?;
+            std::fs::create_dir_all(&settings.state_dir).with_context(|| {
+                format!(
+                    "creating the QEMU state directory {}",
+                    settings.state_dir.display()
+                )
+            })?;
+            tracing::info!(state_dir = %settings.state_dir.display(), "QEMU backend");
+            let settings = Arc::new(settings.clone());
+            // Every backend is made now (its host ports are picked here), so a failure stops the
+            // start instead of leaving a server without its machine.
+            let backends = (0..servers)
+                .map(|i| {
+                    QemuBackend::new(settings.clone(), i)
+                        .map(|b| Arc::new(b) as Arc<dyn Backend>)
+                        .with_context(|| format!("setting up server {i}'s QEMU machine"))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            Ok(Arc::new(move |i| -> Arc<dyn Backend> {
+                // The emulator asks for indexes 0..servers only.
+                backends
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_else(|| Arc::new(InMemoryBackend))
+            }))
+        }
+        _ => Ok(Arc::new(|_| Arc::new(InMemoryBackend) as Arc<dyn Backend>)),
+    }
+}
+
 async fn run(args: Args) -> anyhow::Result<()> {
+    let args_backend = backend_args(&args);
     let tls = match (args.tls_cert, args.tls_key) {
         (Some(cert), Some(key)) => TlsSource::Pem { cert, key },
         _ => TlsSource::SelfSigned {
@@ -130,7 +250,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             ..ServerConfig::default()
         },
         tls,
-        backend: Arc::new(|_| Arc::new(InMemoryBackend) as Arc<dyn Backend>),
+        backend: backend_factory(&args_backend, args.servers)?,
     };
     let emulator = Emulator::start(config)
         .await

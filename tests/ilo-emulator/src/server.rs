@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::backend::{Backend, BackendError};
+use crate::backend::{Backend, BackendError, MachineEvent, MachineEventKind, MachineEvents};
 use crate::config::ServerConfig;
 use crate::fault::{FaultQueue, FaultSpec};
 use crate::media_fetch::{MediaFetchError, MediaFetcher};
@@ -63,6 +63,8 @@ pub struct ServerSnapshot {
     pub requests: u64,
     /// Faults still queued.
     pub faults_pending: Vec<FaultSpec>,
+    /// What the backend says about the machine ([`Backend::describe`]).
+    pub machine: serde_json::Value,
 }
 
 /// One emulated server.
@@ -154,7 +156,12 @@ impl Server {
     /// A copy of the state.
     pub async fn snapshot(&self) -> ServerSnapshot {
         let state = self.state.lock().await.clone();
+        let machine = match self.backend.describe().await {
+            Ok(v) => v,
+            Err(e) => serde_json::json!({ "error": e.to_string() }),
+        };
         ServerSnapshot {
+            machine,
             index: self.index,
             address: self.address,
             product: self.config.product.clone(),
@@ -207,10 +214,54 @@ impl Server {
             self.backend.power_on().await?;
         }
         for device in &plan.detach_after_boot {
-            self.backend.detach_media(*device).await?;
+            self.backend.release_after_boot(*device).await?;
         }
         tracing::info!(server = self.index, ?plan, reset, "server booted");
         Ok(())
+    }
+
+    /// The backend's machine events, once (the emulator forwards them to
+    /// [`Server::machine_event`]).
+    pub fn take_machine_events(&self) -> Option<MachineEvents> {
+        self.backend.take_events()
+    }
+
+    /// The machine's serial console log, if the backend has one.
+    pub fn console_log(&self) -> Option<std::path::PathBuf> {
+        self.backend.console_log()
+    }
+
+    /// The machine changed by itself: a guest power-off makes the server Off, as a real server's
+    /// iLO reports it; a guest reboot is a boot like a reset (one-time boot consumed, pending
+    /// boot mode applied). Events of a run that has been replaced since are ignored.
+    pub async fn machine_event(&self, event: MachineEvent) {
+        let mut state = self.state.lock().await;
+        if !self.backend.is_current(event.generation) {
+            tracing::debug!(server = self.index, ?event, "stale machine event ignored");
+            return;
+        }
+        match event.kind {
+            MachineEventKind::PoweredOff => {
+                if state.power_off() {
+                    tracing::info!(server = self.index, reason = %event.reason, "the machine powered off by itself");
+                }
+                if let Err(e) = self.backend.power_off().await {
+                    tracing::warn!(server = self.index, error = %e, "cleaning up after the machine's power-off");
+                }
+            }
+            MachineEventKind::GuestReset => {
+                tracing::info!(server = self.index, reason = %event.reason, "the guest rebooted");
+                let result = match state.reset() {
+                    Ok(plan) => self.run_boot(&mut state, &plan, true).await,
+                    Err(e) => Err(e.into()),
+                };
+                if let Err(e) = result {
+                    tracing::warn!(server = self.index, error = %e, "the boot after the guest's reboot failed; the server is off");
+                    state.power_off();
+                    let _ = self.backend.power_off().await;
+                }
+            }
+        }
     }
 
     /// Power on (no-op when on).
@@ -220,7 +271,11 @@ impl Server {
             None => Ok(PowerChange::AlreadyThere),
             Some(plan) => {
                 tracing::info!(server = self.index, "power on");
-                self.run_boot(&mut state, &plan, false).await?;
+                if let Err(e) = self.run_boot(&mut state, &plan, false).await {
+                    // The machine did not start: the server stays off, as it really is.
+                    state.power_off();
+                    return Err(e);
+                }
                 Ok(PowerChange::Changed)
             }
         }
@@ -242,7 +297,12 @@ impl Server {
         let mut state = self.state.lock().await;
         let plan = state.reset()?;
         tracing::info!(server = self.index, "reset");
-        self.run_boot(&mut state, &plan, true).await
+        let result = self.run_boot(&mut state, &plan, true).await;
+        if result.is_err() && !self.backend.is_running() {
+            // The machine did not come back: the server is off now.
+            state.power_off();
+        }
+        result
     }
 
     /// Momentary press of the power button: toggles power. A real OS would shut down
@@ -414,5 +474,131 @@ impl Server {
                 s.len() != before
             })
             .unwrap_or(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use tokio::sync::mpsc;
+
+    use crate::backend::{Backend, BackendFuture, MachineEvent, MachineEventKind, MachineEvents};
+    use crate::state::{BootDevice, BootMode, Power, VmDevice};
+    use crate::{Emulator, EmulatorConfig};
+
+    /// A machine whose events the test sends; each power-on or reset is a new run.
+    struct EventBackend {
+        run: AtomicU64,
+        tx: mpsc::UnboundedSender<MachineEvent>,
+        rx: Mutex<Option<MachineEvents>>,
+        calls: Mutex<Vec<&'static str>>,
+    }
+
+    impl EventBackend {
+        fn call(&self, name: &'static str) -> BackendFuture<'_> {
+            if let Ok(mut c) = self.calls.lock() {
+                c.push(name);
+            }
+            if matches!(name, "power_on" | "reset") {
+                self.run.fetch_add(1, Ordering::SeqCst);
+            }
+            Box::pin(std::future::ready(Ok(())))
+        }
+    }
+
+    impl Backend for EventBackend {
+        fn power_on(&self) -> BackendFuture<'_> {
+            self.call("power_on")
+        }
+        fn power_off(&self) -> BackendFuture<'_> {
+            self.call("power_off")
+        }
+        fn reset(&self) -> BackendFuture<'_> {
+            self.call("reset")
+        }
+        fn set_boot_device(&self, _: Option<BootDevice>) -> BackendFuture<'_> {
+            Box::pin(std::future::ready(Ok(())))
+        }
+        fn attach_media<'a>(&'a self, _: VmDevice, _: &'a str) -> BackendFuture<'a> {
+            Box::pin(std::future::ready(Ok(())))
+        }
+        fn detach_media(&self, _: VmDevice) -> BackendFuture<'_> {
+            Box::pin(std::future::ready(Ok(())))
+        }
+        fn firmware_boot_mode(&self) -> BackendFuture<'_, Option<BootMode>> {
+            Box::pin(std::future::ready(Ok(None)))
+        }
+        fn set_firmware_boot_mode(&self, _: BootMode) -> BackendFuture<'_> {
+            Box::pin(std::future::ready(Ok(())))
+        }
+        fn take_events(&self) -> Option<MachineEvents> {
+            self.rx.lock().ok()?.take()
+        }
+        fn is_current(&self, generation: u64) -> bool {
+            self.run.load(Ordering::SeqCst) == generation
+        }
+    }
+
+    async fn wait_for(
+        server: &super::Server,
+        what: &str,
+        pred: impl Fn(&super::ServerState) -> bool,
+    ) {
+        for _ in 0..200 {
+            if server.read(&pred).await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("{what}: not within 2 s");
+    }
+
+    #[tokio::test]
+    async fn machine_events_drive_the_state_and_stale_ones_are_ignored() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let backend = Arc::new(EventBackend {
+            run: AtomicU64::new(0),
+            tx,
+            rx: Mutex::new(Some(rx)),
+            calls: Mutex::new(Vec::new()),
+        });
+        let mut config = EmulatorConfig::loopback();
+        let b = backend.clone();
+        config.backend = Arc::new(move |_| b.clone() as Arc<dyn Backend>);
+        let emulator = Emulator::start(config).await.expect("starting");
+        let server = emulator.server(0).expect("server 0").clone();
+        let event = |kind, generation| MachineEvent {
+            kind,
+            generation,
+            reason: "test".into(),
+        };
+
+        server.power_on().await.expect("power on");
+        // Run 1 reboots by itself: a new boot through the state machine (run 2).
+        backend
+            .tx
+            .send(event(MachineEventKind::GuestReset, 1))
+            .expect("send");
+        wait_for(&server, "the guest reboot", |s| s.boots == 2).await;
+        assert_eq!(backend.run.load(Ordering::SeqCst), 2);
+        // A power-off of the replaced run 1 changes nothing.
+        backend
+            .tx
+            .send(event(MachineEventKind::PoweredOff, 1))
+            .expect("send");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(server.read(|s| s.power).await, Power::On);
+        // The live run powers off: the server is off, as an iLO reports it.
+        backend
+            .tx
+            .send(event(MachineEventKind::PoweredOff, 2))
+            .expect("send");
+        wait_for(&server, "the guest power-off", |s| s.power == Power::Off).await;
+        let calls = backend.calls.lock().map(|c| c.clone()).unwrap_or_default();
+        assert_eq!(calls, ["power_on", "reset", "power_off"]);
+        emulator.shutdown().await;
     }
 }

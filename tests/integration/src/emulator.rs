@@ -46,3 +46,131 @@ pub fn spawn(username: &str, password: &str, cert_out: &Path, extra: &[&str]) ->
         }
     }
 }
+
+/// An HTTP image server for virtual media tests of the QEMU-backed emulator: serves named
+/// in-memory files with `Accept-Ranges: bytes` and honours `Range: bytes=A-B` and `bytes=A-`
+/// (QEMU's curl driver needs both: it checks `Accept-Ranges` on its HEAD, then reads ranges), 404
+/// for anything else. A file can be withdrawn while it runs ([`MediaServer::withdraw`]), like an
+/// expired temporary URL. Stops when dropped.
+pub struct MediaServer {
+    accept: crate::http::AcceptLoop,
+    files: std::sync::Arc<
+        std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<Vec<u8>>>>,
+    >,
+}
+
+impl MediaServer {
+    /// Serves `files` (`("/deploy.iso", bytes)`) on 127.0.0.1 (ephemeral port).
+    pub fn start(files: Vec<(&str, Vec<u8>)>) -> MediaServer {
+        let files = std::sync::Arc::new(std::sync::Mutex::new(
+            files
+                .into_iter()
+                .map(|(p, b)| (p.to_owned(), std::sync::Arc::new(b)))
+                .collect::<std::collections::HashMap<_, _>>(),
+        ));
+        let served = files.clone();
+        let accept = crate::http::AcceptLoop::start(move |stream| {
+            let _ = serve_media(stream, &served);
+        });
+        MediaServer { accept, files }
+    }
+
+    /// `http://127.0.0.1:PORT/path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.accept.addr())
+    }
+
+    /// From now on `path` answers 404.
+    pub fn withdraw(&self, path: &str) {
+        self.files.lock().expect("media lock").remove(path);
+    }
+}
+
+/// `bytes=A-B` or `bytes=A-` against a body of `len` bytes: the inclusive range to send.
+fn parse_range(value: &str, len: u64) -> Option<(u64, u64)> {
+    let spec = value.trim().strip_prefix("bytes=")?;
+    let (a, b) = spec.split_once('-')?;
+    let start: u64 = a.trim().parse().ok()?;
+    let end = match b.trim() {
+        "" => len.checked_sub(1)?,
+        e => e.parse::<u64>().ok()?.min(len.checked_sub(1)?),
+    };
+    (start <= end).then_some((start, end))
+}
+
+fn serve_media(
+    stream: std::net::TcpStream,
+    files: &std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<Vec<u8>>>>,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut out = stream;
+    // Keep-alive: QEMU's curl driver reuses its connections.
+    loop {
+        let mut request_line = String::new();
+        if reader.read_line(&mut request_line)? == 0 {
+            return Ok(());
+        }
+        let mut parts = request_line.split_whitespace();
+        let method = parts.next().unwrap_or_default().to_owned();
+        let path = parts.next().unwrap_or_default().to_owned();
+        let mut range = None;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line)? == 0 || line == "\r\n" || line == "\n" {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':') {
+                if name.trim().eq_ignore_ascii_case("range") {
+                    range = Some(value.trim().to_owned());
+                }
+            }
+        }
+        let body = files.lock().expect("media lock").get(&path).cloned();
+        let Some(body) = body else {
+            out.write_all(
+                b"HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\nContent-Type: text/plain\r\n\r\nnot found",
+            )?;
+            out.flush()?;
+            continue;
+        };
+        let len = body.len() as u64;
+        let (status, start, end) = match range.as_deref().and_then(|r| parse_range(r, len)) {
+            Some((a, b)) => ("206 Partial Content", a, b + 1),
+            None => ("200 OK", 0, len),
+        };
+        let mut head = format!(
+            "HTTP/1.1 {status}\r\nContent-Length: {}\r\nAccept-Ranges: bytes\r\n\
+             Content-Type: application/octet-stream\r\n",
+            end - start
+        );
+        if status.starts_with("206") {
+            head.push_str(&format!(
+                "Content-Range: bytes {start}-{}/{len}\r\n",
+                end - 1
+            ));
+        }
+        head.push_str("\r\n");
+        out.write_all(head.as_bytes())?;
+        if method != "HEAD" {
+            out.write_all(&body[start as usize..end as usize])?;
+        }
+        out.flush()?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_range;
+
+    #[test]
+    fn ranges() {
+        assert_eq!(parse_range("bytes=0-2047", 4096), Some((0, 2047)));
+        assert_eq!(parse_range("bytes=4000-", 4096), Some((4000, 4095)));
+        assert_eq!(parse_range("bytes=4000-99999", 4096), Some((4000, 4095)));
+        assert_eq!(parse_range("bytes=5-1", 4096), None);
+        assert_eq!(parse_range("items=0-1", 4096), None);
+        assert_eq!(parse_range("bytes=0-", 0), None);
+    }
+}

@@ -1,0 +1,842 @@
+//! [`QemuBackend`]: the machine behind an emulated iLO is a real QEMU (TCG) virtual machine.
+//!
+//! # Design
+//! Every power-on (and every reset, and every guest reboot) starts a fresh QEMU process with the
+//! firmware of the boot mode the state machine applies and the boot order it chose
+//! (`bootindex`). A fresh process is the simplest way to be right about both: the firmware cannot
+//! be swapped in a running QEMU, and the boot order is read by the firmware only at reset
+//! (../../shared/reference/qemu-and-boot.md §7). What must survive a power cycle lives in files
+//! of the server's state directory: the disk image and the OVMF variable store.
+//!
+//! QEMU starts paused. Over QMP the backend then attaches the connected media (each URL opened by
+//! QEMU's curl block driver, read by range as an iLO reads it), resets so the firmware sees the
+//! final boot order, turns the guest's own reboot and power-off into a pause plus a SHUTDOWN event
+//! (`set-action`), and lets the machine run. While it runs, QMP carries medium changes; its events
+//! tell the emulator when the guest powered off or rebooted ([`crate::backend::MachineEvent`]).
+//!
+//! A medium QEMU cannot open (the URL answers 404, the server is gone) never stops the machine:
+//! the drive stays empty, the firmware finds nothing there and falls through its boot order, as
+//! a server whose iLO cannot reach the image does. The error shows in the admin state. QMP
+//! commands have timeouts; a QEMU that does not answer is killed, so the emulator never hangs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::machine::{
+    self, AttachKind, BootIndexes, Firmware, GuestForward, MachineSpec, NicModel, VmediaBus,
+};
+use super::qmp::{Qmp, QmpError, QmpEvent};
+use super::spawn::spawn_tied;
+use crate::backend::{
+    Backend, BackendError, BackendFuture, MachineEvent, MachineEventKind, MachineEvents,
+};
+use crate::state::{BootDevice, BootMode, VmDevice};
+
+/// The agent's ports forwarded from host loopback by default: the iSCSI target, the command
+/// API (agent/src/api/server.rs) and the `done` listener of the iSCSI deploy.
+pub const DEFAULT_AGENT_PORTS: [u16; 3] = [3260, 9999, 10000];
+
+/// How long QEMU's curl driver waits for the media server (per request).
+const MEDIUM_TIMEOUT_SECS: u32 = 10;
+/// QMP timeout for commands that open a URL (longer than the curl timeout).
+const MEDIUM_QMP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Time for QEMU to create its QMP socket and greet.
+const QMP_CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+/// Time for QEMU to exit after `quit` before it is killed.
+const QUIT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Settings shared by every QEMU-backed server of an emulator.
+#[derive(Debug, Clone)]
+pub struct QemuSettings {
+    /// `qemu-system-x86_64`.
+    pub qemu_binary: PathBuf,
+    /// Each server's files go to `state_dir/server-<index>/`.
+    pub state_dir: PathBuf,
+    /// Guest RAM in MiB.
+    pub memory_mib: u32,
+    /// Size of each server's disk image (sparse raw file, made once).
+    pub disk_size: u64,
+    /// OVMF code (read-only).
+    pub ovmf_code: PathBuf,
+    /// OVMF variable store template, copied once per server.
+    pub ovmf_vars_template: PathBuf,
+    /// Virtual media layout.
+    pub vmedia_bus: VmediaBus,
+    /// NIC model.
+    pub nic: NicModel,
+    /// Host services the guest may reach.
+    pub guest_forwards: Vec<GuestForward>,
+    /// Guest ports forwarded from host loopback ports the backend picks.
+    pub agent_ports: Vec<u16>,
+}
+
+impl QemuSettings {
+    /// Defaults: 1 GiB RAM, 4 GiB disk, Debian's OVMF paths, USB media, virtio NIC.
+    pub fn new(state_dir: PathBuf) -> Self {
+        QemuSettings {
+            qemu_binary: "qemu-system-x86_64".into(),
+            state_dir,
+            memory_mib: 1024,
+            disk_size: 4 << 30,
+            ovmf_code: "/usr/share/OVMF/OVMF_CODE_4M.fd".into(),
+            ovmf_vars_template: "/usr/share/OVMF/OVMF_VARS_4M.fd".into(),
+            vmedia_bus: VmediaBus::Usb,
+            nic: NicModel::Virtio,
+            guest_forwards: Vec::new(),
+            agent_ports: DEFAULT_AGENT_PORTS.to_vec(),
+        }
+    }
+
+    /// Checks that the tools are there; each failure says how to fix it.
+    pub fn check(&self) -> Result<(), String> {
+        let qemu = Command::new(&self.qemu_binary)
+            .arg("--version")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if !matches!(qemu, Ok(s) if s.success()) {
+            return Err(format!(
+                "{} does not run: install qemu-system-x86 (scripts/setup does) or pass \
+                 --qemu-binary",
+                self.qemu_binary.display()
+            ));
+        }
+        for f in [&self.ovmf_code, &self.ovmf_vars_template] {
+            if !f.is_file() {
+                return Err(format!(
+                    "{} is missing: install ovmf (scripts/setup does) for UEFI boots",
+                    f.display()
+                ));
+            }
+        }
+        if !self.guest_forwards.is_empty() {
+            let socat = Command::new("socat")
+                .arg("-V")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            if !matches!(socat, Ok(s) if s.success()) {
+                return Err(
+                    "socat does not run: install socat (QEMU's guest forwards run it)".into(),
+                );
+            }
+        }
+        // sun_path holds 108 bytes.
+        let sock = self.state_dir.join("server-99999").join("qmp.sock");
+        if sock.as_os_str().len() >= 100 {
+            return Err(format!(
+                "the state directory {} is too long for a unix socket path: pick a shorter one",
+                self.state_dir.display()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One medium in one run.
+#[derive(Debug, Clone)]
+struct Attached {
+    url: String,
+    node: String,
+    /// The hot-plugged USB key's device id.
+    device: Option<String>,
+}
+
+/// One QEMU process.
+struct Run {
+    child: Child,
+    qmp: Arc<Qmp>,
+    generation: u64,
+    attached: [Option<Attached>; 2],
+    boot: BootIndexes,
+}
+
+struct Inner {
+    firmware: BootMode,
+    boot_device: Option<BootDevice>,
+    /// What the next start attaches (FLOPPY, CDROM).
+    media: [Option<String>; 2],
+    run: Option<Run>,
+    counter: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct MediumStatus {
+    url: Option<String>,
+    attached: bool,
+    error: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Status {
+    pid: Option<u32>,
+    firmware: Option<&'static str>,
+    starts: u64,
+    boot_device: Option<&'static str>,
+    last_exit: Option<String>,
+    media: [MediumStatus; 2],
+}
+
+fn slot(device: VmDevice) -> usize {
+    match device {
+        VmDevice::Floppy => 0,
+        VmDevice::Cdrom => 1,
+    }
+}
+
+fn err(action: &'static str, reason: impl std::fmt::Display) -> BackendError {
+    BackendError {
+        action,
+        reason: reason.to_string(),
+    }
+}
+
+/// A QEMU virtual machine behind one emulated iLO.
+pub struct QemuBackend {
+    settings: Arc<QemuSettings>,
+    index: usize,
+    dir: PathBuf,
+    /// (host loopback port, guest port).
+    host_forwards: Vec<(u16, u16)>,
+    inner: tokio::sync::Mutex<Inner>,
+    status: Arc<Mutex<Status>>,
+    next_generation: AtomicU64,
+    /// The generation of the live run; 0 when none.
+    live: Arc<AtomicU64>,
+    events_tx: mpsc::UnboundedSender<MachineEvent>,
+    events_rx: Mutex<Option<MachineEvents>>,
+}
+
+impl std::fmt::Debug for QemuBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QemuBackend")
+            .field("index", &self.index)
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+fn free_loopback_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// The last `max` bytes of a text file, lossily.
+fn tail(path: &Path, max: usize) -> String {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let start = bytes.len().saturating_sub(max);
+    String::from_utf8_lossy(&bytes[start..]).trim().to_owned()
+}
+
+impl QemuBackend {
+    /// The backend of server `index`: makes its state directory and picks the host ports the
+    /// agent's ports are forwarded from (kept for the server's lifetime).
+    pub fn new(settings: Arc<QemuSettings>, index: usize) -> std::io::Result<QemuBackend> {
+        let dir = settings.state_dir.join(format!("server-{index}"));
+        std::fs::create_dir_all(&dir)?;
+        let mut host_forwards = Vec::new();
+        for guest in &settings.agent_ports {
+            host_forwards.push((free_loopback_port()?, *guest));
+        }
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        Ok(QemuBackend {
+            settings,
+            index,
+            dir,
+            host_forwards,
+            inner: tokio::sync::Mutex::new(Inner {
+                firmware: BootMode::Legacy,
+                boot_device: None,
+                media: [None, None],
+                run: None,
+                counter: 0,
+            }),
+            status: Arc::new(Mutex::new(Status::default())),
+            next_generation: AtomicU64::new(0),
+            live: Arc::new(AtomicU64::new(0)),
+            events_tx,
+            events_rx: Mutex::new(Some(events_rx)),
+        })
+    }
+
+    fn serial_log(&self) -> PathBuf {
+        self.dir.join("serial.log")
+    }
+    fn qemu_log(&self) -> PathBuf {
+        self.dir.join("qemu.log")
+    }
+    fn qmp_socket(&self) -> PathBuf {
+        self.dir.join("qmp.sock")
+    }
+    fn disk(&self) -> PathBuf {
+        self.dir.join("disk.raw")
+    }
+    fn ovmf_vars(&self) -> PathBuf {
+        self.dir.join("OVMF_VARS.fd")
+    }
+
+    fn with_status(&self, f: impl FnOnce(&mut Status)) {
+        if let Ok(mut s) = self.status.lock() {
+            f(&mut s);
+        }
+    }
+
+    /// Files a run needs: the disk (once), the SeaBIOS console switch, the OVMF variables (once,
+    /// then kept: that is the server's NVRAM).
+    fn prepare(&self, mode: BootMode) -> Result<Firmware, BackendError> {
+        let disk = self.disk();
+        if !disk.exists() {
+            std::fs::File::create(&disk)
+                .and_then(|f| f.set_len(self.settings.disk_size))
+                .map_err(|e| {
+                    err(
+                        "creating the disk image",
+                        format!("{}: {e}", disk.display()),
+                    )
+                })?;
+        }
+        match mode {
+            BootMode::Legacy => {
+                let sercon = self.dir.join("sercon-port.bin");
+                // COM1's I/O port, 0x3f8, little-endian: SeaBIOS prints to the serial port.
+                std::fs::write(&sercon, 0x3f8u16.to_le_bytes()).map_err(|e| {
+                    err(
+                        "writing the SeaBIOS console file",
+                        format!("{}: {e}", sercon.display()),
+                    )
+                })?;
+                Ok(Firmware::SeaBios {
+                    sercon_file: sercon,
+                })
+            }
+            BootMode::Uefi => {
+                let vars = self.ovmf_vars();
+                if !vars.exists() {
+                    std::fs::copy(&self.settings.ovmf_vars_template, &vars).map_err(|e| {
+                        err(
+                            "copying the OVMF variable store",
+                            format!("{}: {e}", self.settings.ovmf_vars_template.display()),
+                        )
+                    })?;
+                }
+                Ok(Firmware::Ovmf {
+                    code: self.settings.ovmf_code.clone(),
+                    vars,
+                })
+            }
+        }
+    }
+
+    async fn start(&self, inner: &mut Inner) -> Result<(), BackendError> {
+        let firmware = self.prepare(inner.firmware)?;
+        let generation = self.next_generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let boot = BootIndexes::for_device(inner.boot_device);
+        let spec = MachineSpec {
+            name: format!("ilo-emulator-server-{}", self.index),
+            memory_mib: self.settings.memory_mib,
+            firmware: firmware.clone(),
+            disk: self.disk(),
+            serial_log: self.serial_log(),
+            qmp_socket: self.qmp_socket(),
+            vmedia_bus: self.settings.vmedia_bus,
+            nic: self.settings.nic,
+            mac: machine::NIC_MAC.to_owned(),
+            guest_forwards: self.settings.guest_forwards.clone(),
+            host_forwards: self.host_forwards.clone(),
+            boot,
+        };
+        let _ = std::fs::remove_file(self.qmp_socket());
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.qemu_log())
+            .map_err(|e| err("opening the QEMU log", e))?;
+        let args = spec.args();
+        let mut cmd = Command::new(&self.settings.qemu_binary);
+        cmd.args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        let mut child = spawn_tied(cmd).map_err(|e| {
+            err(
+                "starting QEMU",
+                format!("{}: {e}", self.settings.qemu_binary.display()),
+            )
+        })?;
+        let pid = child.id();
+        tracing::info!(
+            server = self.index,
+            pid,
+            generation,
+            firmware = firmware.name(),
+            boot_device = ?inner.boot_device,
+            args = %args.join(" "),
+            "QEMU started"
+        );
+        let (qmp, events) = match Qmp::connect(&self.qmp_socket(), QMP_CONNECT_TIMEOUT).await {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(err(
+                    "starting QEMU",
+                    format!("{e}; QEMU said: {}", tail(&self.qemu_log(), 600)),
+                ));
+            }
+        };
+        self.live.store(generation, Ordering::SeqCst);
+        self.with_status(|s| {
+            s.pid = Some(pid);
+            s.firmware = Some(firmware.name());
+            s.starts += 1;
+            s.boot_device = inner.boot_device.map(|d| d.ribcl());
+            s.last_exit = None;
+        });
+        self.watch(generation, events);
+        let mut run = Run {
+            child,
+            qmp,
+            generation,
+            attached: [None, None],
+            boot,
+        };
+        for device in [VmDevice::Floppy, VmDevice::Cdrom] {
+            if let Some(url) = inner.media[slot(device)].clone() {
+                inner.counter += 1;
+                self.attach_live(&mut run, device, &url, inner.counter)
+                    .await;
+            }
+        }
+        let go = async {
+            // The firmware reads the boot order (fw_cfg "bootorder") at reset; the media added
+            // above must be in it.
+            run.qmp.execute("system_reset", Value::Null).await?;
+            run.qmp
+                .execute(
+                    "set-action",
+                    json!({"reboot": "shutdown", "shutdown": "pause"}),
+                )
+                .await?;
+            run.qmp.execute("cont", Value::Null).await
+        };
+        if let Err(e) = go.await {
+            self.live.store(0, Ordering::SeqCst);
+            let _ = run.child.kill();
+            let _ = run.child.wait();
+            self.with_status(|s| {
+                s.pid = None;
+                s.last_exit = Some(format!("failed to start: {e}"));
+            });
+            return Err(err(
+                "starting QEMU",
+                format!("{e}; QEMU said: {}", tail(&self.qemu_log(), 600)),
+            ));
+        }
+        inner.run = Some(run);
+        Ok(())
+    }
+
+    /// Turns the run's QMP events into machine events until QEMU goes away.
+    fn watch(&self, generation: u64, mut events: mpsc::UnboundedReceiver<QmpEvent>) {
+        let tx = self.events_tx.clone();
+        let live = self.live.clone();
+        let status = self.status.clone();
+        let index = self.index;
+        tokio::spawn(async move {
+            let set_exit = |what: String| {
+                if let Ok(mut s) = status.lock() {
+                    s.last_exit = Some(what);
+                }
+            };
+            while let Some(ev) = events.recv().await {
+                if ev.name != "SHUTDOWN" || ev.data["guest"] != true {
+                    continue;
+                }
+                let reason = ev.data["reason"].as_str().unwrap_or("guest").to_owned();
+                let kind = if reason == "guest-reset" {
+                    MachineEventKind::GuestReset
+                } else {
+                    MachineEventKind::PoweredOff
+                };
+                tracing::info!(server = index, generation, %reason, "the guest stopped the machine");
+                set_exit(format!("guest: {reason}"));
+                let _ = tx.send(MachineEvent {
+                    kind,
+                    generation,
+                    reason,
+                });
+            }
+            // QEMU closed QMP: it exited. Unexpected unless the backend stopped this run.
+            if live.load(Ordering::SeqCst) == generation {
+                tracing::warn!(server = index, generation, "QEMU exited by itself");
+                set_exit("QEMU exited unexpectedly (see qemu.log)".into());
+                let _ = tx.send(MachineEvent {
+                    kind: MachineEventKind::PoweredOff,
+                    generation,
+                    reason: "QEMU exited".into(),
+                });
+            }
+        });
+    }
+
+    async fn stop(&self, inner: &mut Inner, why: &str) {
+        let Some(mut run) = inner.run.take() else {
+            return;
+        };
+        self.live.store(0, Ordering::SeqCst);
+        let _ = run
+            .qmp
+            .execute_with_timeout("quit", Value::Null, Duration::from_secs(3))
+            .await;
+        let deadline = Instant::now() + QUIT_TIMEOUT;
+        let exited = loop {
+            match run.child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                _ => break None,
+            }
+        };
+        if exited.is_none() {
+            tracing::warn!(server = self.index, "QEMU did not quit: killing it");
+            let _ = run.child.kill();
+            let _ = run.child.wait();
+        }
+        tracing::info!(
+            server = self.index,
+            generation = run.generation,
+            why,
+            "QEMU stopped"
+        );
+        self.with_status(|s| {
+            s.pid = None;
+            if s.last_exit.is_none() {
+                s.last_exit = Some(why.to_owned());
+            }
+            for m in &mut s.media {
+                m.attached = false;
+            }
+        });
+    }
+
+    /// Attaches `url` as `device`'s medium in the running machine. Failures leave the drive
+    /// empty and are recorded, never fatal: the machine runs on without that medium.
+    async fn attach_live(&self, run: &mut Run, device: VmDevice, url: &str, counter: u64) {
+        if run.attached[slot(device)].as_ref().map(|a| a.url.as_str()) == Some(url) {
+            return;
+        }
+        self.detach_live(run, device).await;
+        let node = format!("medium-{}-{counter}", device.ribcl().to_ascii_lowercase());
+        let result = self.try_attach(run, device, url, &node, counter).await;
+        let error = match result {
+            Ok(device_id) => {
+                run.attached[slot(device)] = Some(Attached {
+                    url: url.to_owned(),
+                    node,
+                    device: device_id,
+                });
+                tracing::info!(server = self.index, ?device, url, "medium attached");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(server = self.index, ?device, url, error = %e, "medium not attached: the drive stays empty");
+                Some(e)
+            }
+        };
+        self.with_status(|s| {
+            let m = &mut s.media[slot(device)];
+            m.url = Some(url.to_owned());
+            m.attached = error.is_none();
+            m.error = error;
+        });
+    }
+
+    async fn try_attach(
+        &self,
+        run: &Run,
+        device: VmDevice,
+        url: &str,
+        node: &str,
+        counter: u64,
+    ) -> Result<Option<String>, String> {
+        let blockdev =
+            machine::medium_blockdev(node, url, MEDIUM_TIMEOUT_SECS).map_err(|e| e.to_string())?;
+        run.qmp
+            .execute_with_timeout("blockdev-add", blockdev, MEDIUM_QMP_TIMEOUT)
+            .await
+            .map_err(|e| format!("QEMU cannot open the medium: {e}"))?;
+        let plugged: Result<Option<String>, QmpError> = async {
+            match machine::attach_kind(self.settings.vmedia_bus, device) {
+                AttachKind::Tray(id) => {
+                    run.qmp
+                        .execute("blockdev-open-tray", json!({"id": id, "force": true}))
+                        .await?;
+                    // An empty drive has nothing to remove.
+                    let _ = run
+                        .qmp
+                        .execute("blockdev-remove-medium", json!({"id": id}))
+                        .await;
+                    run.qmp
+                        .execute(
+                            "blockdev-insert-medium",
+                            json!({"id": id, "node-name": node}),
+                        )
+                        .await?;
+                    run.qmp
+                        .execute("blockdev-close-tray", json!({"id": id}))
+                        .await?;
+                    Ok(None)
+                }
+                AttachKind::UsbKey => {
+                    let id = format!("vkey{counter}");
+                    run.qmp
+                        .execute(
+                            "device_add",
+                            machine::usb_key_device(&id, node, run.boot.floppy),
+                        )
+                        .await?;
+                    Ok(Some(id))
+                }
+            }
+        }
+        .await;
+        match plugged {
+            Ok(id) => Ok(id),
+            Err(e) => {
+                let _ = run
+                    .qmp
+                    .execute("blockdev-del", json!({"node-name": node}))
+                    .await;
+                Err(format!("QEMU cannot connect the medium: {e}"))
+            }
+        }
+    }
+
+    /// Removes `device`'s medium from the running machine (errors are logged: the run ends at
+    /// the next power cycle anyway).
+    async fn detach_live(&self, run: &mut Run, device: VmDevice) {
+        let Some(att) = run.attached[slot(device)].take() else {
+            return;
+        };
+        let result: Result<(), QmpError> = async {
+            match (
+                &att.device,
+                machine::attach_kind(self.settings.vmedia_bus, device),
+            ) {
+                (Some(id), _) => {
+                    run.qmp.execute("device_del", json!({"id": id})).await?;
+                }
+                (None, AttachKind::Tray(id)) => {
+                    run.qmp
+                        .execute("blockdev-open-tray", json!({"id": id, "force": true}))
+                        .await?;
+                    run.qmp
+                        .execute("blockdev-remove-medium", json!({"id": id}))
+                        .await?;
+                    run.qmp
+                        .execute("blockdev-close-tray", json!({"id": id}))
+                        .await?;
+                }
+                (None, AttachKind::UsbKey) => {}
+            }
+            // USB unplug completes asynchronously: the node is in use until the device is gone.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                match run
+                    .qmp
+                    .execute("blockdev-del", json!({"node-name": att.node}))
+                    .await
+                {
+                    Ok(_) => return Ok(()),
+                    Err(e @ QmpError::Command { .. }) if Instant::now() >= deadline => {
+                        return Err(e)
+                    }
+                    Err(QmpError::Command { .. }) => {
+                        tokio::time::sleep(Duration::from_millis(100)).await
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        .await;
+        match result {
+            Ok(()) => tracing::info!(
+                server = self.index,
+                ?device,
+                url = att.url,
+                "medium detached"
+            ),
+            Err(e) => {
+                tracing::warn!(server = self.index, ?device, error = %e, "detaching the medium")
+            }
+        }
+        self.with_status(|s| s.media[slot(device)].attached = false);
+    }
+
+    fn describe_now(&self) -> Value {
+        let s = self.status.lock().map(|s| s.clone()).unwrap_or_default();
+        let running = self.live.load(Ordering::SeqCst) != 0;
+        let medium = |d: VmDevice| {
+            let m = &s.media[slot(d)];
+            json!({"url": m.url, "attached": running && m.attached, "error": m.error})
+        };
+        let forwards: serde_json::Map<String, Value> = self
+            .host_forwards
+            .iter()
+            .map(|(host, guest)| (guest.to_string(), json!(host)))
+            .collect();
+        json!({
+            "kind": "qemu",
+            "running": running,
+            "pid": if running { s.pid } else { None },
+            "starts": s.starts,
+            "firmware": s.firmware,
+            "boot_device": s.boot_device,
+            "last_exit": s.last_exit,
+            "machine": "q35",
+            "accel": "tcg",
+            "memory_mib": self.settings.memory_mib,
+            "disk": self.disk(),
+            "disk_size": self.settings.disk_size,
+            "serial_log": self.serial_log(),
+            "qemu_log": self.qemu_log(),
+            "qmp_socket": self.qmp_socket(),
+            "ovmf_vars": self.ovmf_vars(),
+            "mac": machine::NIC_MAC,
+            "vmedia_bus": match self.settings.vmedia_bus { VmediaBus::Usb => "usb", VmediaBus::Legacy => "legacy" },
+            "forwards": forwards,
+            "guest_forwards": self.settings.guest_forwards.iter().map(|f| json!({
+                "guest": format!("{}:{}", f.guest_addr, f.guest_port),
+                "host": f.host,
+            })).collect::<Vec<_>>(),
+            "media": { "FLOPPY": medium(VmDevice::Floppy), "CDROM": medium(VmDevice::Cdrom) },
+        })
+    }
+}
+
+impl Backend for QemuBackend {
+    fn power_on(&self) -> BackendFuture<'_> {
+        Box::pin(async move {
+            let mut inner = self.inner.lock().await;
+            // A run the guest paused by powering off is not cleaned up yet: replace it.
+            self.stop(&mut inner, "replaced by a power-on").await;
+            self.start(&mut inner).await
+        })
+    }
+
+    fn power_off(&self) -> BackendFuture<'_> {
+        Box::pin(async move {
+            let mut inner = self.inner.lock().await;
+            self.stop(&mut inner, "powered off by the iLO").await;
+            Ok(())
+        })
+    }
+
+    fn reset(&self) -> BackendFuture<'_> {
+        Box::pin(async move {
+            let mut inner = self.inner.lock().await;
+            self.stop(&mut inner, "reset").await;
+            self.start(&mut inner).await
+        })
+    }
+
+    fn set_boot_device(&self, device: Option<BootDevice>) -> BackendFuture<'_> {
+        Box::pin(async move {
+            self.inner.lock().await.boot_device = device;
+            Ok(())
+        })
+    }
+
+    fn attach_media<'a>(&'a self, device: VmDevice, url: &'a str) -> BackendFuture<'a> {
+        Box::pin(async move {
+            let mut guard = self.inner.lock().await;
+            let inner = &mut *guard;
+            inner.media[slot(device)] = Some(url.to_owned());
+            inner.counter += 1;
+            let counter = inner.counter;
+            match inner.run.as_mut() {
+                Some(run) => self.attach_live(run, device, url, counter).await,
+                None => self.with_status(|s| {
+                    s.media[slot(device)] = MediumStatus {
+                        url: Some(url.to_owned()),
+                        attached: false,
+                        error: None,
+                    }
+                }),
+            }
+            Ok(())
+        })
+    }
+
+    fn detach_media(&self, device: VmDevice) -> BackendFuture<'_> {
+        Box::pin(async move {
+            let mut inner = self.inner.lock().await;
+            inner.media[slot(device)] = None;
+            if let Some(run) = inner.run.as_mut() {
+                self.detach_live(run, device).await;
+            }
+            self.with_status(|s| s.media[slot(device)] = MediumStatus::default());
+            Ok(())
+        })
+    }
+
+    fn release_after_boot(&self, device: VmDevice) -> BackendFuture<'_> {
+        // The running machine keeps reading the medium (the guest may still need it); the next
+        // boot does not get it.
+        Box::pin(async move {
+            self.inner.lock().await.media[slot(device)] = None;
+            Ok(())
+        })
+    }
+
+    fn firmware_boot_mode(&self) -> BackendFuture<'_, Option<BootMode>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    fn set_firmware_boot_mode(&self, mode: BootMode) -> BackendFuture<'_> {
+        Box::pin(async move {
+            self.inner.lock().await.firmware = mode;
+            Ok(())
+        })
+    }
+
+    fn take_events(&self) -> Option<MachineEvents> {
+        self.events_rx.lock().ok()?.take()
+    }
+
+    fn is_current(&self, generation: u64) -> bool {
+        generation != 0 && self.live.load(Ordering::SeqCst) == generation
+    }
+
+    fn is_running(&self) -> bool {
+        self.live.load(Ordering::SeqCst) != 0
+    }
+
+    fn describe(&self) -> BackendFuture<'_, Value> {
+        Box::pin(std::future::ready(Ok(self.describe_now())))
+    }
+
+    fn console_log(&self) -> Option<PathBuf> {
+        Some(self.serial_log())
+    }
+}
+
+impl Drop for QemuBackend {
+    fn drop(&mut self) {
+        self.live.store(0, Ordering::SeqCst);
+        if let Some(mut run) = self.inner.get_mut().run.take() {
+            tracing::info!(server = self.index, "stopping QEMU: the emulator ends");
+            let _ = run.child.kill();
+            let _ = run.child.wait();
+        }
+    }
+}
