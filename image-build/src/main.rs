@@ -21,6 +21,7 @@ mod initramfs;
 mod kernel_deb;
 mod kmod;
 mod loaders;
+mod module_strip;
 
 #[derive(Parser)]
 #[command(

@@ -31,7 +31,7 @@ use serde_json::Value;
 use support::{EmulatorProcess, PASSWORD, USER};
 use vmdeploy_integration_tests::emulator::MediaServer;
 use vmdeploy_integration_tests::iscsi_standin::{self, IscsiStandin, StandinConfig};
-use vmdeploy_integration_tests::{qemu, venv_bin};
+use vmdeploy_integration_tests::{deploy_iso, venv_bin};
 
 /// TCG on two busy cores (reference §9 item 7).
 const BOOT_LIMIT: Duration = Duration::from_secs(180);
@@ -501,54 +501,6 @@ fn bad_media_end_like_an_ilo_and_leave_qemu_off_or_in_firmware() {
     emu.stop_and_check_no_qemu_left();
 }
 
-/// Modules of the stand-in ISO's ramdisk: the USB media path of an iLO (xHCI, usb-storage with no
-/// settle delay, SCSI disk and CD), the NIC, the disk and configfs.
-const MODULES: &[&str] = &[
-    "xhci_pci",
-    "usb-storage delay_use=0",
-    "sd_mod",
-    "sr_mod",
-    "virtio_pci",
-    "virtio_net",
-    "virtio_blk",
-    "configfs",
-];
-
-/// The deploy ISO the emulator boots. Until `vmdeploy-image-build deploy-iso` lands, a stand-in:
-/// the Debian kernel and the agent ramdisk behind GRUB for BIOS and UEFI, built by
-/// `grub-mkrescue` (reference §6 A). The lead swaps this for `deploy_iso::deploy_iso()` at merge.
-fn deploy_iso_for_tests(dir: &Path) -> PathBuf {
-    let kernel = qemu::kernel();
-    let agent = qemu::musl_agent();
-    let root = dir.join("isoroot");
-    std::fs::create_dir_all(root.join("boot/grub")).expect("iso dirs");
-    let said = qemu::build_initramfs(&agent, &kernel, MODULES, &root.join("boot/initrd.gz"));
-    eprintln!("{said}");
-    std::fs::copy(&kernel.vmlinuz, root.join("boot/vmlinuz")).expect("copying the kernel");
-    std::fs::write(
-        root.join("boot/grub/grub.cfg"),
-        "serial --unit=0 --speed=115200\nterminal_input serial console\n\
-         terminal_output serial console\nset timeout=0\nset default=0\n\
-         menuentry \"deploy\" {\n  linux /boot/vmlinuz console=tty0 console=ttyS0,115200 \
-         boot_method=vmedia\n  initrd /boot/initrd.gz\n}\n",
-    )
-    .expect("grub.cfg");
-    let iso = dir.join("deploy.iso");
-    let out = Command::new("grub-mkrescue")
-        .arg("-o")
-        .arg(&iso)
-        .args(["--compress=xz", "--locales=", "--fonts=", "--themes="])
-        .arg(&root)
-        .output()
-        .expect("running grub-mkrescue (apt-get install grub-common grub-pc-bin grub-efi-amd64-bin xorriso mtools)");
-    assert!(
-        out.status.success(),
-        "grub-mkrescue: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    iso
-}
-
 /// The parameter floppy as the conductor writes it, made by mkfs.vfat + mcopy (not our writer).
 fn floppy_with(dir: &Path, params: &str) -> PathBuf {
     let img = dir.join("params.img");
@@ -616,7 +568,7 @@ struct Booted {
 /// the stand-in through the guest forward with the right key, IQN and address.
 fn boot_the_deploy_iso(uefi: bool, memory_mib: &str) -> Booted {
     let dir = scratch();
-    let iso = deploy_iso_for_tests(dir.path());
+    let iso = deploy_iso::deploy_iso();
     let standin = IscsiStandin::start(StandinConfig {
         node: NODE.into(),
         key: KEY.into(),
