@@ -20,6 +20,7 @@ const SECRET_KEY_PARTS: &[&str] = &[
     "secret",
     "token",
     "deploy_key",
+    "deployment_key",
     "auth_key",
     "priv_key",
     "private_key",
@@ -82,9 +83,11 @@ mod tests {
             (
                 "driver_internal_info agent token and deploy key",
                 json!({"agent_secret_token": "tok", "agent_secret_token_pregenerated": true,
-                       "deploy_key": "KEY", "agent_url": "https://10.0.0.2:9999"}),
+                       "deploy_key": "KEY", "deployment_key": "K2",
+                       "agent_url": "https://10.0.0.2:9999"}),
                 json!({"agent_secret_token": "******", "agent_secret_token_pregenerated": true,
-                       "deploy_key": "******", "agent_url": "https://10.0.0.2:9999"}),
+                       "deploy_key": "******", "deployment_key": "******",
+                       "agent_url": "https://10.0.0.2:9999"}),
             ),
             (
                 "instance_info config drive, image URL, nested capabilities untouched",
@@ -131,6 +134,7 @@ mod tests {
         for key in [
             "ilo_password",
             "deploy_key",
+            "deployment_key",
             "agent_secret_token",
             "configdrive",
             "image_url",

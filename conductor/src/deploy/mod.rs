@@ -104,6 +104,25 @@ pub trait DeployInterface: Send + Sync {
         node: &mut Node,
         heartbeat: &HeartbeatRequest,
     ) -> anyhow::Result<DeployStep>;
+    /// Whether this flow's ramdisk calls back with `pass_deploy_info` (the iSCSI ramdisk)
+    /// rather than heartbeats (the agent).
+    fn takes_pass_deploy_info(&self) -> bool {
+        false
+    }
+    /// The iSCSI ramdisk's `pass_deploy_info` while the node is in `wait call-back`: the
+    /// manager has checked and burnt the deploy key, and reserved the node. A flow that takes
+    /// it writes the image and returns [`DeployStep::Done`].
+    async fn pass_deploy_info(
+        &self,
+        node: &mut Node,
+        info: &vmdeploy_shared::api::ValidPassDeployInfo,
+    ) -> anyhow::Result<DeployStep> {
+        let _ = info;
+        anyhow::bail!(
+            "driver {} takes no pass_deploy_info: its ramdisk reports through heartbeats",
+            node.driver
+        )
+    }
     /// Undeploy: power off, eject, forget the instance's boot settings.
     async fn tear_down(&self, node: &mut Node) -> anyhow::Result<()>;
     /// After a failure or an abort: eject media, delete temporary objects, wipe the token.

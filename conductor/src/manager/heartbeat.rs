@@ -173,6 +173,7 @@ pub(crate) fn wipe_agent_secrets(node: &mut Node) {
         "agent_secret_token_pregenerated",
         "agent_url",
         "agent_verify_ca",
+        super::pass_deploy_info::DEPLOY_KEY_KEY,
     ] {
         node.driver_internal_info.remove(key);
     }

@@ -35,6 +35,7 @@ use crate::store::{NodeIdent, Store, StoreError};
 mod bmc;
 mod heartbeat;
 mod management;
+mod pass_deploy_info;
 mod power;
 mod provision;
 mod recovery;
@@ -318,28 +319,16 @@ impl Manager {
     }
 
     /// `POST /v1/nodes/{node}/vendor_passthru/pass_deploy_info` (and without `/v1`): the
-    /// iSCSI ramdisk's call-back. The route exists now; the flow behind it is the `iscsi_ilo`
-    /// issue's.
+    /// iSCSI ramdisk's call-back; see [`pass_deploy_info`](self::pass_deploy_info) for the
+    /// checks and their answers.
     pub async fn pass_deploy_info(
         &self,
         node: &NodeIdent,
         body: Value,
     ) -> Result<(), ManagerError> {
-        // The body is the iSCSI ramdisk's (address, iqn, key, error); nothing reads it until
-        // the iscsi_ilo flow exists.
-        let _ = body;
-        let node = self.core.store().node(node).await?;
-        if node.provision_state != ProvisionState::WaitCallBack {
-            return Err(ManagerError::Conflict(format!(
-                "Node {} is not waiting for a ramdisk call-back: it is in state \"{}\"",
-                node.uuid, node.provision_state
-            )));
-        }
-        Err(ManagerError::Invalid(format!(
-            "pass_deploy_info is for iscsi_ilo nodes; node {} uses driver {} whose ramdisk \
-             reports through heartbeats",
-            node.uuid, node.driver
-        )))
+        pass_deploy_info::pass_deploy_info(&self.core, node, body)
+            .instrument(node_span(node))
+            .await
     }
 
     /// Starts the background duties (power sync, callback timeouts) after recovering nodes a

@@ -1,0 +1,151 @@
+//! `pass_deploy_info`: the iSCSI ramdisk's call-back (reference/ironic-protocols.md §2.3).
+//!
+//! # Design
+//! The ramdisk exposes the node's disk over iSCSI and posts its address, target name and the
+//! one-use deploy key from its floppy. The checks, in this order:
+//! - a node that is not in `wait call-back`: 409, whatever the body;
+//! - a driver whose ramdisk heartbeats instead (`agent_ilo`): 400;
+//! - a body that does not parse or misses a field: 400;
+//! - a key that is not the node's (compared in constant time), or one already used: 403, and
+//!   the node is unchanged.
+//!
+//! A key that matches is burnt at once, in the store, before anything else happens: a replay,
+//! even while the first call is still being served, finds no key and gets 403. Then the reply
+//! is 202 and the flow's [`crate::deploy::DeployInterface::pass_deploy_info`] runs on a node
+//! task (the image write takes minutes); `Done` makes the node `active`, an error
+//! `deploy failed`. An `error` the ramdisk reports fails the deploy with its text, through the
+//! same clean-up as any failure.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use subtle::ConstantTimeEq;
+use time::OffsetDateTime;
+use vmdeploy_shared::api::{PassDeployInfo, ValidPassDeployInfo};
+
+use super::heartbeat::wipe_agent_secrets;
+use super::provision::fail_deploy;
+use super::tasks::{self, apply};
+use super::{Core, ManagerError};
+use crate::deploy::DeployStep;
+use crate::states::{Event, ProvisionState};
+use crate::store::{Node, NodeIdent};
+
+/// Where an iSCSI flow keeps the one-use deploy key it put on the floppy (Ironic's name).
+pub(crate) const DEPLOY_KEY_KEY: &str = "deployment_key";
+
+/// Whether `given` is the node's unused deploy key.
+fn key_matches(node: &Node, given: &ValidPassDeployInfo) -> bool {
+    let stored = node
+        .driver_internal_info
+        .get(DEPLOY_KEY_KEY)
+        .and_then(Value::as_str)
+        .filter(|k| !k.is_empty());
+    match stored {
+        Some(stored) => bool::from(stored.as_bytes().ct_eq(given.key.expose().as_bytes())),
+        None => false,
+    }
+}
+
+fn not_waiting(node: &Node) -> ManagerError {
+    ManagerError::Conflict(format!(
+        "Node {} is not waiting for a ramdisk call-back: it is in state \"{}\"",
+        node.uuid, node.provision_state
+    ))
+}
+
+fn refused(node: &Node) -> ManagerError {
+    tracing::warn!(node = %node.uuid, "pass_deploy_info refused: wrong or already used deploy key");
+    ManagerError::Forbidden(format!(
+        "The deploy key for node {} is not valid (wrong, or already used).",
+        node.uuid
+    ))
+}
+
+pub(crate) async fn pass_deploy_info(
+    core: &Arc<Core>,
+    ident: &NodeIdent,
+    body: Value,
+) -> Result<(), ManagerError> {
+    let node = core.store().node(ident).await?;
+    if node.provision_state != ProvisionState::WaitCallBack {
+        return Err(not_waiting(&node));
+    }
+    let Some(flow) = core
+        .flow_for(&node.driver)
+        .filter(|flow| flow.takes_pass_deploy_info())
+    else {
+        return Err(ManagerError::Invalid(format!(
+            "pass_deploy_info is for iscsi_ilo nodes; node {} uses driver {} whose ramdisk \
+             reports through heartbeats",
+            node.uuid, node.driver
+        )));
+    };
+    let info: PassDeployInfo = serde_json::from_value(body)
+        .map_err(|e| ManagerError::Invalid(format!("Invalid pass_deploy_info body: {e}")))?;
+    let info = info
+        .validate()
+        .map_err(|e| ManagerError::Invalid(format!("Invalid pass_deploy_info body: {e}")))?;
+    // Checked before the reservation (a wrong key must not lock the node for the real
+    // ramdisk), and again under it: another call may have burnt the key in between.
+    if !key_matches(&node, &info) {
+        return Err(refused(&node));
+    }
+    let (mut node, reservation) = tasks::reserve_uuid(core, node.uuid).await?;
+    if node.provision_state != ProvisionState::WaitCallBack {
+        reservation.release().await;
+        return Err(not_waiting(&node));
+    }
+    if !key_matches(&node, &info) {
+        reservation.release().await;
+        return Err(refused(&node));
+    }
+    node.driver_internal_info.remove(DEPLOY_KEY_KEY);
+    node.provision_updated_at = Some(OffsetDateTime::now_utc());
+    if let Err(err) = core.store().update_node(&node).await {
+        reservation.release().await;
+        return Err(err.into());
+    }
+    tracing::info!(
+        node = %node.uuid,
+        address = %info.address,
+        iqn = %info.iqn,
+        "pass_deploy_info accepted: deploy key burnt"
+    );
+    if let Some(error) = info.error.clone() {
+        let message = format!(
+            "The deploy ramdisk of node {} reported an error: {error}",
+            node.uuid
+        );
+        fail_deploy(core, &mut node, Some(&flow), message).await;
+        reservation.release().await;
+        return Ok(());
+    }
+    tasks::spawn(
+        core,
+        reservation,
+        "pass_deploy_info",
+        move |core| async move {
+            match flow.pass_deploy_info(&mut node, &info).await {
+                Ok(DeployStep::Done) => {
+                    apply(&mut node, Event::Resume);
+                    apply(&mut node, Event::Done);
+                    node.last_error = None;
+                    wipe_agent_secrets(&mut node);
+                    tracing::info!("deploy done: node active");
+                }
+                // The flow waits for something more (a later heartbeat of an agent it started).
+                Ok(DeployStep::Wait) => node.provision_updated_at = Some(OffsetDateTime::now_utc()),
+                Err(err) => {
+                    let message = format!("Deploy of node {} failed: {err:#}", node.uuid);
+                    fail_deploy(&core, &mut node, Some(&flow), message).await;
+                    return;
+                }
+            }
+            if let Err(err) = core.store().update_node(&node).await {
+                tasks::log_store_error(&err, "the outcome of pass_deploy_info");
+            }
+        },
+    );
+    Ok(())
+}
