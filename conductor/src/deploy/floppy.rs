@@ -49,6 +49,16 @@ pub fn agent_params(
     config: &DeployConfig,
     token: &Secret,
 ) -> anyhow::Result<Params> {
+    let mut params = ramdisk_params(node, ports, config)?;
+    params
+        .set(keys::IPA_AGENT_TOKEN, token.expose())
+        .context("putting the agent token on the floppy")?;
+    Ok(params)
+}
+
+/// The keys both ramdisks read: the API URL and CA, the driver, the boot method, root device
+/// hints, BOOTIF and the static network.
+fn ramdisk_params(node: &Node, ports: &[Port], config: &DeployConfig) -> anyhow::Result<Params> {
     let mut params = Params::new();
     let mut set = |key: &str, value: &str| {
         params
@@ -60,7 +70,6 @@ pub fn agent_params(
         bail!("the API URL for the ramdisk {api_url:?} is not an http(s) URL (deploy.api_url)");
     }
     set(keys::IPA_API_URL, api_url)?;
-    set(keys::IPA_AGENT_TOKEN, token.expose())?;
     if let Some(pem) = &config.api_ca_pem {
         if !pem.trim_start().starts_with("-----BEGIN ") {
             bail!("the API's CA (deploy.api_ca_pem) is not a PEM certificate");
@@ -90,6 +99,91 @@ pub fn agent_params(
             let dns: Vec<String> = net.dns.iter().map(ToString::to_string).collect();
             set(keys::STATIC_DNS, &dns.join(","))?;
         }
+    }
+    Ok(params)
+}
+
+/// Ironic's deploy key alphabet (`utils.random_alnum`: digits and upper-case letters).
+const DEPLOY_KEY_ALPHABET: &[u8; 36] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+/// Characters in a deploy key: 32 of 36 symbols, about 165 bits (Ironic's length; DESIGN.md
+/// §7 asks for at least 128).
+pub const DEPLOY_KEY_LEN: usize = 32;
+/// What Ironic puts in `disk` when it is not configured (`[pxe]disk_devices`): the ramdisk
+/// serves the first of these that exists, unless `root_device` hints choose.
+pub const DEFAULT_DISK_DEVICES: &str = "cciss/c0d0,sda,hda,vda";
+
+/// A fresh one-use deploy key for the iSCSI ramdisk: [`DEPLOY_KEY_LEN`] characters of
+/// [`DEPLOY_KEY_ALPHABET`], each drawn without modulo bias (bytes of 252 and above are thrown
+/// away, 252 being the largest multiple of 36 in a byte).
+pub fn new_deploy_key() -> anyhow::Result<Secret> {
+    let mut key = String::with_capacity(DEPLOY_KEY_LEN);
+    let mut bytes = [0u8; 64];
+    while key.len() < DEPLOY_KEY_LEN {
+        getrandom::fill(&mut bytes)
+            .map_err(|e| anyhow::anyhow!("reading the system's random source: {e}"))?;
+        for b in bytes.iter().filter(|&&b| b < 252) {
+            if key.len() == DEPLOY_KEY_LEN {
+                break;
+            }
+            key.push(char::from(DEPLOY_KEY_ALPHABET[usize::from(b % 36)]));
+        }
+    }
+    Ok(Secret::new(key))
+}
+
+/// What an iSCSI deploy's floppy says beyond the node: its key, where the instance boots from,
+/// the firmware, and the CHAP credentials the ramdisk's target must require.
+#[derive(Debug, Clone)]
+pub struct IscsiFloppy<'a> {
+    /// The one-use deploy key ([`new_deploy_key`]).
+    pub deploy_key: &'a Secret,
+    /// `local` for whole-disk images and `boot_option: local`, else `netboot`.
+    pub boot_option: vmdeploy_shared::params::BootOption,
+    /// The firmware the instance boots in.
+    pub boot_mode: vmdeploy_shared::params::BootMode,
+    /// CHAP user and secret, when configured.
+    pub chap: Option<(&'a str, &'a Secret)>,
+}
+
+/// The iSCSI deploy's `parameters.txt` for `node` (../shared/reference/ironic-protocols.md
+/// §1.2 a): `deployment_id`, `deployment_key`, `iscsi_target_iqn` (`iqn-<node uuid>`, as Ironic
+/// sends it), `ironic_api_url` (no `/v1`), `disk`, `boot_option`, `boot_mode`,
+/// `coreos.configdrive=0`, `ipa-api-url`, `ipa-driver-name`, `boot_method=vmedia`, and, as for
+/// the agent deploy, `ipa-agent-ca`, `root_device`, `BOOTIF` and the static network.
+pub fn iscsi_params(
+    node: &Node,
+    ports: &[Port],
+    config: &DeployConfig,
+    floppy: &IscsiFloppy<'_>,
+) -> anyhow::Result<Params> {
+    // No agent token: the iSCSI ramdisk authenticates with the deploy key.
+    let mut params = ramdisk_params(node, ports, config)?;
+    let api_url = params
+        .get(keys::IPA_API_URL)
+        .context("the agent keys carry the API URL")?
+        .to_owned();
+    let mut set = |key: &str, value: &str| {
+        params
+            .set(key, value)
+            .with_context(|| format!("putting {key} on the floppy"))
+    };
+    set(keys::DEPLOYMENT_ID, &node.uuid.to_string())?;
+    set(keys::DEPLOYMENT_KEY, floppy.deploy_key.expose())?;
+    set(keys::ISCSI_TARGET_IQN, &format!("iqn-{}", node.uuid))?;
+    set(keys::IRONIC_API_URL, &api_url)?;
+    set(keys::DISK, DEFAULT_DISK_DEVICES)?;
+    set(
+        keys::BOOT_OPTION,
+        match floppy.boot_option {
+            vmdeploy_shared::params::BootOption::Local => "local",
+            vmdeploy_shared::params::BootOption::Netboot => "netboot",
+        },
+    )?;
+    set(keys::BOOT_MODE, floppy.boot_mode.as_str())?;
+    set("coreos.configdrive", "0")?;
+    if let Some((user, secret)) = floppy.chap {
+        set(keys::ISCSI_CHAP_USER, user)?;
+        set(keys::ISCSI_CHAP_SECRET, secret.expose())?;
     }
     Ok(params)
 }
@@ -300,6 +394,84 @@ mod tests {
         }
     }
 
+    #[test]
+    fn deploy_keys_are_32_upper_alnum_and_differ() {
+        let keys: Vec<String> = (0..50)
+            .map(|_| new_deploy_key().expect("key").expose().clone())
+            .collect();
+        for k in &keys {
+            assert_eq!(k.len(), DEPLOY_KEY_LEN, "{k}");
+            assert!(
+                k.bytes()
+                    .all(|b| b.is_ascii_digit() || b.is_ascii_uppercase()),
+                "{k}"
+            );
+        }
+        let distinct: std::collections::BTreeSet<_> = keys.iter().collect();
+        assert_eq!(distinct.len(), keys.len(), "two keys repeated");
+    }
+
+    /// The iSCSI floppy carries the keys of ironic-protocols.md §1.2 (a), spelled as written
+    /// there, and shared's typed view (what the agent reads) agrees with them.
+    #[test]
+    fn iscsi_floppy_has_ironics_keys_and_the_agent_reads_them() {
+        let uuid = Uuid::parse_str("1be26c0b-03f2-4d2e-ae87-c02d7f33c123").expect("uuid");
+        let mut node = Node::new(uuid, "iscsi_ilo", ProvisionState::Deploying);
+        node.properties = obj(json!({"root_device": {"serial": "S1"}}));
+        let ports = [port(uuid, "52:54:00:12:34:56", true)];
+        let key = new_deploy_key().expect("key");
+        let chap_secret = Secret::new("chap-secret-123456".to_string());
+        let params = iscsi_params(
+            &node,
+            &ports,
+            &config(Some(CA)),
+            &IscsiFloppy {
+                deploy_key: &key,
+                boot_option: vmdeploy_shared::params::BootOption::Local,
+                boot_mode: vmdeploy_shared::params::BootMode::Uefi,
+                chap: Some(("chap-user", &chap_secret)),
+            },
+        )
+        .expect("params");
+        let back = read_back(&build_image(&params).expect("image"));
+        for (k, v) in [
+            ("deployment_id", "1be26c0b-03f2-4d2e-ae87-c02d7f33c123"),
+            ("deployment_key", key.expose().as_str()),
+            (
+                "iscsi_target_iqn",
+                "iqn-1be26c0b-03f2-4d2e-ae87-c02d7f33c123",
+            ),
+            ("ironic_api_url", "https://192.0.2.1:6385"),
+            ("ipa-api-url", "https://192.0.2.1:6385"),
+            ("ipa-driver-name", "iscsi_ilo"),
+            ("disk", "cciss/c0d0,sda,hda,vda"),
+            ("boot_option", "local"),
+            ("boot_mode", "uefi"),
+            ("coreos.configdrive", "0"),
+            ("boot_method", "vmedia"),
+            ("BOOTIF", "52:54:00:12:34:56"),
+        ] {
+            assert_eq!(back.get(k), Some(v), "{k}");
+        }
+        assert_eq!(
+            back.get("ipa-agent-token"),
+            None,
+            "no agent token on an iSCSI floppy"
+        );
+        let typed = vmdeploy_shared::params::IscsiDeployParams::from_params(&back)
+            .expect("the agent's typed view");
+        assert_eq!(typed.deployment_key, key);
+        assert_eq!(typed.boot_mode, vmdeploy_shared::params::BootMode::Uefi);
+        assert_eq!(
+            typed.boot_option,
+            vmdeploy_shared::params::BootOption::Local
+        );
+        assert!(typed.chap.is_some(), "CHAP credentials reach the ramdisk");
+        assert_eq!(typed.common.disks, ["cciss/c0d0", "sda", "hda", "vda"]);
+        assert!(typed.common.root_device.is_some());
+        assert!(typed.common.agent_ca_pem.is_some());
+    }
+
     /// Reads `parameters.txt` back from the image bytes with shared's FAT reader.
     fn read_back(image: &[u8]) -> Params {
         let text = fat::read_root_file(Cursor::new(image), PARAMS_FILE, 64 * 1024)
@@ -362,9 +534,9 @@ mod tests {
             keys,
             [
                 "ipa-api-url",
-                "ipa-agent-token",
                 "ipa-driver-name",
-                "boot_method"
+                "boot_method",
+                "ipa-agent-token"
             ]
         );
     }
