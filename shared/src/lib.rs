@@ -9,6 +9,7 @@ pub mod cpio;
 pub mod error;
 pub mod exit;
 pub mod fat;
+pub mod fs_id;
 pub mod io;
 pub mod iqn;
 pub mod iscsi;
