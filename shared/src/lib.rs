@@ -15,5 +15,6 @@ pub mod iqn;
 pub mod iscsi;
 pub mod iso;
 pub mod params;
+pub mod partition;
 pub mod secret;
 pub mod tempurl;
