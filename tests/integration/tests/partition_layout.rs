@@ -63,7 +63,12 @@ fn ids() -> DiskIds {
 
 /// A sparse file of `len` bytes in /var/tmp.
 fn sparse(len: u64) -> tempfile::NamedTempFile {
-    let f = tempfile::NamedTempFile::new_in("/var/tmp").expect("temp file");
+    // End the name in a letter: tools call the partitions of `disk7` `disk7p1`, not `disk71`.
+    let f = tempfile::Builder::new()
+        .prefix("partition-layout-")
+        .suffix(".img")
+        .tempfile_in("/var/tmp")
+        .expect("temp file");
     f.as_file().set_len(len).expect("sizing the sparse disk");
     f
 }
@@ -386,4 +391,89 @@ fn fs_id_agrees_with_blkid_on_ext4_and_vfat() {
     assert_eq!(blkid_tag(vfat.path(), "UUID"), "1234-ABCD");
     assert_eq!(id.label, Some(blkid_tag(vfat.path(), "LABEL")));
     assert_eq!(blkid_tag(vfat.path(), "TYPE"), "vfat");
+
+    // FAT32 keeps its serial and label further into the boot sector.
+    let fat32 = sparse(64 * MIB);
+    tool_ok(
+        "mkfs.vfat",
+        "dosfstools",
+        &[
+            "-F",
+            "32",
+            "-i",
+            "0badcafe",
+            "-n",
+            "EFI32",
+            fat32.path().to_str().expect("path"),
+        ],
+    );
+    let id = fs_id::probe(&first_bytes(fat32.path())).expect("FAT32 recognised");
+    assert_eq!(id.kind, FsKind::Vfat);
+    assert_eq!(id.uuid.as_deref(), Some("0BAD-CAFE"));
+    assert_eq!(blkid_tag(fat32.path(), "UUID"), "0BAD-CAFE");
+    assert_eq!(id.label.as_deref(), Some("EFI32"));
+    assert_eq!(blkid_tag(fat32.path(), "LABEL"), "EFI32");
+}
+
+/// 4Kn disks: sfdisk and sgdisk assume 512-byte sectors on a file, fdisk takes `-b 4096`.
+#[test]
+fn four_k_sector_tables_read_back_with_fdisk() {
+    for table in [TableKind::Gpt, TableKind::Mbr] {
+        let layout = plan(&LayoutRequest {
+            sector_size: SectorSize::B4096,
+            efi_mib: 0,
+            ..request(table)
+        })
+        .expect("plan");
+        let disk = sparse(layout.disk_bytes);
+        lay_out(disk.as_file(), &layout);
+        let path = disk.path().to_str().expect("path");
+        let text = tool_ok(
+            "fdisk",
+            "fdisk",
+            &["-b", "4096", "-l", "-o", "Device,Start,End,Type", path],
+        );
+        let label = if table == TableKind::Gpt {
+            "gpt"
+        } else {
+            "dos"
+        };
+        assert!(
+            text.contains(&format!("Disklabel type: {label}")),
+            "{table:?}: {text}"
+        );
+        assert!(
+            !text.contains("corrupt")
+                && !text.contains("mismatch")
+                && !text.contains("does not start on physical sector"),
+            "{table:?}: {text}"
+        );
+        let rows: Vec<(String, u64, u64)> = text
+            .lines()
+            .filter(|l| l.starts_with(path))
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                // MBR rows carry a `*` boot column when the partition is active.
+                let f: Vec<&str> = f.into_iter().filter(|x| *x != "*").collect();
+                (
+                    f[0].strip_prefix(path).expect("device").to_owned(),
+                    f[1].parse().expect("start"),
+                    f[2].parse().expect("end"),
+                )
+            })
+            .collect();
+        let want: Vec<(String, u64, u64)> = layout
+            .partitions
+            .iter()
+            .map(|p| {
+                (
+                    p.number.to_string(),
+                    p.first_lba,
+                    p.first_lba + p.sectors - 1,
+                )
+            })
+            .collect();
+        assert_eq!(rows, want, "{table:?}: {text}");
+        assert_eq!(rows.len(), 4);
+    }
 }
