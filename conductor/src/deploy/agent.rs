@@ -199,7 +199,7 @@ impl DeployInterface for AgentDeploy {
         info.remove(PROGRESS_KEY);
         info.remove(PARTITION_UUIDS_KEY);
         let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
-        vmedia::prepare(&self.ctx, &bmc, node)
+        vmedia::prepare(&self.ctx, &bmc, node, vmedia::Ramdisk::Agent)
             .await
             .context("booting the deploy ramdisk from virtual media")?;
         Ok(DeployStep::Wait)

@@ -23,6 +23,8 @@ use crate::store::{JsonObject, Node, PortFilter};
 
 /// `driver_internal_info` key of the pre-generated agent token.
 pub const AGENT_TOKEN_KEY: &str = "agent_secret_token";
+/// `driver_internal_info` key of the iSCSI ramdisk's one-use deploy key (Ironic's name).
+pub const DEPLOY_KEY_KEY: &str = "deployment_key";
 /// `driver_internal_info` key of the boot mode the ramdisk was booted in.
 pub const BOOT_MODE_KEY: &str = "deploy_boot_mode";
 
@@ -57,15 +59,34 @@ pub fn requested_boot_mode(node: &Node) -> anyhow::Result<Option<BootMode>> {
     Ok(crate::node::capabilities::deploy_boot_mode(node)?)
 }
 
+/// Which ramdisk a floppy is for, and so which secret it carries.
+#[derive(Debug, Clone, Copy)]
+pub enum Ramdisk<'a> {
+    /// The agent (`agent_ilo`): a pre-generated agent token, kept as [`AGENT_TOKEN_KEY`].
+    Agent,
+    /// The iSCSI ramdisk (`iscsi_ilo`): a one-use deploy key, kept as [`DEPLOY_KEY_KEY`].
+    Iscsi {
+        /// Where the instance boots from afterwards.
+        boot_option: vmdeploy_shared::params::BootOption,
+        /// CHAP user and secret the ramdisk's target requires.
+        chap: Option<(&'a str, &'a vmdeploy_shared::secret::Secret)>,
+    },
+}
+
 /// Boots `node`'s deploy ramdisk from virtual media; the node must be validated. Writes the
-/// token to the store before the node powers on, so its first call back finds it.
-pub(super) async fn prepare(ctx: &DeployContext, bmc: &Bmc, node: &mut Node) -> anyhow::Result<()> {
+/// ramdisk's secret (agent token or deploy key) to the store before the node powers on, so
+/// its first call back finds it.
+pub(super) async fn prepare(
+    ctx: &DeployContext,
+    bmc: &Bmc,
+    node: &mut Node,
+    ramdisk: Ramdisk<'_>,
+) -> anyhow::Result<()> {
     let config = &ctx.config;
     let wanted_mode = requested_boot_mode(node)?;
     let (iso_field, iso) = deploy_iso(node)?;
     bmc.power_off().await?;
 
-    let token = floppy::new_agent_token()?;
     let ports = ctx
         .store
         .list_ports(&PortFilter {
@@ -74,7 +95,34 @@ pub(super) async fn prepare(ctx: &DeployContext, bmc: &Bmc, node: &mut Node) -> 
         })
         .await
         .context("listing the node's ports for BOOTIF")?;
-    let params = floppy::agent_params(node, &ports, config, &token)?;
+    // The iSCSI floppy names the boot mode, so it is settled before the floppy is built.
+    let mode = bmc.ensure_boot_mode(wanted_mode).await?;
+    let (params, secret_key, secret) = match ramdisk {
+        Ramdisk::Agent => {
+            let token = floppy::new_agent_token()?;
+            let params = floppy::agent_params(node, &ports, config, &token)?;
+            (params, AGENT_TOKEN_KEY, token)
+        }
+        Ramdisk::Iscsi { boot_option, chap } => {
+            let key = floppy::new_deploy_key()?;
+            let boot_mode = match mode {
+                BootMode::Uefi => vmdeploy_shared::params::BootMode::Uefi,
+                BootMode::Bios => vmdeploy_shared::params::BootMode::Bios,
+            };
+            let params = floppy::iscsi_params(
+                node,
+                &ports,
+                config,
+                &floppy::IscsiFloppy {
+                    deploy_key: &key,
+                    boot_option,
+                    boot_mode,
+                    chap,
+                },
+            )?;
+            (params, DEPLOY_KEY_KEY, key)
+        }
+    };
     let image = floppy::build_image(&params)?;
     let floppy_path = floppy_object(&config.container, node.uuid);
     let options = PutOptions {
@@ -117,18 +165,15 @@ pub(super) async fn prepare(ctx: &DeployContext, bmc: &Bmc, node: &mut Node) -> 
         .await
         .map_err(without_signatures)?;
     bmc.boot_once_from_cd().await?;
-    let mode = bmc.ensure_boot_mode(wanted_mode).await?;
 
-    node.driver_internal_info.insert(
-        AGENT_TOKEN_KEY.into(),
-        Value::String(token.expose().clone()),
-    );
+    node.driver_internal_info
+        .insert(secret_key.into(), Value::String(secret.expose().clone()));
     node.driver_internal_info
         .insert(BOOT_MODE_KEY.into(), Value::String(mode.to_string()));
     ctx.store
         .update_node(node)
         .await
-        .context("saving the agent token before the node boots")?;
+        .context("saving the ramdisk's secret before the node boots")?;
     bmc.power_on().await?;
     tracing::info!(node = %node.uuid, boot_mode = %mode, "deploy ramdisk booting from virtual media");
     Ok(())
@@ -162,9 +207,10 @@ pub(super) async fn cleanup(ctx: &DeployContext, bmc: Option<&Bmc>, node: &mut N
     wipe_token(&mut node.driver_internal_info);
 }
 
-/// Forgets the agent token.
+/// Forgets the ramdisk's secrets (agent token, deploy key).
 pub(super) fn wipe_token(info: &mut JsonObject) {
     info.remove(AGENT_TOKEN_KEY);
+    info.remove(DEPLOY_KEY_KEY);
 }
 
 #[cfg(test)]

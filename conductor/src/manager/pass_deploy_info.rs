@@ -31,8 +31,7 @@ use crate::deploy::DeployStep;
 use crate::states::{Event, ProvisionState};
 use crate::store::{Node, NodeIdent};
 
-/// Where an iSCSI flow keeps the one-use deploy key it put on the floppy (Ironic's name).
-pub(crate) const DEPLOY_KEY_KEY: &str = "deployment_key";
+pub(crate) use crate::deploy::vmedia::DEPLOY_KEY_KEY;
 
 /// Whether `given` is the node's unused deploy key.
 fn key_matches(node: &Node, given: &ValidPassDeployInfo) -> bool {
