@@ -5,6 +5,12 @@
 //! deploy ISO's 12 MiB budget), while an image with only the modules our configs use
 //! ([`iso::GRUB_EFI_MODULES`]) is about 0.6 MB. grub-mkimage writes the same bytes for the same
 //! inputs (no timestamps), so the ISO stays reproducible.
+//!
+//! `vmdeploy-image-build loaders -o DIR` ([`write_dir`]) writes the three binaries as files for
+//! the conductor, which builds instance boot ISOs at run time but cannot run grub-mkimage there
+//! (it may not be installed beside the conductor, and it would cost a process per ISO). The
+//! conductor reads them back by the same names (`conductor/src/deploy/boot_iso.rs`,
+//! `read_loaders`; `tests/integration/tests/boot_iso_store.rs` checks that the two agree).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,6 +24,40 @@ pub const ISOLINUX_BIN: &str = "/usr/lib/ISOLINUX/isolinux.bin";
 pub const LDLINUX_C32: &str = "/usr/lib/syslinux/modules/bios/ldlinux.c32";
 /// GRUB's x86_64 EFI modules (package `grub-efi-amd64-bin`).
 pub const GRUB_EFI_MODULE_DIR: &str = "/usr/lib/grub/x86_64-efi";
+
+/// The file names in a loaders directory, the conductor's `[deploy] boot_loaders_dir`.
+pub const ISOLINUX_BIN_FILE: &str = "isolinux.bin";
+/// See [`ISOLINUX_BIN_FILE`].
+pub const LDLINUX_C32_FILE: &str = "ldlinux.c32";
+/// See [`ISOLINUX_BIN_FILE`].
+pub const GRUB_EFI_FILE: &str = "grubx64.efi";
+
+/// Writes `loaders` into `dir` (created when missing), each file written beside its final name
+/// and renamed into place, so a conductor reading the directory meanwhile sees old or new
+/// files, never a half-written one. Returns the paths written.
+pub fn write_dir(loaders: &BootLoaders, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let files = [
+        (ISOLINUX_BIN_FILE, &loaders.isolinux_bin),
+        (LDLINUX_C32_FILE, &loaders.ldlinux_c32),
+        (GRUB_EFI_FILE, &loaders.grub_efi),
+    ];
+    let mut written = Vec::new();
+    for (name, bytes) in files {
+        let path = dir.join(name);
+        let mut tmp = tempfile::NamedTempFile::new_in(dir)
+            .with_context(|| format!("creating a temporary file in {}", dir.display()))?;
+        std::io::Write::write_all(&mut tmp, bytes)
+            .with_context(|| format!("writing {}", path.display()))?;
+        tmp.as_file()
+            .sync_all()
+            .with_context(|| format!("syncing {}", path.display()))?;
+        tmp.persist(&path)
+            .with_context(|| format!("moving {} into place", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}
 
 /// Reads isolinux and ldlinux.c32 and builds the GRUB EFI binary.
 pub fn system_loaders() -> anyhow::Result<BootLoaders> {
@@ -117,5 +157,25 @@ mod tests {
         let b = build_grub_efi(Path::new(GRUB_EFI_MODULE_DIR)).expect("again");
         assert_eq!(a.grub_efi, b, "grub-mkimage output differs between runs");
         assert!(a.isolinux_bin.len() > 2048 && !a.ldlinux_c32.is_empty());
+    }
+
+    #[test]
+    fn a_loaders_directory_holds_the_three_binaries() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let out = dir.path().join("new/boot-loaders");
+        let loaders = BootLoaders {
+            isolinux_bin: vec![1; 4096],
+            ldlinux_c32: vec![2; 100],
+            grub_efi: b"MZ grub".to_vec(),
+        };
+        let written = write_dir(&loaders, &out).expect("writes");
+        assert_eq!(written.len(), 3);
+        let read = |name: &str| std::fs::read(out.join(name)).expect(name);
+        assert_eq!(read(ISOLINUX_BIN_FILE), loaders.isolinux_bin);
+        assert_eq!(read(LDLINUX_C32_FILE), loaders.ldlinux_c32);
+        assert_eq!(read(GRUB_EFI_FILE), loaders.grub_efi);
+        // Written again over the old ones: nothing else is left in the directory.
+        write_dir(&loaders, &out).expect("writes again");
+        assert_eq!(std::fs::read_dir(&out).expect("dir").count(), 3);
     }
 }

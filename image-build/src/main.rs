@@ -1,8 +1,8 @@
 //! `vmdeploy-image-build`: builds the images a deploy needs.
 //!
-//! Today: the virtual floppy with the deploy parameters (`floppy`) and the deploy ramdisk with
-//! the agent as /init (`initramfs`, see [`initramfs`]). The deploy ISO and the instance boot
-//! ISOs come with the end-to-end issue.
+//! The virtual floppy with the deploy parameters (`floppy`), the deploy ramdisk with the agent
+//! as /init (`initramfs`, see [`initramfs`]), the deploy ISO (`deploy-iso`), an instance boot
+//! ISO (`boot-iso`), and the boot loaders the conductor builds boot ISOs with (`loaders`).
 //!
 //! Exit codes ([`vmdeploy_shared::exit`]): 0 on success, 64 for bad usage or a bad input
 //! (arguments, a parameters file that does not parse), 1 for a failure while building.
@@ -71,6 +71,14 @@ enum Command {
     DeployIso(deploy_iso::DeployIsoArgs),
     /// Build an instance boot ISO (BIOS + UEFI) from a kernel, a ramdisk and a command line.
     BootIso(boot_iso::BootIsoArgs),
+    /// Write the boot loaders the conductor builds instance boot ISOs with (isolinux.bin,
+    /// ldlinux.c32 and a GRUB EFI binary made by grub-mkimage) into the conductor's
+    /// `[deploy] boot_loaders_dir` (default `<state dir>/boot-loaders`).
+    Loaders {
+        /// Output directory (created when missing).
+        #[arg(long, short)]
+        out: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -99,6 +107,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::DeployIso(args) => deploy_iso::run(args),
         Command::BootIso(args) => boot_iso::run(args),
+        Command::Loaders { out } => {
+            let loaders = loaders::system_loaders().context("finding the boot loaders")?;
+            let written = loaders::write_dir(&loaders, &out)
+                .with_context(|| format!("writing the boot loaders to {}", out.display()))?;
+            for path in &written {
+                let len = std::fs::metadata(path).map_or(0, |m| m.len());
+                eprintln!("wrote {} ({len} bytes)", path.display());
+            }
+            Ok(())
+        }
         Command::Initramfs {
             agent,
             modules_dir,

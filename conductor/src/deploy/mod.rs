@@ -19,6 +19,7 @@ use crate::store::{Node, Store};
 pub mod agent;
 pub mod agent_client;
 mod bmc;
+pub mod boot_iso;
 pub mod floppy;
 pub mod image;
 pub mod vmedia;

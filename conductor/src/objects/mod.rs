@@ -7,6 +7,10 @@
 //! `vmdeploy_shared::tempurl`) and `swift` (OpenStack Swift, tempauth v1 or Keystone v3). The
 //! flows see only the trait (`Arc<dyn ObjectStore>`), so they run the same on both.
 //!
+//! Metadata is Swift's model for both: a put sets the whole set, [`ObjectStore::set_metadata`]
+//! replaces it (a Swift `POST`), keys in lower case. [`testing`] holds the contract both
+//! stores run, the built-in one in its unit tests and Swift in `tests/integration`.
+//!
 //! Objects are named by container and object name, as Swift names them; the built-in store
 //! keeps one directory per container. Both stores check names with [`ObjectPath::validate`]
 //! before anything reaches a disk or a URL, and write them into URLs with
@@ -24,6 +28,8 @@ use time::OffsetDateTime;
 pub mod builtin;
 /// OpenStack Swift (tempauth v1 or Keystone v3).
 pub mod swift;
+/// The [`ObjectStore`] contract as one test suite, run against every store.
+pub mod testing;
 
 /// Longest container name Swift accepts (`container_name_max_length`, swift.conf default).
 pub const MAX_CONTAINER_NAME: usize = 256;
@@ -197,6 +203,24 @@ pub trait ObjectStore: Send + Sync + 'static {
     async fn delete(&self, path: &ObjectPath) -> Result<bool, ObjectError>;
     /// Size and metadata of `path`; [`ObjectError::NotFound`] when missing.
     async fn head(&self, path: &ObjectPath) -> Result<ObjectInfo, ObjectError>;
+    /// Replaces the custom metadata of `path` with `metadata` (keys in lower case), leaving its
+    /// bytes and its deletion time as they are; [`ObjectError::NotFound`] when missing. As a
+    /// Swift `POST` does, it replaces the whole set: keys not given are removed
+    /// (reference/ironic-protocols.md §4.2), so a caller changing one key sends the others too.
+    ///
+    /// Both stores implement it (and [`testing`] checks it); the default, which refuses, is
+    /// for test doubles that never hold counted objects.
+    async fn set_metadata(
+        &self,
+        path: &ObjectPath,
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<(), ObjectError> {
+        let _ = metadata;
+        Err(ObjectError::Other(format!(
+            "the {} object store cannot change the metadata of {path}",
+            self.kind()
+        )))
+    }
     /// A `GET` temp URL for `path`, valid for `ttl`, at an address the BMCs and agents reach.
     async fn temp_url(&self, path: &ObjectPath, ttl: Duration) -> Result<String, ObjectError>;
     /// A short name for logs and errors (`builtin`, `swift`).

@@ -113,6 +113,9 @@ pub mod keys {
     pub const DEPLOY_CONTAINER: &str = "deploy.container";
     /// Name of this conductor (its reservations' prefix; default the host name).
     pub const DEPLOY_CONDUCTOR_NAME: &str = "deploy.conductor_name";
+    /// Directory of the boot loaders instance boot ISOs are built with (written by
+    /// `vmdeploy-image-build loaders -o DIR`; default `<state dir>/boot-loaders`).
+    pub const DEPLOY_BOOT_LOADERS_DIR: &str = "deploy.boot_loaders_dir";
     /// Log format: `human` or `json`.
     pub const LOG_FORMAT: &str = "log.format";
     /// Log level or `tracing` filter directives (`RUST_LOG` wins).
@@ -161,6 +164,7 @@ pub mod keys {
         DEPLOY_POWER_SYNC,
         DEPLOY_CONTAINER,
         DEPLOY_CONDUCTOR_NAME,
+        DEPLOY_BOOT_LOADERS_DIR,
         LOG_FORMAT,
         LOG_LEVEL,
     ];
@@ -183,6 +187,8 @@ pub const SQLITE_FILE: &str = "vmdeploy.sqlite";
 pub const OBJECTS_DIR: &str = "objects";
 /// Generated certificates in the state directory.
 pub const TLS_DIR: &str = "tls";
+/// The boot loaders' directory in the state directory (`deploy.boot_loaders_dir`).
+pub const BOOT_LOADERS_DIR: &str = "boot-loaders";
 /// The state directory's name under `$XDG_STATE_HOME` and `~/.local/state`.
 pub const STATE_SUBDIR: &str = "vmdeploy";
 
@@ -468,6 +474,8 @@ pub struct DeploySection {
     pub container: Option<String>,
     /// `conductor_name`.
     pub conductor_name: Option<String>,
+    /// `boot_loaders_dir`.
+    pub boot_loaders_dir: Option<PathBuf>,
 }
 
 /// `[log]`
@@ -746,6 +754,8 @@ pub struct Settings {
     pub container: String,
     /// `deploy.conductor_name`.
     pub conductor_name: String,
+    /// `deploy.boot_loaders_dir`: read only when a boot ISO is built, so it may be missing.
+    pub boot_loaders_dir: PathBuf,
     /// Log format.
     pub log_format: LogFormat,
     /// Log filter.
@@ -1065,6 +1075,17 @@ impl Settings {
             None => host_name(),
         };
 
+        let boot_loaders_dir = match deploy.boot_loaders_dir {
+            Some(dir) if !dir.is_absolute() => {
+                return Err(ConfigError::new(
+                    keys::DEPLOY_BOOT_LOADERS_DIR,
+                    format!("{} is not an absolute path", dir.display()),
+                ))
+            }
+            Some(dir) => dir,
+            None => state_dir.join(BOOT_LOADERS_DIR),
+        };
+
         let log_level = file.log.level.unwrap_or_else(|| "info".to_string());
         // A bare word must be a level: EnvFilter would take "verbose" as a target name and log
         // nothing at all.
@@ -1127,6 +1148,7 @@ impl Settings {
                 .container
                 .unwrap_or_else(|| DEFAULT_CONTAINER.to_string()),
             conductor_name,
+            boot_loaders_dir,
             log_format: file.log.format,
             log_level,
             fallbacks,
@@ -1342,6 +1364,11 @@ mod tests {
                 "[deploy]\ndeploy_callback_timeout = 0\n",
                 "deploy.deploy_callback_timeout",
             ),
+            (
+                "relative boot loaders dir",
+                "[deploy]\nboot_loaders_dir = \"loaders\"\n",
+                "deploy.boot_loaders_dir",
+            ),
             ("bad log level", "[log]\nlevel = \"loud\"\n", "log.level"),
             (
                 "bad log filter",
@@ -1376,6 +1403,17 @@ mod tests {
         assert_eq!(s.listen[0].to_string(), "0.0.0.0:6385");
         let s = resolve("[api]\nlisten = [\"0.0.0.0:6385\"]\ntls = \"auto\"\n").expect("auto TLS");
         assert_eq!(s.tls, ApiTls::Auto);
+    }
+
+    #[test]
+    fn boot_loaders_dir_defaults_to_the_state_dir() {
+        let s = resolve("").expect("defaults");
+        assert_eq!(
+            s.boot_loaders_dir,
+            PathBuf::from("/home/op/.local/state/vmdeploy/boot-loaders")
+        );
+        let s = resolve("[deploy]\nboot_loaders_dir = \"/srv/loaders\"\n").expect("given");
+        assert_eq!(s.boot_loaders_dir, PathBuf::from("/srv/loaders"));
     }
 
     #[test]

@@ -11,6 +11,9 @@
 //! `token.catalog[].{type, endpoints[].{interface, region_id, region, url}}`); the catalog
 //! points at the real Swift and the token is a real tempauth token, so everything after the
 //! token request is Swift's own answer.
+//!
+//! `the_object_store_contract_on_real_swift_with_swifts_own_headers` runs the contract every
+//! store runs (`objects::testing`), then checks `set_metadata` in Swift's own headers.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -513,5 +516,76 @@ async fn keystone_v3_password_auth_reaches_swift() {
         .expect("put after a 503 and a refused token");
     assert_eq!(store.head(&path).await.expect("head").size, 5);
     assert_eq!(flaky.bodies.lock().expect("not poisoned").len(), 3);
+    assert!(store.delete(&path).await.expect("delete"));
+}
+
+/// HEAD of an object by curl with a token: the status and the header lines exactly as Swift
+/// wrote them (names not folded to lower case).
+fn raw_head(swift: &SwiftPeer, object_url_path: &str) -> (u16, Vec<String>) {
+    let (token, storage_url) = swift.auth().expect("tempauth");
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "10", "-I", "-H"])
+        .arg(format!("X-Auth-Token: {token}"))
+        .arg(format!("{storage_url}{object_url_path}"))
+        .output()
+        .expect("curl runs (apt-get install curl)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut lines = text.lines().map(|l| l.trim_end().to_string());
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|s| s.parse().ok()))
+        .unwrap_or_else(|| panic!("curl printed no status line: {text:?}"));
+    (status, lines.filter(|l| !l.is_empty()).collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_object_store_contract_on_real_swift_with_swifts_own_headers() {
+    let swift = SwiftPeer::start().expect("Swift starts (scripts/setup installs it)");
+    let store = SwiftStore::new(tempauth(&swift, KEY)).expect("store");
+    vmdeploy_conductor::objects::testing::object_store_contract_suite(&store, "contract").await;
+
+    // set_metadata as Swift records it: the count replaced, the other key gone, X-Delete-At
+    // kept (a POST without it would have cleared it).
+    let path = ObjectPath::new("contract", "raw-headers");
+    store
+        .put(
+            &path,
+            ObjectBody::Bytes(b"abc".to_vec().into()),
+            &PutOptions {
+                delete_after: Some(Duration::from_secs(300)),
+                metadata: BTreeMap::from([
+                    ("usage-count".to_string(), "1".to_string()),
+                    ("other".to_string(), "x".to_string()),
+                ]),
+            },
+        )
+        .await
+        .expect("put");
+    let (_, before) = raw_head(&swift, &path.url_path());
+    let delete_at = before
+        .iter()
+        .find(|h| h.starts_with("X-Delete-At:"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no X-Delete-At after a put with X-Delete-After: {before:?}"));
+    store
+        .set_metadata(
+            &path,
+            &BTreeMap::from([("usage-count".to_string(), "9".to_string())]),
+        )
+        .await
+        .expect("set_metadata");
+    let (status, after) = raw_head(&swift, &path.url_path());
+    assert_eq!(status, 200);
+    assert!(
+        after.iter().any(|h| h == "X-Object-Meta-Usage-Count: 9"),
+        "{after:?}"
+    );
+    assert!(
+        !after
+            .iter()
+            .any(|h| h.to_ascii_lowercase().starts_with("x-object-meta-other")),
+        "{after:?}"
+    );
+    assert!(after.contains(&delete_at), "{delete_at} lost: {after:?}");
     assert!(store.delete(&path).await.expect("delete"));
 }

@@ -13,7 +13,12 @@
 //! A put writes the data and the sidecar to `.tmp`, syncs the data, then renames the data into
 //! place and the sidecar after it: the sidecar is the commit record, a reader that finds one
 //! finds its data. A delete removes the sidecar first, so a reader sees the object vanish
-//! whole. At start, [`Files::scan`] deletes what a crash left half done (data without a
+//! whole. A metadata change ([`Files::replace_metadata`]) writes a new sidecar to `.tmp` and
+//! renames it over the old one: a reader sees the old set or the new, never half of one. The
+//! renames that commit a put, the removals of a delete and the read-modify-rename of a
+//! metadata change take one lock, so a metadata change cannot pair an old sidecar with the
+//! bytes of a put that landed meanwhile, nor bring back an object deleted meanwhile. At start,
+//! [`Files::scan`] deletes what a crash left half done (data without a
 //! sidecar, a sidecar without data or whose size disagrees).
 //!
 //! # Limitations
@@ -24,6 +29,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
@@ -89,6 +95,8 @@ pub fn encode_name(name: &str) -> String {
 #[derive(Debug, Clone)]
 pub struct Files {
     root: PathBuf,
+    /// Held while a sidecar is renamed into place or removed (see the module documentation).
+    commit: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Files {
@@ -103,6 +111,7 @@ impl Files {
         tokio::fs::create_dir_all(&tmp).await?;
         Ok(Files {
             root: root.to_path_buf(),
+            commit: Arc::new(tokio::sync::Mutex::new(())),
         })
     }
 
@@ -167,6 +176,7 @@ impl Files {
             if let Some(dir) = data_path.parent() {
                 tokio::fs::create_dir_all(dir).await?;
             }
+            let _commit = self.commit.lock().await;
             tokio::fs::rename(&tmp_data, &data_path).await?;
             tokio::fs::rename(&tmp_sidecar, &sidecar_path).await?;
             Ok::<_, io::Error>(())
@@ -202,11 +212,62 @@ impl Files {
     /// Deletes `path`; `false` when it was not there.
     pub async fn remove(&self, path: &ObjectPath) -> Result<bool, ObjectError> {
         let (data_path, sidecar_path) = self.locate(path)?;
+        let _commit = self.commit.lock().await;
         let had_sidecar = remove_if_present(&sidecar_path).await?;
         let had_data = remove_if_present(&data_path).await?;
         // The container's directory stays, empty or not, as Swift keeps empty containers:
         // removing it could pull it from under a put into the same container.
         Ok(had_sidecar && had_data)
+    }
+
+    /// Replaces the metadata in the sidecar of `path`, when `live` says the object is there
+    /// (not past its deadline); returns the new sidecar, `None` when there is no live object.
+    /// The data file is not touched.
+    pub async fn replace_metadata(
+        &self,
+        path: &ObjectPath,
+        metadata: BTreeMap<String, String>,
+        live: impl Fn(&Sidecar) -> bool + Send,
+    ) -> Result<Option<Sidecar>, ObjectError> {
+        let (_, sidecar_path) = self.locate(path)?;
+        let tmp_sidecar = self
+            .root
+            .join(TMP_DIR)
+            .join(format!("{}.json", uuid::Uuid::new_v4().simple()));
+        let _commit = self.commit.lock().await;
+        let result = async {
+            let Some(mut sidecar) = read_sidecar(&sidecar_path).await? else {
+                return Ok(None);
+            };
+            if !live(&sidecar) {
+                return Ok(None);
+            }
+            sidecar.metadata = metadata;
+            let json = serde_json::to_vec_pretty(&sidecar).map_err(io::Error::other)?;
+            let mut file = tokio::fs::File::create(&tmp_sidecar).await?;
+            file.write_all(&json).await?;
+            // The rename replaces the only copy of the object's metadata: the new one must be
+            // on disk before it does.
+            file.sync_all().await?;
+            drop(file);
+            tokio::fs::rename(&tmp_sidecar, &sidecar_path).await?;
+            Ok::<_, io::Error>(Some(sidecar))
+        }
+        .await;
+        match result {
+            Ok(sidecar) => Ok(sidecar),
+            Err(e) => {
+                // Best effort: `.tmp` is cleared at the next start anyway.
+                let _ = tokio::fs::remove_file(&tmp_sidecar).await;
+                Err(ObjectError::Io(io::Error::new(
+                    e.kind(),
+                    format!(
+                        "replacing the metadata of {path} under {}: {e}",
+                        self.root.display()
+                    ),
+                )))
+            }
+        }
     }
 
     /// Every complete object under the root; deletes the remains of interrupted puts and

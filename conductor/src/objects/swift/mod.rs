@@ -4,7 +4,10 @@
 //! [`SwiftStore`] maps the trait onto Swift's object API ([`client`] sends, [`auth`] gets the
 //! token): a put that meets 404 creates the container (`PUT` container) and tries once more;
 //! `delete_after` becomes `X-Delete-After` (Swift turns it into `X-Delete-At` and answers 404
-//! once it has passed); metadata travels as `X-Object-Meta-*`. Temp URLs are signed with
+//! once it has passed); metadata travels as `X-Object-Meta-*`. `set_metadata` is a `POST` to
+//! the object, which replaces every `X-Object-Meta-*` header and also drops `X-Delete-At`
+//! unless it is sent again (Swift's object server keeps only what the `POST` names), so the
+//! deletion time read by a `HEAD` just before is sent back with it. Temp URLs are signed with
 //! `vmdeploy_shared::tempurl` (HMAC-SHA256) over the storage URL's path, with the account's
 //! `X-Account-Meta-Temp-URL-Key`: read once, and when the account has none, set to the
 //! configured key or a generated 256-bit one (reference/ironic-protocols.md §4.1; Ironic reads
@@ -17,6 +20,7 @@
 pub mod auth;
 pub mod client;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -108,6 +112,21 @@ fn build_http(config: &SwiftConfig) -> Result<reqwest::Client, ObjectError> {
 fn header_value(value: &str, what: &str) -> Result<HeaderValue, ObjectError> {
     HeaderValue::from_str(value)
         .map_err(|_| ObjectError::Other(format!("{what} {value:?} cannot be sent in a header")))
+}
+
+/// Adds `metadata` to `headers` as `X-Object-Meta-<key>` (keys lower-cased).
+fn insert_metadata(
+    headers: &mut HeaderMap,
+    metadata: &BTreeMap<String, String>,
+) -> Result<(), ObjectError> {
+    for (key, value) in metadata {
+        let name = format!("{META_PREFIX}{}", key.to_ascii_lowercase());
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+            ObjectError::Other(format!("metadata key {key:?} is not a valid header name"))
+        })?;
+        headers.insert(name, header_value(value, "metadata value")?);
+    }
+    Ok(())
 }
 
 /// A short excerpt of an error reply, for messages.
@@ -254,13 +273,7 @@ impl ObjectStore for SwiftStore {
             let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
             headers.insert("x-delete-after", HeaderValue::from(secs.max(1)));
         }
-        for (key, value) in &options.metadata {
-            let name = format!("{META_PREFIX}{}", key.to_ascii_lowercase());
-            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                ObjectError::Other(format!("metadata key {key:?} is not a valid header name"))
-            })?;
-            headers.insert(name, header_value(value, "metadata value")?);
-        }
+        insert_metadata(&mut headers, &options.metadata)?;
         let payload = match body {
             ObjectBody::Bytes(b) => Payload::Bytes(b),
             ObjectBody::File(file) => {
@@ -379,6 +392,41 @@ impl ObjectStore for SwiftStore {
             metadata,
             delete_at,
         })
+    }
+
+    async fn set_metadata(
+        &self,
+        path: &ObjectPath,
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<(), ObjectError> {
+        path.validate()?;
+        let mut headers = HeaderMap::new();
+        insert_metadata(&mut headers, metadata)?;
+        // A POST without X-Delete-At clears it (see the module documentation): send it back.
+        if let Some(at) = self.head(path).await?.delete_at {
+            headers.insert("x-delete-at", HeaderValue::from(at.unix_timestamp()));
+        }
+        let target = path.url_path();
+        let reply = self
+            .client
+            .request(
+                Method::POST,
+                Target::Path(&target),
+                &headers,
+                &Payload::Empty,
+            )
+            .await?;
+        match reply.status() {
+            s if s.is_success() => Ok(()),
+            StatusCode::NOT_FOUND => Err(ObjectError::NotFound(path.clone())),
+            status => {
+                let url = reply.url().to_string();
+                Err(ObjectError::Other(format!(
+                    "replacing the metadata of {path}: POST {url} answered {status}: {}",
+                    excerpt(reply).await
+                )))
+            }
+        }
     }
 
     async fn temp_url(&self, path: &ObjectPath, ttl: Duration) -> Result<String, ObjectError> {
