@@ -113,6 +113,10 @@ pub mod keys {
     pub const DEPLOY_CONTAINER: &str = "deploy.container";
     /// Name of this conductor (its reservations' prefix; default the host name).
     pub const DEPLOY_CONDUCTOR_NAME: &str = "deploy.conductor_name";
+    /// Directory of the instance image cache (default `<state>/images`).
+    pub const IMAGES_CACHE_DIR: &str = "images.cache_dir";
+    /// Size limit of the instance image cache, bytes of raw images.
+    pub const IMAGES_CACHE_LIMIT: &str = "images.cache_limit";
     /// Log format: `human` or `json`.
     pub const LOG_FORMAT: &str = "log.format";
     /// Log level or `tracing` filter directives (`RUST_LOG` wins).
@@ -161,6 +165,8 @@ pub mod keys {
         DEPLOY_POWER_SYNC,
         DEPLOY_CONTAINER,
         DEPLOY_CONDUCTOR_NAME,
+        IMAGES_CACHE_DIR,
+        IMAGES_CACHE_LIMIT,
         LOG_FORMAT,
         LOG_LEVEL,
     ];
@@ -181,6 +187,8 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 pub const SQLITE_FILE: &str = "vmdeploy.sqlite";
 /// The built-in store's directory in the state directory.
 pub const OBJECTS_DIR: &str = "objects";
+/// The instance image cache in the state directory (`images.cache_dir`'s default).
+pub const IMAGES_DIR: &str = "images";
 /// Generated certificates in the state directory.
 pub const TLS_DIR: &str = "tls";
 /// The state directory's name under `$XDG_STATE_HOME` and `~/.local/state`.
@@ -226,6 +234,8 @@ pub struct ConfigFile {
     pub ilo: IloSection,
     /// `[deploy]`
     pub deploy: DeploySection,
+    /// `[images]`
+    pub images: ImagesSection,
     /// `[log]`
     pub log: LogSection,
 }
@@ -468,6 +478,16 @@ pub struct DeploySection {
     pub container: Option<String>,
     /// `conductor_name`.
     pub conductor_name: Option<String>,
+}
+
+/// `[images]`: the instance image cache (iscsi_ilo).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ImagesSection {
+    /// `cache_dir`.
+    pub cache_dir: Option<PathBuf>,
+    /// `cache_limit`, bytes.
+    pub cache_limit: Option<u64>,
 }
 
 /// `[log]`
@@ -746,6 +766,10 @@ pub struct Settings {
     pub container: String,
     /// `deploy.conductor_name`.
     pub conductor_name: String,
+    /// `images.cache_dir`.
+    pub image_cache_dir: PathBuf,
+    /// `images.cache_limit`, bytes.
+    pub image_cache_limit: u64,
     /// Log format.
     pub log_format: LogFormat,
     /// Log filter.
@@ -1065,6 +1089,27 @@ impl Settings {
             None => host_name(),
         };
 
+        let image_cache_dir = file
+            .images
+            .cache_dir
+            .unwrap_or_else(|| state_dir.join(IMAGES_DIR));
+        if !image_cache_dir.is_absolute() {
+            return Err(ConfigError::new(
+                keys::IMAGES_CACHE_DIR,
+                format!("{} is not an absolute path", image_cache_dir.display()),
+            ));
+        }
+        let image_cache_limit = match file.images.cache_limit {
+            None => crate::image_cache::DEFAULT_LIMIT,
+            Some(0) => {
+                return Err(ConfigError::new(
+                    keys::IMAGES_CACHE_LIMIT,
+                    "must be above 0",
+                ))
+            }
+            Some(n) => n,
+        };
+
         let log_level = file.log.level.unwrap_or_else(|| "info".to_string());
         // A bare word must be a level: EnvFilter would take "verbose" as a target name and log
         // nothing at all.
@@ -1127,6 +1172,8 @@ impl Settings {
                 .container
                 .unwrap_or_else(|| DEFAULT_CONTAINER.to_string()),
             conductor_name,
+            image_cache_dir,
+            image_cache_limit,
             log_format: file.log.format,
             log_level,
             fallbacks,
@@ -1265,6 +1312,8 @@ mod tests {
         assert_eq!(s.ilo.client_port, 443);
         assert_eq!(s.ilo.verify_ca, VerifyCa::Enabled(true));
         assert_eq!(s.log_format, LogFormat::Human);
+        assert_eq!(s.image_cache_dir, s.state_dir.join("images"));
+        assert_eq!(s.image_cache_limit, 20 * 1024 * 1024 * 1024);
         match &s.objects {
             ObjectsSettings::Builtin { listen, root, .. } => {
                 assert_eq!(*listen, DEFAULT_BUILTIN_LISTEN);
@@ -1341,6 +1390,16 @@ mod tests {
                 "zero timeout",
                 "[deploy]\ndeploy_callback_timeout = 0\n",
                 "deploy.deploy_callback_timeout",
+            ),
+            (
+                "zero image cache limit",
+                "[images]\ncache_limit = 0\n",
+                "images.cache_limit",
+            ),
+            (
+                "relative image cache dir",
+                "[images]\ncache_dir = \"images\"\n",
+                "images.cache_dir",
             ),
             ("bad log level", "[log]\nlevel = \"loud\"\n", "log.level"),
             (
