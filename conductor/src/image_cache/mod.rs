@@ -61,6 +61,13 @@ pub use format::ImageFormat;
 /// parse `ALGO:HEX` or bare hex with `str::parse`, or build with `ExpectedDigest::new`).
 pub type Checksum = ExpectedDigest;
 
+/// The cache's [`Checksum`] of a node's `image_checksum` / `image_os_hash_algo` + `_value`.
+pub fn checksum_of(
+    checksum: &crate::node::instance_info::ImageChecksum,
+) -> Result<Checksum, vmdeploy_shared::io::hash::HashError> {
+    Checksum::new(checksum.algorithm().parse()?, checksum.hex())
+}
+
 /// Subdirectory of downloads in progress; emptied at open.
 const TMP_DIR: &str = "tmp";
 /// Extension of a cached raw image.

@@ -592,3 +592,47 @@ async fn missing_unsupported_and_local_sources() {
     assert_eq!(got.digest, sha256(&img));
     assert!(read(&got.path) == img);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_server_times_out_after_bounded_attempts() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut stalled = Route::ok(raw_image());
+    stalled.delay = Duration::from_secs(60);
+    let server = Server::start(HashMap::from([("/stalled", stalled)])).await;
+    let cache = ImageCache::open_with(
+        tmp.path().join("images"),
+        1 << 30,
+        FetchPolicy {
+            read_timeout: Duration::from_millis(300),
+            ..policy()
+        },
+    )
+    .expect("open");
+    let started = std::time::Instant::now();
+    let err = cache
+        .get(&ImageSource::new("stalled", server.url("/stalled"), None))
+        .await
+        .expect_err("stalls");
+    assert!(
+        matches!(err, ImageCacheError::Fetch { attempts: 2, .. }),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(server.gets("/stalled"), 2);
+    assert_eq!(listing(cache.dir()), (vec![], vec![]));
+}
+
+#[test]
+fn node_checksums_convert() {
+    use crate::node::instance_info::ImageChecksum;
+    let hex = "ab".repeat(32);
+    let got = checksum_of(&ImageChecksum::Sha256(hex.clone())).expect("sha256");
+    assert_eq!((got.algo, got.hex), (HashAlgo::Sha256, hex));
+    let got = checksum_of(&ImageChecksum::Md5("0".repeat(32))).expect("md5");
+    assert_eq!(got.algo, HashAlgo::Md5);
+    assert!(checksum_of(&ImageChecksum::Sha512("0".repeat(3))).is_err());
+}
