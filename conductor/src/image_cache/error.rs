@@ -91,12 +91,66 @@ pub enum ImageCacheError {
     },
 }
 
+/// `url` without its query and fragment: a temp URL's query is its signature, a credential that
+/// must not reach logs or a node's `last_error`. The `?…` says something was cut.
+pub fn shown_url(url: &str) -> String {
+    let end = url.find(['?', '#']).unwrap_or(url.len());
+    if url[end..].starts_with('?') {
+        format!("{}?…", &url[..end])
+    } else {
+        url[..end].to_owned()
+    }
+}
+
 impl ImageCacheError {
+    /// The same error with its URL shown by [`shown_url`].
+    pub fn mask_url(mut self) -> ImageCacheError {
+        match &mut self {
+            ImageCacheError::UnsupportedUrl { url }
+            | ImageCacheError::NotFound { url }
+            | ImageCacheError::Http { url, .. }
+            | ImageCacheError::Fetch { url, .. }
+            | ImageCacheError::ChecksumMismatch { url, .. }
+            | ImageCacheError::UnsupportedFormat { url, .. }
+            | ImageCacheError::TooLarge { url, .. }
+            | ImageCacheError::Aborted { url, .. } => *url = shown_url(url),
+            ImageCacheError::Io { .. } => {}
+        }
+        self
+    }
+
     /// An [`ImageCacheError::Io`] naming what was being done.
     pub fn io(context: impl Into<String>, source: io::Error) -> ImageCacheError {
         ImageCacheError::Io {
             context: context.into(),
             source: Arc::new(source),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_url_signatures_are_not_shown() {
+        let cases = [
+            (
+                "https://s/v1/AUTH_a/c/o?temp_url_sig=abc&temp_url_expires=1",
+                "https://s/v1/AUTH_a/c/o?…",
+            ),
+            ("http://h/img.qcow2", "http://h/img.qcow2"),
+            ("http://h/img#frag", "http://h/img"),
+            ("file:///srv/img.raw", "file:///srv/img.raw"),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(shown_url(url), shown);
+        }
+        let err = ImageCacheError::Http {
+            url: cases[0].0.into(),
+            status: 401,
+        }
+        .mask_url();
+        assert!(!err.to_string().contains("abc"), "{err}");
     }
 }

@@ -182,7 +182,8 @@ async fn feed_http(
     let mut last = String::new();
     for attempt in 1..=attempts {
         if attempt > 1 {
-            tracing::warn!(url, attempt, reason = %last, "retrying the image download");
+            let shown = super::error::shown_url(url);
+            tracing::warn!(url = %shown, attempt, reason = %last, "retrying the image download");
             tokio::time::sleep(delay).await;
             delay = delay.saturating_mul(2);
             if tx.send(Msg::Restart).await.is_err() {
@@ -211,7 +212,7 @@ async fn http_attempt(
         .get(url)
         .send()
         .await
-        .map_err(|e| Attempt::Retry(error_chain(&e)))?;
+        .map_err(|e| Attempt::Retry(error_chain(&e.without_url())))?;
     let status = response.status();
     if status == reqwest::StatusCode::NOT_FOUND {
         return Err(Attempt::Fail(ImageCacheError::NotFound {
@@ -237,7 +238,7 @@ async fn http_attempt(
                 }
             }
             Ok(None) => return Ok(Fed::Complete),
-            Err(e) => return Err(Attempt::Retry(error_chain(&e))),
+            Err(e) => return Err(Attempt::Retry(error_chain(&e.without_url()))),
         }
     }
 }

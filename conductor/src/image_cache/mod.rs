@@ -315,7 +315,7 @@ impl ImageCache {
                     Some(download) => download.clone(),
                     None => {
                         let task = tokio::spawn(fill(self.inner.clone(), source.clone()));
-                        let url = source.url.clone();
+                        let url = error::shown_url(&source.url);
                         let download = async move {
                             task.await.unwrap_or_else(|e| {
                                 Err(ImageCacheError::Aborted {
@@ -334,7 +334,7 @@ impl ImageCache {
             download.await?;
         }
         Err(ImageCacheError::Aborted {
-            url: source.url.clone(),
+            url: error::shown_url(&source.url),
             reason: "the entry was evicted before it could be used, three times".into(),
         })
     }
@@ -478,8 +478,10 @@ async fn fill(inner: Arc<Inner>, source: ImageSource) -> Result<(), ImageCacheEr
             }
         }
     }
+    // Errors and logs name the URL without its query (a temp URL's signature).
+    let result = result.map_err(ImageCacheError::mask_url);
     if let Err(e) = &result {
-        tracing::warn!(url = %source.url, error = %e, "image download failed; nothing cached");
+        tracing::warn!(error = %e, "image download failed; nothing cached");
         inner.lock().inflight.remove(&source.key);
     }
     result

@@ -549,10 +549,18 @@ async fn missing_unsupported_and_local_sources() {
     let cache = open(tmp.path(), 1 << 30);
 
     let err = cache
-        .get(&ImageSource::new("m", server.url("/missing"), None))
+        .get(&ImageSource::new(
+            "m",
+            server.url("/missing?temp_url_sig=s3cret&temp_url_expires=1"),
+            None,
+        ))
         .await
         .expect_err("404");
     assert!(matches!(err, ImageCacheError::NotFound { .. }), "{err}");
+    assert!(
+        !err.to_string().contains("s3cret"),
+        "the signature leaks: {err}"
+    );
     let err = cache
         .get(&ImageSource::new("g", server.url("/img.gz"), None))
         .await
