@@ -9,6 +9,8 @@ pub mod api;
 pub mod deploy;
 /// Power, management, virtual media and inventory interfaces, the iLO clients, the `ilo` CLI.
 pub mod drivers;
+/// The local cache of instance images (raw, verified, LRU) the iscsi_ilo flow writes from.
+pub mod image_cache;
 /// The iSCSI initiator (login, CHAP, write/read pipelines), with the `iscsi` CLI.
 pub mod initiator;
 /// Console logging set-up.

@@ -116,6 +116,10 @@ pub mod keys {
     /// Directory of the boot loaders instance boot ISOs are built with (written by
     /// `vmdeploy-image-build loaders -o DIR`; default `<state dir>/boot-loaders`).
     pub const DEPLOY_BOOT_LOADERS_DIR: &str = "deploy.boot_loaders_dir";
+    /// Directory of the instance image cache (default `<state>/images`).
+    pub const IMAGES_CACHE_DIR: &str = "images.cache_dir";
+    /// Size limit of the instance image cache, bytes of raw images.
+    pub const IMAGES_CACHE_LIMIT: &str = "images.cache_limit";
     /// Log format: `human` or `json`.
     pub const LOG_FORMAT: &str = "log.format";
     /// Log level or `tracing` filter directives (`RUST_LOG` wins).
@@ -165,6 +169,8 @@ pub mod keys {
         DEPLOY_CONTAINER,
         DEPLOY_CONDUCTOR_NAME,
         DEPLOY_BOOT_LOADERS_DIR,
+        IMAGES_CACHE_DIR,
+        IMAGES_CACHE_LIMIT,
         LOG_FORMAT,
         LOG_LEVEL,
     ];
@@ -185,6 +191,8 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 pub const SQLITE_FILE: &str = "vmdeploy.sqlite";
 /// The built-in store's directory in the state directory.
 pub const OBJECTS_DIR: &str = "objects";
+/// The instance image cache in the state directory (`images.cache_dir`'s default).
+pub const IMAGES_DIR: &str = "images";
 /// Generated certificates in the state directory.
 pub const TLS_DIR: &str = "tls";
 /// The boot loaders' directory in the state directory (`deploy.boot_loaders_dir`).
@@ -232,6 +240,8 @@ pub struct ConfigFile {
     pub ilo: IloSection,
     /// `[deploy]`
     pub deploy: DeploySection,
+    /// `[images]`
+    pub images: ImagesSection,
     /// `[log]`
     pub log: LogSection,
 }
@@ -476,6 +486,16 @@ pub struct DeploySection {
     pub conductor_name: Option<String>,
     /// `boot_loaders_dir`.
     pub boot_loaders_dir: Option<PathBuf>,
+}
+
+/// `[images]`: the instance image cache (iscsi_ilo).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ImagesSection {
+    /// `cache_dir`.
+    pub cache_dir: Option<PathBuf>,
+    /// `cache_limit`, bytes.
+    pub cache_limit: Option<u64>,
 }
 
 /// `[log]`
@@ -756,6 +776,10 @@ pub struct Settings {
     pub conductor_name: String,
     /// `deploy.boot_loaders_dir`: read only when a boot ISO is built, so it may be missing.
     pub boot_loaders_dir: PathBuf,
+    /// `images.cache_dir`.
+    pub image_cache_dir: PathBuf,
+    /// `images.cache_limit`, bytes.
+    pub image_cache_limit: u64,
     /// Log format.
     pub log_format: LogFormat,
     /// Log filter.
@@ -1085,6 +1109,26 @@ impl Settings {
             Some(dir) => dir,
             None => state_dir.join(BOOT_LOADERS_DIR),
         };
+        let image_cache_dir = file
+            .images
+            .cache_dir
+            .unwrap_or_else(|| state_dir.join(IMAGES_DIR));
+        if !image_cache_dir.is_absolute() {
+            return Err(ConfigError::new(
+                keys::IMAGES_CACHE_DIR,
+                format!("{} is not an absolute path", image_cache_dir.display()),
+            ));
+        }
+        let image_cache_limit = match file.images.cache_limit {
+            None => crate::image_cache::DEFAULT_LIMIT,
+            Some(0) => {
+                return Err(ConfigError::new(
+                    keys::IMAGES_CACHE_LIMIT,
+                    "must be above 0",
+                ))
+            }
+            Some(n) => n,
+        };
 
         let log_level = file.log.level.unwrap_or_else(|| "info".to_string());
         // A bare word must be a level: EnvFilter would take "verbose" as a target name and log
@@ -1149,6 +1193,8 @@ impl Settings {
                 .unwrap_or_else(|| DEFAULT_CONTAINER.to_string()),
             conductor_name,
             boot_loaders_dir,
+            image_cache_dir,
+            image_cache_limit,
             log_format: file.log.format,
             log_level,
             fallbacks,
@@ -1287,6 +1333,8 @@ mod tests {
         assert_eq!(s.ilo.client_port, 443);
         assert_eq!(s.ilo.verify_ca, VerifyCa::Enabled(true));
         assert_eq!(s.log_format, LogFormat::Human);
+        assert_eq!(s.image_cache_dir, s.state_dir.join("images"));
+        assert_eq!(s.image_cache_limit, 20 * 1024 * 1024 * 1024);
         match &s.objects {
             ObjectsSettings::Builtin { listen, root, .. } => {
                 assert_eq!(*listen, DEFAULT_BUILTIN_LISTEN);
@@ -1368,6 +1416,16 @@ mod tests {
                 "relative boot loaders dir",
                 "[deploy]\nboot_loaders_dir = \"loaders\"\n",
                 "deploy.boot_loaders_dir",
+            ),
+            (
+                "zero image cache limit",
+                "[images]\ncache_limit = 0\n",
+                "images.cache_limit",
+            ),
+            (
+                "relative image cache dir",
+                "[images]\ncache_dir = \"images\"\n",
+                "images.cache_dir",
             ),
             ("bad log level", "[log]\nlevel = \"loud\"\n", "log.level"),
             (
