@@ -19,6 +19,7 @@ pub mod iscsi_standin;
 pub mod lock;
 pub mod loopdev;
 pub mod qemu;
+pub mod tools;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

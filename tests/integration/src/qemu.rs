@@ -47,25 +47,7 @@ fn run_ok(cmd: &mut Command, what: &str) {
 
 /// The kernel from `.cache/kernel/linux-image-*.deb`, unpacked and depmod'ed once.
 pub fn kernel() -> KernelTree {
-    let cache = crate::workspace_root().join(".cache/kernel");
-    let deb = std::fs::read_dir(&cache)
-        .ok()
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("linux-image-") && n.ends_with(".deb"))
-        })
-        .max()
-        .unwrap_or_else(|| {
-            panic!(
-                "no linux-image-*.deb in {}: run scripts/setup (it downloads the kernel)",
-                cache.display()
-            )
-        });
+    let deb = crate::deploy_iso::kernel_deb();
     let stem = deb
         .file_stem()
         .and_then(|s| s.to_str())

@@ -183,18 +183,9 @@ impl Drop for Agent {
     }
 }
 
-/// Deterministic pseudo-random bytes (xorshift), so a misplaced block cannot go unseen.
+/// Deterministic pseudo-random bytes, so a misplaced block cannot go unseen.
 fn pattern(len: usize) -> Vec<u8> {
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut out = Vec::with_capacity(len);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    out
+    vmdeploy_integration_tests::tools::xorshift_bytes(len, 0x9E37_79B9_7F4A_7C15)
 }
 
 /// Each of `lines` appears in `said`, in this order.

@@ -50,18 +50,9 @@ fn iqn() -> String {
     format!("iqn-{NODE}")
 }
 
-/// Deterministic pseudo-random bytes (xorshift), so a misplaced block cannot go unseen.
+/// Deterministic pseudo-random bytes, so a misplaced block cannot go unseen.
 fn pattern(len: usize) -> Vec<u8> {
-    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    out
+    vmdeploy_integration_tests::tools::xorshift_bytes(len, 0x2545_F491_4F6C_DD1D)
 }
 
 struct Setup {

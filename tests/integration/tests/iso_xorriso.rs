@@ -8,52 +8,13 @@
 //! mtools.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
+use vmdeploy_integration_tests::tools::{tool_ok, xorshift_bytes};
 use vmdeploy_integration_tests::{bin, qemu};
 use vmdeploy_shared::iso::GRUB_EARLY_CONFIG;
 
 const CMDLINE: &str = "root=UUID=0f3c1e2d-7a4b-4c5d-8e9f-0a1b2c3d4e5f ro quiet -- marker";
-
-/// Runs a tool; a missing one fails the test with the package to install.
-fn tool(program: &str, package: &str, args: &[&str]) -> Output {
-    match Command::new(program).args(args).output() {
-        Ok(out) => out,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            panic!("{program} is not installed: apt-get install {package}")
-        }
-        Err(err) => panic!("starting {program}: {err}"),
-    }
-}
-
-fn tool_ok(program: &str, package: &str, args: &[&str]) -> String {
-    let out = tool(program, package, args);
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "{program} {args:?} failed ({}): {text}",
-        out.status
-    );
-    text
-}
-
-/// Deterministic pseudo-random bytes of an odd length (xorshift), standing in for an initramfs.
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
 
 struct Inputs {
     dir: tempfile::TempDir,
@@ -65,7 +26,7 @@ fn inputs() -> Inputs {
     let kernel = qemu::kernel().vmlinuz;
     let dir = tempfile::tempdir_in("/var/tmp").expect("scratch dir");
     let ramdisk = dir.path().join("ramdisk.img");
-    std::fs::write(&ramdisk, pattern(1_234_567, 0x9E37_79B9)).expect("writing the ramdisk");
+    std::fs::write(&ramdisk, xorshift_bytes(1_234_567, 0x9E37_79B9)).expect("writing the ramdisk");
     Inputs {
         dir,
         kernel,

@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::process::{Command, Output};
 
+use vmdeploy_integration_tests::tools::tool_ok;
 use vmdeploy_shared::fs_id::{self, FsKind};
 use vmdeploy_shared::partition::{
     plan, render, swap_signature, wipe_regions, DiskIds, Layout, LayoutRequest, Role, SectorSize,
@@ -21,33 +21,6 @@ use vmdeploy_shared::partition::{
 
 const GIB: u64 = 1 << 30;
 const SWAP_UUID: &str = "5e0b2f6c-1a33-4d2e-9f10-112233445566";
-
-/// Runs a tool; a missing one fails the test with the package to install.
-fn tool(program: &str, package: &str, args: &[&str]) -> Output {
-    match Command::new(program).args(args).output() {
-        Ok(out) => out,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            panic!("{program} is not installed: apt-get install {package} (scripts/setup does)")
-        }
-        Err(err) => panic!("starting {program}: {err}"),
-    }
-}
-
-/// Runs a tool that must succeed; returns stdout and stderr together.
-fn tool_ok(program: &str, package: &str, args: &[&str]) -> String {
-    let out = tool(program, package, args);
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "{program} {args:?} failed ({}): {text}",
-        out.status
-    );
-    text
-}
 
 fn ids() -> DiskIds {
     DiskIds {
