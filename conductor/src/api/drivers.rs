@@ -1,7 +1,8 @@
 //! `GET /v1/drivers`, `/v1/drivers/{name}` and `/v1/drivers/{name}/properties`: the drivers
 //! that work here (DESIGN.md §3): the classic `agent_ilo`, and the modern hardware types `ilo`
 //! (`ilo-virtual-media` boot) and `redfish` (`redfish-virtual-media` boot) as its aliases.
-//! `iscsi_ilo` and `pxe_ilo` join the table when their flows land.
+//! `iscsi_ilo` (whole-disk images so far) is the classic iSCSI driver; `pxe_ilo` joins the
+//! table when its flow lands.
 
 use std::collections::HashMap;
 
@@ -41,6 +42,15 @@ pub(super) const DRIVERS: &[Driver] = &[
         kind: "classic",
         boot: "ilo-virtual-media",
         deploy: "direct",
+        management: "ilo",
+        power: "ilo",
+        vendor: "ilo",
+    },
+    Driver {
+        name: "iscsi_ilo",
+        kind: "classic",
+        boot: "ilo-virtual-media",
+        deploy: "iscsi",
         management: "ilo",
         power: "ilo",
         vendor: "ilo",

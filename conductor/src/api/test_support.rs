@@ -82,6 +82,7 @@ pub(super) fn app() -> (axum::Router, TestStore) {
         store: Arc::clone(&store) as Arc<dyn Store>,
         objects: Arc::new(NoObjects),
         config: DeployConfig::for_tests(),
+        images: None,
     });
     let manager = Arc::new(Manager::new(
         deploy,

@@ -166,28 +166,7 @@ impl AgentDeploy {
 #[async_trait::async_trait]
 impl DeployInterface for AgentDeploy {
     async fn validate(&self, node: &Node) -> anyhow::Result<()> {
-        let image = image::instance_image(&node.instance_info)?;
-        let (iso_field, iso) = vmedia::deploy_iso(node)?;
-        vmedia::requested_boot_mode(node)?;
-        let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
-        bmc.power_state()
-            .await
-            .context("checking the iLO credentials")?;
-        let (licensed, licences) = bmc.vmedia_licensed().await?;
-        if !licensed {
-            bail!(
-                "virtual media needs an iLO Advanced licence; this iLO has: {}",
-                if licences.is_empty() {
-                    "none"
-                } else {
-                    &licences
-                }
-            );
-        }
-        let objects = self.ctx.objects.as_ref();
-        image::check(objects, &iso_field, &iso).await?;
-        image::check(objects, "instance_info/image_source", &image.source).await?;
-        Ok(())
+        vmedia::validate_node(&self.ctx, node).await
     }
 
     async fn deploy(&self, node: &mut Node) -> anyhow::Result<DeployStep> {

@@ -22,6 +22,7 @@ mod bmc;
 pub mod boot_iso;
 pub mod floppy;
 pub mod image;
+pub mod iscsi;
 pub mod vmedia;
 
 /// Driver names deployed by [`agent::AgentDeploy`]: `agent_ilo`, and the modern hardware types
@@ -51,7 +52,16 @@ pub struct DeployConfig {
     pub agent_power_off_wait: Duration,
     /// What a node's `driver_info` leaves out: iLO port, timeout, certificate check (`[ilo]`).
     pub ilo_defaults: IloDefaults,
+    /// The iSCSI ramdisk's portal port (3260).
+    pub iscsi_port: u16,
+    /// The iSCSI ramdisk's `done` port (10000).
+    pub done_port: u16,
 }
+
+/// The iSCSI portal port of the deploy ramdisk.
+pub const ISCSI_PORT: u16 = 3260;
+/// The port the iSCSI ramdisk waits for `done` on (ironic-protocols.md §2.4).
+pub const DONE_PORT: u16 = 10000;
 
 #[cfg(test)]
 impl DeployConfig {
@@ -67,6 +77,8 @@ impl DeployConfig {
             agent_call_timeout: Duration::from_secs(5),
             agent_power_off_wait: Duration::from_secs(2),
             ilo_defaults: Default::default(),
+            iscsi_port: ISCSI_PORT,
+            done_port: DONE_PORT,
         }
     }
 }
@@ -79,6 +91,9 @@ pub struct DeployContext {
     pub objects: Arc<dyn ObjectStore>,
     /// Settings.
     pub config: DeployConfig,
+    /// The instance image cache (`iscsi_ilo` writes images from it); `None` where no flow
+    /// needs it.
+    pub images: Option<Arc<crate::image_cache::ImageCache>>,
 }
 
 /// Where a flow stands after a step.
@@ -136,6 +151,8 @@ pub trait DeployInterface: Send + Sync {
 pub fn for_driver(driver: &str, context: Arc<DeployContext>) -> Option<Arc<dyn DeployInterface>> {
     if AGENT_DRIVERS.contains(&driver) {
         Some(Arc::new(agent::AgentDeploy::new(context)))
+    } else if iscsi::ISCSI_DRIVERS.contains(&driver) {
+        Some(Arc::new(iscsi::IscsiDeploy::new(context)))
     } else {
         None
     }

@@ -59,6 +59,34 @@ pub fn requested_boot_mode(node: &Node) -> anyhow::Result<Option<BootMode>> {
     Ok(crate::node::capabilities::deploy_boot_mode(node)?)
 }
 
+/// The checks of every virtual-media deploy: the instance image fields, the deploy ISO, the
+/// boot mode asked for, the iLO credentials and its virtual-media licence, and that the ISO and
+/// image references can be reached.
+pub(super) async fn validate_node(ctx: &DeployContext, node: &Node) -> anyhow::Result<()> {
+    let image = image::instance_image(&node.instance_info)?;
+    let (iso_field, iso) = deploy_iso(node)?;
+    requested_boot_mode(node)?;
+    let bmc = Bmc::connect(node, &ctx.config.ilo_defaults).await?;
+    bmc.power_state()
+        .await
+        .context("checking the iLO credentials")?;
+    let (licensed, licences) = bmc.vmedia_licensed().await?;
+    if !licensed {
+        bail!(
+            "virtual media needs an iLO Advanced licence; this iLO has: {}",
+            if licences.is_empty() {
+                "none"
+            } else {
+                &licences
+            }
+        );
+    }
+    let objects = ctx.objects.as_ref();
+    image::check(objects, &iso_field, &iso).await?;
+    image::check(objects, "instance_info/image_source", &image.source).await?;
+    Ok(())
+}
+
 /// Which ramdisk a floppy is for, and so which secret it carries.
 #[derive(Debug, Clone, Copy)]
 pub enum Ramdisk<'a> {

@@ -183,6 +183,7 @@ impl Harness {
             store: store.clone(),
             objects: Arc::new(NoObjects),
             config: DeployConfig::for_tests(),
+            images: None,
         });
         let manager = Arc::new(Manager::new(context, config));
         let flow = Arc::new(ScriptedFlow::default());

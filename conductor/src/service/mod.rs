@@ -261,9 +261,28 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let (objects_tx, objects_rx) = tokio::sync::watch::channel(false);
     let store = open_store(&settings).await?;
     let objects = open_object_store(&settings, certs.objects, objects_rx).await?;
+    let images = {
+        let policy = crate::image_cache::FetchPolicy {
+            extra_ca_pem: certs.api_ca_pem.clone(),
+            ..Default::default()
+        };
+        let (dir, limit) = (settings.image_cache_dir.clone(), settings.image_cache_limit);
+        tokio::task::spawn_blocking(move || {
+            crate::image_cache::ImageCache::open_with(dir, limit, policy)
+        })
+        .await
+        .context("opening the instance image cache")?
+        .with_context(|| {
+            format!(
+                "opening the instance image cache {}",
+                settings.image_cache_dir.display()
+            )
+        })?
+    };
     let deploy = Arc::new(DeployContext {
         store,
         objects,
+        images: Some(images),
         config: DeployConfig {
             api_url,
             api_ca_pem: certs.api_ca_pem,
@@ -273,6 +292,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             agent_call_timeout: settings.agent_call_timeout,
             agent_power_off_wait: settings.agent_power_off_wait,
             ilo_defaults: settings.ilo.for_nodes(),
+            iscsi_port: crate::deploy::ISCSI_PORT,
+            done_port: crate::deploy::DONE_PORT,
         },
     });
     let manager = Arc::new(Manager::new(

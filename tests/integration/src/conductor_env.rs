@@ -74,6 +74,8 @@ pub fn deploy_config(api_url: String, ca_pem: Option<String>) -> DeployConfig {
         agent_call_timeout: Duration::from_secs(30),
         agent_power_off_wait: Duration::from_secs(2),
         ilo_defaults: Default::default(),
+        iscsi_port: vmdeploy_conductor::deploy::ISCSI_PORT,
+        done_port: vmdeploy_conductor::deploy::DONE_PORT,
     }
 }
 
@@ -283,6 +285,10 @@ impl ApiShim {
             .route("/", get(root))
             .route("/v1/lookup", get(lookup))
             .route("/v1/heartbeat/{node}", post(heartbeat))
+            .route(
+                "/v1/nodes/{node}/vendor_passthru/pass_deploy_info",
+                post(pass_deploy_info),
+            )
             .with_state(state);
         let (stop, mut stopped) = watch::channel(false);
         tokio::spawn(async move {
@@ -383,6 +389,29 @@ async fn heartbeat(
     }
 }
 
+async fn pass_deploy_info(
+    State(shim): State<ShimState>,
+    UrlPath(node): UrlPath<String>,
+    Json(body): Json<Value>,
+) -> Response {
+    match shim
+        .manager
+        .pass_deploy_info(&NodeIdent::parse(&node), body)
+        .await
+    {
+        Ok(()) => {
+            shim.accepted.fetch_add(1, Ordering::SeqCst);
+            StatusCode::ACCEPTED.into_response()
+        }
+        Err(err) => {
+            if matches!(err, ManagerError::Forbidden(_)) {
+                shim.refused.fetch_add(1, Ordering::SeqCst);
+            }
+            refusal(&err)
+        }
+    }
+}
+
 /// How a test conductor is set up.
 #[derive(Clone)]
 pub struct Settings {
@@ -430,11 +459,53 @@ impl Conductor {
         settings: &Settings,
         flow: fn(Arc<DeployContext>) -> Arc<dyn DeployInterface>,
     ) -> Conductor {
+        let config = deploy_config(settings.api_url.clone(), settings.ca_pem.clone());
+        Conductor::start_full(db, objects, settings, config, None, &AGENT_DRIVERS, flow).await
+    }
+
+    /// A Manager whose `iscsi_ilo` flow is the real one, with an image cache and the ramdisk's
+    /// iSCSI and `done` ports where the test's agent listens.
+    pub async fn start_iscsi(
+        db: &Path,
+        objects: Arc<dyn ObjectStore>,
+        settings: &Settings,
+        images: Arc<vmdeploy_conductor::image_cache::ImageCache>,
+        iscsi_port: u16,
+        done_port: u16,
+    ) -> Conductor {
+        let mut config = deploy_config(settings.api_url.clone(), settings.ca_pem.clone());
+        config.iscsi_port = iscsi_port;
+        config.done_port = done_port;
+        fn iscsi(context: Arc<DeployContext>) -> Arc<dyn DeployInterface> {
+            Arc::new(vmdeploy_conductor::deploy::iscsi::IscsiDeploy::new(context))
+        }
+        Conductor::start_full(
+            db,
+            objects,
+            settings,
+            config,
+            Some(images),
+            &vmdeploy_conductor::deploy::iscsi::ISCSI_DRIVERS,
+            iscsi,
+        )
+        .await
+    }
+
+    async fn start_full(
+        db: &Path,
+        objects: Arc<dyn ObjectStore>,
+        settings: &Settings,
+        config: DeployConfig,
+        images: Option<Arc<vmdeploy_conductor::image_cache::ImageCache>>,
+        drivers: &'static [&'static str],
+        flow: fn(Arc<DeployContext>) -> Arc<dyn DeployInterface>,
+    ) -> Conductor {
         let nodes = SqliteStore::open(db).expect("opening SQLite");
         let context = Arc::new(DeployContext {
             store: Arc::clone(&nodes) as Arc<dyn Store>,
             objects,
-            config: deploy_config(settings.api_url.clone(), settings.ca_pem.clone()),
+            config,
+            images,
         });
         let manager = Arc::new(Manager::new(
             Arc::clone(&context),
@@ -447,7 +518,7 @@ impl Conductor {
         ));
         let flow = flow(context);
         manager.set_deploy_resolver(Arc::new(move |driver: &str| {
-            AGENT_DRIVERS.contains(&driver).then(|| Arc::clone(&flow))
+            drivers.contains(&driver).then(|| Arc::clone(&flow))
         }));
         let (stop, shutdown) = watch::channel(false);
         manager
@@ -649,6 +720,32 @@ impl AgentProcess {
     /// `floppy` (an image file or a block device) under FAT label `label`, and [`MAC`] as its
     /// one MAC; the agent API listens on a free loopback port, returned as `host:port`.
     pub fn spawn(dir: &Path, floppy: &Path, label: &str) -> (AgentProcess, String) {
+        AgentProcess::spawn_with(dir, floppy, label, &[])
+    }
+
+    /// [`AgentProcess::start`] for the iSCSI ramdisk: the target on `iscsi` and the `done`
+    /// listener on `done` (loopback ports the test chose).
+    pub fn start_iscsi(dir: &Path, floppy: &[u8], iscsi: u16, done: u16) -> AgentProcess {
+        let floppy_file = dir.join("floppy.img");
+        std::fs::write(&floppy_file, floppy).expect("writing the floppy");
+        let iscsi = format!("127.0.0.1:{iscsi}");
+        let done = format!("127.0.0.1:{done}");
+        AgentProcess::spawn_with(
+            dir,
+            &floppy_file,
+            "ir-vfd-dev",
+            &["--iscsi-listen", &iscsi, "--done-listen", &done],
+        )
+        .0
+    }
+
+    /// [`AgentProcess::spawn`] with more arguments.
+    pub fn spawn_with(
+        dir: &Path,
+        floppy: &Path,
+        label: &str,
+        extra: &[&str],
+    ) -> (AgentProcess, String) {
         let cmdline = dir.join("cmdline");
         std::fs::write(&cmdline, "console=ttyS0 boot_method=vmedia\n").expect("cmdline");
         let log = dir.join("agent.log");
@@ -662,6 +759,7 @@ impl AgentProcess {
             .args(["--floppy-label", label, "--floppy-wait-secs", "5"])
             .args(["--address", "127.0.0.1", "--agent-listen", &listen])
             .args(["--mac", MAC, "--fail-timeout-secs", "1"])
+            .args(extra)
             .env("RUST_LOG", "info")
             .env("VMDEPLOY_LOOKUP_TIMEOUT_SECS", "60")
             .env("VMDEPLOY_POWER_OFF_GRACE_MS", "200")

@@ -88,6 +88,7 @@ async fn rig(emulator_args: &[&str], api_url: &str, image: &[u8], properties: Va
         store: Arc::clone(&nodes) as Arc<dyn Store>,
         objects: builtin.objects(),
         config: deploy_config(api_url.into(), Some(pki.ca_pem.clone())),
+        images: None,
     });
     let deploy = AgentDeploy::new(ctx).with_agent_power_off_wait(Duration::from_secs(2));
     Rig {
