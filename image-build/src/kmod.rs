@@ -78,9 +78,12 @@ impl ModuleIndex {
         let mut order = Vec::new();
         let mut done = HashSet::new();
         for name in names {
-            let path = self
-                .path_of(name)
-                .with_context(|| format!("module {name:?} is not in modules.dep"))?;
+            // A name nobody has is the operator's typo: a usage error (exit 64), not a failure.
+            let path = self.path_of(name).ok_or_else(|| {
+                vmdeploy_shared::exit::UsageError::new(format!(
+                    "module {name:?} is not in modules.dep"
+                ))
+            })?;
             self.visit(path, &mut Vec::new(), &mut done, &mut order)?;
         }
         Ok(order)
@@ -134,6 +137,17 @@ kernel/net/core/failover.ko:
 kernel/lib/crc-t10dif.ko: kernel/crypto/crct10dif_common.ko
 kernel/crypto/crct10dif_common.ko:
 ";
+
+    #[test]
+    fn an_unknown_module_is_a_usage_error() {
+        let index = ModuleIndex::parse(DEP).expect("parse");
+        let err = index.load_order(&["no_such_driver"]).expect_err("unknown");
+        assert!(format!("{err:#}").contains("no_such_driver"), "{err:#}");
+        assert_eq!(
+            vmdeploy_shared::exit::code_for(err.chain()),
+            vmdeploy_shared::exit::USAGE
+        );
+    }
 
     #[test]
     fn order_puts_every_module_after_its_dependencies() {
