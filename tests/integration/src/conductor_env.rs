@@ -371,22 +371,11 @@ async fn heartbeat(
         agent_verify_ca: s("agent_verify_ca"),
         agent_status_message: s("agent_status_message"),
     };
-    match shim
+    let result = shim
         .manager
         .heartbeat(&NodeIdent::parse(&node), request)
-        .await
-    {
-        Ok(()) => {
-            shim.accepted.fetch_add(1, Ordering::SeqCst);
-            StatusCode::ACCEPTED.into_response()
-        }
-        Err(err) => {
-            if matches!(err, ManagerError::Forbidden(_)) {
-                shim.refused.fetch_add(1, Ordering::SeqCst);
-            }
-            refusal(&err)
-        }
-    }
+        .await;
+    shim.answer(result)
 }
 
 async fn pass_deploy_info(
@@ -394,20 +383,28 @@ async fn pass_deploy_info(
     UrlPath(node): UrlPath<String>,
     Json(body): Json<Value>,
 ) -> Response {
-    match shim
+    let result = shim
         .manager
         .pass_deploy_info(&NodeIdent::parse(&node), body)
-        .await
-    {
-        Ok(()) => {
-            shim.accepted.fetch_add(1, Ordering::SeqCst);
-            StatusCode::ACCEPTED.into_response()
-        }
-        Err(err) => {
-            if matches!(err, ManagerError::Forbidden(_)) {
-                shim.refused.fetch_add(1, Ordering::SeqCst);
+        .await;
+    shim.answer(result)
+}
+
+impl ShimState {
+    /// 202 for a call-back the Manager took, its refusal otherwise; counts both (a 403 is a
+    /// refused token or key).
+    fn answer(&self, result: Result<(), ManagerError>) -> Response {
+        match result {
+            Ok(()) => {
+                self.accepted.fetch_add(1, Ordering::SeqCst);
+                StatusCode::ACCEPTED.into_response()
             }
-            refusal(&err)
+            Err(err) => {
+                if matches!(err, ManagerError::Forbidden(_)) {
+                    self.refused.fetch_add(1, Ordering::SeqCst);
+                }
+                refusal(&err)
+            }
         }
     }
 }

@@ -32,57 +32,22 @@ const DISK_LEN: u64 = 16 << 20;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_whole_disk_image_goes_over_iscsi_byte_for_byte_and_the_node_boots_from_disk() {
-    require_loop_devices();
-    let pki = TestPki::new();
-    let builtin = Builtin::start(&pki).await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (listener, api_url) = api_listener().await;
-    let settings = Settings {
-        api_url,
-        ca_pem: Some(pki.ca_pem.clone()),
-        callback_timeout: STEP,
-    };
-    // The cache trusts the test CA, as the service's trusts the built-in store's.
-    let images = ImageCache::open_with(
-        dir.path().join("images"),
-        1 << 30,
-        FetchPolicy {
-            extra_ca_pem: Some(pki.ca_pem.clone()),
-            ..FetchPolicy::default()
-        },
-    )
-    .expect("image cache");
-    let (iscsi_port, done_port) = (free_port(), free_port());
-    let conductor = Conductor::start_iscsi(
-        &dir.path().join("vmdeploy.sqlite"),
-        builtin.objects(),
-        &settings,
-        Arc::clone(&images),
+    // Every field bound for the whole test: the temp dir and the CA must live on.
+    let IscsiEnv {
+        pki: _pki,
+        builtin,
+        dir: _dir,
+        images,
         iscsi_port,
         done_port,
-    )
-    .await;
-    let api = ApiShim::serve(listener, Arc::clone(&conductor.manager));
-    let emulator = Emulator::start(&[]);
+        conductor,
+        api,
+        emulator,
+    } = IscsiEnv::start().await;
 
     let image = make_image(IMAGE_LEN);
     let disk = LoopDevice::attach(&[0xAA; 4096], DISK_LEN, LoopIo::Direct);
-    let media = Media::new(&image);
-    let mut node = enroll(
-        &conductor.nodes,
-        ProvisionState::Available,
-        emulator.driver_info(),
-        &media,
-        &image,
-        json!({"root_device": {"name": disk.device().display().to_string()}}),
-    )
-    .await;
-    node.driver = "iscsi_ilo".into();
-    conductor
-        .nodes
-        .update_node(&node)
-        .await
-        .expect("making it an iscsi_ilo node");
+    let (node, media) = enroll_iscsi(&conductor, &emulator, &image, &disk, |_| {}).await;
 
     let waiting = conductor.deploy(node.uuid, STEP).await;
     assert_eq!(
@@ -196,29 +161,18 @@ async fn a_whole_disk_image_goes_over_iscsi_byte_for_byte_and_the_node_boots_fro
 /// image whose checksum does not match (caught by the cache, which keeps nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_too_large_or_corrupt_image_fails_the_deploy_in_its_own_words() {
-    require_loop_devices();
-    let pki = TestPki::new();
-    let builtin = Builtin::start(&pki).await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (listener, api_url) = api_listener().await;
-    let settings = Settings {
-        api_url,
-        ca_pem: Some(pki.ca_pem.clone()),
-        callback_timeout: STEP,
-    };
-    let images = ImageCache::open(dir.path().join("images"), 1 << 30).expect("image cache");
-    let (iscsi_port, done_port) = (free_port(), free_port());
-    let conductor = Conductor::start_iscsi(
-        &dir.path().join("vmdeploy.sqlite"),
-        builtin.objects(),
-        &settings,
-        Arc::clone(&images),
+    // Every field bound for the whole test: the temp dir, the CA and the shim must live on.
+    let IscsiEnv {
+        pki: _pki,
+        builtin,
+        dir: _dir,
+        images,
         iscsi_port,
         done_port,
-    )
-    .await;
-    let _api = ApiShim::serve(listener, Arc::clone(&conductor.manager));
-    let emulator = Emulator::start(&[]);
+        conductor,
+        api: _api,
+        emulator,
+    } = IscsiEnv::start().await;
 
     for (case, image_len, disk_len, corrupt, expected) in [
         (
@@ -232,25 +186,16 @@ async fn a_too_large_or_corrupt_image_fails_the_deploy_in_its_own_words() {
     ] {
         let image = make_image(image_len);
         let disk = LoopDevice::attach(&[0xAA; 4096], disk_len, LoopIo::Direct);
-        let media = Media::new(&image);
-        let mut node = enroll(
-            &conductor.nodes,
-            ProvisionState::Available,
-            emulator.driver_info(),
-            &media,
-            &image,
-            json!({"root_device": {"name": disk.device().display().to_string()}}),
-        )
+        let (node, media) = enroll_iscsi(&conductor, &emulator, &image, &disk, |media| {
+            if corrupt {
+                // The file changes after its checksum was recorded: what reaches the cache is
+                // not the image the node asked for.
+                let mut bad = image.clone();
+                bad[4096] ^= 0xFF;
+                std::fs::write(&media.image, &bad).expect("corrupting the image");
+            }
+        })
         .await;
-        node.driver = "iscsi_ilo".into();
-        if corrupt {
-            // The file changes after its checksum was recorded: what reaches the cache is not
-            // the image the node asked for.
-            let mut bad = image.clone();
-            bad[4096] ^= 0xFF;
-            std::fs::write(&media.image, &bad).expect("corrupting the image");
-        }
-        conductor.nodes.update_node(&node).await.expect("update");
         let waiting = conductor.deploy(node.uuid, STEP).await;
         assert_eq!(
             waiting.provision_state,
@@ -317,4 +262,94 @@ async fn a_too_large_or_corrupt_image_fails_the_deploy_in_its_own_words() {
         8 << 20,
         "only the good (too large) image is cached"
     );
+}
+
+/// A conductor with the real `iscsi_ilo` flow over the built-in store, its image cache (trusting
+/// the test CA, as the service's trusts the built-in store's), the API shim and the emulator.
+struct IscsiEnv {
+    pki: TestPki,
+    builtin: Builtin,
+    dir: tempfile::TempDir,
+    images: Arc<ImageCache>,
+    iscsi_port: u16,
+    done_port: u16,
+    conductor: Conductor,
+    api: ApiShim,
+    emulator: Emulator,
+}
+
+impl IscsiEnv {
+    async fn start() -> IscsiEnv {
+        require_loop_devices();
+        let pki = TestPki::new();
+        let builtin = Builtin::start(&pki).await;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (listener, api_url) = api_listener().await;
+        let settings = Settings {
+            api_url,
+            ca_pem: Some(pki.ca_pem.clone()),
+            callback_timeout: STEP,
+        };
+        let images = ImageCache::open_with(
+            dir.path().join("images"),
+            1 << 30,
+            FetchPolicy {
+                extra_ca_pem: Some(pki.ca_pem.clone()),
+                ..FetchPolicy::default()
+            },
+        )
+        .expect("image cache");
+        let (iscsi_port, done_port) = (free_port(), free_port());
+        let conductor = Conductor::start_iscsi(
+            &dir.path().join("vmdeploy.sqlite"),
+            builtin.objects(),
+            &settings,
+            Arc::clone(&images),
+            iscsi_port,
+            done_port,
+        )
+        .await;
+        let api = ApiShim::serve(listener, Arc::clone(&conductor.manager));
+        let emulator = Emulator::start(&[]);
+        IscsiEnv {
+            pki,
+            builtin,
+            dir,
+            images,
+            iscsi_port,
+            done_port,
+            conductor,
+            api,
+            emulator,
+        }
+    }
+}
+
+/// Enrolls an `iscsi_ilo` node for `image` whose root device is `disk`; `prepare` may change
+/// the media before the node is saved.
+async fn enroll_iscsi(
+    conductor: &Conductor,
+    emulator: &Emulator,
+    image: &[u8],
+    disk: &LoopDevice,
+    prepare: impl FnOnce(&Media),
+) -> (vmdeploy_conductor::store::Node, Media) {
+    let media = Media::new(image);
+    let mut node = enroll(
+        &conductor.nodes,
+        ProvisionState::Available,
+        emulator.driver_info(),
+        &media,
+        image,
+        json!({"root_device": {"name": disk.device().display().to_string()}}),
+    )
+    .await;
+    node.driver = "iscsi_ilo".into();
+    prepare(&media);
+    conductor
+        .nodes
+        .update_node(&node)
+        .await
+        .expect("making it an iscsi_ilo node");
+    (node, media)
 }
