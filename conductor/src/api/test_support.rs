@@ -83,6 +83,7 @@ pub(super) fn app() -> (axum::Router, TestStore) {
         objects: Arc::new(NoObjects),
         config: DeployConfig::for_tests(),
         images: None,
+        boot_isos: None,
     });
     let manager = Arc::new(Manager::new(
         deploy,

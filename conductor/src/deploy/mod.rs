@@ -94,6 +94,9 @@ pub struct DeployContext {
     /// The instance image cache (`iscsi_ilo` writes images from it); `None` where no flow
     /// needs it.
     pub images: Option<Arc<crate::image_cache::ImageCache>>,
+    /// The boot ISOs netboot instances share (`iscsi_ilo` partition images); `None` where no
+    /// flow needs them.
+    pub boot_isos: Option<Arc<boot_iso::BootIsos>>,
 }
 
 /// Where a flow stands after a step.
@@ -138,6 +141,12 @@ pub trait DeployInterface: Send + Sync {
             "driver {} takes no pass_deploy_info: its ramdisk reports through heartbeats",
             node.driver
         )
+    }
+    /// Before the API powers on or reboots an `active` node: whatever the instance needs to
+    /// boot (a netboot instance's boot ISO attached again: its temp URL has expired).
+    async fn prepare_instance_boot(&self, node: &mut Node) -> anyhow::Result<()> {
+        let _ = node;
+        Ok(())
     }
     /// Undeploy: power off, eject, forget the instance's boot settings.
     async fn tear_down(&self, node: &mut Node) -> anyhow::Result<()>;

@@ -184,6 +184,7 @@ impl Harness {
             objects: Arc::new(NoObjects),
             config: DeployConfig::for_tests(),
             images: None,
+            boot_isos: None,
         });
         let manager = Arc::new(Manager::new(context, config));
         let flow = Arc::new(ScriptedFlow::default());

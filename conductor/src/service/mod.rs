@@ -283,6 +283,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         store,
         objects,
         images: Some(images),
+        boot_isos: None,
         config: DeployConfig {
             api_url,
             api_ca_pem: certs.api_ca_pem,

@@ -503,6 +503,7 @@ impl Conductor {
             objects,
             config,
             images,
+            boot_isos: None,
         });
         let manager = Arc::new(Manager::new(
             Arc::clone(&context),

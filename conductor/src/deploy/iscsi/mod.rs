@@ -12,28 +12,30 @@
 //!   out; `done` to the ramdisk's port 10000; the disk as the persistent boot device and a
 //!   power cycle → `active`.
 //!
+//! # Parts
+//! - [`write`]: the image onto the LUN: whole disk, or partition table and partitions;
+//! - [`netboot`]: the boot ISO a netboot instance boots from on every boot;
+//! - [`done`]: the `done` the ramdisk waits for.
+//!
 //! # Limitations
-//! Whole-disk images only so far: a partition image (with `kernel` and `ramdisk`) is refused
-//! by `validate`, before anything is touched. The layout, the boot ISO shared by image and
-//! netboot come with the rest of issue 12 (`vmdeploy_shared::partition`,
-//! [`super::boot_iso`]). The image is written whole; its holes are not skipped yet.
+//! A partition image with `boot_option=local` needs a boot loader installed inside the
+//! instance's file system, which the iSCSI ramdisk cannot do: `validate` refuses it and names
+//! `agent_ilo`, which can.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
 use serde_json::json;
-use tokio::io::AsyncWriteExt;
 use vmdeploy_shared::api::ValidPassDeployInfo;
 use vmdeploy_shared::io::hash::ExpectedDigest;
-use vmdeploy_shared::params::BootOption;
+use vmdeploy_shared::params::{BootMode, BootOption};
 
 use super::bmc::Bmc;
 use super::vmedia::{self, Ramdisk};
 use super::{image, DeployContext, DeployInterface, DeployStep};
 use crate::image_cache::ImageSource;
-use crate::initiator::{self, Session, SessionConfig};
+use crate::initiator::{Session, SessionConfig};
 use crate::manager::HeartbeatRequest;
 use crate::node::instance_info::InstanceInfo;
 use crate::store::Node;
@@ -42,17 +44,17 @@ use crate::store::Node;
 pub const ISCSI_DRIVERS: [&str; 1] = ["iscsi_ilo"];
 /// The LUN the ramdisk serves the disk as (Ironic's deploy ramdisk: LUN 1).
 const DISK_LUN: u16 = 1;
-/// WRITEs in flight while the image goes over.
-const WRITE_DEPTH: usize = 8;
 /// `driver_internal_info` key of the written disk's identifier (Ironic's name).
 pub const ROOT_UUID_KEY: &str = "root_uuid_or_disk_id";
-/// How often `done` is tried before the deploy fails (the ramdisk may be a moment late to
-/// listen, as Ironic's 3 s sleep before it allows for).
-const DONE_ATTEMPTS: u32 = 5;
-/// The wait between two `done` attempts.
-const DONE_RETRY: Duration = Duration::from_secs(1);
-/// Time allowed to connect to the ramdisk and send `done`.
-const DONE_TIMEOUT: Duration = Duration::from_secs(10);
+/// `driver_internal_info` key of where the instance boots from (`local` or `netboot`),
+/// settled at deploy time.
+pub const BOOT_OPTION_KEY: &str = "iscsi_boot_option";
+
+pub mod done;
+mod netboot;
+pub mod write;
+
+pub use done::notify_done;
 
 /// The `iscsi_ilo` deploy interface.
 pub struct IscsiDeploy {
@@ -100,68 +102,58 @@ impl IscsiDeploy {
     }
 }
 
-/// Writes `path` onto the session's LUN and reads back the disk identifier (the MBR disk
-/// signature, `0x%08x`, as IPA's `get_partition_uuids` reports it for whole-disk images).
-async fn write_whole_disk(
-    session: &Session,
-    path: &std::path::Path,
-    size: u64,
-) -> anyhow::Result<String> {
-    let disk = session.size_bytes();
-    if size > disk {
-        bail!("the image is {size} bytes, larger than the node's disk ({disk} bytes)");
+/// Where the instance boots from: a whole-disk image always from its disk; a partition image
+/// as `instance_info.capabilities.boot_option` says, netboot when it is silent (the boot ISO
+/// on the virtual CD, as the seeds' `iscsi_ilo` did).
+pub fn boot_option(info: &InstanceInfo, whole_disk: bool) -> anyhow::Result<BootOption> {
+    if whole_disk {
+        return Ok(BootOption::Local);
     }
-    initiator::write_file(session, path, WRITE_DEPTH)
-        .await
-        .context("writing the image over iSCSI")?;
-    let first = session
-        .read(0, 1)
-        .await
-        .context("reading the written disk's first block back")?;
-    let signature = first
-        .get(440..444)
-        .and_then(|b| <[u8; 4]>::try_from(b).ok())
-        .map(u32::from_le_bytes)
-        .context("the LUN's first block is shorter than an MBR")?;
-    Ok(format!("0x{signature:08x}"))
+    match info.capabilities.get("boot_option") {
+        None => Ok(BootOption::Netboot),
+        Some(v) if v.eq_ignore_ascii_case("netboot") => Ok(BootOption::Netboot),
+        Some(v) if v.eq_ignore_ascii_case("local") => Ok(BootOption::Local),
+        Some(other) => {
+            bail!("instance_info.capabilities.boot_option is {other:?}: expected local or netboot")
+        }
+    }
 }
 
-/// Tells the ramdisk to go on: a TCP connection to its port 10000 carrying `done`
-/// (ironic-protocols.md §2.4), tried a few times.
-pub async fn notify_done(address: IpAddr, port: u16) -> anyhow::Result<()> {
-    let target = SocketAddr::new(address, port);
-    let mut last = None;
-    for attempt in 1..=DONE_ATTEMPTS {
-        let sent = tokio::time::timeout(DONE_TIMEOUT, async {
-            let mut stream = tokio::net::TcpStream::connect(target).await?;
-            stream.write_all(b"done").await?;
-            stream.shutdown().await
-        })
-        .await;
-        match sent {
-            Ok(Ok(())) => return Ok(()),
-            Ok(Err(e)) => last = Some(e.to_string()),
-            Err(_) => last = Some(format!("no answer within {DONE_TIMEOUT:?}")),
-        }
-        tracing::warn!(%target, attempt, error = last.as_deref().unwrap_or(""), "telling the ramdisk done failed");
-        if attempt < DONE_ATTEMPTS {
-            tokio::time::sleep(DONE_RETRY).await;
-        }
+/// The boot mode the ramdisk was booted in (recorded by [`vmedia::prepare`]).
+fn deployed_boot_mode(node: &Node) -> anyhow::Result<BootMode> {
+    match node
+        .driver_internal_info
+        .get(vmedia::BOOT_MODE_KEY)
+        .and_then(|v| v.as_str())
+    {
+        Some(m) if m.eq_ignore_ascii_case("uefi") => Ok(BootMode::Uefi),
+        Some(m) if m.eq_ignore_ascii_case("bios") => Ok(BootMode::Bios),
+        other => bail!(
+            "driver_internal_info.{} is {other:?}: the deploy did not record the boot mode",
+            vmedia::BOOT_MODE_KEY
+        ),
     }
-    bail!(
-        "the ramdisk at {target} did not take \"done\" after {DONE_ATTEMPTS} attempts: {}",
-        last.unwrap_or_default()
-    )
+}
+
+/// The boot option recorded at deploy time.
+fn recorded_boot_option(node: &Node) -> Option<BootOption> {
+    match node.driver_internal_info.get(BOOT_OPTION_KEY)?.as_str()? {
+        "netboot" => Some(BootOption::Netboot),
+        "local" => Some(BootOption::Local),
+        _ => None,
+    }
 }
 
 #[async_trait::async_trait]
 impl DeployInterface for IscsiDeploy {
     async fn validate(&self, node: &Node) -> anyhow::Result<()> {
         let info = InstanceInfo::of(node).context("instance_info")?;
-        if !info.is_whole_disk(&node.driver_internal_info) {
+        let whole_disk = info.is_whole_disk(&node.driver_internal_info);
+        if !whole_disk && boot_option(&info, whole_disk)? == BootOption::Local {
             bail!(
-                "iscsi_ilo deploys whole-disk images on this conductor so far; node {} has a \
-                 partition image (instance_info kernel/ramdisk): use agent_ilo for it",
+                "node {}: a partition image with boot_option=local needs a boot loader installed \
+                 inside the image, which the iSCSI ramdisk cannot do: use agent_ilo, or \
+                 boot_option=netboot",
                 node.uuid
             );
         }
@@ -170,14 +162,23 @@ impl DeployInterface for IscsiDeploy {
 
     async fn deploy(&self, node: &mut Node) -> anyhow::Result<DeployStep> {
         self.validate(node).await.context("validating the node")?;
+        let info = InstanceInfo::of(node).context("instance_info")?;
+        let option = boot_option(&info, info.is_whole_disk(&node.driver_internal_info))?;
         node.driver_internal_info.remove(ROOT_UUID_KEY);
+        node.driver_internal_info.insert(
+            BOOT_OPTION_KEY.into(),
+            json!(match option {
+                BootOption::Local => "local",
+                BootOption::Netboot => "netboot",
+            }),
+        );
         let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
         vmedia::prepare(
             &self.ctx,
             &bmc,
             node,
             Ramdisk::Iscsi {
-                boot_option: BootOption::Local,
+                boot_option: option,
                 chap: None,
             },
         )
@@ -208,35 +209,73 @@ impl DeployInterface for IscsiDeploy {
         let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
         // The ramdisk has read its floppy and booted: media out, floppy object gone.
         vmedia::cleanup(&self.ctx, Some(&bmc), node).await;
+        let instance = InstanceInfo::of(node).context("instance_info")?;
+        let whole_disk = instance.is_whole_disk(&node.driver_internal_info);
+        let option = recorded_boot_option(node)
+            .map(Ok)
+            .unwrap_or_else(|| boot_option(&instance, whole_disk))?;
+        let job = if whole_disk {
+            write::DiskJob::WholeDisk
+        } else {
+            write::DiskJob::Partition(write::PartitionJob::of(
+                node,
+                &instance,
+                deployed_boot_mode(node)?,
+            )?)
+        };
         let image = self.cached_image(node).await?;
         let portal = SocketAddr::new(info.address, self.ctx.config.iscsi_port).to_string();
         let session = Session::open(&SessionConfig::new(&portal, &info.iqn, DISK_LUN))
             .await
             .with_context(|| format!("logging in to {} at {portal}", info.iqn))?;
-        let written = write_whole_disk(&session, &image.path, image.size).await;
+        let written = write::write_image(&session, &image, &job).await;
         if let Err(e) = session.logout().await {
             tracing::warn!(node = %node.uuid, error = %e, "iSCSI logout failed");
         }
-        let disk_id = written?;
-        tracing::info!(node = %node.uuid, bytes = image.size, disk_id, "image written over iSCSI");
+        let written = written?;
+        tracing::info!(
+            node = %node.uuid,
+            bytes = image.size,
+            root_uuid_or_disk_id = written.root_uuid_or_disk_id,
+            "image written over iSCSI"
+        );
         node.driver_internal_info
-            .insert(ROOT_UUID_KEY.into(), json!(disk_id));
+            .insert(ROOT_UUID_KEY.into(), json!(written.root_uuid_or_disk_id));
         node.driver_internal_info
-            .insert("is_whole_disk_image".into(), json!(true));
+            .insert("is_whole_disk_image".into(), json!(written.is_whole_disk));
         drop(image);
         notify_done(info.address, self.ctx.config.done_port).await?;
-        bmc.boot_from_disk().await?;
+        match option {
+            BootOption::Local => bmc.boot_from_disk().await?,
+            BootOption::Netboot => {
+                netboot::boot_instance(&self.ctx, &bmc, node, &written.root_uuid_or_disk_id)
+                    .await
+                    .context("booting the instance from its boot ISO")?
+            }
+        }
         bmc.power_off().await?;
         bmc.power_on().await?;
-        tracing::info!(node = %node.uuid, "deployed: booting from disk");
+        tracing::info!(node = %node.uuid, boot_option = ?option, "deployed: the instance is booting");
         Ok(DeployStep::Done)
+    }
+
+    async fn prepare_instance_boot(&self, node: &mut Node) -> anyhow::Result<()> {
+        if recorded_boot_option(node) != Some(BootOption::Netboot) {
+            return Ok(());
+        }
+        let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
+        netboot::reattach(&self.ctx, &bmc, node)
+            .await
+            .context("attaching the instance's boot ISO again")
     }
 
     async fn tear_down(&self, node: &mut Node) -> anyhow::Result<()> {
         let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
         bmc.power_off().await?;
         vmedia::cleanup(&self.ctx, Some(&bmc), node).await;
+        netboot::release(&self.ctx, node).await;
         node.driver_internal_info.remove(ROOT_UUID_KEY);
+        node.driver_internal_info.remove(BOOT_OPTION_KEY);
         Ok(())
     }
 
@@ -249,43 +288,6 @@ impl DeployInterface for IscsiDeploy {
             }
         };
         vmedia::cleanup(&self.ctx, bmc.as_ref(), node).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn done_reaches_a_listener_and_a_closed_port_fails_with_the_address() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        let got = tokio::spawn(async move {
-            let (mut stream, _) = listener.accept().await.expect("accept");
-            let mut buf = Vec::new();
-            tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut buf)
-                .await
-                .expect("read");
-            buf
-        });
-        notify_done(IpAddr::from([127, 0, 0, 1]), port)
-            .await
-            .expect("done sent");
-        assert_eq!(got.await.expect("listener task"), b"done");
-
-        // A port nobody listens on: every attempt is refused.
-        let closed = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-            l.local_addr().expect("addr").port()
-        };
-        let err = notify_done(IpAddr::from([127, 0, 0, 1]), closed)
-            .await
-            .expect_err("nobody listens");
-        assert!(
-            format!("{err:#}").contains(&format!("127.0.0.1:{closed}")),
-            "{err:#}"
-        );
+        netboot::release(&self.ctx, node).await;
     }
 }
