@@ -36,7 +36,9 @@ use vmdeploy_shared::iscsi::{KeysError, LoginStatus, PduError};
 
 pub use blocking::BlockingLun;
 pub use login::discover;
-pub use pipeline::{read_image, read_to_file, write_file, write_image};
+pub use pipeline::{
+    read_image, read_to_file, write_bytes_at, write_file, write_file_ranges, write_image,
+};
 pub use session::Session;
 
 /// The initiator name used when the caller gives none.

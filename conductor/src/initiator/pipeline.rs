@@ -30,6 +30,7 @@ struct WritePipeline<'a> {
     session: &'a Session,
     queue: VecDeque<JoinHandle<Result<(), InitiatorError>>>,
     depth: usize,
+    /// Where the next chunk goes, unless [`WritePipeline::push_at`] says otherwise.
     lba: u64,
     bytes: u64,
     started: std::time::Instant,
@@ -50,26 +51,27 @@ async fn join<T>(handle: JoinHandle<Result<T, InitiatorError>>) -> Result<T, Ini
 }
 
 impl<'a> WritePipeline<'a> {
-    fn new(session: &'a Session, len: u64, depth: usize) -> Result<Self, InitiatorError> {
-        if len > session.size_bytes() {
-            return Err(InitiatorError::Range(format!(
-                "the image ({len} bytes) is larger than the LUN ({} bytes)",
-                session.size_bytes()
-            )));
-        }
-        Ok(WritePipeline {
+    fn new(session: &'a Session, depth: usize) -> Self {
+        WritePipeline {
             session,
             queue: VecDeque::new(),
             depth: depth.max(1),
             lba: 0,
             bytes: 0,
             started: std::time::Instant::now(),
-        })
+        }
     }
 
     /// Queues the next chunk (padded with zeroes to whole blocks); waits for the oldest WRITE
     /// when `depth` are in flight.
-    async fn push(&mut self, mut chunk: BytesMut) -> Result<(), InitiatorError> {
+    async fn push(&mut self, chunk: BytesMut) -> Result<(), InitiatorError> {
+        self.push_at(self.lba, chunk).await
+    }
+
+    /// Queues a chunk (padded with zeroes to whole blocks) at block `lba`; waits for the oldest
+    /// WRITE when `depth` are in flight.
+    async fn push_at(&mut self, lba: u64, mut chunk: BytesMut) -> Result<(), InitiatorError> {
+        self.lba = lba;
         let bl = self.session.block_len();
         self.bytes += chunk.len() as u64;
         let padded = chunk.len().div_ceil(bl) * bl;
@@ -114,6 +116,16 @@ fn early_end(done: u64, len: u64) -> InitiatorError {
     )
 }
 
+fn check_fits(session: &Session, len: u64) -> Result<(), InitiatorError> {
+    if len > session.size_bytes() {
+        return Err(InitiatorError::Range(format!(
+            "the image ({len} bytes) is larger than the LUN ({} bytes)",
+            session.size_bytes()
+        )));
+    }
+    Ok(())
+}
+
 /// Writes `len` bytes from `src` to the LUN from offset 0, with `depth` WRITEs in flight, then
 /// SYNCHRONIZE CACHE. A last partial block is padded with zeroes. Returns the bytes written.
 pub async fn write_image<R: AsyncRead + Unpin>(
@@ -122,7 +134,8 @@ pub async fn write_image<R: AsyncRead + Unpin>(
     len: u64,
     depth: usize,
 ) -> Result<u64, InitiatorError> {
-    let mut pipeline = WritePipeline::new(session, len, depth)?;
+    check_fits(session, len)?;
+    let mut pipeline = WritePipeline::new(session, depth);
     let io = session.io_size();
     let mut done = 0u64;
     while done < len {
@@ -152,42 +165,141 @@ pub async fn write_file(
     path: &std::path::Path,
     depth: usize,
 ) -> Result<u64, InitiatorError> {
-    use std::io::Read as _;
-    let mut file =
-        std::fs::File::open(path).map_err(|e| InitiatorError::Io("opening the image", e))?;
-    let len = file
-        .metadata()
+    let len = std::fs::metadata(path)
         .map_err(|e| InitiatorError::Io("reading the image's size", e))?
         .len();
-    let mut pipeline = WritePipeline::new(session, len, depth)?;
-    let io = session.io_size();
-    let (tx, mut rx) = mpsc::channel::<Result<BytesMut, InitiatorError>>(depth.max(1));
+    check_fits(session, len)?;
+    write_file_ranges(session, path, 0, &[(0, len)], depth).await
+}
+
+/// Writes the byte ranges `ranges` (`(offset, length)` in the file, in order) of a local file
+/// to the LUN at `disk_offset` + their offset, with `depth` WRITEs in flight, then SYNCHRONIZE
+/// CACHE; what lies between the ranges is left as it is on the LUN. Each range is widened to
+/// whole LUN blocks (the widening is read from the file too; past its end it is zeroes), and
+/// ranges that then touch are merged. `disk_offset` must be a whole number of blocks. Returns the
+/// bytes of the file that were sent (before padding). Reads run on a blocking thread straight
+/// into the PDU buffers, as [`write_file`].
+pub async fn write_file_ranges(
+    session: &Session,
+    path: &std::path::Path,
+    disk_offset: u64,
+    ranges: &[(u64, u64)],
+    depth: usize,
+) -> Result<u64, InitiatorError> {
+    let bl = session.block_len() as u64;
+    if !disk_offset.is_multiple_of(bl) {
+        return Err(InitiatorError::Range(format!(
+            "offset {disk_offset} is not a whole number of {bl}-byte blocks"
+        )));
+    }
+    let spans = block_spans(ranges, bl)?;
+    if let Some(&(start, len)) = spans.last() {
+        let end = disk_offset.saturating_add(start).saturating_add(len);
+        if end > session.size_bytes() {
+            return Err(InitiatorError::Range(format!(
+                "writing up to byte {end} is past the LUN's end ({} bytes)",
+                session.size_bytes()
+            )));
+        }
+    }
+    let file = std::fs::File::open(path).map_err(|e| InitiatorError::Io("opening the image", e))?;
+    let mut pipeline = WritePipeline::new(session, depth);
+    let io = session.io_size() as u64;
+    let (tx, mut rx) = mpsc::channel::<Result<(u64, BytesMut), InitiatorError>>(depth.max(1));
     let reader = tokio::task::spawn_blocking(move || {
-        let mut done = 0u64;
-        while done < len {
-            let want = io.min((len - done) as usize);
-            let mut buf = BytesMut::zeroed(want);
-            let chunk = match file.read_exact(&mut buf) {
-                Ok(()) => Ok(buf),
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                    Err(early_end(done, len))
+        for (start, len) in spans {
+            let mut done = 0u64;
+            while done < len {
+                let want = io.min(len - done) as usize;
+                let mut buf = BytesMut::zeroed(want);
+                let chunk = read_full_at(&file, &mut buf, start + done)
+                    .map(|()| ((disk_offset + start + done) / bl, buf))
+                    .map_err(|e| InitiatorError::Io("reading the image", e));
+                let failed = chunk.is_err();
+                if tx.blocking_send(chunk).is_err() || failed {
+                    return;
                 }
-                Err(e) => Err(InitiatorError::Io("reading the image", e)),
-            };
-            let failed = chunk.is_err();
-            if tx.blocking_send(chunk).is_err() || failed {
-                return;
+                done += want as u64;
             }
-            done += want as u64;
         }
     });
     while let Some(chunk) = rx.recv().await {
-        pipeline.push(chunk?).await?;
+        let (lba, buf) = chunk?;
+        pipeline.push_at(lba, buf).await?;
     }
     drop(rx);
-    let _ = reader.await;
-    if pipeline.bytes != len {
-        return Err(early_end(pipeline.bytes, len));
+    reader
+        .await
+        .map_err(|e| InitiatorError::Protocol(format!("the file reader ended abnormally: {e}")))?;
+    pipeline.finish().await
+}
+
+/// `buf.len()` bytes of `file` from `offset`; what lies past the file's end stays as it is
+/// (zeroes in a fresh buffer).
+fn read_full_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt as _;
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read_at(&mut buf[filled..], offset + filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// `ranges` widened to whole `bl`-byte blocks and merged where they touch; empty ranges are
+/// dropped. The ranges must be in order and not overlap.
+pub fn block_spans(ranges: &[(u64, u64)], bl: u64) -> Result<Vec<(u64, u64)>, InitiatorError> {
+    let mut spans: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    let mut prev_end = 0u64;
+    for &(offset, len) in ranges {
+        if len == 0 {
+            continue;
+        }
+        let end = offset
+            .checked_add(len)
+            .ok_or_else(|| InitiatorError::Range(format!("range {offset}+{len} overflows")))?;
+        if offset < prev_end {
+            return Err(InitiatorError::Range(format!(
+                "range {offset}+{len} is out of order or overlaps the one before"
+            )));
+        }
+        prev_end = end;
+        let start = offset / bl * bl;
+        let end = end.div_ceil(bl) * bl;
+        match spans.last_mut() {
+            Some((s, l)) if *s + *l >= start => *l = end - *s,
+            _ => spans.push((start, end - start)),
+        }
+    }
+    Ok(spans)
+}
+
+/// Writes `data` to the LUN at byte `offset` (a whole number of blocks), padded with zeroes to
+/// whole blocks, with `depth` WRITEs in flight, then SYNCHRONIZE CACHE.
+pub async fn write_bytes_at(
+    session: &Session,
+    offset: u64,
+    data: &[u8],
+    depth: usize,
+) -> Result<u64, InitiatorError> {
+    let bl = session.block_len() as u64;
+    let end = offset.saturating_add((data.len() as u64).div_ceil(bl) * bl);
+    if !offset.is_multiple_of(bl) || end > session.size_bytes() {
+        return Err(InitiatorError::Range(format!(
+            "{} bytes at offset {offset} are not block-aligned or run past the LUN's end ({} \
+             bytes)",
+            data.len(),
+            session.size_bytes()
+        )));
+    }
+    let mut pipeline = WritePipeline::new(session, depth);
+    for (i, chunk) in data.chunks(session.io_size()).enumerate() {
+        let lba = (offset + (i * session.io_size()) as u64) / bl;
+        pipeline.push_at(lba, BytesMut::from(chunk)).await?;
     }
     pipeline.finish().await
 }
@@ -297,4 +409,22 @@ pub async fn read_to_file(
         ));
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::block_spans;
+
+    #[test]
+    fn spans_widen_to_blocks_and_merge() {
+        let spans = block_spans(
+            &[(0, 100), (600, 10), (1030, 0), (2000, 100), (5000, 1)],
+            512,
+        )
+        .expect("spans");
+        assert_eq!(spans, vec![(0, 1024), (1536, 1024), (4608, 512)]);
+        assert!(block_spans(&[(100, 10), (50, 10)], 512).is_err());
+        assert!(block_spans(&[(u64::MAX, 10)], 512).is_err());
+        assert_eq!(block_spans(&[], 4096).expect("none"), vec![]);
+    }
 }
