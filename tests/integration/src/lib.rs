@@ -11,6 +11,7 @@ pub mod tgt;
 
 pub mod conductor_env;
 pub mod deploy_iso;
+pub mod disk_check;
 pub mod emulator;
 pub mod freeze;
 pub mod http;

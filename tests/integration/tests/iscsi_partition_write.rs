@@ -1,0 +1,447 @@
+//! `write::write_image` with a partition image, over the conductor's initiator, into our agent's
+//! iSCSI target serving a `losetup --direct-io=on` disk filled with random bytes first (so
+//! anything left unwritten shows). The disk is then read with the system's tools
+//! ([`disk_check`]): the table (`sfdisk --json`, `sgdisk -p`), every partition's file system
+//! (`blkid -p`), the ephemeral file system's consistency (`e2fsck -fn` / `xfs_repair -n`), the
+//! root image and the config drive byte for byte. Expected sizes come from the request, not from
+//! earlier output.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde_json::json;
+use vmdeploy_conductor::deploy::iscsi::write::{write_image, DiskJob, PartitionJob, Written};
+use vmdeploy_conductor::image_cache::{CachedImage, ImageCache, ImageSource, DEFAULT_LIMIT};
+use vmdeploy_conductor::initiator::{Session, SessionConfig};
+use vmdeploy_conductor::node::instance_info::InstanceInfo;
+use vmdeploy_integration_tests::disk_check::{self, PartitionInfo, PartitionTable};
+use vmdeploy_integration_tests::loopdev::{LoopDevice, LoopIo};
+use vmdeploy_integration_tests::tools::tool_ok;
+use vmdeploy_integration_tests::{bin, free_port};
+use vmdeploy_shared::params::BootMode;
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+const IQN: &str = "iqn.2024-01.org.vmdeploy:partition-write";
+/// The instance: 1 GiB root, 1 GiB ephemeral, 64 MiB swap (Ironic's units: GiB, GiB, MiB).
+const ROOT_GB: u64 = 1;
+const EPHEMERAL_GB: u64 = 1;
+const SWAP_MB: u64 = 64;
+/// The disk: room for the partitions, the first MiB and a GPT backup, and some to spare.
+const DISK_LEN: u64 = 2 * GIB + 128 * MIB;
+const ROOT_IMAGE_LEN: u64 = 64 * MIB;
+const ROOT_UUID: &str = "2f0d7a4e-93c1-4b5e-8a61-7c0ffee0d1e5";
+
+/// Our own target (the agent's `iscsi-target`) serving `disk` as LUN 1; killed on drop.
+struct AgentTarget {
+    child: Child,
+    portal: String,
+}
+
+impl Drop for AgentTarget {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_agent_target(disk: &Path) -> AgentTarget {
+    let portal = format!("127.0.0.1:{}", free_port());
+    let child = Command::new(bin("vmdeploy-agent"))
+        .args(["iscsi-target", "--disk"])
+        .arg(disk)
+        .args(["--iqn", IQN, "--listen", &portal])
+        // The "done" listener defaults to port 10000: give it a free port of its own.
+        .args(["--done-listen", &format!("127.0.0.1:{}", free_port())])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("starting vmdeploy-agent iscsi-target");
+    let target = AgentTarget { child, portal };
+    let started = Instant::now();
+    while std::net::TcpStream::connect(&target.portal).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the agent target did not listen on {} within 20 s",
+            target.portal
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    target
+}
+
+/// A loop device of [`DISK_LEN`] (a whole number of 4 MiB) full of random bytes.
+fn garbage_disk() -> LoopDevice {
+    let disk = LoopDevice::attach(&[], DISK_LEN, LoopIo::Direct);
+    tool_ok(
+        "dd",
+        "coreutils",
+        &[
+            "if=/dev/urandom",
+            &format!("of={}", disk.device().display()),
+            "bs=4M",
+            &format!("count={}", DISK_LEN / (4 * MIB)),
+            "oflag=direct",
+            "status=none",
+        ],
+    );
+    disk
+}
+
+/// A 64 MiB ext4 root file system image with UUID [`ROOT_UUID`] and a few files.
+fn root_image(dir: &Path) -> PathBuf {
+    let tree = dir.join("tree");
+    std::fs::create_dir_all(tree.join("etc")).expect("image tree");
+    std::fs::write(tree.join("etc/hostname"), "instance\n").expect("image file");
+    std::fs::write(
+        tree.join("data.bin"),
+        vmdeploy_integration_tests::tools::xorshift_bytes(3 << 20, 7),
+    )
+    .expect("image file");
+    let image = dir.join("root.img");
+    std::fs::File::create(&image)
+        .and_then(|f| f.set_len(ROOT_IMAGE_LEN))
+        .expect("image file");
+    tool_ok(
+        "mkfs.ext4",
+        "e2fsprogs",
+        &[
+            "-q",
+            "-F",
+            "-U",
+            ROOT_UUID,
+            "-L",
+            "root",
+            "-d",
+            &tree.to_string_lossy(),
+            &image.to_string_lossy(),
+        ],
+    );
+    image
+}
+
+/// A config drive ISO (label `config-2`) and Ironic's form of it: base64 of its gzip.
+fn config_drive(dir: &Path) -> (Vec<u8>, String) {
+    let tree = dir.join("cd/openstack/latest");
+    std::fs::create_dir_all(&tree).expect("config drive tree");
+    std::fs::write(tree.join("meta_data.json"), r#"{"uuid": "instance"}"#).expect("meta data");
+    std::fs::write(
+        tree.join("user_data"),
+        vmdeploy_integration_tests::tools::xorshift_bytes(1_500_000, 3),
+    )
+    .expect("user data");
+    let iso = dir.join("cd.iso");
+    tool_ok(
+        "xorriso",
+        "xorriso",
+        &[
+            "-as",
+            "mkisofs",
+            "-quiet",
+            "-R",
+            "-J",
+            "-V",
+            "config-2",
+            "-o",
+            &iso.to_string_lossy(),
+            &dir.join("cd").to_string_lossy(),
+        ],
+    );
+    let gz = Command::new("gzip")
+        .arg("-c")
+        .arg(&iso)
+        .output()
+        .expect("gzip is installed (package gzip)");
+    assert!(gz.status.success(), "gzip -c {iso:?} failed");
+    let bytes = std::fs::read(&iso).expect("reading the ISO");
+    (
+        bytes,
+        base64::engine::general_purpose::STANDARD.encode(&gz.stdout),
+    )
+}
+
+async fn cached(dir: &Path, image: &Path) -> (std::sync::Arc<ImageCache>, CachedImage) {
+    let cache = ImageCache::open(dir.join("cache"), DEFAULT_LIMIT).expect("opening the cache");
+    let source = ImageSource::new(
+        &image.to_string_lossy(),
+        format!("file://{}", image.display()),
+        None,
+    );
+    let got = cache.get(&source).await.expect("caching the image");
+    (cache, got)
+}
+
+fn job(extra: serde_json::Value, mode: BootMode) -> PartitionJob {
+    let mut info = json!({
+        "image_source": "http://images.example/root.img",
+        "kernel": "http://images.example/vmlinuz",
+        "ramdisk": "http://images.example/initrd",
+        "root_gb": ROOT_GB,
+        "swap_mb": SWAP_MB,
+        "ephemeral_gb": EPHEMERAL_GB,
+    });
+    if let (Some(m), serde_json::Value::Object(e)) = (info.as_object_mut(), extra) {
+        m.extend(e);
+    }
+    let info = InstanceInfo::parse(info.as_object().expect("object")).expect("instance_info");
+    PartitionJob::from_info(&info, mode, false).expect("a partition job")
+}
+
+async fn write(
+    disk: &LoopDevice,
+    image: &CachedImage,
+    job: &PartitionJob,
+) -> anyhow::Result<Written> {
+    let target = start_agent_target(disk.device());
+    let session = Session::open(&SessionConfig::new(&target.portal, IQN, 1))
+        .await
+        .expect("logging in to the agent's target");
+    let written = write_image(&session, image, &DiskJob::Partition(job.clone())).await;
+    session.logout().await.expect("logging out");
+    written
+}
+
+/// The partitions the request makes, as (MiB offset, MiB length), in disk order: ephemeral,
+/// swap, config drive, root; first at 1 MiB, contiguous.
+fn expected_mib(configdrive_bytes: u64) -> Vec<(u64, u64)> {
+    let sizes = [
+        EPHEMERAL_GB * 1024,
+        SWAP_MB,
+        configdrive_bytes.div_ceil(MIB),
+        ROOT_GB * 1024,
+    ];
+    let mut at = 1;
+    sizes
+        .iter()
+        .map(|&len| {
+            let p = (at, len);
+            at += len;
+            p
+        })
+        .collect()
+}
+
+fn assert_layout(table: &PartitionTable, want: &[(u64, u64)], types: [&str; 4]) {
+    let ss = table.sector_size;
+    let got: Vec<(u64, u64, &str)> = table
+        .partitions
+        .iter()
+        .map(|p| (p.start * ss / MIB, p.size * ss / MIB, p.type_.as_str()))
+        .collect();
+    let want: Vec<(u64, u64, &str)> = want
+        .iter()
+        .zip(types)
+        .map(|(&(at, len), t)| (at, len, t))
+        .collect();
+    assert_eq!(got, want, "{table:?}");
+    for (i, p) in table.partitions.iter().enumerate() {
+        assert_eq!(p.number as usize, i + 1, "{p:?}");
+        assert_eq!((p.start * ss) % MIB, 0, "{p:?} is not MiB-aligned");
+    }
+}
+
+/// Everything the written disk must show, for either table kind.
+fn check_contents(
+    disk: &Path,
+    table: &PartitionTable,
+    written: &Written,
+    image: &Path,
+    configdrive: &[u8],
+    ephemeral_type: &str,
+) {
+    let ss = table.sector_size;
+    let part = |i: usize| -> &PartitionInfo { &table.partitions[i] };
+    assert!(!written.is_whole_disk);
+    assert_eq!(written.root_uuid_or_disk_id, ROOT_UUID);
+
+    let swap = disk_check::blkid(disk, Some(part(1).range(ss)));
+    assert_eq!(
+        swap.get("TYPE").map(String::as_str),
+        Some("swap"),
+        "{swap:?}"
+    );
+    assert_eq!(
+        swap.get("LABEL").map(String::as_str),
+        Some("swap1"),
+        "{swap:?}"
+    );
+
+    let eph = disk_check::blkid(disk, Some(part(0).range(ss)));
+    assert_eq!(
+        eph.get("TYPE").map(String::as_str),
+        Some(ephemeral_type),
+        "{eph:?}"
+    );
+    assert_eq!(
+        eph.get("LABEL").map(String::as_str),
+        Some("ephemeral0"),
+        "{eph:?}"
+    );
+    disk_check::fsck_clean(disk, part(0).range(ss), ephemeral_type);
+
+    let root = disk_check::blkid(disk, Some(part(3).range(ss)));
+    assert_eq!(
+        root.get("TYPE").map(String::as_str),
+        Some("ext4"),
+        "{root:?}"
+    );
+    assert_eq!(
+        root.get("UUID").map(String::as_str),
+        Some(ROOT_UUID),
+        "{root:?}"
+    );
+    let want = std::fs::read(image).expect("reading the image");
+    let got = disk_check::read_range(disk, part(3).range(ss).0, want.len());
+    assert_eq!(
+        disk_check::first_difference(&got, &want),
+        None,
+        "the root partition differs from the image"
+    );
+    disk_check::fsck_clean(disk, part(3).range(ss), "ext4");
+
+    let cd = disk_check::blkid(disk, Some(part(2).range(ss)));
+    assert_eq!(
+        cd.get("TYPE").map(String::as_str),
+        Some("iso9660"),
+        "{cd:?}"
+    );
+    assert_eq!(
+        cd.get("LABEL").map(String::as_str),
+        Some("config-2"),
+        "{cd:?}"
+    );
+    let got = disk_check::read_range(disk, part(2).range(ss).0, configdrive.len());
+    assert_eq!(
+        disk_check::first_difference(&got, configdrive),
+        None,
+        "the config drive partition differs from the decoded config drive"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mbr_bios_ephemeral_swap_configdrive_root() {
+    let dir = tempfile::tempdir_in("/var/tmp").expect("scratch dir");
+    let image_path = root_image(dir.path());
+    let (iso, configdrive) = config_drive(dir.path());
+    let (_cache, image) = cached(dir.path(), &image_path).await;
+    let disk = garbage_disk();
+    let job = job(json!({"configdrive": configdrive}), BootMode::Bios);
+
+    let written = write(&disk, &image, &job)
+        .await
+        .expect("writing the partition image");
+
+    let table = disk_check::partitions(disk.device());
+    assert_eq!(
+        table.label,
+        "dos",
+        "{}",
+        disk_check::sfdisk_dump(disk.device())
+    );
+    assert_layout(
+        &table,
+        &expected_mib(iso.len() as u64),
+        [
+            disk_check::MBR_LINUX,
+            disk_check::MBR_SWAP,
+            disk_check::MBR_LINUX,
+            disk_check::MBR_LINUX,
+        ],
+    );
+    assert!(table.partitions[3].bootable, "root carries the boot flag");
+    check_contents(disk.device(), &table, &written, &image_path, &iso, "ext4");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpt_uefi_with_an_xfs_ephemeral() {
+    let dir = tempfile::tempdir_in("/var/tmp").expect("scratch dir");
+    let image_path = root_image(dir.path());
+    let (iso, configdrive) = config_drive(dir.path());
+    let (_cache, image) = cached(dir.path(), &image_path).await;
+    let disk = garbage_disk();
+    let job = job(
+        json!({"configdrive": configdrive, "ephemeral_format": "xfs"}),
+        BootMode::Uefi,
+    );
+
+    let written = write(&disk, &image, &job)
+        .await
+        .expect("writing the partition image");
+
+    let table = disk_check::partitions(disk.device());
+    assert_eq!(
+        table.label,
+        "gpt",
+        "{}",
+        disk_check::sfdisk_dump(disk.device())
+    );
+    let want = expected_mib(iso.len() as u64);
+    assert_layout(
+        &table,
+        &want,
+        [
+            disk_check::GPT_LINUX,
+            disk_check::GPT_SWAP,
+            disk_check::GPT_LINUX,
+            disk_check::GPT_LINUX,
+        ],
+    );
+    let (sg, text) = disk_check::sgdisk_partitions(disk.device());
+    let got: Vec<(u32, u64, u64, &str, &str)> = sg
+        .iter()
+        .map(|p| (p.number, p.start, p.end, p.code.as_str(), p.name.as_str()))
+        .collect();
+    let sectors = MIB / table.sector_size;
+    let names = [
+        ("8300", "ephemeral"),
+        ("8200", "swap"),
+        ("8300", "configdrive"),
+        ("8300", "root"),
+    ];
+    let expected: Vec<(u32, u64, u64, &str, &str)> = want
+        .iter()
+        .zip(names)
+        .enumerate()
+        .map(|(i, (&(at, len), (code, name)))| {
+            (
+                i as u32 + 1,
+                at * sectors,
+                (at + len) * sectors - 1,
+                code,
+                name,
+            )
+        })
+        .collect();
+    assert_eq!(got, expected, "{text}");
+    check_contents(disk.device(), &table, &written, &image_path, &iso, "xfs");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_larger_than_root_gb_is_refused_with_nothing_written() {
+    let dir = tempfile::tempdir_in("/var/tmp").expect("scratch dir");
+    let image_path = dir.path().join("big.img");
+    std::fs::File::create(&image_path)
+        .and_then(|f| f.set_len(ROOT_GB * GIB + MIB))
+        .expect("a sparse image one MiB larger than root_gb");
+    let (_cache, image) = cached(dir.path(), &image_path).await;
+    let disk = garbage_disk();
+    let head = disk_check::read_range(disk.device(), 0, MIB as usize);
+    let tail = disk_check::read_range(disk.device(), DISK_LEN - MIB, MIB as usize);
+
+    let err = write(&disk, &image, &job(json!({}), BootMode::Bios))
+        .await
+        .expect_err("an image larger than root_gb");
+    let text = format!("{err:#}");
+    assert!(
+        text.contains(&format!("the image is {} bytes", ROOT_GB * GIB + MIB))
+            && text.contains("root_gb = 1 GiB"),
+        "{text}"
+    );
+    assert_eq!(disk_check::read_range(disk.device(), 0, MIB as usize), head);
+    assert_eq!(
+        disk_check::read_range(disk.device(), DISK_LEN - MIB, MIB as usize),
+        tail
+    );
+}
