@@ -445,3 +445,71 @@ async fn an_image_larger_than_root_gb_is_refused_with_nothing_written() {
         tail
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preserve_ephemeral_keeps_the_partition_and_refuses_another_layout() {
+    let dir = tempfile::tempdir_in("/var/tmp").expect("scratch dir");
+    let image_path = root_image(dir.path());
+    let (iso, configdrive) = config_drive(dir.path());
+    let (_cache, image) = cached(dir.path(), &image_path).await;
+    let disk = garbage_disk();
+    let first = job(json!({"configdrive": configdrive}), BootMode::Bios);
+    write(&disk, &image, &first)
+        .await
+        .expect("the first deploy");
+    let table = disk_check::partitions(disk.device());
+    let ss = table.sector_size;
+    let (eph_at, eph_len) = table.partitions[0].range(ss);
+    // The whole ephemeral partition: the file system and the old bytes in its free space.
+    let ephemeral = disk_check::read_range(disk.device(), eph_at, eph_len as usize);
+    // Old data in the root partition past the image, which a rebuild must overwrite.
+    let (root_at, _) = table.partitions[3].range(ss);
+    let junk = vec![0x5Au8; MIB as usize];
+    {
+        use std::os::unix::fs::FileExt as _;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(disk.device())
+            .expect("opening the disk");
+        f.write_all_at(&junk, root_at)
+            .expect("scribbling on the root partition");
+        f.sync_all().expect("sync");
+    }
+
+    // A different layout (less swap) is refused, and the disk is left as it was.
+    let moved = job(
+        json!({"configdrive": configdrive, "preserve_ephemeral": true, "swap_mb": SWAP_MB / 2}),
+        BootMode::Bios,
+    );
+    let head = disk_check::read_range(disk.device(), 0, MIB as usize);
+    let err = write(&disk, &image, &moved)
+        .await
+        .expect_err("a layout that moves partitions cannot keep the ephemeral one");
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("preserve_ephemeral") && text.contains("cannot be kept"),
+        "{text}"
+    );
+    assert_eq!(disk_check::read_range(disk.device(), 0, MIB as usize), head);
+    assert_eq!(
+        disk_check::read_range(disk.device(), root_at, junk.len()),
+        junk
+    );
+
+    // The same sizes: the table and the ephemeral partition stay, root is written again.
+    let again = job(
+        json!({"configdrive": configdrive, "preserve_ephemeral": true}),
+        BootMode::Bios,
+    );
+    let written = write(&disk, &image, &again).await.expect("the rebuild");
+    assert_eq!(disk_check::read_range(disk.device(), 0, MIB as usize), head);
+    assert_eq!(
+        disk_check::first_difference(
+            &disk_check::read_range(disk.device(), eph_at, eph_len as usize),
+            &ephemeral
+        ),
+        None,
+        "the preserved ephemeral partition changed"
+    );
+    check_contents(disk.device(), &table, &written, &image_path, &iso, "ext4");
+}
