@@ -239,6 +239,42 @@ mod tests {
         );
     }
 
+    /// A one-request HTTP server on loopback answering `status` with `body`; its URL.
+    async fn serve_once(status: &'static str, body: Vec<u8>) -> String {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding loopback");
+        let addr = listener.local_addr().expect("local address");
+        tokio::spawn(async move {
+            if let Ok((mut conn, _)) = listener.accept().await {
+                let mut request = [0u8; 4096];
+                let _ = conn.read(&mut request).await;
+                let head = format!(
+                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = conn.write_all(head.as_bytes()).await;
+                let _ = conn.write_all(&body).await;
+            }
+        });
+        format!("http://{addr}/configdrive")
+    }
+
+    #[tokio::test]
+    async fn a_url_is_fetched_then_decoded() {
+        let image = iso(40_000);
+        let url = serve_once("200 OK", b64(&gzip(&image)).into_bytes()).await;
+        assert_eq!(load(&url).await.ok(), Some(image.clone()));
+        // Inline text works the same way.
+        assert_eq!(load(&b64(&gzip(&image))).await.ok(), Some(image));
+
+        let url = serve_once("404 Not Found", b"no such object".to_vec()).await;
+        let err = load(&url).await.expect_err("404");
+        assert!(matches!(err, ConfigDriveError::Fetch { .. }), "{err}");
+        assert!(err.to_string().contains("404"), "{err}");
+    }
+
     proptest! {
         #[test]
         fn untrusted_text_never_panics(data in proptest::collection::vec(any::<u8>(), 0..4096),
