@@ -214,7 +214,9 @@ pub async fn write(
     .context("planning the partitions")?;
 
     // File systems made locally before the disk is touched: a missing mkfs stops the deploy
-    // with the disk as it was.
+    // with the disk as it was. The scratch files go next to the cached image (a disk file
+    // system with room, sparse files and FIEMAP); what a crash leaves there is removed when the
+    // cache is opened (it keeps only its own entries).
     let scratch = image
         .path
         .parent()
