@@ -72,7 +72,7 @@ impl IscsiDeploy {
         let images = self.ctx.images.as_ref().context(
             "this conductor has no instance image cache (images.cache_dir), which iscsi_ilo needs",
         )?;
-        let image = image::instance_image(&node.instance_info)?;
+        let image = image::any_instance_image(&node.instance_info)?;
         let url = match &image.source {
             // A file on the conductor is read where it is: no trip through the object store.
             image::ImageRef::File(path) => format!("file://{}", path.display()),
