@@ -150,9 +150,38 @@ impl NetbootEnv {
 
     /// Enrolls an `iscsi_ilo` node for the partition image `image` (with this env's kernel and
     /// ramdisk) on `disk`, reached through `emulator`, deploys it through the Manager with the
-    /// agent as its ramdisk, and returns it `active`. Its port is deleted afterwards, so the
-    /// next node can take the same MAC.
-    async fn deploy(&self, emulator: &Emulator, image: &Path, disk: &LoopDevice) -> Node {
+    /// agent as its ramdisk, and returns it `active`. The conductor speaks `protocol` (`ribcl`
+    /// or `redfish`) to the iLO. The node's port is deleted afterwards, so the next node can
+    /// take the same MAC.
+    async fn deploy(
+        &self,
+        emulator: &Emulator,
+        protocol: &str,
+        image: &Path,
+        disk: &LoopDevice,
+    ) -> Node {
+        let (node, log) = self
+            .deploy_with(emulator, protocol, image, disk, json!({}))
+            .await;
+        assert_eq!(
+            node.provision_state,
+            ProvisionState::Active,
+            "last_error: {:?}\nagent log:\n{log}",
+            node.last_error,
+        );
+        node
+    }
+
+    /// [`NetbootEnv::deploy`] with `extra` keys in `instance_info`, ending `active` or
+    /// `deploy failed`; also returns the agent's log.
+    async fn deploy_with(
+        &self,
+        emulator: &Emulator,
+        protocol: &str,
+        image: &Path,
+        disk: &LoopDevice,
+        extra: Value,
+    ) -> (Node, String) {
         let bytes = std::fs::read(image).expect("reading the image");
         let media = Media::new(&bytes);
         let mut node = enroll(
@@ -165,6 +194,8 @@ impl NetbootEnv {
         )
         .await;
         node.driver = "iscsi_ilo".into();
+        node.driver_info
+            .insert("ilo_protocol".into(), json!(protocol));
         // The same image file for every node: the ISO key names the image reference.
         node.instance_info
             .insert("image_source".into(), json!(file_url(image)));
@@ -173,6 +204,9 @@ impl NetbootEnv {
         node.instance_info
             .insert("ramdisk".into(), json!(file_url(&self.ramdisk)));
         node.instance_info.insert("root_gb".into(), json!(1));
+        if let Value::Object(extra) = extra {
+            node.instance_info.extend(extra);
+        }
         self.conductor
             .nodes
             .update_node(&node)
@@ -197,13 +231,7 @@ impl NetbootEnv {
                 STEP,
             )
             .await;
-        assert_eq!(
-            node.provision_state,
-            ProvisionState::Active,
-            "last_error: {:?}\nagent log:\n{}",
-            node.last_error,
-            agent.log()
-        );
+        let log = agent.log();
         drop(agent);
         let ports = self
             .conductor
@@ -221,7 +249,7 @@ impl NetbootEnv {
                 .await
                 .expect("port deleted");
         }
-        node
+        (node, log)
     }
 
     /// The boot ISO objects in the store with their counts (the store's own `HEAD`).
@@ -454,7 +482,7 @@ async fn nodes_share_a_boot_iso_by_image_and_root_uuid_and_the_last_undeploy_del
         .map(|_| LoopDevice::attach(&[0xAA; 4096], DISK_LEN, LoopIo::Direct))
         .collect();
 
-    let first = env.deploy(&emu1, &image_a, &disks[0]).await;
+    let first = env.deploy(&emu1, "ribcl", &image_a, &disks[0]).await;
     assert_eq!(
         first.driver_internal_info["root_uuid_or_disk_id"], ROOT_A,
         "the root UUID read back"
@@ -471,7 +499,7 @@ async fn nodes_share_a_boot_iso_by_image_and_root_uuid_and_the_last_undeploy_del
     let url1 = assert_netboots(&emu1, "first node");
     assert!(url1.contains(&shared), "the CD is the shared ISO: {url1}");
 
-    let second = env.deploy(&emu2, &image_a, &disks[1]).await;
+    let second = env.deploy(&emu2, "ribcl", &image_a, &disks[1]).await;
     assert_eq!(second.driver_internal_info["root_uuid_or_disk_id"], ROOT_A);
     assert_eq!(
         env.boot_isos().await,
@@ -482,8 +510,9 @@ async fn nodes_share_a_boot_iso_by_image_and_root_uuid_and_the_last_undeploy_del
     let url2 = assert_netboots(&emu2, "second node");
     assert!(url2.contains(&shared), "{url2}");
 
-    // Another root UUID: another command line, another ISO.
-    let third = env.deploy(&emu3, &image_b, &disks[2]).await;
+    // Another root UUID: another command line, another ISO. This iLO is spoken to over
+    // Redfish (the persistent CD is `BootSourceOverrideEnabled: Continuous` there).
+    let third = env.deploy(&emu3, "redfish", &image_b, &disks[2]).await;
     assert_eq!(third.driver_internal_info["root_uuid_or_disk_id"], ROOT_B);
     let isos = env.boot_isos().await;
     assert_eq!(isos.len(), 2, "{isos:?}");
@@ -579,8 +608,8 @@ async fn with_swift_the_count_is_the_objects_usage_count_metadata() {
         .map(|_| LoopDevice::attach(&[0xAA; 4096], DISK_LEN, LoopIo::Direct))
         .collect();
 
-    let first = env.deploy(&emu1, &image, &disks[0]).await;
-    let second = env.deploy(&emu2, &image, &disks[1]).await;
+    let first = env.deploy(&emu1, "ribcl", &image, &disks[0]).await;
+    let second = env.deploy(&emu2, "ribcl", &image, &disks[1]).await;
     let names = env.boot_iso_names().await;
     assert_eq!(names.len(), 1, "one shared ISO: {names:?}");
     let (status, headers) = swift_head(peer, &names[0]);
@@ -607,4 +636,75 @@ async fn with_swift_the_count_is_the_objects_usage_count_metadata() {
     );
     env.undeploy(second.uuid).await;
     assert_eq!(swift_head(peer, &names[0]).0, 404, "deleted at zero");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_given_boot_iso_is_attached_as_it_is_never_counted_and_checked_first() {
+    let env = NetbootEnv::start(false).await;
+    let Objects::Builtin(builtin) = &env.objects_owner else {
+        panic!("a built-in store env");
+    };
+    let image = ext4_image(env.dir.path(), "root.img", ROOT_A);
+    let given = env.dir.path().join("given.iso");
+    std::fs::write(&given, vec![0x47; 96 * 1024]).expect("the given ISO");
+    let (emu1, emu2) = (Emulator::start(&[]), Emulator::start(&[]));
+    let disks: Vec<LoopDevice> = (0..2)
+        .map(|_| LoopDevice::attach(&[0xAA; 4096], DISK_LEN, LoopIo::Direct))
+        .collect();
+
+    let reference = file_url(&given);
+    let (node, log) = env
+        .deploy_with(
+            &emu1,
+            "ribcl",
+            &image,
+            &disks[0],
+            json!({"ilo_boot_iso": reference}),
+        )
+        .await;
+    assert_eq!(
+        node.provision_state,
+        ProvisionState::Active,
+        "last_error: {:?}\nagent log:\n{log}",
+        node.last_error
+    );
+    assert_eq!(
+        recorded_iso(&node),
+        json!({"reference": reference, "source": "instance_info.ilo_boot_iso",
+               "counted": false})
+    );
+    assert_eq!(
+        env.boot_iso_names().await,
+        Vec::<String>::new(),
+        "nothing built"
+    );
+    let url = assert_netboots(&emu1, "given ISO");
+    assert_eq!(
+        vmdeploy_integration_tests::conductor_env::fetch_media(&url).as_deref(),
+        Some(&std::fs::read(&given).expect("given ISO")[..]),
+        "the CD is the given ISO"
+    );
+    let gone = env.undeploy(node.uuid).await;
+    assert_eq!(recorded_iso(&gone), Value::Null);
+    assert!(given.exists(), "the user's ISO is left alone");
+
+    // A URL whose HEAD fails ends the deploy with the field and the status in last_error.
+    let missing = format!("{}/{CONTAINER}/no-such.iso", builtin.store.public_url());
+    let (node, _) = env
+        .deploy_with(
+            &emu2,
+            "ribcl",
+            &image,
+            &disks[1],
+            json!({"ilo_boot_iso": missing}),
+        )
+        .await;
+    assert_eq!(node.provision_state, ProvisionState::DeployFailed);
+    let error = node.last_error.clone().unwrap_or_default();
+    assert!(
+        error.contains("instance_info.ilo_boot_iso") && error.contains("HEAD"),
+        "{error}"
+    );
+    emu2.assert_media_ejected();
+    assert_eq!(recorded_iso(&node), Value::Null);
 }
