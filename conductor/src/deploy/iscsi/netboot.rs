@@ -95,7 +95,7 @@ pub async fn boot_instance(
     node: &mut Node,
     root_uuid: &str,
 ) -> anyhow::Result<()> {
-    if NodeBootIso::of(node).ok().flatten().is_some() {
+    if node.driver_internal_info.contains_key(BOOT_ISO_KEY) {
         // Left by an earlier deploy whose tear-down did not run: give it back first, or its
         // count would never come down.
         tracing::warn!(node = %node.uuid, "an earlier boot ISO is still recorded: releasing it");
