@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use vmdeploy_conductor::deploy::boot_iso::{BootIsos, USAGE_COUNT};
+use vmdeploy_conductor::deploy::boot_iso::{BootIsoKey, BootIsos, USAGE_COUNT};
 use vmdeploy_conductor::drivers::ilo::IloClient;
 use vmdeploy_conductor::drivers::{BootDevice, Management as _, VirtualMedia as _, VmediaDevice};
 use vmdeploy_conductor::image_cache::{FetchPolicy, ImageCache};
@@ -71,6 +71,8 @@ struct NetbootEnv {
     _api: ApiShim,
     kernel: PathBuf,
     ramdisk: PathBuf,
+    /// The conductor's boot ISO store (the same instance, so the same per-object locks).
+    isos: Arc<BootIsos>,
 }
 
 impl NetbootEnv {
@@ -127,7 +129,7 @@ impl NetbootEnv {
             Arc::clone(&objects),
             &settings,
             images,
-            Some(isos),
+            Some(Arc::clone(&isos)),
             iscsi_port,
             done_port,
         )
@@ -145,6 +147,7 @@ impl NetbootEnv {
             _api: api,
             kernel,
             ramdisk,
+            isos,
         }
     }
 
@@ -627,6 +630,46 @@ async fn with_swift_the_count_is_the_objects_usage_count_metadata() {
     let url = assert_netboots(&emu1, "first node");
     assert!(url.contains(&names[0]), "{url}");
     assert_netboots(&emu2, "second node");
+
+    // Eight more users at once, then eight releases at once, through the conductor's store:
+    // Swift has no compare-and-swap, so only the per-object lock keeps every count.
+    let key = BootIsoKey {
+        image_ref: file_url(&image),
+        kernel_ref: file_url(&env.kernel),
+        ramdisk_ref: file_url(&env.ramdisk),
+        cmdline: format!("root=UUID={ROOT_A} {APPEND}"),
+    };
+    let object = env.isos.object_path(&key);
+    assert_eq!(object.object, names[0], "the key the flow built");
+    let acquires: Vec<_> = (0..8)
+        .map(|_| {
+            let (isos, key) = (Arc::clone(&env.isos), key.clone());
+            let (kernel, ramdisk) = (env.kernel.clone(), env.ramdisk.clone());
+            tokio::spawn(async move { isos.acquire(&key, &kernel, &ramdisk).await })
+        })
+        .collect();
+    for task in acquires {
+        task.await.expect("task").expect("acquire");
+    }
+    let (_, headers) = swift_head(peer, &names[0]);
+    assert!(
+        headers.iter().any(|h| h == "X-Object-Meta-Usage-Count: 10"),
+        "{headers:?}"
+    );
+    let releases: Vec<_> = (0..8)
+        .map(|_| {
+            let (isos, object) = (Arc::clone(&env.isos), object.clone());
+            tokio::spawn(async move { isos.release(&object).await })
+        })
+        .collect();
+    for task in releases {
+        task.await.expect("task").expect("release");
+    }
+    let (_, headers) = swift_head(peer, &names[0]);
+    assert!(
+        headers.iter().any(|h| h == "X-Object-Meta-Usage-Count: 2"),
+        "{headers:?}"
+    );
 
     env.undeploy(first.uuid).await;
     let (_, headers) = swift_head(peer, &names[0]);
