@@ -217,6 +217,10 @@ impl NetbootEnv {
             .expect("making it an iscsi_ilo partition-image node");
 
         let waiting = self.conductor.deploy(node.uuid, STEP).await;
+        if waiting.provision_state == ProvisionState::DeployFailed {
+            // Refused before the ramdisk booted (validation).
+            return (waiting, String::new());
+        }
         assert_eq!(
             waiting.provision_state,
             ProvisionState::WaitCallBack,
@@ -731,7 +735,8 @@ async fn a_given_boot_iso_is_attached_as_it_is_never_counted_and_checked_first()
     assert_eq!(recorded_iso(&gone), Value::Null);
     assert!(given.exists(), "the user's ISO is left alone");
 
-    // A URL whose HEAD fails ends the deploy with the field and the status in last_error.
+    // A URL whose HEAD fails is refused by the deploy's validation, before anything is
+    // written, with the field and the status in last_error.
     let missing = format!("{}/{CONTAINER}/no-such.iso", builtin.store.public_url());
     let (node, _) = env
         .deploy_with(
@@ -745,7 +750,9 @@ async fn a_given_boot_iso_is_attached_as_it_is_never_counted_and_checked_first()
     assert_eq!(node.provision_state, ProvisionState::DeployFailed);
     let error = node.last_error.clone().unwrap_or_default();
     assert!(
-        error.contains("instance_info.ilo_boot_iso") && error.contains("HEAD"),
+        error.contains("instance_info.ilo_boot_iso")
+            && error.contains("HEAD")
+            && error.contains("validation"),
         "{error}"
     );
     emu2.assert_media_ejected();

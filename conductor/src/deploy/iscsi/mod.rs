@@ -149,7 +149,13 @@ impl DeployInterface for IscsiDeploy {
     async fn validate(&self, node: &Node) -> anyhow::Result<()> {
         let info = InstanceInfo::of(node).context("instance_info")?;
         let whole_disk = info.is_whole_disk(&node.driver_internal_info);
-        if !whole_disk && boot_option(&info, whole_disk)? == BootOption::Local {
+        let option = boot_option(&info, whole_disk)?;
+        if option == BootOption::Netboot {
+            netboot::validate(&self.ctx, node)
+                .await
+                .context("checking the boot ISO the instance will boot from")?;
+        }
+        if !whole_disk && option == BootOption::Local {
             bail!(
                 "node {}: a partition image with boot_option=local needs a boot loader installed \
                  inside the image, which the iSCSI ramdisk cannot do: use agent_ilo, or \

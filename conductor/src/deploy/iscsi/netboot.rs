@@ -135,6 +135,32 @@ pub async fn boot_instance(
     attach(ctx, bmc, &chosen).await
 }
 
+/// The checks `validate` makes for a netboot node, before anything is written: a given ISO
+/// is there (its `HEAD` answers), or an ISO can be built (a boot ISO store, a kernel and a
+/// ramdisk).
+pub async fn validate(ctx: &DeployContext, node: &Node) -> anyhow::Result<()> {
+    match boot_iso::choose(
+        text_field(node, "ilo_boot_iso"),
+        text_field(node, "boot_iso"),
+    ) {
+        BootIsoSource::Given { field, reference } => {
+            check_given(ctx, field, &ImageRef::parse(field, reference)?).await
+        }
+        BootIsoSource::Build => {
+            boot_isos(ctx)?;
+            let info = InstanceInfo::of(node).context("instance_info")?;
+            if info.kernel.is_none() || info.ramdisk.is_none() {
+                bail!(
+                    "netboot needs instance_info.kernel and instance_info.ramdisk to build a \
+                     boot ISO (or a boot ISO in instance_info.ilo_boot_iso or \
+                     instance_info.boot_iso)"
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
 /// Builds the key of the node's ISO, fetches kernel and ramdisk, and counts the node in.
 async fn acquire_built(
     ctx: &DeployContext,
