@@ -166,6 +166,8 @@ impl AgentDeploy {
 #[async_trait::async_trait]
 impl DeployInterface for AgentDeploy {
     async fn validate(&self, node: &Node) -> anyhow::Result<()> {
+        // Whole-disk images only: the agent driver writes no partition images.
+        image::instance_image(&node.instance_info)?;
         vmedia::validate_node(&self.ctx, node).await
     }
 

@@ -187,6 +187,16 @@ impl Bmc {
             .with_context(|| self.ctx("setting the one-time boot to the CD"))
     }
 
+    /// Boots from the (virtual) CD from now on, at every boot: a netboot instance's boot ISO
+    /// (RIBCL `SET_PERSISTENT_BOOT` with `CDROM`, Redfish `BootSourceOverrideEnabled:
+    /// Continuous` with `Cd`), as Ironic's iLO driver sets it for netboot.
+    pub(super) async fn boot_from_cd(&self) -> anyhow::Result<()> {
+        self.client
+            .set_persistent_boot(&BootDevice::Cdrom)
+            .await
+            .with_context(|| self.ctx("setting the persistent boot to the CD"))
+    }
+
     /// Boots from the local disk from now on.
     pub(super) async fn boot_from_disk(&self) -> anyhow::Result<()> {
         self.client

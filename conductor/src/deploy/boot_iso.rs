@@ -50,6 +50,11 @@ use crate::objects::{ObjectBody, ObjectError, ObjectPath, ObjectStore, PutOption
 
 /// The metadata key of the count (`X-Object-Meta-Usage-Count` in Swift).
 pub const USAGE_COUNT: &str = "usage-count";
+/// How long a temp URL of an attached boot ISO lives unless configured: a day. The iLO reads
+/// the CD at every boot, and only a power-on or reboot through the API attaches a fresh URL;
+/// a reboot from inside the instance after the URL expired finds no CD. The ISO holds no
+/// secret (a kernel, a ramdisk and a root UUID), so a long life costs little.
+pub const DEFAULT_TEMP_URL_TTL: Duration = Duration::from_secs(24 * 3600);
 /// Prefix of the objects this store owns.
 pub const OBJECT_PREFIX: &str = "boot-";
 /// Loader file names in `boot_loaders_dir`, as `vmdeploy-image-build loaders` writes them
@@ -236,6 +241,8 @@ pub struct BootIsos {
     container: String,
     loaders_dir: PathBuf,
     scratch_dir: PathBuf,
+    cmdline_append: String,
+    temp_url_ttl: Duration,
     locks: KeyedLocks,
 }
 
@@ -293,8 +300,42 @@ impl BootIsos {
             container,
             loaders_dir,
             scratch_dir: std::env::temp_dir(),
+            cmdline_append: String::new(),
+            temp_url_ttl: DEFAULT_TEMP_URL_TTL,
             locks: KeyedLocks::default(),
         }
+    }
+
+    /// Extra kernel arguments after `root=UUID=...` on built ISOs (`[deploy] boot_iso_append`;
+    /// Ironic's `pxe_append_params`). Surrounding blanks are dropped.
+    pub fn with_cmdline_append(mut self, append: &str) -> Self {
+        self.cmdline_append = append.trim().to_string();
+        self
+    }
+
+    /// How long the temp URL of an attached ISO lives (`[deploy] boot_iso_ttl`).
+    pub fn with_temp_url_ttl(mut self, ttl: Duration) -> Self {
+        self.temp_url_ttl = ttl;
+        self
+    }
+
+    /// The kernel command line of a built ISO whose root file system is `root_uuid`.
+    pub fn cmdline(&self, root_uuid: &str) -> String {
+        if self.cmdline_append.is_empty() {
+            format!("root=UUID={root_uuid}")
+        } else {
+            format!("root=UUID={root_uuid} {}", self.cmdline_append)
+        }
+    }
+
+    /// The lifetime of the temp URLs the virtual CD is given.
+    pub fn temp_url_ttl(&self) -> Duration {
+        self.temp_url_ttl
+    }
+
+    /// The container the ISOs are stored in.
+    pub fn container(&self) -> &str {
+        &self.container
     }
 
     /// Writes ISOs being built into `dir` (e.g. the state directory, when /tmp is small).

@@ -235,6 +235,13 @@ pub fn instance_image(info: &JsonObject) -> anyhow::Result<InstanceImage> {
     if parsed.kernel.is_some() || parsed.ramdisk.is_some() {
         bail!("instance_info/kernel, ramdisk: agent_ilo writes whole-disk images only; remove kernel and ramdisk");
     }
+    any_instance_image(info)
+}
+
+/// [`instance_image`] for a flow that writes partition images too (`iscsi_ilo`): the same
+/// checks, a `kernel` and `ramdisk` allowed.
+pub fn any_instance_image(info: &JsonObject) -> anyhow::Result<InstanceImage> {
+    let parsed = InstanceInfo::parse(info)?;
     let checksum = parsed.required_checksum()?.cloned();
     let source_text = info
         .get("image_source")

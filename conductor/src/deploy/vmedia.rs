@@ -61,9 +61,10 @@ pub fn requested_boot_mode(node: &Node) -> anyhow::Result<Option<BootMode>> {
 
 /// The checks of every virtual-media deploy: the instance image fields, the deploy ISO, the
 /// boot mode asked for, the iLO credentials and its virtual-media licence, and that the ISO and
-/// image references can be reached.
+/// image references can be reached. Whether the flow writes partition images is the flow's
+/// own check.
 pub(super) async fn validate_node(ctx: &DeployContext, node: &Node) -> anyhow::Result<()> {
-    let image = image::instance_image(&node.instance_info)?;
+    let image = image::any_instance_image(&node.instance_info)?;
     let (iso_field, iso) = deploy_iso(node)?;
     requested_boot_mode(node)?;
     let bmc = Bmc::connect(node, &ctx.config.ilo_defaults).await?;

@@ -268,14 +268,23 @@ pub struct Downloaded {
 
 /// Receives the image from `rx` into the new file `path` (sparse), digesting it with `algo`.
 /// Fails early, before the download ends, when the download passes `limit` bytes, when a qcow2's
-/// virtual size does, or when the first bytes show a format the cache cannot hold. Blocking.
+/// virtual size does, or when the first bytes show a format the cache cannot hold (unless
+/// `as_is`: a kernel or a ramdisk, kept as it came). Blocking.
 pub fn write_download(
     mut rx: mpsc::Receiver<Msg>,
     path: &Path,
     algo: HashAlgo,
     limit: u64,
     url: &str,
+    as_is: bool,
 ) -> Result<Downloaded, ImageCacheError> {
+    let check_head = |url: &str, head: &[u8], limit: u64| {
+        if as_is {
+            Ok(ImageFormat::Raw)
+        } else {
+            check_head(url, head, limit)
+        }
+    };
     let create = || {
         File::create(path)
             .map(SparseWriter::new)

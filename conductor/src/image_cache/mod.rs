@@ -90,6 +90,9 @@ pub struct ImageSource {
     /// The cache key: one entry per key. Use [`ImageSource::new`], which derives it from the
     /// image reference and the checksum.
     pub key: String,
+    /// Kept byte for byte, whatever its first bytes look like: a kernel or a ramdisk (often
+    /// gzip or zstd inside) rather than a disk image. Set by [`ImageSource::as_is`].
+    pub as_is: bool,
 }
 
 impl ImageSource {
@@ -105,7 +108,17 @@ impl ImageSource {
             url: url.into(),
             checksum,
             key,
+            as_is: false,
         }
+    }
+
+    /// A file that is not a disk image (a kernel, a ramdisk for a boot ISO): no format check,
+    /// no conversion. Its key differs from a disk image's of the same reference.
+    pub fn as_is(reference: &str, url: impl Into<String>, checksum: Option<Checksum>) -> Self {
+        let mut source = ImageSource::new(reference, url, checksum);
+        source.key = format!("{} (as is)", source.key);
+        source.as_is = true;
+        source
     }
 }
 
@@ -502,8 +515,15 @@ async fn download_verify_convert(
         .map_or(HashAlgo::Sha256, |c| c.algo);
     let (tx, rx) = mpsc::channel(fetch::CHANNEL_DEPTH);
     let writer = {
-        let (path, url, limit) = (download.to_path_buf(), url.clone(), inner.limit);
-        tokio::task::spawn_blocking(move || fetch::write_download(rx, &path, algo, limit, &url))
+        let (path, url, limit, as_is) = (
+            download.to_path_buf(),
+            url.clone(),
+            inner.limit,
+            source.as_is,
+        );
+        tokio::task::spawn_blocking(move || {
+            fetch::write_download(rx, &path, algo, limit, &url, as_is)
+        })
     };
     let fed = fetch::feed(&inner.client, &inner.policy, &url, &tx).await;
     drop(tx);

@@ -18,7 +18,7 @@ use super::tasks;
 use super::{bmc, Core, ManagerError};
 use crate::drivers::ilo::IloClient;
 use crate::drivers::{Power, PowerAction, PowerState};
-use crate::states::NodePower;
+use crate::states::{NodePower, ProvisionState};
 use crate::store::{Node, NodeIdent};
 
 /// How long a power change may take (Ironic's `[conductor]power_state_change_timeout`).
@@ -62,7 +62,10 @@ pub(crate) async fn set_power_state(
 async fn run(core: &Core, mut node: Node, target: NodePower, timeout: Option<Duration>) {
     let limit = timeout.unwrap_or(POWER_STATE_CHANGE_TIMEOUT);
     let outcome = match bmc::connect(core, &node).await {
-        Ok(client) => change(&node, &client, target, limit).await,
+        Ok(client) => match prepare_instance_boot(core, &mut node, &client, target).await {
+            Ok(()) => change(&node, &client, target, limit).await,
+            Err(err) => Err(err),
+        },
         Err(err) => Err(err),
     };
     // Whatever happened, show the state the BMC reports now (or keep the last known one).
@@ -88,6 +91,44 @@ async fn run(core: &Core, mut node: Node, target: NodePower, timeout: Option<Dur
     if let Err(err) = core.store().update_node(&node).await {
         tasks::log_store_error(&err, "the outcome of the power change");
     }
+}
+
+/// Before a power action that boots an `active` node's instance (power on from off, reboot):
+/// the deploy interface's [`DeployInterface::prepare_instance_boot`] (a netboot instance's
+/// boot ISO attached again with a fresh temp URL). When it fails the power action is not
+/// taken: the instance would not find what it boots from.
+///
+/// [`DeployInterface::prepare_instance_boot`]: crate::deploy::DeployInterface::prepare_instance_boot
+async fn prepare_instance_boot(
+    core: &Core,
+    node: &mut Node,
+    client: &IloClient,
+    target: NodePower,
+) -> Result<(), ManagerError> {
+    if node.provision_state != ProvisionState::Active {
+        return Ok(());
+    }
+    let boots = match target {
+        NodePower::Off | NodePower::SoftPowerOff => false,
+        NodePower::Rebooting | NodePower::SoftRebooting => true,
+        // Powering on a host that is on boots nothing.
+        NodePower::On => {
+            client
+                .power_state()
+                .await
+                .map_err(|e| bmc::failed(node, &e))?
+                == PowerState::Off
+        }
+    };
+    let Some(flow) = core.flow_for(&node.driver).filter(|_| boots) else {
+        return Ok(());
+    };
+    flow.prepare_instance_boot(node).await.map_err(|e| {
+        ManagerError::Failed(format!(
+            "the instance's boot could not be prepared, so the node was not powered on or \
+             rebooted: {e:#}"
+        ))
+    })
 }
 
 /// Carries out one power request and returns the state reached.

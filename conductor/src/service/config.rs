@@ -116,6 +116,10 @@ pub mod keys {
     /// Directory of the boot loaders instance boot ISOs are built with (written by
     /// `vmdeploy-image-build loaders -o DIR`; default `<state dir>/boot-loaders`).
     pub const DEPLOY_BOOT_LOADERS_DIR: &str = "deploy.boot_loaders_dir";
+    /// Kernel arguments after `root=UUID=...` on built instance boot ISOs.
+    pub const DEPLOY_BOOT_ISO_APPEND: &str = "deploy.boot_iso_append";
+    /// Lifetime of the temp URL an instance's boot ISO is attached with, seconds.
+    pub const DEPLOY_BOOT_ISO_TTL: &str = "deploy.boot_iso_ttl";
     /// Directory of the instance image cache (default `<state>/images`).
     pub const IMAGES_CACHE_DIR: &str = "images.cache_dir";
     /// Size limit of the instance image cache, bytes of raw images.
@@ -169,6 +173,8 @@ pub mod keys {
         DEPLOY_CONTAINER,
         DEPLOY_CONDUCTOR_NAME,
         DEPLOY_BOOT_LOADERS_DIR,
+        DEPLOY_BOOT_ISO_APPEND,
+        DEPLOY_BOOT_ISO_TTL,
         IMAGES_CACHE_DIR,
         IMAGES_CACHE_LIMIT,
         LOG_FORMAT,
@@ -486,6 +492,10 @@ pub struct DeploySection {
     pub conductor_name: Option<String>,
     /// `boot_loaders_dir`.
     pub boot_loaders_dir: Option<PathBuf>,
+    /// `boot_iso_append`.
+    pub boot_iso_append: Option<String>,
+    /// `boot_iso_ttl`, seconds.
+    pub boot_iso_ttl: Option<u64>,
 }
 
 /// `[images]`: the instance image cache (iscsi_ilo).
@@ -776,6 +786,10 @@ pub struct Settings {
     pub conductor_name: String,
     /// `deploy.boot_loaders_dir`: read only when a boot ISO is built, so it may be missing.
     pub boot_loaders_dir: PathBuf,
+    /// `deploy.boot_iso_append` (trimmed; empty: none).
+    pub boot_iso_append: String,
+    /// `deploy.boot_iso_ttl`.
+    pub boot_iso_ttl: Duration,
     /// `images.cache_dir`.
     pub image_cache_dir: PathBuf,
     /// `images.cache_limit`, bytes.
@@ -1109,6 +1123,18 @@ impl Settings {
             Some(dir) => dir,
             None => state_dir.join(BOOT_LOADERS_DIR),
         };
+        let boot_iso_append = deploy
+            .boot_iso_append
+            .as_deref()
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_string();
+        if boot_iso_append.contains(['\n', '\r']) {
+            return Err(ConfigError::new(
+                keys::DEPLOY_BOOT_ISO_APPEND,
+                "a kernel command line is one line",
+            ));
+        }
         let image_cache_dir = file
             .images
             .cache_dir
@@ -1193,6 +1219,12 @@ impl Settings {
                 .unwrap_or_else(|| DEFAULT_CONTAINER.to_string()),
             conductor_name,
             boot_loaders_dir,
+            boot_iso_append,
+            boot_iso_ttl: seconds(
+                keys::DEPLOY_BOOT_ISO_TTL,
+                deploy.boot_iso_ttl,
+                crate::deploy::boot_iso::DEFAULT_TEMP_URL_TTL,
+            )?,
             image_cache_dir,
             image_cache_limit,
             log_format: file.log.format,
@@ -1472,6 +1504,25 @@ mod tests {
         );
         let s = resolve("[deploy]\nboot_loaders_dir = \"/srv/loaders\"\n").expect("given");
         assert_eq!(s.boot_loaders_dir, PathBuf::from("/srv/loaders"));
+    }
+
+    #[test]
+    fn boot_iso_settings_have_defaults_and_refuse_what_cannot_work() {
+        let s = resolve("").expect("defaults");
+        assert_eq!(s.boot_iso_append, "");
+        assert_eq!(s.boot_iso_ttl, Duration::from_secs(86_400));
+        let s =
+            resolve("[deploy]\nboot_iso_append = \" console=ttyS0 nofb \"\nboot_iso_ttl = 900\n")
+                .expect("given");
+        assert_eq!(s.boot_iso_append, "console=ttyS0 nofb");
+        assert_eq!(s.boot_iso_ttl, Duration::from_secs(900));
+        let err = resolve("[deploy]\nboot_iso_ttl = 0\n").expect_err("zero");
+        assert!(err.to_string().contains(keys::DEPLOY_BOOT_ISO_TTL), "{err}");
+        let err = resolve("[deploy]\nboot_iso_append = \"a\\nb\"\n").expect_err("two lines");
+        assert!(
+            err.to_string().contains(keys::DEPLOY_BOOT_ISO_APPEND),
+            "{err}"
+        );
     }
 
     #[test]

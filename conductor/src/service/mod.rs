@@ -279,11 +279,23 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             )
         })?
     };
+    // Netboot instances' boot ISOs, in the deploy container; the loaders directory is read
+    // only when one is built, and ISOs are written next to the image cache, not in /tmp.
+    let boot_isos = Arc::new(
+        crate::deploy::boot_iso::BootIsos::new(
+            Arc::clone(&objects),
+            settings.container.clone(),
+            settings.boot_loaders_dir.clone(),
+        )
+        .with_scratch_dir(settings.state_dir.clone())
+        .with_cmdline_append(&settings.boot_iso_append)
+        .with_temp_url_ttl(settings.boot_iso_ttl),
+    );
     let deploy = Arc::new(DeployContext {
         store,
         objects,
         images: Some(images),
-        boot_isos: None,
+        boot_isos: Some(boot_isos),
         config: DeployConfig {
             api_url,
             api_ca_pem: certs.api_ca_pem,

@@ -457,7 +457,17 @@ impl Conductor {
         flow: fn(Arc<DeployContext>) -> Arc<dyn DeployInterface>,
     ) -> Conductor {
         let config = deploy_config(settings.api_url.clone(), settings.ca_pem.clone());
-        Conductor::start_full(db, objects, settings, config, None, &AGENT_DRIVERS, flow).await
+        Conductor::start_full(
+            db,
+            objects,
+            settings,
+            config,
+            None,
+            None,
+            &AGENT_DRIVERS,
+            flow,
+        )
+        .await
     }
 
     /// A Manager whose `iscsi_ilo` flow is the real one, with an image cache and the ramdisk's
@@ -467,6 +477,20 @@ impl Conductor {
         objects: Arc<dyn ObjectStore>,
         settings: &Settings,
         images: Arc<vmdeploy_conductor::image_cache::ImageCache>,
+        iscsi_port: u16,
+        done_port: u16,
+    ) -> Conductor {
+        Conductor::start_iscsi_with(db, objects, settings, images, None, iscsi_port, done_port)
+            .await
+    }
+
+    /// [`Conductor::start_iscsi`] with a boot ISO store for netboot instances.
+    pub async fn start_iscsi_with(
+        db: &Path,
+        objects: Arc<dyn ObjectStore>,
+        settings: &Settings,
+        images: Arc<vmdeploy_conductor::image_cache::ImageCache>,
+        boot_isos: Option<Arc<vmdeploy_conductor::deploy::boot_iso::BootIsos>>,
         iscsi_port: u16,
         done_port: u16,
     ) -> Conductor {
@@ -482,18 +506,22 @@ impl Conductor {
             settings,
             config,
             Some(images),
+            boot_isos,
             &vmdeploy_conductor::deploy::iscsi::ISCSI_DRIVERS,
             iscsi,
         )
         .await
     }
 
+    // One private constructor behind the public ones: each argument is one part of the set-up.
+    #[allow(clippy::too_many_arguments)]
     async fn start_full(
         db: &Path,
         objects: Arc<dyn ObjectStore>,
         settings: &Settings,
         config: DeployConfig,
         images: Option<Arc<vmdeploy_conductor::image_cache::ImageCache>>,
+        boot_isos: Option<Arc<vmdeploy_conductor::deploy::boot_iso::BootIsos>>,
         drivers: &'static [&'static str],
         flow: fn(Arc<DeployContext>) -> Arc<dyn DeployInterface>,
     ) -> Conductor {
@@ -503,7 +531,7 @@ impl Conductor {
             objects,
             config,
             images,
-            boot_isos: None,
+            boot_isos,
         });
         let manager = Arc::new(Manager::new(
             Arc::clone(&context),

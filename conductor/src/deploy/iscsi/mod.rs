@@ -72,7 +72,7 @@ impl IscsiDeploy {
         let images = self.ctx.images.as_ref().context(
             "this conductor has no instance image cache (images.cache_dir), which iscsi_ilo needs",
         )?;
-        let image = image::instance_image(&node.instance_info)?;
+        let image = image::any_instance_image(&node.instance_info)?;
         let url = match &image.source {
             // A file on the conductor is read where it is: no trip through the object store.
             image::ImageRef::File(path) => format!("file://{}", path.display()),
@@ -149,7 +149,13 @@ impl DeployInterface for IscsiDeploy {
     async fn validate(&self, node: &Node) -> anyhow::Result<()> {
         let info = InstanceInfo::of(node).context("instance_info")?;
         let whole_disk = info.is_whole_disk(&node.driver_internal_info);
-        if !whole_disk && boot_option(&info, whole_disk)? == BootOption::Local {
+        let option = boot_option(&info, whole_disk)?;
+        if option == BootOption::Netboot {
+            netboot::validate(&self.ctx, node)
+                .await
+                .context("checking the boot ISO the instance will boot from")?;
+        }
+        if !whole_disk && option == BootOption::Local {
             bail!(
                 "node {}: a partition image with boot_option=local needs a boot loader installed \
                  inside the image, which the iSCSI ramdisk cannot do: use agent_ilo, or \
