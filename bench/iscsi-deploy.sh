@@ -77,8 +77,9 @@ if [ ! -f "$IMAGE" ] || [ "$(stat -c %s "$IMAGE")" -ne $((SIZE_MB * 1048576)) ];
     # An ext4 root file system filled (but for its metadata's share) with one random file:
     # dense, as a raw root image of an installed system mostly is.
     rm -rf "$WORK/rootfs" && mkdir -p "$WORK/rootfs"
-    head -c $(( (SIZE_MB - SIZE_MB / 16) * 1048576 )) /dev/urandom > "$WORK/rootfs/payload"
-    mke2fs -q -F -t ext4 -L bench-root -d "$WORK/rootfs" "$IMAGE" "${SIZE_MB}M"
+    # (An eighth and 8 MiB left for the journal and inode tables.)
+    head -c $(( (SIZE_MB - SIZE_MB / 8 - 8) * 1048576 )) /dev/urandom > "$WORK/rootfs/payload"
+    mke2fs -q -F -t ext4 -m 0 -L bench-root -d "$WORK/rootfs" "$IMAGE" "${SIZE_MB}M"
     rm -rf "$WORK/rootfs"
   fi
 fi
