@@ -56,6 +56,20 @@ pub struct DeployConfig {
     pub iscsi_port: u16,
     /// The iSCSI ramdisk's `done` port (10000).
     pub done_port: u16,
+    /// How `done` is sent to the iSCSI ramdisk (tries, wait between them).
+    pub done: iscsi::done::DonePolicy,
+    /// CHAP credentials the iSCSI ramdisk's target requires and the conductor logs in with
+    /// (`deploy.iscsi_chap_user` / `iscsi_chap_secret`); `None`: no authentication, as Ironic.
+    pub iscsi_chap: Option<IscsiChap>,
+}
+
+/// A CHAP user and secret for the iSCSI deploy (the secret masked in `Debug`).
+#[derive(Debug, Clone)]
+pub struct IscsiChap {
+    /// CHAP_N.
+    pub user: String,
+    /// The shared secret.
+    pub secret: vmdeploy_shared::secret::Secret,
 }
 
 /// The iSCSI portal port of the deploy ramdisk.
@@ -79,6 +93,8 @@ impl DeployConfig {
             ilo_defaults: Default::default(),
             iscsi_port: ISCSI_PORT,
             done_port: DONE_PORT,
+            done: Default::default(),
+            iscsi_chap: None,
         }
     }
 }

@@ -72,15 +72,21 @@ pub(crate) async fn check_once(core: &Arc<Core>) {
         if expired(&node, timeout) {
             // Ironic's words first (operators search for them), then what to check: a refused
             // heartbeat (wrong token) leaves no trace on the node, so the message names it.
+            let flow = core.flow_for(&node.driver);
+            let awaited = match &flow {
+                Some(f) if f.takes_pass_deploy_info() => {
+                    "no pass_deploy_info with a valid deploy key"
+                }
+                _ => "no heartbeat with a valid agent token",
+            };
             let message = format!(
-                "Timeout reached while waiting for callback for node {}: no heartbeat with a \
-                 valid agent token came within {}s (deploy_callback_timeout); check that the \
-                 node boots the deploy ISO, reaches the API at {} and runs this deploy's floppy",
+                "Timeout reached while waiting for callback for node {}: {awaited} came within \
+                 {}s (deploy_callback_timeout); check that the node boots the deploy ISO, \
+                 reaches the API at {} and runs this deploy's floppy",
                 node.uuid,
                 timeout.as_secs(),
                 core.deploy.config.api_url
             );
-            let flow = core.flow_for(&node.driver);
             let span = tracing::info_span!("timeout", node = %node.uuid);
             fail_deploy(core, &mut node, flow.as_ref(), message)
                 .instrument(span)

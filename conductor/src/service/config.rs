@@ -120,6 +120,10 @@ pub mod keys {
     pub const DEPLOY_BOOT_ISO_APPEND: &str = "deploy.boot_iso_append";
     /// Lifetime of the temp URL an instance's boot ISO is attached with, seconds.
     pub const DEPLOY_BOOT_ISO_TTL: &str = "deploy.boot_iso_ttl";
+    /// CHAP user the iSCSI ramdisk's target requires (with `iscsi_chap_secret`).
+    pub const DEPLOY_ISCSI_CHAP_USER: &str = "deploy.iscsi_chap_user";
+    /// CHAP secret of `iscsi_chap_user` (at least 12 bytes, no white space).
+    pub const DEPLOY_ISCSI_CHAP_SECRET: &str = "deploy.iscsi_chap_secret";
     /// Directory of the instance image cache (default `<state>/images`).
     pub const IMAGES_CACHE_DIR: &str = "images.cache_dir";
     /// Size limit of the instance image cache, bytes of raw images.
@@ -172,6 +176,8 @@ pub mod keys {
         DEPLOY_POWER_SYNC,
         DEPLOY_CONTAINER,
         DEPLOY_CONDUCTOR_NAME,
+        DEPLOY_ISCSI_CHAP_USER,
+        DEPLOY_ISCSI_CHAP_SECRET,
         DEPLOY_BOOT_LOADERS_DIR,
         DEPLOY_BOOT_ISO_APPEND,
         DEPLOY_BOOT_ISO_TTL,
@@ -496,6 +502,10 @@ pub struct DeploySection {
     pub boot_iso_append: Option<String>,
     /// `boot_iso_ttl`, seconds.
     pub boot_iso_ttl: Option<u64>,
+    /// `iscsi_chap_user`.
+    pub iscsi_chap_user: Option<String>,
+    /// `iscsi_chap_secret`.
+    pub iscsi_chap_secret: Option<Secret>,
 }
 
 /// `[images]`: the instance image cache (iscsi_ilo).
@@ -790,6 +800,8 @@ pub struct Settings {
     pub boot_iso_append: String,
     /// `deploy.boot_iso_ttl`.
     pub boot_iso_ttl: Duration,
+    /// `deploy.iscsi_chap_user` and `iscsi_chap_secret`.
+    pub iscsi_chap: Option<crate::deploy::IscsiChap>,
     /// `images.cache_dir`.
     pub image_cache_dir: PathBuf,
     /// `images.cache_limit`, bytes.
@@ -1135,6 +1147,7 @@ impl Settings {
                 "a kernel command line is one line",
             ));
         }
+        let iscsi_chap = iscsi_chap(deploy.iscsi_chap_user, deploy.iscsi_chap_secret)?;
         let image_cache_dir = file
             .images
             .cache_dir
@@ -1225,6 +1238,7 @@ impl Settings {
                 deploy.boot_iso_ttl,
                 crate::deploy::boot_iso::DEFAULT_TEMP_URL_TTL,
             )?,
+            iscsi_chap,
             image_cache_dir,
             image_cache_limit,
             log_format: file.log.format,
@@ -1237,6 +1251,55 @@ impl Settings {
     pub fn api_tls(&self) -> bool {
         self.tls != ApiTls::Off
     }
+}
+
+/// `deploy.iscsi_chap_user` and `iscsi_chap_secret`: both or neither. They go on the floppy,
+/// whose values cannot hold white space (reference §1.4), and RFC 7143 §9.2.1 wants a CHAP
+/// secret of at least 96 bits.
+fn iscsi_chap(
+    user: Option<String>,
+    secret: Option<Secret>,
+) -> Result<Option<crate::deploy::IscsiChap>, ConfigError> {
+    let (user, secret) = match (user, secret) {
+        (None, None) => return Ok(None),
+        (Some(user), Some(secret)) => (user, secret),
+        (Some(_), None) => {
+            return Err(ConfigError::new(
+                keys::DEPLOY_ISCSI_CHAP_SECRET,
+                "missing: iscsi_chap_user needs a secret",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(ConfigError::new(
+                keys::DEPLOY_ISCSI_CHAP_USER,
+                "missing: iscsi_chap_secret needs a user",
+            ))
+        }
+    };
+    if user.is_empty() || user.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(ConfigError::new(
+            keys::DEPLOY_ISCSI_CHAP_USER,
+            "empty or contains white space (it goes on the ramdisk's floppy)",
+        ));
+    }
+    let text = secret.expose();
+    // The reasons never quote the secret.
+    if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(ConfigError::new(
+            keys::DEPLOY_ISCSI_CHAP_SECRET,
+            "contains white space (it goes on the ramdisk's floppy)",
+        ));
+    }
+    if text.len() < 12 {
+        return Err(ConfigError::new(
+            keys::DEPLOY_ISCSI_CHAP_SECRET,
+            format!(
+                "{} bytes: a CHAP secret needs at least 12 (RFC 7143 §9.2.1)",
+                text.len()
+            ),
+        ));
+    }
+    Ok(Some(crate::deploy::IscsiChap { user, secret }))
 }
 
 /// The API URL the ramdisk calls back when `deploy.api_url` is not set: `api.public_url`, else
@@ -1523,6 +1586,53 @@ mod tests {
             err.to_string().contains(keys::DEPLOY_BOOT_ISO_APPEND),
             "{err}"
         );
+    }
+
+    #[test]
+    fn iscsi_chap_is_both_keys_or_neither_and_its_secret_is_never_shown() {
+        let s = resolve("").expect("defaults");
+        assert!(s.iscsi_chap.is_none());
+        let s = resolve(
+            "[deploy]\niscsi_chap_user = \"deployer\"\niscsi_chap_secret = \"chap-secret-4567\"\n",
+        )
+        .expect("both given");
+        let chap = s.iscsi_chap.as_ref().expect("CHAP configured");
+        assert_eq!(chap.user, "deployer");
+        assert_eq!(chap.secret.expose(), "chap-secret-4567");
+        assert!(!format!("{s:?}").contains("chap-secret-4567"));
+        for (text, key, words) in [
+            (
+                "[deploy]\niscsi_chap_user = \"deployer\"\n",
+                keys::DEPLOY_ISCSI_CHAP_SECRET,
+                "needs a secret",
+            ),
+            (
+                "[deploy]\niscsi_chap_secret = \"chap-secret-4567\"\n",
+                keys::DEPLOY_ISCSI_CHAP_USER,
+                "needs a user",
+            ),
+            (
+                "[deploy]\niscsi_chap_user = \"deployer\"\niscsi_chap_secret = \"short-5\"\n",
+                keys::DEPLOY_ISCSI_CHAP_SECRET,
+                "at least 12",
+            ),
+            (
+                "[deploy]\niscsi_chap_user = \"deployer\"\niscsi_chap_secret = \"chap secret 4567\"\n",
+                keys::DEPLOY_ISCSI_CHAP_SECRET,
+                "white space",
+            ),
+            (
+                "[deploy]\niscsi_chap_user = \"de ployer\"\niscsi_chap_secret = \"chap-secret-4567\"\n",
+                keys::DEPLOY_ISCSI_CHAP_USER,
+                "white space",
+            ),
+        ] {
+            let err = resolve(text).expect_err(text);
+            assert_eq!(err.key, key, "{text}");
+            assert!(err.reason.contains(words), "{text}: {err}");
+            assert!(!err.to_string().contains("secret 4567"), "{err}");
+            assert!(!err.to_string().contains("short-5"), "{err}");
+        }
     }
 
     #[test]

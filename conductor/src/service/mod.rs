@@ -307,6 +307,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             ilo_defaults: settings.ilo.for_nodes(),
             iscsi_port: crate::deploy::ISCSI_PORT,
             done_port: crate::deploy::DONE_PORT,
+            done: Default::default(),
+            iscsi_chap: settings.iscsi_chap.clone(),
         },
     });
     let manager = Arc::new(Manager::new(

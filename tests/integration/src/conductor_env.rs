@@ -76,6 +76,8 @@ pub fn deploy_config(api_url: String, ca_pem: Option<String>) -> DeployConfig {
         ilo_defaults: Default::default(),
         iscsi_port: vmdeploy_conductor::deploy::ISCSI_PORT,
         done_port: vmdeploy_conductor::deploy::DONE_PORT,
+        done: Default::default(),
+        iscsi_chap: None,
     }
 }
 
@@ -306,6 +308,50 @@ impl ApiShim {
         }
     }
 
+    /// Serves the conductor's real API router ([`vmdeploy_conductor::api::router`]: every
+    /// `/v1` resource, and the unversioned paths old ramdisks post to) on `listener`, counting
+    /// the ramdisk call-backs it answers 202 (accepted) and 401/403 (refused).
+    pub fn serve_api(listener: tokio::net::TcpListener, manager: Arc<Manager>) -> ApiShim {
+        let refused = Arc::new(AtomicUsize::new(0));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counters = (Arc::clone(&refused), Arc::clone(&accepted));
+        let router = vmdeploy_conductor::api::router(manager, Default::default()).layer(
+            axum::middleware::from_fn(
+                move |req: axum::extract::Request, next: axum::middleware::Next| {
+                    let (refused, accepted) = counters.clone();
+                    async move {
+                        let path = req.uri().path().to_owned();
+                        let response = next.run(req).await;
+                        if path.contains("/heartbeat/") || path.ends_with("/pass_deploy_info") {
+                            match response.status() {
+                                StatusCode::ACCEPTED => accepted.fetch_add(1, Ordering::SeqCst),
+                                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                                    refused.fetch_add(1, Ordering::SeqCst)
+                                }
+                                _ => 0,
+                            };
+                        }
+                        response
+                    }
+                },
+            ),
+        );
+        let (stop, mut stopped) = watch::channel(false);
+        tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            };
+            let _ = axum::serve(listener, router)
+                .with_graceful_shutdown(shutdown)
+                .await;
+        });
+        ApiShim {
+            refused,
+            accepted,
+            stop,
+        }
+    }
+
     /// Heartbeats the Manager refused with 401 (wrong or missing token).
     pub fn refused_heartbeats(&self) -> usize {
         self.refused.load(Ordering::SeqCst)
@@ -480,23 +526,25 @@ impl Conductor {
         iscsi_port: u16,
         done_port: u16,
     ) -> Conductor {
-        Conductor::start_iscsi_with(db, objects, settings, images, None, iscsi_port, done_port)
-            .await
+        Conductor::start_iscsi_with(db, objects, settings, images, None, |config| {
+            config.iscsi_port = iscsi_port;
+            config.done_port = done_port;
+        })
+        .await
     }
 
-    /// [`Conductor::start_iscsi`] with a boot ISO store for netboot instances.
+    /// [`Conductor::start_iscsi`] with a boot ISO store for netboot instances, and the flow's
+    /// settings as `tune` leaves them.
     pub async fn start_iscsi_with(
         db: &Path,
         objects: Arc<dyn ObjectStore>,
         settings: &Settings,
         images: Arc<vmdeploy_conductor::image_cache::ImageCache>,
         boot_isos: Option<Arc<vmdeploy_conductor::deploy::boot_iso::BootIsos>>,
-        iscsi_port: u16,
-        done_port: u16,
+        tune: impl FnOnce(&mut DeployConfig),
     ) -> Conductor {
         let mut config = deploy_config(settings.api_url.clone(), settings.ca_pem.clone());
-        config.iscsi_port = iscsi_port;
-        config.done_port = done_port;
+        tune(&mut config);
         fn iscsi(context: Arc<DeployContext>) -> Arc<dyn DeployInterface> {
             Arc::new(vmdeploy_conductor::deploy::iscsi::IscsiDeploy::new(context))
         }
@@ -857,4 +905,215 @@ pub fn make_image_seeded(len: usize, seed: u64) -> Vec<u8> {
     v[510] = 0x55;
     v[511] = 0xAA;
     v
+}
+
+// ---------------------------------------------------------------------------------------------
+// The iscsi_ilo set-up (`conductor_iscsi_deploy.rs`, `conductor_iscsi_faults.rs`).
+
+/// How an [`IscsiEnv`] is set up beyond the defaults.
+pub struct IscsiOptions {
+    /// `deploy_callback_timeout`.
+    pub callback_timeout: Duration,
+    /// Serve the conductor's real API router ([`ApiShim::serve_api`]) rather than the shim.
+    pub real_api: bool,
+    /// Changes to the flow's settings (after the iSCSI and done ports are set to the env's).
+    pub tune: Box<dyn FnOnce(&mut DeployConfig) + Send>,
+    /// A boot ISO store over the built-in store, with the loaders `vmdeploy-image-build
+    /// loaders` writes, so that partition images can netboot ([`IscsiEnv::boot_isos`]).
+    pub netboot: bool,
+}
+
+impl IscsiOptions {
+    /// The shim, `callback_timeout`, the settings as they are.
+    pub fn new(callback_timeout: Duration) -> IscsiOptions {
+        IscsiOptions {
+            callback_timeout,
+            real_api: false,
+            tune: Box::new(|_| {}),
+            netboot: false,
+        }
+    }
+}
+
+/// A conductor with the real `iscsi_ilo` flow over the built-in store, its image cache (trusting
+/// the test CA, as the service's trusts the built-in store's), the API (shim or real) and the
+/// emulator.
+pub struct IscsiEnv {
+    /// The CA of the store's certificate (on the floppy).
+    pub pki: TestPki,
+    /// The built-in object store.
+    pub builtin: Builtin,
+    /// The SQLite file and the image cache.
+    pub dir: tempfile::TempDir,
+    /// The instance image cache.
+    pub images: Arc<vmdeploy_conductor::image_cache::ImageCache>,
+    /// The port the agent's target listens on (the conductor logs in there).
+    pub iscsi_port: u16,
+    /// The port the agent waits for `done` on (the conductor sends it there unless tuned).
+    pub done_port: u16,
+    /// The conductor.
+    pub conductor: Conductor,
+    /// The API the ramdisk calls back.
+    pub api: ApiShim,
+    /// The API's URL (on the floppy).
+    pub api_url: String,
+    /// The iLO emulator.
+    pub emulator: Emulator,
+    /// The conductor's boot ISO store, when [`IscsiOptions::netboot`] asked for one.
+    pub boot_isos: Option<Arc<vmdeploy_conductor::deploy::boot_iso::BootIsos>>,
+}
+
+impl IscsiEnv {
+    /// The set-up with `callback_timeout` and the API shim.
+    pub async fn start(callback_timeout: Duration) -> IscsiEnv {
+        IscsiEnv::start_with(IscsiOptions::new(callback_timeout)).await
+    }
+
+    /// The set-up as `options` say.
+    pub async fn start_with(options: IscsiOptions) -> IscsiEnv {
+        crate::loopdev::require_loop_devices();
+        let pki = TestPki::new();
+        let builtin = Builtin::start(&pki).await;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (listener, api_url) = api_listener().await;
+        let settings = Settings {
+            api_url: api_url.clone(),
+            ca_pem: Some(pki.ca_pem.clone()),
+            callback_timeout: options.callback_timeout,
+        };
+        let images = vmdeploy_conductor::image_cache::ImageCache::open_with(
+            dir.path().join("images"),
+            4 << 30,
+            vmdeploy_conductor::image_cache::FetchPolicy {
+                extra_ca_pem: Some(pki.ca_pem.clone()),
+                ..Default::default()
+            },
+        )
+        .expect("image cache");
+        let boot_isos = options.netboot.then(|| {
+            let scratch = dir.path().join("iso-scratch");
+            std::fs::create_dir(&scratch).expect("boot ISO scratch dir");
+            Arc::new(
+                vmdeploy_conductor::deploy::boot_iso::BootIsos::new(
+                    builtin.objects(),
+                    CONTAINER.into(),
+                    boot_loaders_dir(dir.path()),
+                )
+                .with_scratch_dir(scratch),
+            )
+        });
+        let (iscsi_port, done_port) = (free_port(), free_port());
+        let tune = options.tune;
+        let conductor = Conductor::start_iscsi_with(
+            &dir.path().join("vmdeploy.sqlite"),
+            builtin.objects(),
+            &settings,
+            Arc::clone(&images),
+            boot_isos.clone(),
+            move |config| {
+                config.iscsi_port = iscsi_port;
+                config.done_port = done_port;
+                tune(config);
+            },
+        )
+        .await;
+        let api = if options.real_api {
+            ApiShim::serve_api(listener, Arc::clone(&conductor.manager))
+        } else {
+            ApiShim::serve(listener, Arc::clone(&conductor.manager))
+        };
+        let emulator = Emulator::start(&[]);
+        IscsiEnv {
+            pki,
+            builtin,
+            dir,
+            images,
+            iscsi_port,
+            done_port,
+            conductor,
+            api,
+            api_url,
+            emulator,
+            boot_isos,
+        }
+    }
+
+    /// The objects left in the conductor's container of the built-in store (its directory
+    /// listed: `<name>.json` is an object's commit record).
+    pub fn stored_objects(&self) -> Vec<String> {
+        let dir = self.builtin.store.root().join(
+            vmdeploy_conductor::objects::builtin::files::encode_name(CONTAINER),
+        );
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Vec::new();
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".json") || n.ends_with(".data"))
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+/// Enrolls an `iscsi_ilo` node for `image` whose root device is `disk`; `prepare` may change
+/// the media before the node is saved.
+pub async fn enroll_iscsi(
+    conductor: &Conductor,
+    emulator: &Emulator,
+    image: &[u8],
+    disk: &crate::loopdev::LoopDevice,
+    prepare: impl FnOnce(&Media),
+) -> (Node, Media) {
+    let media = Media::new(image);
+    let mut node = enroll(
+        &conductor.nodes,
+        ProvisionState::Available,
+        emulator.driver_info(),
+        &media,
+        image,
+        json!({"root_device": {"name": disk.device().display().to_string()}}),
+    )
+    .await;
+    node.driver = "iscsi_ilo".into();
+    prepare(&media);
+    conductor
+        .nodes
+        .update_node(&node)
+        .await
+        .expect("making it an iscsi_ilo node");
+    (node, media)
+}
+
+/// The boot loaders of built boot ISOs, written into `dir/boot-loaders` by
+/// `vmdeploy-image-build loaders` (as an operator fills `deploy.boot_loaders_dir`).
+pub fn boot_loaders_dir(dir: &Path) -> PathBuf {
+    let out = dir.join("boot-loaders");
+    let result = std::process::Command::new(crate::bin("vmdeploy-image-build"))
+        .arg("loaders")
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .expect("vmdeploy-image-build runs (fix: cargo build --workspace --bins)");
+    assert!(
+        result.status.success(),
+        "vmdeploy-image-build loaders failed: {}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    out
+}
+
+/// A kernel the ISO writer takes (the x86 boot header is all it checks) and a ramdisk that
+/// starts as a gzip stream does, as `dir/vmlinuz` and `dir/initrd.gz`: enough for a boot ISO
+/// that the in-memory emulator never boots.
+pub fn stand_in_kernel_and_ramdisk(dir: &Path) -> (PathBuf, PathBuf) {
+    let mut kernel: Vec<u8> = (0..300_000u32).map(|i| (i % 241) as u8).collect();
+    kernel[0x202..0x206].copy_from_slice(b"HdrS");
+    let mut ramdisk: Vec<u8> = (0..100_000u32).map(|i| (i % 239) as u8).collect();
+    ramdisk[..2].copy_from_slice(&[0x1f, 0x8b]);
+    let (k, r) = (dir.join("vmlinuz"), dir.join("initrd.gz"));
+    std::fs::write(&k, kernel).expect("kernel");
+    std::fs::write(&r, ramdisk).expect("ramdisk");
+    (k, r)
 }

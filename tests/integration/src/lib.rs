@@ -34,12 +34,17 @@ pub fn workspace_root() -> PathBuf {
 }
 
 /// Path of a workspace binary built by `cargo build --workspace --bins` (debug profile), honouring
-/// `CARGO_TARGET_DIR`.
+/// `CARGO_TARGET_DIR`; `VMDEPLOY_BIN_DIR` names another directory (the benches' release builds).
 pub fn bin(name: &str) -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
+    let dir = std::env::var_os("VMDEPLOY_BIN_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"));
-    let path = target.join("debug").join(name);
+        .unwrap_or_else(|| {
+            std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| workspace_root().join("target"))
+                .join("debug")
+        });
+    let path = dir.join(name);
     assert!(
         path.exists(),
         "{} is missing: run `cargo build --workspace --bins` first (scripts/test does)",

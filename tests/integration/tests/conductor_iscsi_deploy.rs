@@ -7,23 +7,18 @@
 //! conductor checks and burns the key, writes the image from its cache over iSCSI, reads the
 //! disk identifier back, sends `done`, and boots the node from disk.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
 use vmdeploy_conductor::deploy::vmedia;
-use vmdeploy_conductor::image_cache::{FetchPolicy, ImageCache};
 use vmdeploy_conductor::manager::ManagerError;
 use vmdeploy_conductor::objects::ObjectStore as _;
 use vmdeploy_conductor::states::ProvisionState;
 use vmdeploy_conductor::store::{NodeIdent, PortFilter, Store as _};
 use vmdeploy_integration_tests::conductor_env::{
-    api_listener, enroll, floppy_params, inserted_floppy, make_image, AgentProcess, ApiShim,
-    Builtin, Conductor, Emulator, Media, Settings, CONTAINER,
+    enroll_iscsi, floppy_params, inserted_floppy, make_image, AgentProcess, IscsiEnv, CONTAINER,
 };
-use vmdeploy_integration_tests::free_port;
-use vmdeploy_integration_tests::http::TestPki;
-use vmdeploy_integration_tests::loopdev::{require_loop_devices, LoopDevice, LoopIo};
+use vmdeploy_integration_tests::loopdev::{LoopDevice, LoopIo};
 
 /// How long a deploy may take to reach a waiting or final state.
 const STEP: Duration = Duration::from_secs(120);
@@ -43,7 +38,8 @@ async fn a_whole_disk_image_goes_over_iscsi_byte_for_byte_and_the_node_boots_fro
         conductor,
         api,
         emulator,
-    } = IscsiEnv::start().await;
+        ..
+    } = IscsiEnv::start(STEP).await;
 
     let image = make_image(IMAGE_LEN);
     let disk = LoopDevice::attach(&[0xAA; 4096], DISK_LEN, LoopIo::Direct);
@@ -172,7 +168,8 @@ async fn a_too_large_or_corrupt_image_fails_the_deploy_in_its_own_words() {
         conductor,
         api: _api,
         emulator,
-    } = IscsiEnv::start().await;
+        ..
+    } = IscsiEnv::start(STEP).await;
 
     for (case, image_len, disk_len, corrupt, expected) in [
         (
@@ -262,94 +259,4 @@ async fn a_too_large_or_corrupt_image_fails_the_deploy_in_its_own_words() {
         8 << 20,
         "only the good (too large) image is cached"
     );
-}
-
-/// A conductor with the real `iscsi_ilo` flow over the built-in store, its image cache (trusting
-/// the test CA, as the service's trusts the built-in store's), the API shim and the emulator.
-struct IscsiEnv {
-    pki: TestPki,
-    builtin: Builtin,
-    dir: tempfile::TempDir,
-    images: Arc<ImageCache>,
-    iscsi_port: u16,
-    done_port: u16,
-    conductor: Conductor,
-    api: ApiShim,
-    emulator: Emulator,
-}
-
-impl IscsiEnv {
-    async fn start() -> IscsiEnv {
-        require_loop_devices();
-        let pki = TestPki::new();
-        let builtin = Builtin::start(&pki).await;
-        let dir = tempfile::tempdir().expect("temp dir");
-        let (listener, api_url) = api_listener().await;
-        let settings = Settings {
-            api_url,
-            ca_pem: Some(pki.ca_pem.clone()),
-            callback_timeout: STEP,
-        };
-        let images = ImageCache::open_with(
-            dir.path().join("images"),
-            1 << 30,
-            FetchPolicy {
-                extra_ca_pem: Some(pki.ca_pem.clone()),
-                ..FetchPolicy::default()
-            },
-        )
-        .expect("image cache");
-        let (iscsi_port, done_port) = (free_port(), free_port());
-        let conductor = Conductor::start_iscsi(
-            &dir.path().join("vmdeploy.sqlite"),
-            builtin.objects(),
-            &settings,
-            Arc::clone(&images),
-            iscsi_port,
-            done_port,
-        )
-        .await;
-        let api = ApiShim::serve(listener, Arc::clone(&conductor.manager));
-        let emulator = Emulator::start(&[]);
-        IscsiEnv {
-            pki,
-            builtin,
-            dir,
-            images,
-            iscsi_port,
-            done_port,
-            conductor,
-            api,
-            emulator,
-        }
-    }
-}
-
-/// Enrolls an `iscsi_ilo` node for `image` whose root device is `disk`; `prepare` may change
-/// the media before the node is saved.
-async fn enroll_iscsi(
-    conductor: &Conductor,
-    emulator: &Emulator,
-    image: &[u8],
-    disk: &LoopDevice,
-    prepare: impl FnOnce(&Media),
-) -> (vmdeploy_conductor::store::Node, Media) {
-    let media = Media::new(image);
-    let mut node = enroll(
-        &conductor.nodes,
-        ProvisionState::Available,
-        emulator.driver_info(),
-        &media,
-        image,
-        json!({"root_device": {"name": disk.device().display().to_string()}}),
-    )
-    .await;
-    node.driver = "iscsi_ilo".into();
-    prepare(&media);
-    conductor
-        .nodes
-        .update_node(&node)
-        .await
-        .expect("making it an iscsi_ilo node");
-    (node, media)
 }

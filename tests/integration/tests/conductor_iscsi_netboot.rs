@@ -31,13 +31,13 @@ use vmdeploy_conductor::objects::{ObjectPath, ObjectStore};
 use vmdeploy_conductor::states::{NodePower, ProvisionState, ProvisionVerb};
 use vmdeploy_conductor::store::{Node, NodeIdent, PortFilter, Store as _};
 use vmdeploy_integration_tests::conductor_env::{
-    api_listener, enroll, inserted_floppy, AgentProcess, ApiShim, Builtin, Conductor, Emulator,
-    Media, Settings, CONTAINER,
+    api_listener, boot_loaders_dir, enroll, inserted_floppy, stand_in_kernel_and_ramdisk,
+    AgentProcess, ApiShim, Builtin, Conductor, Emulator, Media, Settings, CONTAINER,
 };
+use vmdeploy_integration_tests::free_port;
 use vmdeploy_integration_tests::http::TestPki;
 use vmdeploy_integration_tests::loopdev::{require_loop_devices, LoopDevice, LoopIo};
 use vmdeploy_integration_tests::swift::{SwiftPeer, KEY, USER};
-use vmdeploy_integration_tests::{bin, free_port};
 use vmdeploy_shared::secret::Secret;
 
 /// How long a deploy or a power action may take.
@@ -117,7 +117,7 @@ impl NetbootEnv {
             BootIsos::new(
                 Arc::clone(&objects),
                 CONTAINER.into(),
-                loaders_dir(dir.path()),
+                boot_loaders_dir(dir.path()),
             )
             .with_scratch_dir(scratch)
             .with_cmdline_append(APPEND)
@@ -130,12 +130,14 @@ impl NetbootEnv {
             &settings,
             images,
             Some(Arc::clone(&isos)),
-            iscsi_port,
-            done_port,
+            |config| {
+                config.iscsi_port = iscsi_port;
+                config.done_port = done_port;
+            },
         )
         .await;
         let api = ApiShim::serve(listener, Arc::clone(&conductor.manager));
-        let (kernel, ramdisk) = kernel_and_ramdisk(dir.path());
+        let (kernel, ramdisk) = stand_in_kernel_and_ramdisk(dir.path());
         NetbootEnv {
             _pki: pki,
             objects_owner,
@@ -372,36 +374,6 @@ fn ext4_image(dir: &Path, name: &str, uuid: &str) -> PathBuf {
         String::from_utf8_lossy(&out.stderr)
     );
     path
-}
-
-/// Runs `vmdeploy-image-build loaders -o <dir>/boot-loaders`; returns that directory.
-fn loaders_dir(dir: &Path) -> PathBuf {
-    let out = dir.join("boot-loaders");
-    let result = Command::new(bin("vmdeploy-image-build"))
-        .arg("loaders")
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .expect("vmdeploy-image-build runs (fix: cargo build --workspace --bins)");
-    assert!(
-        result.status.success(),
-        "vmdeploy-image-build loaders failed: {}",
-        String::from_utf8_lossy(&result.stderr)
-    );
-    out
-}
-
-/// A kernel the ISO writer takes (the x86 boot header is all it checks) and a ramdisk that
-/// starts as a gzip stream does.
-fn kernel_and_ramdisk(dir: &Path) -> (PathBuf, PathBuf) {
-    let mut kernel: Vec<u8> = (0..300_000u32).map(|i| (i % 241) as u8).collect();
-    kernel[0x202..0x206].copy_from_slice(b"HdrS");
-    let mut ramdisk: Vec<u8> = (0..100_000u32).map(|i| (i % 239) as u8).collect();
-    ramdisk[..2].copy_from_slice(&[0x1f, 0x8b]);
-    let (k, r) = (dir.join("vmlinuz"), dir.join("initrd.gz"));
-    std::fs::write(&k, kernel).expect("kernel");
-    std::fs::write(&r, ramdisk).expect("ramdisk");
-    (k, r)
 }
 
 /// The conductor's iLO client for `emulator` (to change its state behind the conductor).

@@ -185,7 +185,12 @@ impl DeployInterface for IscsiDeploy {
             node,
             Ramdisk::Iscsi {
                 boot_option: option,
-                chap: None,
+                chap: self
+                    .ctx
+                    .config
+                    .iscsi_chap
+                    .as_ref()
+                    .map(|c| (c.user.as_str(), &c.secret)),
             },
         )
         .await
@@ -231,7 +236,15 @@ impl DeployInterface for IscsiDeploy {
         };
         let image = self.cached_image(node).await?;
         let portal = SocketAddr::new(info.address, self.ctx.config.iscsi_port).to_string();
-        let session = Session::open(&SessionConfig::new(&portal, &info.iqn, DISK_LUN))
+        let mut login = SessionConfig::new(&portal, &info.iqn, DISK_LUN);
+        // The ramdisk's target requires the CHAP credentials its floppy carried.
+        login.chap = self.ctx.config.iscsi_chap.as_ref().map(|c| {
+            vmdeploy_shared::iscsi::chap::ChapCredentials::new(
+                c.user.clone(),
+                c.secret.expose().as_bytes(),
+            )
+        });
+        let session = Session::open(&login)
             .await
             .with_context(|| format!("logging in to {} at {portal}", info.iqn))?;
         let written = write::write_image(&session, &image, &job).await;
@@ -250,7 +263,12 @@ impl DeployInterface for IscsiDeploy {
         node.driver_internal_info
             .insert("is_whole_disk_image".into(), json!(written.is_whole_disk));
         drop(image);
-        notify_done(info.address, self.ctx.config.done_port).await?;
+        notify_done(
+            info.address,
+            self.ctx.config.done_port,
+            &self.ctx.config.done,
+        )
+        .await?;
         match option {
             BootOption::Local => bmc.boot_from_disk().await?,
             BootOption::Netboot => {
