@@ -1,6 +1,9 @@
-//! `write::write_image` with a partition image, over the conductor's initiator, into our agent's
-//! iSCSI target serving a `losetup --direct-io=on` disk filled with random bytes first (so
-//! anything left unwritten shows). The disk is then read with the system's tools
+//! Partition images written over the conductor's initiator into our agent's iSCSI target
+//! serving a `losetup --direct-io=on` disk filled with random bytes first (so anything left
+//! unwritten shows). The MBR/BIOS and GPT/UEFI layouts are deployed through the API, the whole
+//! `iscsi_ilo` flow (the emulated iLO, the built-in store, the agent process as the ramdisk,
+//! netboot from a built boot ISO) up to `active`; the refusals and `preserve_ephemeral` call
+//! `write::write_image` directly. The disk is then read with the system's tools
 //! ([`disk_check`]): the table (`sfdisk --json`, `sgdisk -p`), every partition's file system
 //! (`blkid -p`), the ephemeral file system's consistency (`e2fsck -fn` / `xfs_repair -n`), the
 //! root image and the config drive byte for byte. Expected sizes come from the request, not from
@@ -16,6 +19,12 @@ use vmdeploy_conductor::deploy::iscsi::write::{write_image, DiskJob, PartitionJo
 use vmdeploy_conductor::image_cache::{CachedImage, ImageCache, ImageSource, DEFAULT_LIMIT};
 use vmdeploy_conductor::initiator::{Session, SessionConfig};
 use vmdeploy_conductor::node::instance_info::InstanceInfo;
+use vmdeploy_conductor::states::ProvisionState;
+use vmdeploy_conductor::store::Store as _;
+use vmdeploy_integration_tests::conductor_env::{
+    enroll_iscsi, inserted_floppy, stand_in_kernel_and_ramdisk, AgentProcess, IscsiEnv,
+    IscsiOptions,
+};
 use vmdeploy_integration_tests::disk_check::{self, PartitionInfo, PartitionTable};
 use vmdeploy_integration_tests::loopdev::{LoopDevice, LoopIo};
 use vmdeploy_integration_tests::tools::tool_ok;
@@ -33,6 +42,8 @@ const SWAP_MB: u64 = 64;
 const DISK_LEN: u64 = 2 * GIB + 128 * MIB;
 const ROOT_IMAGE_LEN: u64 = 64 * MIB;
 const ROOT_UUID: &str = "2f0d7a4e-93c1-4b5e-8a61-7c0ffee0d1e5";
+/// How long a deploy may take to reach a waiting or final state.
+const STEP: Duration = Duration::from_secs(180);
 
 /// Our own target (the agent's `iscsi-target`) serving `disk` as LUN 1; killed on drop.
 struct AgentTarget {
@@ -203,6 +214,102 @@ async fn write(
     written
 }
 
+/// Deploys the partition image `image` onto `disk` through the API with the real `iscsi_ilo`
+/// flow (root, swap and ephemeral sizes of this file, `extra` in `instance_info`, the firmware
+/// `mode`), the agent process playing the booted ramdisk; returns what the conductor recorded.
+async fn deploy_through_api(
+    dir: &Path,
+    disk: &LoopDevice,
+    image: &Path,
+    extra: serde_json::Value,
+    mode: BootMode,
+) -> Written {
+    let env = IscsiEnv::start_with(IscsiOptions {
+        netboot: true,
+        ..IscsiOptions::new(STEP)
+    })
+    .await;
+    let (kernel, ramdisk) = stand_in_kernel_and_ramdisk(dir);
+    let bytes = std::fs::read(image).expect("reading the image");
+    let (mut node, media) = enroll_iscsi(&env.conductor, &env.emulator, &bytes, disk, |_| {}).await;
+    let boot_mode = match mode {
+        BootMode::Bios => "bios",
+        BootMode::Uefi => "uefi",
+    };
+    let mut info = json!({
+        "kernel": format!("file://{}", kernel.display()),
+        "ramdisk": format!("file://{}", ramdisk.display()),
+        "root_gb": ROOT_GB,
+        "swap_mb": SWAP_MB,
+        "ephemeral_gb": EPHEMERAL_GB,
+        // As Nova sends them: a JSON text.
+        "capabilities": format!("{{\"boot_mode\": \"{boot_mode}\"}}"),
+    });
+    if let (Some(m), serde_json::Value::Object(e)) = (info.as_object_mut(), extra) {
+        m.extend(e);
+    }
+    if let serde_json::Value::Object(m) = info {
+        node.instance_info.extend(m);
+    }
+    env.conductor
+        .nodes
+        .update_node(&node)
+        .await
+        .expect("the node's partition image");
+
+    let waiting = env.conductor.deploy(node.uuid, STEP).await;
+    assert_eq!(
+        waiting.provision_state,
+        ProvisionState::WaitCallBack,
+        "last_error: {:?}",
+        waiting.last_error
+    );
+    let floppy = inserted_floppy(&env.emulator);
+    let mut agent =
+        AgentProcess::start_iscsi(media.dir.path(), &floppy, env.iscsi_port, env.done_port);
+    let node = env
+        .conductor
+        .wait_for(
+            node.uuid,
+            &[ProvisionState::Active, ProvisionState::DeployFailed],
+            STEP,
+        )
+        .await;
+    assert_eq!(
+        node.provision_state,
+        ProvisionState::Active,
+        "last_error: {:?}\nagent log:\n{}",
+        node.last_error,
+        agent.log()
+    );
+    assert_eq!(
+        agent.wait_exit(Duration::from_secs(30)),
+        Some(0),
+        "the agent ends after done; its log:\n{}",
+        agent.log()
+    );
+    // Netboot: the built boot ISO on the CD, the CD the persistent boot device, powered on.
+    let state = env.emulator.state();
+    assert_eq!(state["vmedia"]["CDROM"]["inserted"], true, "{state}");
+    assert_eq!(state["persistent_boot"][0], "CDROM", "{state}");
+    assert_eq!(state["power"], "ON", "{state}");
+    assert_eq!(
+        node.driver_internal_info["deploy_boot_mode"].as_str(),
+        Some(boot_mode),
+        "{:?}",
+        node.driver_internal_info
+    );
+    Written {
+        root_uuid_or_disk_id: node.driver_internal_info["root_uuid_or_disk_id"]
+            .as_str()
+            .expect("the conductor records the root UUID")
+            .to_owned(),
+        is_whole_disk: node.driver_internal_info["is_whole_disk_image"]
+            .as_bool()
+            .expect("the conductor records the image kind"),
+    }
+}
+
 /// The partitions the request makes, as (MiB offset, MiB length), in disk order: ephemeral,
 /// swap, config drive, root; first at 1 MiB, contiguous.
 fn expected_mib(configdrive_bytes: u64) -> Vec<(u64, u64)> {
@@ -321,17 +428,20 @@ fn check_contents(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mbr_bios_ephemeral_swap_configdrive_root() {
+async fn mbr_bios_ephemeral_swap_configdrive_root_through_the_api() {
     let dir = tempfile::tempdir_in("/var/tmp").expect("scratch dir");
     let image_path = root_image(dir.path());
     let (iso, configdrive) = config_drive(dir.path());
-    let (_cache, image) = cached(dir.path(), &image_path).await;
     let disk = garbage_disk();
-    let job = job(json!({"configdrive": configdrive}), BootMode::Bios);
 
-    let written = write(&disk, &image, &job)
-        .await
-        .expect("writing the partition image");
+    let written = deploy_through_api(
+        dir.path(),
+        &disk,
+        &image_path,
+        json!({"configdrive": configdrive}),
+        BootMode::Bios,
+    )
+    .await;
 
     let table = disk_check::partitions(disk.device());
     assert_eq!(
@@ -355,20 +465,20 @@ async fn mbr_bios_ephemeral_swap_configdrive_root() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gpt_uefi_with_an_xfs_ephemeral() {
+async fn gpt_uefi_with_an_xfs_ephemeral_through_the_api() {
     let dir = tempfile::tempdir_in("/var/tmp").expect("scratch dir");
     let image_path = root_image(dir.path());
     let (iso, configdrive) = config_drive(dir.path());
-    let (_cache, image) = cached(dir.path(), &image_path).await;
     let disk = garbage_disk();
-    let job = job(
+
+    let written = deploy_through_api(
+        dir.path(),
+        &disk,
+        &image_path,
         json!({"configdrive": configdrive, "ephemeral_format": "xfs"}),
         BootMode::Uefi,
-    );
-
-    let written = write(&disk, &image, &job)
-        .await
-        .expect("writing the partition image");
+    )
+    .await;
 
     let table = disk_check::partitions(disk.device());
     assert_eq!(
