@@ -8,9 +8,13 @@
 //! - `pass_deploy_info` (the manager has checked and burnt the key): media out and the floppy
 //!   deleted; the image from the conductor's cache ([`crate::image_cache`]: one download per
 //!   image, checksum verified, qcow2 made raw); a login to `address:3260` with the built-in
-//!   initiator; the image written to the whole LUN and the disk identifier read back; log
-//!   out; `done` to the ramdisk's port 10000; the disk as the persistent boot device and a
-//!   power cycle → `active`.
+//!   initiator; a whole-disk image written to the whole LUN and the disk identifier read
+//!   back, or a partition image's table, root, swap, ephemeral and config drive written and
+//!   the root file system's UUID read back ([`write`]); log out; `done` to the ramdisk's port
+//!   10000; then the disk as the persistent boot device (local boot), or the boot ISO on the
+//!   virtual CD as the persistent boot device (netboot, [`netboot`]), and a power cycle →
+//!   `active`. An API power-on or reboot of a netboot node attaches its ISO again first
+//!   ([`DeployInterface::prepare_instance_boot`]).
 //!
 //! # Parts
 //! - [`write`]: the image onto the LUN: whole disk, or partition table and partitions;
@@ -19,8 +23,9 @@
 //!
 //! # Limitations
 //! A partition image with `boot_option=local` needs a boot loader installed inside the
-//! instance's file system, which the iSCSI ramdisk cannot do: `validate` refuses it and names
-//! `agent_ilo`, which can.
+//! instance's file system (Ironic does it through the agent's `image.install_bootloader`);
+//! neither our iSCSI ramdisk nor our agent does, so `validate` refuses the combination and
+//! says what works: netboot, or a whole-disk image.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -158,8 +163,9 @@ impl DeployInterface for IscsiDeploy {
         if !whole_disk && option == BootOption::Local {
             bail!(
                 "node {}: a partition image with boot_option=local needs a boot loader installed \
-                 inside the image, which the iSCSI ramdisk cannot do: use agent_ilo, or \
-                 boot_option=netboot",
+                 inside the written file system (Ironic's install_bootloader), which this \
+                 conductor does not do: deploy it with boot_option=netboot (the default), or \
+                 deploy a whole-disk image",
                 node.uuid
             );
         }
