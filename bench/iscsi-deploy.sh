@@ -57,7 +57,7 @@ done
 cargo_profile=(--profile "$PROFILE")
 if [ "${BUILD:-1}" = 1 ]; then
   (cd "$ROOT" && cargo build "${cargo_profile[@]}" -p vmdeploy-conductor -p vmdeploy-agent \
-    -p vmdeploy-ilo-emulator --bins)
+    -p vmdeploy-ilo-emulator -p vmdeploy-image-build --bins)
   (cd "$ROOT" && cargo test "${cargo_profile[@]}" -p vmdeploy-integration-tests \
     --test conductor_iscsi_bench --no-run)
 fi
@@ -86,7 +86,8 @@ fi
 if [ "$KIND" = partition ]; then
   KERNEL="${KERNEL:-$WORK/vmlinuz}"
   RAMDISK="${RAMDISK:-$WORK/initrd}"
-  [ -f "$KERNEL" ] || head -c $((8 * 1048576)) /dev/urandom > "$KERNEL"
+  # A stand-in kernel: random bytes with the x86 boot header the ISO writer checks ("HdrS").
+  [ -f "$KERNEL" ] || python3 -c 'import os,sys; k=bytearray(os.urandom(8<<20)); k[0x202:0x206]=b"HdrS"; open(sys.argv[1],"wb").write(k)' "$KERNEL"
   [ -f "$RAMDISK" ] || head -c $((32 * 1048576)) /dev/urandom > "$RAMDISK"
 fi
 cat "$IMAGE" > /dev/null   # both writers read the image from the page cache
