@@ -9,6 +9,7 @@ pub mod sushy;
 pub mod swift;
 pub mod tgt;
 
+pub mod agent_target;
 pub mod conductor_env;
 pub mod deploy_iso;
 pub mod disk_check;

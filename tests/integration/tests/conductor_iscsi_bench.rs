@@ -17,17 +17,18 @@
 //! `VMDEPLOY_BIN_DIR` (the release binaries).
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use vmdeploy_conductor::states::ProvisionState;
 use vmdeploy_conductor::store::{Node, PortFilter, Store as _};
+use vmdeploy_integration_tests::agent_target::AgentTarget;
+use vmdeploy_integration_tests::bin;
 use vmdeploy_integration_tests::conductor_env::{
     enroll_iscsi, floppy_params, inserted_floppy, IscsiEnv, IscsiOptions,
 };
 use vmdeploy_integration_tests::loopdev::{LoopDevice, LoopIo};
-use vmdeploy_integration_tests::{bin, tcp_listening};
 
 const STEP: Duration = Duration::from_secs(600);
 
@@ -35,45 +36,16 @@ fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-/// `vmdeploy-agent iscsi-target` on `disk` as `iqn`; killed on drop.
-struct Target(Child);
-
-impl Target {
-    fn start(env: &IscsiEnv, disk: &LoopDevice, iqn: &str) -> Target {
-        let child = Command::new(bin("vmdeploy-agent"))
-            .arg("iscsi-target")
-            .arg("--disk")
-            .arg(disk.device())
-            .args(["--iqn", iqn])
-            .args(["--listen", &format!("127.0.0.1:{}", env.iscsi_port)])
-            .args(["--done-listen", &format!("127.0.0.1:{}", env.done_port)])
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("starting vmdeploy-agent iscsi-target");
-        let started = Instant::now();
-        while !(tcp_listening(env.iscsi_port) && tcp_listening(env.done_port)) {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "the target does not listen"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        Target(child)
-    }
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The raw write: `vmdeploy-conductor iscsi write IMAGE` into a fresh target, in seconds.
 fn raw_write(env: &IscsiEnv, image: &PathBuf, disk_len: u64) -> f64 {
     let disk = LoopDevice::attach(&[], disk_len, LoopIo::Direct);
-    let target = Target::start(env, &disk, "iqn-bench-raw-write");
+    let target = AgentTarget::start_on(
+        disk.device(),
+        "iqn-bench-raw-write",
+        env.iscsi_port,
+        env.done_port,
+        None,
+    );
     let started = Instant::now();
     let out = Command::new(bin("vmdeploy-conductor"))
         .args(["iscsi", "write"])
@@ -138,7 +110,7 @@ async fn deploy(
         .expect("a deploy key")
         .to_owned();
     let iqn = format!("iqn-{}", node.uuid);
-    let target = Target::start(env, &disk, &iqn);
+    let target = AgentTarget::start_on(disk.device(), &iqn, env.iscsi_port, env.done_port, None);
     let client = reqwest::Client::builder()
         .no_proxy()
         .build()

@@ -8,7 +8,6 @@
 //! `driver_internal_info` and the node powered off. (An image larger than the disk and a
 //! corrupt download are in `conductor_iscsi_deploy.rs`.)
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -16,11 +15,11 @@ use vmdeploy_conductor::deploy::iscsi::done::DonePolicy;
 use vmdeploy_conductor::deploy::IscsiChap;
 use vmdeploy_conductor::states::ProvisionState;
 use vmdeploy_conductor::store::{Node, PortFilter, Store as _};
+use vmdeploy_integration_tests::agent_target::AgentTarget;
 use vmdeploy_integration_tests::conductor_env::{
     enroll_iscsi, floppy_params, inserted_floppy, make_image, AgentProcess, IscsiEnv, IscsiOptions,
 };
 use vmdeploy_integration_tests::loopdev::{LoopDevice, LoopIo};
-use vmdeploy_integration_tests::{bin, tcp_listening};
 use vmdeploy_shared::secret::Secret;
 
 /// How long a deploy may take to reach a waiting or final state.
@@ -183,42 +182,6 @@ async fn forget_ports(env: &IscsiEnv, node: &Node) {
     }
 }
 
-/// `vmdeploy-agent iscsi-target` serving `disk` as the ramdisk would (the test then plays the
-/// ramdisk's call-back itself); killed on drop.
-struct BareTarget(Child);
-
-impl BareTarget {
-    fn start(env: &IscsiEnv, disk: &LoopDevice, node: &Node) -> BareTarget {
-        let child = Command::new(bin("vmdeploy-agent"))
-            .arg("iscsi-target")
-            .arg("--disk")
-            .arg(disk.device())
-            .args(["--iqn", &format!("iqn-{}", node.uuid)])
-            .args(["--listen", &format!("127.0.0.1:{}", env.iscsi_port)])
-            .args(["--done-listen", &format!("127.0.0.1:{}", env.done_port)])
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("starting vmdeploy-agent iscsi-target");
-        let started = Instant::now();
-        while !(tcp_listening(env.iscsi_port) && tcp_listening(env.done_port)) {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "the target does not listen"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        BareTarget(child)
-    }
-}
-
-impl Drop for BareTarget {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A wrong key gets 403 (with and without `/v1`) and changes nothing on the node: it stays in
 /// `wait call-back` with its key and its wait clock, so nothing but the call-back timeout ends
 /// the deploy, with Ironic's timeout words and the full clean-up.
@@ -287,7 +250,13 @@ async fn a_replayed_key_gets_403_and_the_first_call_deploys_with_and_without_v1(
     let env = env(STEP, |_| {}).await;
     for v1 in [true, false] {
         let w = deploy_until_wait(&env, IMAGE_LEN, DISK_LEN).await;
-        let target = BareTarget::start(&env, &w.disk, &w.node);
+        let target = AgentTarget::start_on(
+            w.disk.device(),
+            &format!("iqn-{}", w.node.uuid),
+            env.iscsi_port,
+            env.done_port,
+            None,
+        );
         let path = pass_deploy_info_path(&w.node, v1);
         let call = body(&w.node, &w.key, "");
         let (status, reply) = post(&env, &path, &call).await;

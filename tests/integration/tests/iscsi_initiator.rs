@@ -10,6 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use vmdeploy_conductor::initiator::{BlockingLun, InitiatorError, Session, SessionConfig};
+use vmdeploy_integration_tests::agent_target::AgentTarget;
 use vmdeploy_integration_tests::tgt::{TgtOptions, Tgtd};
 use vmdeploy_integration_tests::{bin, free_port};
 
@@ -402,46 +403,6 @@ fn blocking_adapter_matches_a_local_model() {
     );
 }
 
-/// Our own target (the agent's `iscsi-target`), serving a file as LUN 1.
-struct AgentTarget {
-    child: Child,
-    portal: String,
-}
-
-impl Drop for AgentTarget {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_agent_target(disk: &Path, iqn: &str, chap: Option<&str>) -> AgentTarget {
-    let portal = format!("127.0.0.1:{}", free_port());
-    let mut cmd = Command::new(bin("vmdeploy-agent"));
-    cmd.args(["iscsi-target", "--disk"])
-        .arg(disk)
-        .args(["--iqn", iqn, "--listen", &portal])
-        // The "done" listener defaults to port 10000: give it a free port of its own.
-        .args(["--done-listen", &format!("127.0.0.1:{}", free_port())])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null());
-    if let Some(chap) = chap {
-        cmd.args(["--chap", chap]);
-    }
-    let child = cmd.spawn().expect("starting vmdeploy-agent iscsi-target");
-    let target = AgentTarget { child, portal };
-    let started = Instant::now();
-    while std::net::TcpStream::connect(&target.portal).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the agent target did not listen on {} within 20 s",
-            target.portal
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    target
-}
-
 #[test]
 fn agent_target_write_and_read_back_1gib() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -449,7 +410,7 @@ fn agent_target_write_and_read_back_1gib() {
     std::fs::File::create(&disk)
         .and_then(|f| f.set_len(GIB))
         .expect("creating the disk file");
-    let target = start_agent_target(&disk, IQN, None);
+    let target = AgentTarget::start(&disk, IQN);
     write_read_back(&target.portal, IQN, None, Some(&disk));
 }
 
@@ -461,7 +422,13 @@ fn agent_target_with_chap() {
         .and_then(|f| f.set_len(64 << 20))
         .expect("creating the disk file");
     let iqn = "iqn-1be26c0b-03f2-4d2e-ae87-c02d7f33c123";
-    let target = start_agent_target(&disk, iqn, Some("alice:secretpass12"));
+    let target = AgentTarget::start_on(
+        &disk,
+        iqn,
+        free_port(),
+        free_port(),
+        Some("alice:secretpass12"),
+    );
     let ok = run_cli(
         &[
             "iscsi",

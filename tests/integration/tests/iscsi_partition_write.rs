@@ -10,8 +10,8 @@
 //! earlier output.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use base64::Engine as _;
 use serde_json::json;
@@ -21,6 +21,7 @@ use vmdeploy_conductor::initiator::{Session, SessionConfig};
 use vmdeploy_conductor::node::instance_info::InstanceInfo;
 use vmdeploy_conductor::states::ProvisionState;
 use vmdeploy_conductor::store::Store as _;
+use vmdeploy_integration_tests::agent_target::AgentTarget;
 use vmdeploy_integration_tests::conductor_env::{
     enroll_iscsi, inserted_floppy, stand_in_kernel_and_ramdisk, AgentProcess, IscsiEnv,
     IscsiOptions,
@@ -28,7 +29,6 @@ use vmdeploy_integration_tests::conductor_env::{
 use vmdeploy_integration_tests::disk_check::{self, PartitionInfo, PartitionTable};
 use vmdeploy_integration_tests::loopdev::{LoopDevice, LoopIo};
 use vmdeploy_integration_tests::tools::tool_ok;
-use vmdeploy_integration_tests::{bin, free_port};
 use vmdeploy_shared::params::BootMode;
 
 const MIB: u64 = 1 << 20;
@@ -44,44 +44,6 @@ const ROOT_IMAGE_LEN: u64 = 64 * MIB;
 const ROOT_UUID: &str = "2f0d7a4e-93c1-4b5e-8a61-7c0ffee0d1e5";
 /// How long a deploy may take to reach a waiting or final state.
 const STEP: Duration = Duration::from_secs(180);
-
-/// Our own target (the agent's `iscsi-target`) serving `disk` as LUN 1; killed on drop.
-struct AgentTarget {
-    child: Child,
-    portal: String,
-}
-
-impl Drop for AgentTarget {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_agent_target(disk: &Path) -> AgentTarget {
-    let portal = format!("127.0.0.1:{}", free_port());
-    let child = Command::new(bin("vmdeploy-agent"))
-        .args(["iscsi-target", "--disk"])
-        .arg(disk)
-        .args(["--iqn", IQN, "--listen", &portal])
-        // The "done" listener defaults to port 10000: give it a free port of its own.
-        .args(["--done-listen", &format!("127.0.0.1:{}", free_port())])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("starting vmdeploy-agent iscsi-target");
-    let target = AgentTarget { child, portal };
-    let started = Instant::now();
-    while std::net::TcpStream::connect(&target.portal).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the agent target did not listen on {} within 20 s",
-            target.portal
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    target
-}
 
 /// A loop device of [`DISK_LEN`] (a whole number of 4 MiB) full of random bytes.
 fn garbage_disk() -> LoopDevice {
@@ -205,7 +167,7 @@ async fn write(
     image: &CachedImage,
     job: &PartitionJob,
 ) -> anyhow::Result<Written> {
-    let target = start_agent_target(disk.device());
+    let target = AgentTarget::start(disk.device(), IQN);
     let session = Session::open(&SessionConfig::new(&target.portal, IQN, 1))
         .await
         .expect("logging in to the agent's target");
