@@ -638,6 +638,24 @@ impl Conductor {
         }
     }
 
+    /// Deletes the node's ports, so that the next node enrolled may take the same MAC.
+    pub async fn forget_ports(&self, node: uuid::Uuid) {
+        let ports = self
+            .nodes
+            .list_ports(&vmdeploy_conductor::store::PortFilter {
+                node_uuid: Some(node),
+                ..vmdeploy_conductor::store::PortFilter::default()
+            })
+            .await
+            .expect("listing the node's ports");
+        for port in ports {
+            self.nodes
+                .delete_port(port.uuid)
+                .await
+                .expect("deleting a port");
+        }
+    }
+
     /// `PUT .../states/provision {"target": "active"}`, then waits for a state after it.
     pub async fn deploy(&self, uuid: uuid::Uuid, limit: Duration) -> Node {
         self.manager

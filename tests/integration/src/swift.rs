@@ -202,6 +202,26 @@ impl SwiftPeer {
         all
     }
 
+    /// A raw `HEAD` of `path` under the account's storage URL (`/<container>/<object>`) with a
+    /// token, by curl: the status and the header lines exactly as Swift wrote them (names not
+    /// folded to lower case), an oracle that is not our Swift client.
+    pub fn raw_head(&self, path: &str) -> (u16, Vec<String>) {
+        let (token, storage_url) = self.auth().expect("tempauth");
+        let out = Command::new("curl")
+            .args(["-s", "--max-time", "10", "-I", "-H"])
+            .arg(format!("X-Auth-Token: {token}"))
+            .arg(format!("{storage_url}{path}"))
+            .output()
+            .expect("curl runs (fix: apt-get install curl)");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut lines = text.lines().map(|l| l.trim_end().to_string());
+        let status = lines
+            .next()
+            .and_then(|l| l.split_whitespace().nth(1).and_then(|s| s.parse().ok()))
+            .unwrap_or_else(|| panic!("curl printed no status line: {text:?}"));
+        (status, lines.filter(|l| !l.is_empty()).collect())
+    }
+
     /// Authenticates with tempauth: `(token, storage URL)`.
     pub fn auth(&self) -> anyhow::Result<(String, String)> {
         let out = Command::new("curl")

@@ -124,25 +124,6 @@ fn tempauth(swift: &SwiftPeer) -> SwiftConfig {
     })
 }
 
-/// HEAD of an object with a token, by curl: the status and the header lines as Swift wrote
-/// them (names not folded to lower case).
-fn swift_head(swift: &SwiftPeer, object_url_path: &str) -> (u16, Vec<String>) {
-    let (token, storage_url) = swift.auth().expect("tempauth");
-    let out = Command::new("curl")
-        .args(["-s", "--max-time", "10", "-I", "-H"])
-        .arg(format!("X-Auth-Token: {token}"))
-        .arg(format!("{storage_url}{object_url_path}"))
-        .output()
-        .expect("curl runs (apt-get install curl)");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let mut lines = text.lines().map(|l| l.trim_end().to_string());
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1).and_then(|s| s.parse().ok()))
-        .unwrap_or_else(|| panic!("curl printed no status line: {text:?}"));
-    (status, lines.filter(|l| !l.is_empty()).collect())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_share_one_iso_in_real_swift_counted_in_its_metadata() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -158,7 +139,7 @@ async fn two_nodes_share_one_iso_in_real_swift_counted_in_its_metadata() {
     let second = isos.acquire(&k, &kernel, &ramdisk).await.expect("node 2");
     assert_eq!((first.usage_count, second.usage_count), (1, 2));
     assert_eq!(first.object, second.object);
-    let (status, headers) = swift_head(&swift, &first.object.url_path());
+    let (status, headers) = swift.raw_head(&first.object.url_path());
     assert_eq!(status, 200, "{headers:?}");
     assert!(
         headers.iter().any(|h| h == "X-Object-Meta-Usage-Count: 2"),
@@ -193,16 +174,16 @@ async fn two_nodes_share_one_iso_in_real_swift_counted_in_its_metadata() {
     assert_eq!(other.usage_count, 1);
 
     assert_eq!(isos.release(&first.object).await.expect("release"), 1);
-    let (_, headers) = swift_head(&swift, &first.object.url_path());
+    let (_, headers) = swift.raw_head(&first.object.url_path());
     assert!(
         headers.iter().any(|h| h == "X-Object-Meta-Usage-Count: 1"),
         "{headers:?}"
     );
     assert_eq!(isos.release(&first.object).await.expect("release"), 0);
-    assert_eq!(swift_head(&swift, &first.object.url_path()).0, 404);
+    assert_eq!(swift.raw_head(&first.object.url_path()).0, 404);
     assert_eq!(isos.release(&first.object).await.expect("again"), 0);
     assert_eq!(isos.release(&other.object).await.expect("release"), 0);
-    assert_eq!(swift_head(&swift, &other.object.url_path()).0, 404);
+    assert_eq!(swift.raw_head(&other.object.url_path()).0, 404);
     // Nothing left behind in the scratch directory either.
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
         .expect("dir")

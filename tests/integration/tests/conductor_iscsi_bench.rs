@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use vmdeploy_conductor::states::ProvisionState;
-use vmdeploy_conductor::store::{Node, PortFilter, Store as _};
+use vmdeploy_conductor::store::Store as _;
 use vmdeploy_integration_tests::agent_target::AgentTarget;
 use vmdeploy_integration_tests::bin;
 use vmdeploy_integration_tests::conductor_env::{
@@ -152,27 +152,8 @@ async fn deploy(
             "the disk holds the image byte for byte"
         );
     }
-    forget_ports(env, &node).await;
+    env.conductor.forget_ports(node.uuid).await;
     took
-}
-
-async fn forget_ports(env: &IscsiEnv, node: &Node) {
-    let ports = env
-        .conductor
-        .nodes
-        .list_ports(&PortFilter {
-            node_uuid: Some(node.uuid),
-            ..PortFilter::default()
-        })
-        .await
-        .expect("ports");
-    for port in ports {
-        env.conductor
-            .nodes
-            .delete_port(port.uuid)
-            .await
-            .expect("port deleted");
-    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use vmdeploy_conductor::deploy::iscsi::done::DonePolicy;
 use vmdeploy_conductor::deploy::IscsiChap;
 use vmdeploy_conductor::states::ProvisionState;
-use vmdeploy_conductor::store::{Node, PortFilter, Store as _};
+use vmdeploy_conductor::store::{Node, Store as _};
 use vmdeploy_integration_tests::agent_target::AgentTarget;
 use vmdeploy_integration_tests::conductor_env::{
     enroll_iscsi, floppy_params, inserted_floppy, make_image, AgentProcess, IscsiEnv, IscsiOptions,
@@ -162,26 +162,6 @@ fn assert_no_temporary_objects(env: &IscsiEnv) {
     assert_eq!(left, Vec::<String>::new(), "objects left in the container");
 }
 
-/// Deletes the node's ports: the next case enrolls a node with the same MAC.
-async fn forget_ports(env: &IscsiEnv, node: &Node) {
-    let ports = env
-        .conductor
-        .nodes
-        .list_ports(&PortFilter {
-            node_uuid: Some(node.uuid),
-            ..PortFilter::default()
-        })
-        .await
-        .expect("ports");
-    for port in ports {
-        env.conductor
-            .nodes
-            .delete_port(port.uuid)
-            .await
-            .expect("port deleted");
-    }
-}
-
 /// A wrong key gets 403 (with and without `/v1`) and changes nothing on the node: it stays in
 /// `wait call-back` with its key and its wait clock, so nothing but the call-back timeout ends
 /// the deploy, with Ironic's timeout words and the full clean-up.
@@ -281,7 +261,7 @@ async fn a_replayed_key_gets_403_and_the_first_call_deploys_with_and_without_v1(
         assert_eq!(status, 409, "v1={v1}");
         assert_no_temporary_objects(&env);
         drop(target);
-        forget_ports(&env, &node).await;
+        env.conductor.forget_ports(node.uuid).await;
     }
     assert_eq!(env.api.accepted_heartbeats(), 2);
     assert_eq!(env.api.refused_heartbeats(), 2);
@@ -323,7 +303,7 @@ async fn an_error_reported_by_the_ramdisk_fails_the_deploy_with_its_text() {
     assert_eq!(env.api.accepted_heartbeats(), 1, "{}", agent.log());
 
     // The same through the API by hand, with a free-text error as DIB's ramdisk sends it.
-    forget_ports(&env, &node).await;
+    env.conductor.forget_ports(node.uuid).await;
     let w = deploy_until_wait(&env, IMAGE_LEN, DISK_LEN).await;
     let (status, reply) = post(
         &env,

@@ -29,7 +29,7 @@ use vmdeploy_conductor::node::driver_info::{IloDefaults, IloDriverInfo};
 use vmdeploy_conductor::objects::swift::{SwiftAuth, SwiftConfig, SwiftStore};
 use vmdeploy_conductor::objects::{ObjectPath, ObjectStore};
 use vmdeploy_conductor::states::{NodePower, ProvisionState, ProvisionVerb};
-use vmdeploy_conductor::store::{Node, NodeIdent, PortFilter, Store as _};
+use vmdeploy_conductor::store::{Node, NodeIdent, Store as _};
 use vmdeploy_integration_tests::conductor_env::{
     api_listener, boot_loaders_dir, enroll, inserted_floppy, stand_in_kernel_and_ramdisk,
     AgentProcess, ApiShim, Builtin, Conductor, Emulator, Media, Settings, CONTAINER,
@@ -242,22 +242,7 @@ impl NetbootEnv {
             .await;
         let log = agent.log();
         drop(agent);
-        let ports = self
-            .conductor
-            .nodes
-            .list_ports(&PortFilter {
-                node_uuid: Some(node.uuid),
-                ..PortFilter::default()
-            })
-            .await
-            .expect("ports");
-        for port in ports {
-            self.conductor
-                .nodes
-                .delete_port(port.uuid)
-                .await
-                .expect("port deleted");
-        }
+        self.conductor.forget_ports(node.uuid).await;
         (node, log)
     }
 
@@ -422,24 +407,6 @@ fn swift_list(peer: &SwiftPeer) -> Vec<String> {
         .collect()
 }
 
-/// A raw `HEAD` of an object against Swift: the status and the header lines as Swift wrote them.
-fn swift_head(peer: &SwiftPeer, object: &str) -> (u16, Vec<String>) {
-    let (token, storage_url) = peer.auth().expect("tempauth");
-    let out = Command::new("curl")
-        .args(["-s", "--max-time", "10", "-I", "-H"])
-        .arg(format!("X-Auth-Token: {token}"))
-        .arg(format!("{storage_url}/{CONTAINER}/{object}"))
-        .output()
-        .expect("curl runs (fix: apt-get install curl)");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let mut lines = text.lines().map(|l| l.trim_end().to_string());
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1).and_then(|s| s.parse().ok()))
-        .unwrap_or_else(|| panic!("curl printed no status line: {text:?}"));
-    (status, lines.filter(|l| !l.is_empty()).collect())
-}
-
 fn recorded_iso(node: &Node) -> Value {
     node.driver_internal_info
         .get("netboot_boot_iso")
@@ -591,7 +558,7 @@ async fn with_swift_the_count_is_the_objects_usage_count_metadata() {
     let second = env.deploy(&emu2, "ribcl", &image, &disks[1]).await;
     let names = env.boot_iso_names().await;
     assert_eq!(names.len(), 1, "one shared ISO: {names:?}");
-    let (status, headers) = swift_head(peer, &names[0]);
+    let (status, headers) = peer.raw_head(&format!("/{CONTAINER}/{}", names[0]));
     assert_eq!(status, 200, "{headers:?}");
     assert!(
         headers.iter().any(|h| h == "X-Object-Meta-Usage-Count: 2"),
@@ -627,7 +594,7 @@ async fn with_swift_the_count_is_the_objects_usage_count_metadata() {
     for task in acquires {
         task.await.expect("task").expect("acquire");
     }
-    let (_, headers) = swift_head(peer, &names[0]);
+    let (_, headers) = peer.raw_head(&format!("/{CONTAINER}/{}", names[0]));
     assert!(
         headers.iter().any(|h| h == "X-Object-Meta-Usage-Count: 10"),
         "{headers:?}"
@@ -641,20 +608,24 @@ async fn with_swift_the_count_is_the_objects_usage_count_metadata() {
     for task in releases {
         task.await.expect("task").expect("release");
     }
-    let (_, headers) = swift_head(peer, &names[0]);
+    let (_, headers) = peer.raw_head(&format!("/{CONTAINER}/{}", names[0]));
     assert!(
         headers.iter().any(|h| h == "X-Object-Meta-Usage-Count: 2"),
         "{headers:?}"
     );
 
     env.undeploy(first.uuid).await;
-    let (_, headers) = swift_head(peer, &names[0]);
+    let (_, headers) = peer.raw_head(&format!("/{CONTAINER}/{}", names[0]));
     assert!(
         headers.iter().any(|h| h == "X-Object-Meta-Usage-Count: 1"),
         "{headers:?}"
     );
     env.undeploy(second.uuid).await;
-    assert_eq!(swift_head(peer, &names[0]).0, 404, "deleted at zero");
+    assert_eq!(
+        peer.raw_head(&format!("/{CONTAINER}/{}", names[0])).0,
+        404,
+        "deleted at zero"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

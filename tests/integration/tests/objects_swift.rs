@@ -519,25 +519,6 @@ async fn keystone_v3_password_auth_reaches_swift() {
     assert!(store.delete(&path).await.expect("delete"));
 }
 
-/// HEAD of an object by curl with a token: the status and the header lines exactly as Swift
-/// wrote them (names not folded to lower case).
-fn raw_head(swift: &SwiftPeer, object_url_path: &str) -> (u16, Vec<String>) {
-    let (token, storage_url) = swift.auth().expect("tempauth");
-    let out = Command::new("curl")
-        .args(["-s", "--max-time", "10", "-I", "-H"])
-        .arg(format!("X-Auth-Token: {token}"))
-        .arg(format!("{storage_url}{object_url_path}"))
-        .output()
-        .expect("curl runs (apt-get install curl)");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let mut lines = text.lines().map(|l| l.trim_end().to_string());
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1).and_then(|s| s.parse().ok()))
-        .unwrap_or_else(|| panic!("curl printed no status line: {text:?}"));
-    (status, lines.filter(|l| !l.is_empty()).collect())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_object_store_contract_on_real_swift_with_swifts_own_headers() {
     let swift = SwiftPeer::start().expect("Swift starts (scripts/setup installs it)");
@@ -561,7 +542,7 @@ async fn the_object_store_contract_on_real_swift_with_swifts_own_headers() {
         )
         .await
         .expect("put");
-    let (_, before) = raw_head(&swift, &path.url_path());
+    let (_, before) = swift.raw_head(&path.url_path());
     let delete_at = before
         .iter()
         .find(|h| h.starts_with("X-Delete-At:"))
@@ -574,7 +555,7 @@ async fn the_object_store_contract_on_real_swift_with_swifts_own_headers() {
         )
         .await
         .expect("set_metadata");
-    let (status, after) = raw_head(&swift, &path.url_path());
+    let (status, after) = swift.raw_head(&path.url_path());
     assert_eq!(status, 200);
     assert!(
         after.iter().any(|h| h == "X-Object-Meta-Usage-Count: 9"),
