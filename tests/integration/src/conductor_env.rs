@@ -1056,6 +1056,46 @@ impl IscsiEnv {
         }
     }
 
+    /// The clean-up every failed deploy must leave: `deploy failed`, `last_error` holding each
+    /// of `words`, both media ejected, the node off, the key wiped, no temporary object left.
+    /// `log` (the ramdisk's) is shown when it fails.
+    pub fn assert_failed_clean(&self, node: &Node, words: &[&str], log: &str) {
+        assert_eq!(
+            node.provision_state,
+            ProvisionState::DeployFailed,
+            "last_error {:?}\n{log}",
+            node.last_error
+        );
+        let error = node.last_error.clone().unwrap_or_default();
+        for word in words {
+            assert!(error.contains(word), "{word:?} not in last_error: {error}");
+        }
+        self.emulator.assert_media_ejected();
+        assert_eq!(
+            self.emulator.state()["power"],
+            "OFF",
+            "the failed node is off"
+        );
+        assert!(
+            !node.driver_internal_info.contains_key("deployment_key"),
+            "the deploy key is wiped: {:?}",
+            node.driver_internal_info
+        );
+        self.assert_no_temporary_objects();
+    }
+
+    /// The container holds no per-deploy object (floppy, boot ISO): only the upload of the
+    /// conductor-local deploy ISO (`file-<digest>-deploy.iso`), which `image::resolve` keeps
+    /// for the next deploy as Ironic keeps its deploy ISO in Glance.
+    pub fn assert_no_temporary_objects(&self) {
+        let left: Vec<String> = self
+            .stored_objects()
+            .into_iter()
+            .filter(|name| !(name.starts_with("file-") && name.contains("-deploy.iso.")))
+            .collect();
+        assert_eq!(left, Vec::<String>::new(), "objects left in the container");
+    }
+
     /// The objects left in the conductor's container of the built-in store (its directory
     /// listed: `<name>.json` is an object's commit record).
     pub fn stored_objects(&self) -> Vec<String> {

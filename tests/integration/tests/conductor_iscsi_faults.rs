@@ -123,45 +123,6 @@ async fn finished(env: &IscsiEnv, node: &Node, limit: Duration) -> Node {
         .await
 }
 
-/// The clean-up every failed deploy must leave: `deploy failed`, `last_error` holding each of
-/// `words`, both media ejected, the node off, the key wiped, the container empty.
-fn assert_failed_clean(env: &IscsiEnv, node: &Node, words: &[&str], log: &str) {
-    assert_eq!(
-        node.provision_state,
-        ProvisionState::DeployFailed,
-        "last_error {:?}\n{log}",
-        node.last_error
-    );
-    let error = node.last_error.clone().unwrap_or_default();
-    for word in words {
-        assert!(error.contains(word), "{word:?} not in last_error: {error}");
-    }
-    env.emulator.assert_media_ejected();
-    assert_eq!(
-        env.emulator.state()["power"],
-        "OFF",
-        "the failed node is off"
-    );
-    assert!(
-        !node.driver_internal_info.contains_key("deployment_key"),
-        "the deploy key is wiped: {:?}",
-        node.driver_internal_info
-    );
-    assert_no_temporary_objects(env);
-}
-
-/// The container holds no per-deploy object (floppy, boot ISO): only the upload of the
-/// conductor-local deploy ISO (`file-<digest>-deploy.iso`), which `image::resolve` keeps for
-/// the next deploy as Ironic keeps its deploy ISO in Glance.
-fn assert_no_temporary_objects(env: &IscsiEnv) {
-    let left: Vec<String> = env
-        .stored_objects()
-        .into_iter()
-        .filter(|name| !(name.starts_with("file-") && name.contains("-deploy.iso.")))
-        .collect();
-    assert_eq!(left, Vec::<String>::new(), "objects left in the container");
-}
-
 /// A wrong key gets 403 (with and without `/v1`) and changes nothing on the node: it stays in
 /// `wait call-back` with its key and its wait clock, so nothing but the call-back timeout ends
 /// the deploy, with Ironic's timeout words and the full clean-up.
@@ -207,8 +168,7 @@ async fn a_wrong_key_gets_403_and_the_callback_timeout_ends_the_deploy() {
         "the timeout ends the deploy in time: {:?}",
         started.elapsed()
     );
-    assert_failed_clean(
-        &env,
+    env.assert_failed_clean(
         &node,
         &[
             "Timeout reached while waiting for callback",
@@ -259,7 +219,7 @@ async fn a_replayed_key_gets_403_and_the_first_call_deploys_with_and_without_v1(
         // After the deploy, the same call is a conflict: the node waits for nothing.
         let (status, _) = post(&env, &path, &call).await;
         assert_eq!(status, 409, "v1={v1}");
-        assert_no_temporary_objects(&env);
+        env.assert_no_temporary_objects();
         drop(target);
         env.conductor.forget_ports(node.uuid).await;
     }
@@ -290,8 +250,7 @@ async fn an_error_reported_by_the_ramdisk_fails_the_deploy_with_its_text() {
     let floppy = inserted_floppy(&env.emulator);
     let agent = AgentProcess::start_iscsi(media.dir.path(), &floppy, env.iscsi_port, env.done_port);
     let node = finished(&env, &node, STEP).await;
-    assert_failed_clean(
-        &env,
+    env.assert_failed_clean(
         &node,
         &[
             "reported an error",
@@ -313,8 +272,7 @@ async fn an_error_reported_by_the_ramdisk_fails_the_deploy_with_its_text() {
     .await;
     assert_eq!(status, 202, "{reply}");
     let node = finished(&env, &w.node, STEP).await;
-    assert_failed_clean(
-        &env,
+    env.assert_failed_clean(
         &node,
         &["reported an error", "Failed+to+find+the+target+disk+sda"],
         "",
@@ -357,7 +315,7 @@ async fn the_target_gone_mid_write_fails_the_deploy_naming_the_iscsi_write() {
         took < Duration::from_secs(30),
         "the lost target is noticed in bounded time: {took:?}"
     );
-    assert_failed_clean(&env, &node, &["writing the image over iSCSI"], "");
+    env.assert_failed_clean(&node, &["writing the image over iSCSI"], "");
     let error = node.last_error.clone().unwrap_or_default();
     assert!(!error.contains("logging in"), "{error}");
     // The write was cut: the image's last MiB never reached the disk.
@@ -388,8 +346,7 @@ async fn done_refused_fails_the_deploy_after_bounded_tries() {
     let agent =
         AgentProcess::start_iscsi(w.media.dir.path(), &w.floppy, env.iscsi_port, env.done_port);
     let node = finished(&env, &w.node, STEP).await;
-    assert_failed_clean(
-        &env,
+    env.assert_failed_clean(
         &node,
         &[
             &format!("127.0.0.1:{closed}"),
@@ -464,8 +421,7 @@ async fn a_chap_secret_the_target_does_not_share_fails_the_deploy_naming_authent
     let agent =
         AgentProcess::start_iscsi(w.media.dir.path(), &floppy, env.iscsi_port, env.done_port);
     let node = finished(&env, &w.node, STEP).await;
-    assert_failed_clean(
-        &env,
+    env.assert_failed_clean(
         &node,
         &["logging in to", "authentication failure"],
         &agent.log(),
@@ -501,8 +457,7 @@ async fn a_target_requiring_chap_refuses_a_conductor_without_it() {
     let agent =
         AgentProcess::start_iscsi(w.media.dir.path(), &floppy, env.iscsi_port, env.done_port);
     let node = finished(&env, &w.node, STEP).await;
-    assert_failed_clean(
-        &env,
+    env.assert_failed_clean(
         &node,
         &["logging in to", "authentication failure"],
         &agent.log(),

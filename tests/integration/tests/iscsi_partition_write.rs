@@ -176,29 +176,51 @@ async fn write(
     written
 }
 
+/// A partition-image deploy through the API with the real `iscsi_ilo` flow, ended (`active`
+/// or `deploy failed`), with what it ran on.
+struct ApiDeploy {
+    env: IscsiEnv,
+    node: vmdeploy_conductor::store::Node,
+    agent: AgentProcess,
+}
+
 /// Deploys the partition image `image` onto `disk` through the API with the real `iscsi_ilo`
 /// flow (root, swap and ephemeral sizes of this file, `extra` in `instance_info`, the firmware
-/// `mode`), the agent process playing the booted ramdisk; returns what the conductor recorded.
-async fn deploy_through_api(
+/// `mode`), the agent process playing the booted ramdisk, until the deploy ends.
+async fn deploy_through_api_until_done(
     dir: &Path,
     disk: &LoopDevice,
     image: &Path,
     extra: serde_json::Value,
     mode: BootMode,
-) -> Written {
+) -> ApiDeploy {
     let env = IscsiEnv::start_with(IscsiOptions {
         netboot: true,
         ..IscsiOptions::new(STEP)
     })
     .await;
     let (kernel, ramdisk) = stand_in_kernel_and_ramdisk(dir);
-    let bytes = std::fs::read(image).expect("reading the image");
-    let (mut node, media) = enroll_iscsi(&env.conductor, &env.emulator, &bytes, disk, |_| {}).await;
-    let boot_mode = match mode {
-        BootMode::Bios => "bios",
-        BootMode::Uefi => "uefi",
+    let (mut node, media) = enroll_iscsi(&env.conductor, &env.emulator, b"", disk, |_| {}).await;
+    let boot_mode = boot_mode_name(mode);
+    // The image is read where it is (it may be a large sparse file), checksum and all.
+    let digest = {
+        use sha2::Digest as _;
+        let mut hasher = sha2::Sha256::new();
+        let mut file = std::fs::File::open(image).expect("opening the image");
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = std::io::Read::read(&mut file, &mut buf).expect("reading the image");
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+        }
+        hex::encode(hasher.finalize())
     };
     let mut info = json!({
+        "image_source": format!("file://{}", image.display()),
+        "image_os_hash_algo": "sha256",
+        "image_os_hash_value": digest,
         "kernel": format!("file://{}", kernel.display()),
         "ramdisk": format!("file://{}", ramdisk.display()),
         "root_gb": ROOT_GB,
@@ -227,8 +249,7 @@ async fn deploy_through_api(
         waiting.last_error
     );
     let floppy = inserted_floppy(&env.emulator);
-    let mut agent =
-        AgentProcess::start_iscsi(media.dir.path(), &floppy, env.iscsi_port, env.done_port);
+    let agent = AgentProcess::start_iscsi(media.dir.path(), &floppy, env.iscsi_port, env.done_port);
     let node = env
         .conductor
         .wait_for(
@@ -237,6 +258,31 @@ async fn deploy_through_api(
             STEP,
         )
         .await;
+    ApiDeploy { env, node, agent }
+}
+
+fn boot_mode_name(mode: BootMode) -> &'static str {
+    match mode {
+        BootMode::Bios => "bios",
+        BootMode::Uefi => "uefi",
+    }
+}
+
+/// [`deploy_through_api_until_done`] that must reach `active` (netbooting from the built boot
+/// ISO); returns what the conductor recorded.
+async fn deploy_through_api(
+    dir: &Path,
+    disk: &LoopDevice,
+    image: &Path,
+    extra: serde_json::Value,
+    mode: BootMode,
+) -> Written {
+    let ApiDeploy {
+        env,
+        node,
+        mut agent,
+    } = deploy_through_api_until_done(dir, disk, image, extra, mode).await;
+    let boot_mode = boot_mode_name(mode);
     assert_eq!(
         node.provision_state,
         ProvisionState::Active,
@@ -491,30 +537,36 @@ async fn gpt_uefi_with_an_xfs_ephemeral_through_the_api() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_image_larger_than_root_gb_is_refused_with_nothing_written() {
+async fn an_image_larger_than_root_gb_fails_the_deploy_with_nothing_written() {
     let dir = tempfile::tempdir_in("/var/tmp").expect("scratch dir");
     let image_path = dir.path().join("big.img");
     std::fs::File::create(&image_path)
         .and_then(|f| f.set_len(ROOT_GB * GIB + MIB))
         .expect("a sparse image one MiB larger than root_gb");
-    let (_cache, image) = cached(dir.path(), &image_path).await;
     let disk = garbage_disk();
     let head = disk_check::read_range(disk.device(), 0, MIB as usize);
     let tail = disk_check::read_range(disk.device(), DISK_LEN - MIB, MIB as usize);
 
-    let err = write(&disk, &image, &job(json!({}), BootMode::Bios))
-        .await
-        .expect_err("an image larger than root_gb");
-    let text = format!("{err:#}");
-    assert!(
-        text.contains(&format!("the image is {} bytes", ROOT_GB * GIB + MIB))
-            && text.contains("root_gb = 1 GiB"),
-        "{text}"
+    let ApiDeploy { env, node, agent } =
+        deploy_through_api_until_done(dir.path(), &disk, &image_path, json!({}), BootMode::Bios)
+            .await;
+    env.assert_failed_clean(
+        &node,
+        &[
+            &format!("the image is {} bytes", ROOT_GB * GIB + MIB),
+            "root_gb = 1 GiB",
+        ],
+        &agent.log(),
     );
-    assert_eq!(disk_check::read_range(disk.device(), 0, MIB as usize), head);
+    assert_eq!(
+        disk_check::read_range(disk.device(), 0, MIB as usize),
+        head,
+        "the disk's first MiB is untouched"
+    );
     assert_eq!(
         disk_check::read_range(disk.device(), DISK_LEN - MIB, MIB as usize),
-        tail
+        tail,
+        "the disk's last MiB is untouched"
     );
 }
 
