@@ -14,8 +14,8 @@
 #               clock runs from pass_deploy_info (202) to `active` (log in, write from the image
 #               cache, read back, done, boot device, power cycle).
 # A first deploy fills the conductor's image cache and is reported apart ("cold cache"); the
-# medians are over RUNS warm runs. The measurement is the ignored integration test
-# tests/integration/tests/conductor_iscsi_bench.rs; every deploy is checked (whole-disk images
+# medians are over RUNS warm runs. The measurement is the example program
+# tests/integration/examples/iscsi_deploy_bench.rs; every deploy is checked (whole-disk images
 # byte for byte).
 #
 # Usage: bench/iscsi-deploy.sh [--partition | --whole-disk]
@@ -58,11 +58,11 @@ cargo_profile=(--profile "$PROFILE")
 if [ "${BUILD:-1}" = 1 ]; then
   (cd "$ROOT" && cargo build "${cargo_profile[@]}" -p vmdeploy-conductor -p vmdeploy-agent \
     -p vmdeploy-ilo-emulator -p vmdeploy-image-build --bins)
-  (cd "$ROOT" && cargo test "${cargo_profile[@]}" -p vmdeploy-integration-tests \
-    --test conductor_iscsi_bench --no-run)
+  (cd "$ROOT" && cargo build "${cargo_profile[@]}" -p vmdeploy-integration-tests \
+    --example iscsi_deploy_bench)
 fi
 bindir="$TARGET_DIR/$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")"
-for b in vmdeploy-conductor vmdeploy-agent ilo-emulator; do
+for b in vmdeploy-conductor vmdeploy-agent ilo-emulator vmdeploy-image-build examples/iscsi_deploy_bench; do
   [ -x "$bindir/$b" ] || { echo "$bindir/$b missing (run without BUILD=0)" >&2; exit 1; }
 done
 
@@ -97,9 +97,7 @@ out="$WORK/bench.out"
 (cd "$ROOT" && \
   VMDEPLOY_BIN_DIR="$bindir" VMDEPLOY_BENCH_IMAGE="$IMAGE" VMDEPLOY_BENCH_KIND="$KIND" \
   VMDEPLOY_BENCH_RUNS="$RUNS" VMDEPLOY_BENCH_KERNEL="${KERNEL:-}" VMDEPLOY_BENCH_RAMDISK="${RAMDISK:-}" \
-  RUST_LOG="${RUST_LOG:-warn}" \
-  cargo test "${cargo_profile[@]}" -q -p vmdeploy-integration-tests --test conductor_iscsi_bench \
-    -- --ignored --nocapture --test-threads 1) > "$out" 2>&1 || {
+  RUST_LOG="${RUST_LOG:-warn}" "$bindir/examples/iscsi_deploy_bench") > "$out" 2>&1 || {
   echo "the measurement failed; its output:" >&2
   tail -n 60 "$out" >&2
   exit 1
