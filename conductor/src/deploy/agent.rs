@@ -237,13 +237,7 @@ impl DeployInterface for AgentDeploy {
     }
 
     async fn clean_up(&self, node: &mut Node) {
-        let bmc = match Bmc::connect(node, &self.ctx.config.ilo_defaults).await {
-            Ok(b) => Some(b),
-            Err(e) => {
-                tracing::warn!(node = %node.uuid, error = %format!("{e:#}"), "clean-up: cannot reach the BMC");
-                None
-            }
-        };
+        let bmc = Bmc::connect_for_cleanup(node, &self.ctx.config.ilo_defaults).await;
         // A failed deploy leaves the node off (DESIGN.md §8): the ramdisk must not go on.
         if let Some(bmc) = &bmc {
             if let Err(e) = bmc.power_off().await {

@@ -78,6 +78,18 @@ impl Bmc {
         })
     }
 
+    /// [`Bmc::connect`] for a clean-up, which must go on without the BMC: a failure is logged
+    /// and gives `None`.
+    pub(super) async fn connect_for_cleanup(node: &Node, defaults: &IloDefaults) -> Option<Bmc> {
+        match Bmc::connect(node, defaults).await {
+            Ok(bmc) => Some(bmc),
+            Err(e) => {
+                tracing::warn!(node = %node.uuid, error = %format!("{e:#}"), "clean-up: cannot reach the BMC");
+                None
+            }
+        }
+    }
+
     fn ctx(&self, what: &str) -> String {
         format!("iLO {} of node {}: {what}", self.address, self.node)
     }

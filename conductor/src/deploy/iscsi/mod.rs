@@ -310,13 +310,7 @@ impl DeployInterface for IscsiDeploy {
     }
 
     async fn clean_up(&self, node: &mut Node) {
-        let bmc = match Bmc::connect(node, &self.ctx.config.ilo_defaults).await {
-            Ok(b) => Some(b),
-            Err(e) => {
-                tracing::warn!(node = %node.uuid, error = %format!("{e:#}"), "clean-up: cannot reach the BMC");
-                None
-            }
-        };
+        let bmc = Bmc::connect_for_cleanup(node, &self.ctx.config.ilo_defaults).await;
         vmedia::cleanup(&self.ctx, bmc.as_ref(), node).await;
         netboot::release(&self.ctx, node).await;
     }
