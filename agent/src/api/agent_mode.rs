@@ -122,7 +122,19 @@ async fn run_async(cfg: AgentModeConfig) -> anyhow::Result<FinalAction> {
         None
     };
     let scheme = if cert.is_some() { "https" } else { "http" };
-    let callback_url = format!("{scheme}://{}", SocketAddr::new(cfg.advertise, port));
+    // `ipa-advertise-port`: the conductor reaches this agent through a port forward.
+    let advertised_port = cfg.params.common.advertise_port.unwrap_or(port);
+    let callback_url = format!(
+        "{scheme}://{}",
+        SocketAddr::new(cfg.advertise, advertised_port)
+    );
+    if advertised_port != port {
+        tracing::info!(
+            listen_port = port,
+            advertised_port,
+            "advertising another port (ipa-advertise-port)"
+        );
+    }
 
     let mut client =
         ConductorClient::new(&cfg.params.api_url, cfg.params.common.agent_ca_pem.clone())

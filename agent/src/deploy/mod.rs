@@ -235,8 +235,24 @@ fn deploy(args: &RunArgs, pid1: bool) -> anyhow::Result<FinalAction> {
     }
 }
 
-/// The address to advertise: `--address`, else the one the network bring-up got.
+/// The address to advertise: `ipa-advertise-host` when the floppy names one (the network is
+/// still brought up), else `--address`, else the one the network bring-up got.
 fn network(
+    args: &RunArgs,
+    common: &vmdeploy_shared::params::CommonParams,
+) -> anyhow::Result<IpAddr> {
+    let got = bring_up(args, common)?;
+    match common.advertise_host {
+        Some(advertised) if advertised != got => {
+            tracing::info!(%got, %advertised, "advertising another address (ipa-advertise-host)");
+            Ok(advertised)
+        }
+        _ => Ok(got),
+    }
+}
+
+/// `--address`, else the address the network bring-up got.
+fn bring_up(
     args: &RunArgs,
     common: &vmdeploy_shared::params::CommonParams,
 ) -> anyhow::Result<IpAddr> {

@@ -53,6 +53,7 @@ pub fn agent_params(
     params
         .set(keys::IPA_AGENT_TOKEN, token.expose())
         .context("putting the agent token on the floppy")?;
+    append_params(node, &mut params)?;
     Ok(params)
 }
 
@@ -185,7 +186,49 @@ pub fn iscsi_params(
         set(keys::ISCSI_CHAP_USER, user)?;
         set(keys::ISCSI_CHAP_SECRET, secret.expose())?;
     }
+    append_params(node, &mut params)?;
     Ok(params)
+}
+
+/// The node's own ramdisk parameters.
+pub const KERNEL_APPEND_PARAMS: &str = "kernel_append_params";
+
+/// `driver_info.kernel_append_params` (Ironic's per-node ramdisk arguments, e.g.
+/// `ipa-advertise-host=10.1.2.3 ipa-advertise-port=19999` for a ramdisk behind NAT): every
+/// `key=value` word goes on the floppy, since the deploy ISO's kernel command line is the same
+/// for every node and the floppy is where a node's parameters travel. Words without `=` (kernel
+/// flags such as `nofb`) cannot reach a kernel that has booted already: they are logged and
+/// left out. A key the conductor sets itself (the API URL, the token, the deploy key...) is
+/// refused, so a node cannot redirect its ramdisk or replace its credentials this way.
+fn append_params(node: &Node, params: &mut Params) -> anyhow::Result<()> {
+    let Some(value) = node.driver_info.get(KERNEL_APPEND_PARAMS) else {
+        return Ok(());
+    };
+    let text = match value {
+        Value::Null => return Ok(()),
+        Value::String(text) => text,
+        other => bail!("driver_info.{KERNEL_APPEND_PARAMS} must be a string, not {other}"),
+    };
+    for word in text.split_whitespace() {
+        let Some((key, val)) = word.split_once('=') else {
+            tracing::info!(
+                flag = word,
+                "driver_info.{KERNEL_APPEND_PARAMS}: a kernel flag without a value is not put on \
+                 the floppy"
+            );
+            continue;
+        };
+        if params.get(key).is_some() {
+            bail!(
+                "driver_info.{KERNEL_APPEND_PARAMS} may not set {key:?}: the conductor sets it \
+                 on the floppy itself"
+            );
+        }
+        params
+            .set(key, val)
+            .with_context(|| format!("driver_info.{KERNEL_APPEND_PARAMS}: {word:?}"))?;
+    }
+    Ok(())
 }
 
 /// The floppy image holding `params` as `parameters.txt`, labelled `ir-vfd-dev`.
@@ -568,6 +611,51 @@ mod tests {
         cfg.api_url = "ftp://x".into();
         node.network_data = JsonObject::new();
         assert!(agent_params(&node, &[], &cfg, &token).is_err());
+    }
+
+    #[test]
+    fn kernel_append_params_go_on_the_floppy_but_cannot_replace_the_conductors_keys() {
+        let mut node = Node::new(Uuid::new_v4(), "agent_ilo", ProvisionState::Deploying);
+        let token = Secret::new("t".repeat(43));
+        node.driver_info = obj(json!({
+            "kernel_append_params": "nofb ipa-advertise-host=127.0.0.1  ipa-advertise-port=40123"
+        }));
+        let params = agent_params(&node, &[], &config(None), &token).expect("params");
+        let back = read_back(&build_image(&params).expect("image"));
+        assert_eq!(back.get("ipa-advertise-host"), Some("127.0.0.1"));
+        assert_eq!(back.get("ipa-advertise-port"), Some("40123"));
+        assert_eq!(
+            back.get("nofb"),
+            None,
+            "a flag without a value stays off the floppy"
+        );
+        let agent = AgentParams::from_params(&back).expect("the agent's view");
+        assert_eq!(agent.common.advertise_port, Some(40123));
+
+        for taken in [
+            "ipa-api-url=http://evil:1",
+            "ipa-agent-token=mine",
+            "boot_method=pxe",
+        ] {
+            node.driver_info = obj(json!({ "kernel_append_params": taken }));
+            let err = agent_params(&node, &[], &config(None), &token).expect_err(taken);
+            assert!(format!("{err:#}").contains("may not set"), "{err:#}");
+        }
+        let key = Secret::new("K".repeat(32));
+        node.driver_info = obj(json!({ "kernel_append_params": "deployment_key=mine" }));
+        let floppy = IscsiFloppy {
+            deploy_key: &key,
+            boot_option: vmdeploy_shared::params::BootOption::Local,
+            boot_mode: vmdeploy_shared::params::BootMode::Bios,
+            chap: None,
+        };
+        let err = iscsi_params(&node, &[], &config(None), &floppy).expect_err("deploy key");
+        assert!(format!("{err:#}").contains("may not set"), "{err:#}");
+        node.driver_info = obj(json!({ "kernel_append_params": 7 }));
+        let err = agent_params(&node, &[], &config(None), &token).expect_err("a number");
+        assert!(format!("{err:#}").contains("must be a string"), "{err:#}");
+        node.driver_info = obj(json!({ "kernel_append_params": "a=b\u{7}" }));
+        assert!(agent_params(&node, &[], &config(None), &token).is_err());
     }
 
     #[test]

@@ -120,6 +120,11 @@ pub mod keys {
     pub const DEPLOY_BOOT_ISO_APPEND: &str = "deploy.boot_iso_append";
     /// Lifetime of the temp URL an instance's boot ISO is attached with, seconds.
     pub const DEPLOY_BOOT_ISO_TTL: &str = "deploy.boot_iso_ttl";
+    /// The port the conductor logs in to the iSCSI ramdisk's target at (Ironic's
+    /// `[iscsi] portal_port`, 3260).
+    pub const DEPLOY_ISCSI_PORTAL_PORT: &str = "deploy.iscsi_portal_port";
+    /// The port the conductor sends the iSCSI ramdisk its `done` to (10000).
+    pub const DEPLOY_ISCSI_DONE_PORT: &str = "deploy.iscsi_done_port";
     /// CHAP user the iSCSI ramdisk's target requires (with `iscsi_chap_secret`).
     pub const DEPLOY_ISCSI_CHAP_USER: &str = "deploy.iscsi_chap_user";
     /// CHAP secret of `iscsi_chap_user` (at least 12 bytes, no white space).
@@ -181,6 +186,8 @@ pub mod keys {
         DEPLOY_BOOT_LOADERS_DIR,
         DEPLOY_BOOT_ISO_APPEND,
         DEPLOY_BOOT_ISO_TTL,
+        DEPLOY_ISCSI_PORTAL_PORT,
+        DEPLOY_ISCSI_DONE_PORT,
         IMAGES_CACHE_DIR,
         IMAGES_CACHE_LIMIT,
         LOG_FORMAT,
@@ -502,6 +509,10 @@ pub struct DeploySection {
     pub boot_iso_append: Option<String>,
     /// `boot_iso_ttl`, seconds.
     pub boot_iso_ttl: Option<u64>,
+    /// `iscsi_portal_port`.
+    pub iscsi_portal_port: Option<u16>,
+    /// `iscsi_done_port`.
+    pub iscsi_done_port: Option<u16>,
     /// `iscsi_chap_user`.
     pub iscsi_chap_user: Option<String>,
     /// `iscsi_chap_secret`.
@@ -800,6 +811,10 @@ pub struct Settings {
     pub boot_iso_append: String,
     /// `deploy.boot_iso_ttl`.
     pub boot_iso_ttl: Duration,
+    /// `deploy.iscsi_portal_port`.
+    pub iscsi_portal_port: u16,
+    /// `deploy.iscsi_done_port`.
+    pub iscsi_done_port: u16,
     /// `deploy.iscsi_chap_user` and `iscsi_chap_secret`.
     pub iscsi_chap: Option<crate::deploy::IscsiChap>,
     /// `images.cache_dir`.
@@ -845,6 +860,14 @@ fn seconds(key: &str, value: Option<u64>, default: Duration) -> Result<Duration,
         None => Ok(default),
         Some(0) => Err(ConfigError::new(key, "must be at least 1 second")),
         Some(s) => Ok(Duration::from_secs(s)),
+    }
+}
+
+fn port(key: &str, value: Option<u16>, default: u16) -> Result<u16, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(0) => Err(ConfigError::new(key, "must be a port number, 1-65535")),
+        Some(p) => Ok(p),
     }
 }
 
@@ -1238,6 +1261,16 @@ impl Settings {
                 deploy.boot_iso_ttl,
                 crate::deploy::boot_iso::DEFAULT_TEMP_URL_TTL,
             )?,
+            iscsi_portal_port: port(
+                keys::DEPLOY_ISCSI_PORTAL_PORT,
+                deploy.iscsi_portal_port,
+                crate::deploy::ISCSI_PORT,
+            )?,
+            iscsi_done_port: port(
+                keys::DEPLOY_ISCSI_DONE_PORT,
+                deploy.iscsi_done_port,
+                crate::deploy::DONE_PORT,
+            )?,
             iscsi_chap,
             image_cache_dir,
             image_cache_limit,
@@ -1579,6 +1612,14 @@ mod tests {
                 .expect("given");
         assert_eq!(s.boot_iso_append, "console=ttyS0 nofb");
         assert_eq!(s.boot_iso_ttl, Duration::from_secs(900));
+        assert_eq!((s.iscsi_portal_port, s.iscsi_done_port), (3260, 10000));
+        let s = resolve("[deploy]\niscsi_portal_port = 13260\niscsi_done_port = 20000\n")
+            .expect("ports");
+        assert_eq!((s.iscsi_portal_port, s.iscsi_done_port), (13260, 20000));
+        for bad in ["iscsi_portal_port = 0", "iscsi_done_port = 70000"] {
+            let err = resolve(&format!("[deploy]\n{bad}\n")).expect_err(bad);
+            assert!(err.to_string().contains("iscsi_"), "{bad}: {err}");
+        }
         let err = resolve("[deploy]\nboot_iso_ttl = 0\n").expect_err("zero");
         assert!(err.to_string().contains(keys::DEPLOY_BOOT_ISO_TTL), "{err}");
         let err = resolve("[deploy]\nboot_iso_append = \"a\\nb\"\n").expect_err("two lines");

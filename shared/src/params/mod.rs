@@ -66,6 +66,13 @@ pub mod keys {
     /// boot and sends in its heartbeats (IPA's `enable_auto_tls` option, default on). `0`,
     /// `false`, `no` or `off` turn it off: the command API is then plain HTTP.
     pub const IPA_ENABLE_AUTO_TLS: &str = "ipa-enable-auto-tls";
+    /// The address the agent puts in its callback URL (`callback_url` of the heartbeat, the
+    /// `address` of `pass_deploy_info`) instead of the one its network bring-up got (IPA's
+    /// `ipa-advertise-host`): for a ramdisk the conductor reaches through NAT or a port forward.
+    pub const IPA_ADVERTISE_HOST: &str = "ipa-advertise-host";
+    /// The port the agent puts in its callback URL instead of the one it listens on (IPA's
+    /// `ipa-advertise-port`, default 9999).
+    pub const IPA_ADVERTISE_PORT: &str = "ipa-advertise-port";
     /// How the ramdisk was booted; `vmedia` means "read the floppy".
     pub const BOOT_METHOD: &str = "boot_method";
     /// vmdeploy: the conductor's CA, PEM, standard base64 (no white space allowed in values).

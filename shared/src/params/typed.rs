@@ -2,6 +2,8 @@
 //! ([`IscsiDeployParams`]) and the agent deploy's ([`AgentParams`]), with what both share
 //! ([`CommonParams`]).
 
+use std::net::IpAddr;
+
 use base64::Engine as _;
 
 use super::{cut, keys, MacAddr, Params, ParamsError, RootDeviceHints, StaticNetwork};
@@ -87,6 +89,12 @@ pub struct CommonParams {
     pub image_ca_pem: Option<Vec<u8>>,
     /// Static network configuration; DHCP when absent.
     pub static_network: Option<StaticNetwork>,
+    /// The address to advertise instead of the one the network bring-up got
+    /// (`ipa-advertise-host`).
+    pub advertise_host: Option<IpAddr>,
+    /// The port to advertise instead of the one the command API listens on
+    /// (`ipa-advertise-port`).
+    pub advertise_port: Option<u16>,
 }
 
 impl CommonParams {
@@ -112,6 +120,27 @@ impl CommonParams {
             .unwrap_or_default();
         let agent_ca_pem = decode_pem_param(params, keys::IPA_AGENT_CA)?;
         let image_ca_pem = decode_pem_param(params, keys::IMAGE_CA)?;
+        let advertise_host = params
+            .get(keys::IPA_ADVERTISE_HOST)
+            .filter(|v| !v.is_empty())
+            .map(|v| {
+                v.parse::<IpAddr>().map_err(|_| ParamsError::Invalid {
+                    key: keys::IPA_ADVERTISE_HOST,
+                    reason: format!("{v:?} is not an IP address"),
+                })
+            })
+            .transpose()?;
+        let advertise_port = params
+            .get(keys::IPA_ADVERTISE_PORT)
+            .filter(|v| !v.is_empty())
+            .map(|v| match v.parse::<u16>() {
+                Ok(port) if port > 0 => Ok(port),
+                _ => Err(ParamsError::Invalid {
+                    key: keys::IPA_ADVERTISE_PORT,
+                    reason: format!("{v:?} is not a port number (1-65535)"),
+                }),
+            })
+            .transpose()?;
         Ok(CommonParams {
             bootif,
             root_device,
@@ -119,6 +148,8 @@ impl CommonParams {
             agent_ca_pem,
             image_ca_pem,
             static_network: StaticNetwork::from_params(params)?,
+            advertise_host,
+            advertise_port,
         })
     }
 
@@ -378,5 +409,42 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn advertise_host_and_port_are_ips_and_ports() {
+        let base = "ipa-api-url=http://conductor\n";
+        let p = Params::parse(
+            format!("{base}ipa-advertise-host=127.0.0.1\nipa-advertise-port=40123\n").as_bytes(),
+        )
+        .expect("valid");
+        let agent = AgentParams::from_params(&p).expect("agent params");
+        assert_eq!(
+            agent.common.advertise_host,
+            Some(IpAddr::from([127, 0, 0, 1]))
+        );
+        assert_eq!(agent.common.advertise_port, Some(40123));
+        let p = Params::parse(base.as_bytes()).expect("valid");
+        let agent = AgentParams::from_params(&p).expect("agent params");
+        assert_eq!(
+            (agent.common.advertise_host, agent.common.advertise_port),
+            (None, None)
+        );
+        for (line, key) in [
+            (
+                "ipa-advertise-host=conductor.example",
+                keys::IPA_ADVERTISE_HOST,
+            ),
+            ("ipa-advertise-port=0", keys::IPA_ADVERTISE_PORT),
+            ("ipa-advertise-port=65536", keys::IPA_ADVERTISE_PORT),
+            ("ipa-advertise-port=x", keys::IPA_ADVERTISE_PORT),
+        ] {
+            let p = Params::parse(format!("{base}{line}\n").as_bytes()).expect("valid");
+            let err = AgentParams::from_params(&p).expect_err(line);
+            assert!(
+                matches!(&err, ParamsError::Invalid { key: k, .. } if *k == key),
+                "{line}: {err}"
+            );
+        }
     }
 }
