@@ -5,7 +5,7 @@
 //!              [--tls-cert PEM --tls-key PEM] [--license standard|advanced] [--product NAME]
 //!              [--backend memory|qemu] [--qemu-state-dir DIR] [--qemu-memory-mib N]
 //!              [--qemu-disk-size-mib N] [--guest-forward HOST:PORT]... [--qemu-vmedia usb|legacy]
-//!              [--qemu-nic virtio|e1000] [--qemu-binary PATH]
+//!              [--qemu-nic virtio|e1000] [--qemu-capture-net] [--qemu-binary PATH]
 //! ```
 //! Server i of N answers on PORT+i. Without a certificate a self-signed one is made (SAN = the
 //! listen IP), written to a file, and its path printed. See README.md.
@@ -115,6 +115,10 @@ struct Args {
     /// QEMU: the NIC model.
     #[arg(long, value_enum, default_value = "virtio")]
     qemu_nic: NicArg,
+    /// QEMU: write every frame of the node's NIC to `server-<i>/net-<run>.pcap`, one file per
+    /// QEMU run (QEMU's `filter-dump`): what the node sent, e.g. that it asked no DHCP.
+    #[arg(long)]
+    qemu_capture_net: bool,
     /// QEMU: the emulator binary.
     #[arg(long, default_value = "qemu-system-x86_64")]
     qemu_binary: PathBuf,
@@ -173,6 +177,7 @@ fn backend_args(args: &Args) -> BackendArgs {
         s.memory_mib = args.qemu_memory_mib;
         s.disk_size = args.qemu_disk_size_mib.saturating_mul(1 << 20);
         s.guest_forwards = args.guest_forwards.clone();
+        s.capture_net = args.qemu_capture_net;
         s.vmedia_bus = match args.qemu_vmedia {
             VmediaArg::Usb => VmediaBus::Usb,
             VmediaArg::Legacy => VmediaBus::Legacy,

@@ -13,6 +13,7 @@ pub mod agent_target;
 pub mod conductor_env;
 pub mod deploy_iso;
 pub mod disk_check;
+pub mod e2e;
 pub mod emulator;
 pub mod freeze;
 pub mod http;

@@ -74,6 +74,8 @@ pub struct QemuSettings {
     pub guest_forwards: Vec<GuestForward>,
     /// Guest ports forwarded from host loopback ports the backend picks.
     pub agent_ports: Vec<u16>,
+    /// Capture the NIC's frames of each QEMU run to `server-<i>/net-<run>.pcap`.
+    pub capture_net: bool,
 }
 
 impl QemuSettings {
@@ -90,6 +92,7 @@ impl QemuSettings {
             nic: NicModel::Virtio,
             guest_forwards: Vec::new(),
             agent_ports: DEFAULT_AGENT_PORTS.to_vec(),
+            capture_net: false,
         }
     }
 
@@ -351,6 +354,10 @@ impl QemuBackend {
             mac: machine::NIC_MAC.to_owned(),
             guest_forwards: self.settings.guest_forwards.clone(),
             host_forwards: self.host_forwards.clone(),
+            net_capture: self
+                .settings
+                .capture_net
+                .then(|| self.dir.join(format!("net-{generation}.pcap"))),
             boot,
         };
         let _ = std::fs::remove_file(self.qmp_socket());
@@ -714,6 +721,7 @@ impl QemuBackend {
             "mac": machine::NIC_MAC,
             "vmedia_bus": match self.settings.vmedia_bus { VmediaBus::Usb => "usb", VmediaBus::Legacy => "legacy" },
             "forwards": forwards,
+            "net_capture": self.settings.capture_net,
             "guest_forwards": self.settings.guest_forwards.iter().map(|f| json!({
                 "guest": format!("{}:{}", f.guest_addr, f.guest_port),
                 "host": f.host,

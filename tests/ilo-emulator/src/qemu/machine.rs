@@ -250,6 +250,8 @@ pub struct MachineSpec {
     pub guest_forwards: Vec<GuestForward>,
     /// `(host loopback port, guest port)` forwarded into the guest.
     pub host_forwards: Vec<(u16, u16)>,
+    /// Where QEMU writes every frame of the NIC as pcap (`filter-dump`), if anywhere.
+    pub net_capture: Option<PathBuf>,
     /// Boot priorities.
     pub boot: BootIndexes,
 }
@@ -346,6 +348,15 @@ impl MachineSpec {
             netdev.push_str(&format!(",hostfwd=tcp:127.0.0.1:{host}-:{guest}"));
         }
         a.extend(["-netdev".to_owned(), netdev]);
+        if let Some(pcap) = &self.net_capture {
+            a.extend([
+                "-object".to_owned(),
+                format!(
+                    "filter-dump,id=netdump0,netdev=net0,file={}",
+                    pcap.display()
+                ),
+            ]);
+        }
         // `romfile=""`: no iPXE option ROM, so firmware does not spend time on PXE.
         a.extend(device(json!({
             "driver": self.nic.driver(), "netdev": "net0", "mac": self.mac, "romfile": "",
@@ -432,6 +443,7 @@ mod tests {
             mac: NIC_MAC.into(),
             guest_forwards: vec![GuestForward::parse("127.0.0.1:6385").expect("parse")],
             host_forwards: vec![(40001, 3260), (40002, 9999)],
+            net_capture: None,
             boot: BootIndexes::for_device(Some(BootDevice::Cdrom)),
         }
     }

@@ -1,0 +1,517 @@
+//! The end-to-end lab: the product as an operator runs it, against one emulated ProLiant that is
+//! a real QEMU (TCG) machine.
+//!
+//! - `ilo-emulator --backend qemu`, one server: its virtual media are QMP medium changes of
+//!   URLs QEMU reads by range, power is the QEMU process, the pending boot mode picks SeaBIOS or
+//!   OVMF (../shared/reference/qemu-and-boot.md §6–§8).
+//! - `vmdeploy-conductor serve` with a configuration file: SQLite and the built-in store in the
+//!   lab's directory, its API on a loopback port.
+//! - A media server on loopback for the deploy ISO and the instance images.
+//! - The `baremetal` CLI of the setup's venv, unchanged, for every call to the API.
+//!
+//! # The network
+//! The node sits on QEMU's user network with `restrict=on`: it reaches only what the emulator
+//! forwards into it (`--guest-forward`): the API at `10.0.2.100:6385` (the floppy's
+//! `ipa-api-url`) and the media server at `10.0.2.101:8080` (the image URL the agent gets).
+//! The conductor reaches the node's agent API, iSCSI target and `done` listener through the
+//! host ports the emulator forwards to the guest's 9999, 3260 and 10000: the node's
+//! `driver_info.kernel_append_params` makes the agent advertise `127.0.0.1:<forwarded port>`
+//! (`ipa-advertise-host/port`), and `deploy.iscsi_portal_port`/`iscsi_done_port` point the
+//! conductor's login and `done` at the forwarded ports.
+//!
+//! # Failures
+//! When a test panics with a lab alive, the lab copies the node's serial console, the QEMU log,
+//! the conductor's and the emulator's logs to `target/e2e-artifacts/<test>/` and says so.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::emulator::MediaServer;
+use crate::{bin, free_port, venv_bin, workspace_root};
+
+/// The iLO's credentials in the lab.
+pub const ILO_USER: &str = "Administrator";
+/// The iLO's password in the lab.
+pub const ILO_PASSWORD: &str = "e2e-ilo-Passw0rd";
+/// Where the node finds the API (a guest forward).
+pub const GUEST_API: &str = "10.0.2.100:6385";
+/// Where the node finds the media server (a guest forward).
+pub const GUEST_MEDIA: &str = "10.0.2.101:8080";
+
+/// Firmware of the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Firmware {
+    /// SeaBIOS (legacy BIOS).
+    Bios,
+    /// OVMF (UEFI).
+    Uefi,
+}
+
+impl Firmware {
+    /// `capabilities` value Ironic uses.
+    pub fn capability(self) -> &'static str {
+        match self {
+            Firmware::Bios => "bios",
+            Firmware::Uefi => "uefi",
+        }
+    }
+}
+
+/// What the lab is built with.
+#[derive(Debug, Clone)]
+pub struct LabOptions {
+    /// Guest RAM, MiB (UEFI needs 512).
+    pub memory_mib: u32,
+    /// The node's disk, MiB (sparse; the agent, as IPA, installs only on disks of 4 GiB or more
+    /// unless root device hints choose).
+    pub disk_size_mib: u32,
+    /// `deploy.deploy_callback_timeout`, seconds.
+    pub callback_timeout_secs: u64,
+    /// `deploy.automated_clean`.
+    pub automated_clean: bool,
+    /// Files the media server serves, by path (`/deploy.iso` is added).
+    pub media: Vec<(String, Vec<u8>)>,
+    /// More `[deploy]` lines for the conductor's configuration.
+    pub deploy_config: Vec<String>,
+}
+
+impl Default for LabOptions {
+    fn default() -> Self {
+        LabOptions {
+            memory_mib: 512,
+            disk_size_mib: 4096,
+            callback_timeout_secs: 600,
+            automated_clean: false,
+            media: Vec::new(),
+            deploy_config: Vec::new(),
+        }
+    }
+}
+
+/// A child process killed (and reaped) on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A running lab: one emulated iLO with its QEMU node, a conductor, a media server.
+pub struct Lab {
+    name: String,
+    dir: tempfile::TempDir,
+    // Field order is drop order: the conductor goes first (it would power the node off through
+    // an emulator that is gone otherwise), then the emulator (QEMU dies with it).
+    conductor: Option<Proc>,
+    emulator: Option<Proc>,
+    /// The media server (deploy ISO, images).
+    pub media: MediaServer,
+    /// `127.0.0.1:PORT` of the emulated iLO.
+    pub ilo: String,
+    /// The emulator's certificate.
+    pub ilo_cert: PathBuf,
+    /// The API's port on loopback.
+    pub api_port: u16,
+    /// Guest port → forwarded host port (3260, 9999, 10000).
+    pub forwards: HashMap<u16, u16>,
+    started: Instant,
+}
+
+impl Lab {
+    /// Starts the emulator (QEMU backend, powered off), the media server and the conductor.
+    /// `name` names the artifact directory.
+    pub fn start(name: &str, options: LabOptions) -> Lab {
+        let dir = tempfile::Builder::new()
+            .prefix("e2e")
+            .tempdir_in("/var/tmp")
+            .expect("lab directory (short: QMP socket paths)");
+        let iso = crate::deploy_iso::deploy_iso();
+        let mut files = vec![(
+            "/deploy.iso".to_owned(),
+            std::fs::read(&iso).expect("reading the deploy ISO"),
+        )];
+        files.extend(options.media.iter().cloned());
+        let media =
+            MediaServer::start(files.iter().map(|(p, b)| (p.as_str(), b.clone())).collect());
+        let media_port = media
+            .url("/")
+            .rsplit_once(':')
+            .and_then(|(_, rest)| rest.trim_end_matches('/').parse::<u16>().ok())
+            .expect("the media server's port");
+
+        let api_port = free_port();
+        let ilo_cert = dir.path().join("ilo-cert.pem");
+        let qemu_state = dir.path().join("qemu");
+        let emulator_log = dir.path().join("emulator.log");
+        let mut emulator = Command::new(bin("ilo-emulator"));
+        emulator
+            .args(["--listen", "127.0.0.1:0", "--servers", "1"])
+            .args(["--username", ILO_USER, "--password", ILO_PASSWORD])
+            .arg("--cert-out")
+            .arg(&ilo_cert)
+            .args(["--backend", "qemu", "--qemu-state-dir"])
+            .arg(&qemu_state)
+            .args(["--qemu-memory-mib", &options.memory_mib.to_string()])
+            .args(["--qemu-disk-size-mib", &options.disk_size_mib.to_string()])
+            .arg("--guest-forward")
+            .arg(format!("{GUEST_API}=127.0.0.1:{api_port}"))
+            .arg("--guest-forward")
+            .arg(format!("{GUEST_MEDIA}=127.0.0.1:{media_port}"))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&emulator_log).expect("emulator log"));
+        let mut child = emulator.spawn().expect("starting ilo-emulator");
+        let ilo = read_emulator_address(&mut child, &emulator_log);
+        let emulator = Proc(child);
+
+        let mut lab = Lab {
+            name: name.to_owned(),
+            dir,
+            conductor: None,
+            emulator: Some(emulator),
+            media,
+            ilo,
+            ilo_cert,
+            api_port,
+            forwards: HashMap::new(),
+            started: Instant::now(),
+        };
+        let state = lab.emulator_state();
+        for guest in [3260u16, 9999, 10000] {
+            let host = state["machine"]["forwards"][guest.to_string()]
+                .as_u64()
+                .and_then(|p| u16::try_from(p).ok())
+                .unwrap_or_else(|| {
+                    panic!("the emulator forwards no host port to guest {guest}: {state}")
+                });
+            lab.forwards.insert(guest, host);
+        }
+        lab.start_conductor(&options);
+        lab
+    }
+
+    /// The lab's directory.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn start_conductor(&mut self, options: &LabOptions) {
+        let state_dir = self.dir.path().join("conductor");
+        std::fs::create_dir_all(&state_dir).expect("conductor state dir");
+        let mut deploy = vec![
+            format!("api_url = \"http://{GUEST_API}\""),
+            format!(
+                "deploy_callback_timeout = {}",
+                options.callback_timeout_secs
+            ),
+            // The guest powers itself off after standby.power_off; QEMU's SHUTDOWN event
+            // turns the emulated server OFF, so the conductor rarely waits this long.
+            "agent_power_off_wait = 30".into(),
+            format!("automated_clean = {}", options.automated_clean),
+            format!("iscsi_portal_port = {}", self.forwards[&3260]),
+            format!("iscsi_done_port = {}", self.forwards[&10000]),
+            format!(
+                "boot_loaders_dir = \"{}\"",
+                crate::conductor_env::boot_loaders_dir(self.dir.path()).display()
+            ),
+            "boot_iso_append = \"console=ttyS0\"".into(),
+        ];
+        deploy.extend(options.deploy_config.iter().cloned());
+        let config = format!(
+            "[api]\nlisten = [\"127.0.0.1:{}\"]\n\n[deploy]\n{}\n\n[ilo]\nverify_ca = \"{}\"\n\n[log]\nlevel = \"info\"\n",
+            self.api_port,
+            deploy.join("\n"),
+            self.ilo_cert.display()
+        );
+        let config_path = self.dir.path().join("conductor.toml");
+        std::fs::write(&config_path, config).expect("writing conductor.toml");
+        let log = self.dir.path().join("conductor.log");
+        let child = Command::new(bin("vmdeploy-conductor"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&config_path)
+            .arg("--state-dir")
+            .arg(&state_dir)
+            .env_remove("RUST_LOG")
+            .env_remove("STATE_DIRECTORY")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("conductor log"))
+            .spawn()
+            .expect("starting vmdeploy-conductor serve");
+        let mut proc = Proc(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !crate::tcp_listening(self.api_port) {
+            if let Ok(Some(status)) = proc.0.try_wait() {
+                panic!(
+                    "serve exited ({status}) before listening; its log:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "serve did not listen within 60 s; its log:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.conductor = Some(proc);
+    }
+
+    /// The media server's URL of `path` as the node reaches it (through the guest forward).
+    pub fn guest_media_url(&self, path: &str) -> String {
+        format!("http://{GUEST_MEDIA}{path}")
+    }
+
+    /// The `baremetal` CLI against this lab's conductor.
+    pub fn baremetal(&self, args: &[&str]) -> Output {
+        let home = self.dir.path().join("cli-home");
+        std::fs::create_dir_all(&home).expect("CLI home");
+        Command::new(venv_bin("baremetal"))
+            .args(["--os-auth-type", "none", "--os-endpoint"])
+            .arg(format!("http://127.0.0.1:{}", self.api_port))
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &home)
+            .output()
+            .expect("running the baremetal CLI")
+    }
+
+    /// `baremetal ARGS`, which must succeed; its stdout.
+    pub fn bm(&self, args: &[&str]) -> String {
+        let out = self.baremetal(args);
+        assert!(
+            out.status.success(),
+            "baremetal {}: exit {:?}\nstdout: {}\nstderr: {}",
+            args.join(" "),
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `baremetal node show NODE -f json`.
+    pub fn show(&self, node: &str) -> Value {
+        let text = self.bm(&["node", "show", node, "-f", "json"]);
+        serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("node show is not JSON ({e}): {text}"))
+    }
+
+    /// Enrolls a node on the emulated iLO with `driver` and `firmware`, and brings it to
+    /// `available` (manage, provide); returns its UUID.
+    pub fn enroll(&self, name: &str, driver: &str, firmware: Firmware) -> String {
+        let port = self.ilo.rsplit_once(':').map(|(_, p)| p).unwrap_or("443");
+        let append = format!(
+            "ipa-advertise-host=127.0.0.1 ipa-advertise-port={}",
+            self.forwards[&9999]
+        );
+        let capabilities = format!("capabilities=boot_mode:{}", firmware.capability());
+        let uuid = self.bm(&[
+            "node",
+            "create",
+            "--driver",
+            driver,
+            "--name",
+            name,
+            "--driver-info",
+            "ilo_address=127.0.0.1",
+            "--driver-info",
+            &format!("client_port={port}"),
+            "--driver-info",
+            &format!("ilo_username={ILO_USER}"),
+            "--driver-info",
+            &format!("ilo_password={ILO_PASSWORD}"),
+            "--driver-info",
+            &format!("ilo_verify_ca={}", self.ilo_cert.display()),
+            "--driver-info",
+            &format!("ilo_deploy_iso={}", self.media.url("/deploy.iso")),
+            "--driver-info",
+            &format!("kernel_append_params={append}"),
+            "--property",
+            &capabilities,
+            "-f",
+            "value",
+            "-c",
+            "uuid",
+        ]);
+        let uuid = uuid.trim().to_owned();
+        // The agent looks its node up by the MACs of its NICs: the node's port.
+        let mac = self.emulator_state()["machine"]["mac"]
+            .as_str()
+            .expect("the emulator names the node's MAC")
+            .to_owned();
+        self.bm(&["port", "create", &mac, "--node", &uuid]);
+        self.bm(&["node", "manage", &uuid, "--wait", "120"]);
+        self.bm(&["node", "provide", &uuid, "--wait", "120"]);
+        let state = self.show(&uuid)["provision_state"].clone();
+        assert_eq!(state, "available", "after provide");
+        uuid
+    }
+
+    /// Polls the node until its provision state is `want`; panics at a failed state (with
+    /// `last_error`) or at `limit`. Returns the node.
+    pub fn wait_state(&self, node: &str, want: &str, limit: Duration) -> Value {
+        let deadline = Instant::now() + limit;
+        let mut last = String::new();
+        loop {
+            let shown = self.show(node);
+            let state = shown["provision_state"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            if state != last {
+                eprintln!(
+                    "[{:>5.1} s] {node}: {state}",
+                    self.started.elapsed().as_secs_f64()
+                );
+                last = state.clone();
+            }
+            if state == want {
+                return shown;
+            }
+            assert!(
+                !(state.ends_with("failed") || state == "error") || want.ends_with("failed"),
+                "node {node} is {state}, not {want}: {}",
+                shown["last_error"]
+            );
+            assert!(
+                Instant::now() < deadline,
+                "node {node} is not {want} after {limit:?} (last {state}, last_error {})",
+                shown["last_error"]
+            );
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    }
+
+    /// `GET /_emulator/state` of the server.
+    pub fn emulator_state(&self) -> Value {
+        let text = self.curl("/_emulator/state");
+        serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("emulator state is not JSON ({e}): {text}"))
+    }
+
+    /// The node's serial console since the emulator started (every boot).
+    pub fn console(&self) -> String {
+        self.curl("/_emulator/console")
+    }
+
+    /// How many times `needle` shows on the console.
+    pub fn console_count(&self, needle: &str) -> usize {
+        self.console().matches(needle).count()
+    }
+
+    /// Waits until `needle` shows `times` times on the console.
+    pub fn wait_console(&self, needle: &str, times: usize, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            let count = self.console_count(needle);
+            if count >= times {
+                eprintln!(
+                    "[{:>5.1} s] console: {needle:?} ×{count}",
+                    self.started.elapsed().as_secs_f64()
+                );
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{needle:?} shows {count} times on the console, not {times}, after {limit:?}"
+            );
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+
+    fn curl(&self, path: &str) -> String {
+        let out = Command::new("curl")
+            .args(["-sS", "--fail", "--max-time", "30", "--cacert"])
+            .arg(&self.ilo_cert)
+            .arg(format!("https://{}{path}", self.ilo))
+            .output()
+            .expect("running curl (apt install curl)");
+        assert!(
+            out.status.success(),
+            "GET {path} on the emulator: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The conductor's log so far.
+    pub fn conductor_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("conductor.log")).unwrap_or_default()
+    }
+
+    /// Copies the logs to `target/e2e-artifacts/<name>/`; returns that directory.
+    pub fn save_artifacts(&self) -> PathBuf {
+        let out = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace_root().join("target"))
+            .join("e2e-artifacts")
+            .join(&self.name);
+        let _ = std::fs::create_dir_all(&out);
+        let state = self.dir.path().join("qemu").join("server-0");
+        for (from, to) in [
+            (state.join("serial.log"), "serial.log"),
+            (state.join("qemu.log"), "qemu.log"),
+            (self.dir.path().join("conductor.log"), "conductor.log"),
+            (self.dir.path().join("emulator.log"), "emulator.log"),
+            (self.dir.path().join("conductor.toml"), "conductor.toml"),
+        ] {
+            let _ = std::fs::copy(from, out.join(to));
+        }
+        out
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let dir = self.save_artifacts();
+            let console = std::fs::read_to_string(dir.join("serial.log")).unwrap_or_default();
+            let tail: Vec<&str> = console.lines().rev().take(40).collect();
+            eprintln!(
+                "--- the node's serial console, last lines (all logs in {}) ---\n{}",
+                dir.display(),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        self.conductor.take();
+        self.emulator.take();
+    }
+}
+
+/// Reads `server 0 https://ADDR` and `ready` from the emulator's stdout (a thread keeps
+/// draining it afterwards).
+fn read_emulator_address(child: &mut Child, log: &Path) -> String {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut address = None;
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(url) = line.strip_prefix("server 0 https://") {
+                address = Some(url.trim().to_owned());
+            }
+            if line.trim() == "ready" {
+                let _ = tx.send(address.take());
+            }
+        }
+    });
+    match rx.recv_timeout(Duration::from_secs(30)).ok().flatten() {
+        Some(address) => address,
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "ilo-emulator did not print its address and `ready` within 30 s; its log:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+    }
+}
