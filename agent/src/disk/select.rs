@@ -155,17 +155,26 @@ pub fn select_disk<'a>(
         return Ok(d);
     }
     if let Some(list) = disk_list.filter(|l| !l.trim().is_empty()) {
+        // A preference order, as Ironic's `disk` list is: a candidate that exists but must not
+        // be written (the virtual media the ramdisk booted from is a removable USB disk, often
+        // `sda`) is passed over for the next one, and named if none is left.
+        let mut refused = Vec::new();
         for want in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
             let want = want.strip_prefix("/dev/").unwrap_or(want);
             if let Some(d) = disks
                 .iter()
                 .find(|d| d.name == want || d.name.replace('!', "/") == want)
             {
-                usable(d)?;
-                return Ok(d);
+                match usable(d) {
+                    Ok(()) => return Ok(d),
+                    Err(why) => refused.push(why.to_string()),
+                }
             }
         }
-        bail!("none of the disks {list:?} exists");
+        if refused.is_empty() {
+            bail!("none of the disks {list:?} exists");
+        }
+        bail!("no disk of {list:?} can be written: {}", refused.join("; "));
     }
     disks
         .iter()
@@ -307,10 +316,11 @@ mod tests {
         assert_eq!(d.name, "cciss!c0d0");
         let d = select_disk(&disks, None, Some("vda,sdb")).expect("list");
         assert_eq!(d.name, "sdb");
-        assert!(
-            select_disk(&disks, None, Some("sdc")).is_err(),
-            "removable refused"
-        );
+        let err = select_disk(&disks, None, Some("sdc")).expect_err("removable refused");
+        assert!(err.to_string().contains("removable"), "{err}");
+        // A removable candidate is passed over for the next one in the list.
+        let d = select_disk(&disks, None, Some("sdc,sdb")).expect("the next candidate");
+        assert_eq!(d.name, "sdb");
         assert!(select_disk(&disks, None, Some("vda")).is_err(), "missing");
         // Default: first fixed writable disk of >= 4 GiB, by name.
         let d = select_disk(&disks, None, None).expect("default");
