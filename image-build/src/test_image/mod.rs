@@ -86,8 +86,12 @@ pub struct TestImageArgs {
     #[arg(long, default_value = "/bin/busybox")]
     pub busybox: PathBuf,
     /// Rebuild even when DIR holds a complete build of the same inputs.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "check")]
     pub force: bool,
+    /// Build nothing: succeed when DIR holds a complete build of the same inputs, fail (exit 1)
+    /// otherwise (tests/integration's `test_image::ensure` asks before it builds elsewhere).
+    #[arg(long)]
+    pub check: bool,
     /// Output directory (created when missing).
     #[arg(long, short)]
     pub out: PathBuf,
@@ -165,9 +169,20 @@ pub fn run(args: TestImageArgs) -> anyhow::Result<()> {
     let epoch = crate::boot_iso::source_date_epoch().map_err(UsageError::wrap)?;
 
     let stamp = input_stamp(&deb, &args.busybox, &args.modules, epoch)?;
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
+    if !args.check {
+        std::fs::create_dir_all(&args.out)
+            .with_context(|| format!("creating {}", args.out.display()))?;
+    }
     let stamp_path = args.out.join(STAMP);
+    if args.check {
+        anyhow::ensure!(
+            is_complete(&args.out, &stamp),
+            "{} holds no complete build of these inputs",
+            args.out.display()
+        );
+        eprintln!("{} is up to date", args.out.display());
+        return Ok(());
+    }
     if !args.force && is_complete(&args.out, &stamp) {
         eprintln!(
             "{} is up to date (same inputs: {})",
