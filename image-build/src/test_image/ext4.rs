@@ -132,15 +132,27 @@ pub fn make(
     let script_path = tree.with_extension("debugfs");
     std::fs::write(&script_path, script)
         .with_context(|| format!("writing {}", script_path.display()))?;
-    super::run_tool(
-        Command::new("debugfs")
-            .env("E2FSPROGS_FAKE_TIME", &epoch_s)
-            .arg("-w")
-            .arg("-f")
-            .arg(&script_path)
-            .arg(image),
-        "apt-get install e2fsprogs",
-    )
-    .with_context(|| format!("fixing the inode times of {}", image.display()))?;
+    // debugfs -f goes on after a failed command and exits 0: its stderr tells (beyond the
+    // version banner).
+    let out = Command::new("debugfs")
+        .env("E2FSPROGS_FAKE_TIME", &epoch_s)
+        .arg("-w")
+        .arg("-f")
+        .arg(&script_path)
+        .arg(image)
+        .output()
+        .context("running debugfs (apt-get install e2fsprogs)")?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let complaints: Vec<&str> = stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with("debugfs "))
+        .collect();
+    anyhow::ensure!(
+        out.status.success() && complaints.is_empty(),
+        "debugfs could not fix the inode times of {} ({}): {}",
+        image.display(),
+        out.status,
+        complaints.join("; ")
+    );
     Ok(())
 }

@@ -333,7 +333,7 @@ fn is_complete(dir: &Path, stamp: &str) -> bool {
 
 /// The stamp: a SHA-256 over the recipe, this program's version, the init script, the
 /// arguments, the epoch and the contents of every input file (the kernel package, busybox,
-/// GRUB's module directories).
+/// GRUB's module directories, and this program itself: a changed build recipe is a new program).
 fn input_stamp(
     deb: &Path,
     busybox: &Path,
@@ -350,7 +350,8 @@ fn input_stamp(
     line(ramdisk::INIT_SCRIPT);
     line(&modules.join("\x1f"));
     line(&epoch.to_string());
-    let mut files = vec![deb.to_owned(), busybox.to_owned()];
+    let exe = std::env::current_exe().context("finding this program's path")?;
+    let mut files = vec![deb.to_owned(), busybox.to_owned(), exe];
     for dir in [grub::BIOS_MODULE_DIR, crate::loaders::GRUB_EFI_MODULE_DIR] {
         let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
             .with_context(|| {
@@ -499,6 +500,31 @@ mod tests {
             Ok(DISK_ROOT_UUID.to_owned())
         );
         assert_ne!(DISK_ROOT_UUID, PART_ROOT_UUID);
+    }
+
+    #[test]
+    fn missing_inputs_are_usage_errors() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let args = |deb: &str, busybox: &str| TestImageArgs {
+            kernel_deb: Some(PathBuf::from(deb)),
+            modules: Vec::new(),
+            busybox: PathBuf::from(busybox),
+            force: false,
+            check: false,
+            out: dir.path().join("out"),
+        };
+        for (deb, busybox, says) in [
+            ("/nonexistent/linux-image.deb", "/bin/sh", "scripts/setup"),
+            ("/bin/sh", "/nonexistent/busybox", "busybox-static"),
+        ] {
+            let err = run(args(deb, busybox)).expect_err("missing input");
+            assert!(format!("{err:#}").contains(says), "{err:#}");
+            assert_eq!(
+                vmdeploy_shared::exit::code_for(err.chain()),
+                vmdeploy_shared::exit::USAGE
+            );
+        }
+        assert!(!dir.path().join("out").exists(), "nothing is written");
     }
 
     #[test]
