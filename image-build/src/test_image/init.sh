@@ -32,8 +32,9 @@ finish() {
   fi
   while :; do sleep 3600; done
 }
+# Each line starts on a fresh line: GRUB leaves its screen-clearing escapes on the current one.
 fail() {
-  echo "VMDEPLOY-TEST-OS failed: $*" > /dev/console
+  printf '\n%s\n' "VMDEPLOY-TEST-OS failed: $*" > /dev/console
   finish
 }
 
@@ -67,5 +68,5 @@ mounted="$(awk '$2 == "/root" { print $1 }' /proc/mounts)"
   fail "$mounted mounted on /root has no ext4 superblock"
 hex="$(od -An -tx1 -j1128 -N16 "$mounted" | tr -d ' \n')"
 root_uuid="$(echo "$hex" | sed 's/^\(.\{8\}\)\(.\{4\}\)\(.\{4\}\)\(.\{4\}\)/\1-\2-\3-\4-/')"
-echo "VMDEPLOY-TEST-OS booted root=$root_uuid" > /dev/console
+printf '\n%s\n' "VMDEPLOY-TEST-OS booted root=$root_uuid" > /dev/console
 finish

@@ -124,7 +124,7 @@ mod tests {
         assert!(!s.contains('@'), "a placeholder is left: {s}");
         assert!(s.contains(&format!("= \"{}\" ]", super::super::MARKER_TEXT)));
         assert!(s.contains(&format!(
-            "echo \"{}$root_uuid\"",
+            "printf '\\n%s\\n' \"{}$root_uuid\" > /dev/console",
             super::super::MARKER_PREFIX
         )));
         assert!(s.contains("VMDEPLOY-TEST-OS failed: "));

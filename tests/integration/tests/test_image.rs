@@ -262,9 +262,9 @@ fn boot(name: &str, args: &[String], dir: &Path) -> (Qemu, String) {
     (qemu, line.text)
 }
 
-/// The line from the first `VMDEPLOY-TEST-OS` on (the console may prefix it with escapes).
-fn tail_from_marker(line: &str) -> &str {
-    line.find("VMDEPLOY-TEST-OS").map_or(line, |at| &line[at..])
+/// The line without the carriage return and trailing blanks of a serial console.
+fn console_line(line: &str) -> &str {
+    line.trim_end()
 }
 
 fn disk_arg(path: &Path, format: &str) -> [String; 2] {
@@ -279,7 +279,7 @@ fn disk_arg(path: &Path, format: &str) -> [String; 2] {
 
 fn expect_marker(img: &TestImage, qemu: &Qemu, line: &str, uuid: &str) {
     assert_eq!(
-        tail_from_marker(line),
+        console_line(line),
         img.marker(uuid),
         "serial log:\n{}",
         qemu.console_text()
@@ -385,7 +385,7 @@ fn a_wrong_root_uuid_prints_the_failure_line() {
     let dir = tempfile::tempdir().expect("scratch dir");
     let wrong = "0bad0bad-0000-4000-8000-000000000000";
     let (mut qemu, line) = boot("wrong-uuid", &netboot_args(&img, wrong), dir.path());
-    let tail = tail_from_marker(&line);
+    let tail = console_line(&line);
     assert!(
         tail.starts_with(FAILED_PREFIX) && tail.contains(wrong),
         "expected the failure line naming {wrong}, got {tail:?}; serial log:\n{}",
