@@ -2,7 +2,8 @@
 //!
 //! The virtual floppy with the deploy parameters (`floppy`), the deploy ramdisk with the agent
 //! as /init (`initramfs`, see [`initramfs`]), the deploy ISO (`deploy-iso`), an instance boot
-//! ISO (`boot-iso`), and the boot loaders the conductor builds boot ISOs with (`loaders`).
+//! ISO (`boot-iso`), the boot loaders the conductor builds boot ISOs with (`loaders`), and the
+//! test OS the end-to-end deploys install (`test-image`, see [`test_image`]).
 //!
 //! Exit codes ([`vmdeploy_shared::exit`]): 0 on success, 64 for bad usage or a bad input
 //! (arguments, a parameters file that does not parse), 1 for a failure while building.
@@ -22,6 +23,7 @@ mod kernel_deb;
 mod kmod;
 mod loaders;
 mod module_strip;
+mod test_image;
 
 #[derive(Parser)]
 #[command(
@@ -79,6 +81,10 @@ enum Command {
         #[arg(long, short)]
         out: PathBuf,
     },
+    /// Build the test OS (whole-disk raw + qcow2 with GRUB for BIOS and UEFI, a partition
+    /// image, its kernel and ramdisk, manifest.json) into a directory; skipped when the
+    /// directory already holds a build of the same inputs.
+    TestImage(test_image::TestImageArgs),
 }
 
 fn main() -> ExitCode {
@@ -107,6 +113,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::DeployIso(args) => deploy_iso::run(args),
         Command::BootIso(args) => boot_iso::run(args),
+        Command::TestImage(args) => test_image::run(args),
         Command::Loaders { out } => {
             let loaders = loaders::system_loaders().context("finding the boot loaders")?;
             let written = loaders::write_dir(&loaders, &out)

@@ -22,6 +22,7 @@ pub mod iscsi_standin;
 pub mod lock;
 pub mod loopdev;
 pub mod qemu;
+pub mod test_image;
 pub mod tools;
 
 use std::net::TcpListener;
