@@ -1,0 +1,109 @@
+//! End to end, `iscsi_ilo`: the `baremetal` CLI deploys the project's test OS as a partition
+//! image onto a QEMU node behind the emulated iLO, through `vmdeploy-conductor serve`, and the
+//! node netboots it from the boot ISO the conductor builds (issue 13, tests 3 and 4).
+//!
+//! The node boots our deploy ISO from virtual media; the agent serves its virtio disk over iSCSI
+//! and calls `pass_deploy_info`; the conductor (through the emulator's host forwards to the
+//! guest's 3260 and 10000) writes the partition table, the root file system image and swap,
+//! reads the root UUID back, sends `done`, builds a boot ISO with the test OS's kernel and
+//! ramdisk and `root=UUID=<that uuid>`, attaches it as the CD, makes the CD the persistent boot
+//! device and powers the node on. The test OS prints
+//! `VMDEPLOY-TEST-OS booted root=<uuid of the file system it mounted>`: the partition image's
+//! UUID, read from the disk the conductor wrote. `baremetal node reboot` then boots it again
+//! from the re-attached ISO (a fresh temp URL): the marker shows twice.
+//!
+//! One QEMU at a time (the `heavy` test group); a failing test leaves the node's console and the
+//! logs in `target/e2e-artifacts/<test>/`.
+
+use std::time::Duration;
+
+use vmdeploy_integration_tests::e2e::{Firmware, Lab, LabOptions};
+use vmdeploy_integration_tests::test_image::{self, TestImage};
+
+/// Deploy ISO boot, the iSCSI write, the boot ISO build and the final boot under TCG.
+const DEPLOY_LIMIT: Duration = Duration::from_secs(420);
+/// The boot ISO's loader and the test OS's kernel after a power-on.
+const OS_BOOT_LIMIT: Duration = Duration::from_secs(180);
+
+fn read(path: &std::path::Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+fn netboot_deploy_and_reboot(firmware: Firmware, name: &str) {
+    let image: TestImage = test_image::ensure();
+    let lab = Lab::start(
+        name,
+        LabOptions {
+            media: vec![
+                ("/root.img".into(), read(&image.part_image)),
+                ("/vmlinuz".into(), read(&image.kernel)),
+                ("/initrd".into(), read(&image.ramdisk)),
+            ],
+            ..Default::default()
+        },
+    );
+    let node = lab.enroll("e2e-iscsi", "iscsi_ilo", firmware);
+    // The conductor fetches the image, kernel and ramdisk itself (host URLs).
+    lab.bm(&[
+        "node",
+        "set",
+        &node,
+        "--instance-info",
+        &format!("image_source={}", lab.media.url("/root.img")),
+        "--instance-info",
+        &format!("kernel={}", lab.media.url("/vmlinuz")),
+        "--instance-info",
+        &format!("ramdisk={}", lab.media.url("/initrd")),
+        "--instance-info",
+        "root_gb=1",
+        "--instance-info",
+        "image_os_hash_algo=sha256",
+        "--instance-info",
+        &format!("image_os_hash_value={}", image.part_sha256),
+    ]);
+    let marker = image.marker(&image.part_root_uuid);
+
+    lab.bm(&["node", "deploy", &node]);
+    let shown = lab.wait_state(&node, "active", DEPLOY_LIMIT);
+    assert_eq!(shown["last_error"], serde_json::Value::Null, "{shown}");
+    assert_eq!(
+        shown["driver_internal_info"]["iscsi_boot_option"], "netboot",
+        "{shown}"
+    );
+    lab.wait_console(&marker, 1, OS_BOOT_LIMIT);
+    let state = lab.emulator_state();
+    assert_eq!(state["power"], "ON", "{state}");
+    assert_eq!(state["persistent_boot"][0], "CDROM", "{state}");
+    assert_eq!(
+        state["vmedia"]["CDROM"]["inserted"], true,
+        "the boot ISO: {state}"
+    );
+    assert_eq!(state["vmedia"]["FLOPPY"]["inserted"], false, "{state}");
+    let first_url = state["vmedia"]["CDROM"]["url"].clone();
+    let expected_firmware = match firmware {
+        Firmware::Bios => "SeaBIOS",
+        Firmware::Uefi => "OVMF",
+    };
+    assert_eq!(state["machine"]["firmware"], expected_firmware, "{state}");
+
+    // A reboot through the API attaches the boot ISO again, with a fresh temp URL.
+    lab.bm(&["node", "reboot", &node]);
+    lab.wait_console(&marker, 2, OS_BOOT_LIMIT);
+    let state = lab.emulator_state();
+    assert_eq!(state["vmedia"]["CDROM"]["inserted"], true, "{state}");
+    assert_ne!(
+        state["vmedia"]["CDROM"]["url"], first_url,
+        "the reboot re-attached the ISO with a fresh temp URL"
+    );
+    assert_eq!(lab.show(&node)["provision_state"], "active");
+}
+
+#[test]
+fn iscsi_ilo_deploys_the_partition_test_os_and_it_netboots_twice_in_bios() {
+    netboot_deploy_and_reboot(Firmware::Bios, "iscsi_ilo_netboot_bios");
+}
+
+#[test]
+fn iscsi_ilo_deploys_the_partition_test_os_and_it_netboots_twice_in_uefi() {
+    netboot_deploy_and_reboot(Firmware::Uefi, "iscsi_ilo_netboot_uefi");
+}
