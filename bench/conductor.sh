@@ -12,8 +12,7 @@
 #                     "active"}` (raw HTTP: no CLI start-up counted) to the first `GET` that
 #                     reads `provision_state == active`, DEPLOY_RUNS times, undeployed between
 #                     runs. "No boot wait": the agent starts as soon as the emulator reports the
-#                     floppy inserted and the host on (scripts/play-node, shared with
-#                     scripts/demo); the image comes over plain HTTP from a loopback
+#                     floppy inserted and the host on (scripts/play-node); the image comes over plain HTTP from a loopback
 #                     `python3 -m http.server`. The disk is compared with the image after each run.
 # with the ratio to the target of each, and the peer figures the issue names: upstream Ironic 39
 # standalone, 305 MB idle; Ironic 11 s deploy -> active with a fake agent. Those are QUOTED from
