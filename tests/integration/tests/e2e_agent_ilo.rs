@@ -1,5 +1,5 @@
 //! End to end, `agent_ilo`: the `baremetal` CLI deploys the project's test OS onto a QEMU node
-//! behind the emulated iLO, through `vmdeploy-conductor serve` (issue 13, tests 1 and 2).
+//! behind the emulated iLO, through `vmdeploy-conductor serve` (issue 13, tests 1, 2 and 5).
 //!
 //! The node boots our deploy ISO from virtual media, the agent streams the whole-disk image
 //! from the media server (through the node's only way out, a guest forward) onto its virtio
@@ -7,6 +7,9 @@
 //! on; GRUB (SeaBIOS or OVMF) boots the test OS, whose `/init` prints
 //! `VMDEPLOY-TEST-OS booted root=<uuid of the file system it mounted>` on the serial console.
 //! The UUID must be the one the image was built with: the right disk booted, not a stale one.
+//! The BIOS node is then undeployed with automated cleaning on: the agent boots again and
+//! erases the disk's partition metadata (`erase_devices_metadata`), the node is `available`
+//! with nothing left for `blkid` to find on the disk, and it deploys and boots again.
 //!
 //! One QEMU at a time (the `heavy` test group); a failing test leaves the node's console and the
 //! logs in `target/e2e-artifacts/<test>/`.
@@ -58,7 +61,75 @@ fn assert_deployed(lab: &Lab, node: &Value) {
     }
 }
 
-fn deploy_and_boot(firmware: Firmware, qcow2: bool, name: &str) {
+/// Whether `bytes` are all zero.
+fn zero(bytes: &[u8]) -> bool {
+    bytes.iter().all(|&b| b == 0)
+}
+
+/// After automated cleaning, with the node off: `erase_devices_metadata` left no partition
+/// table and no file-system signature on the node's disk (`blkid -p` finds nothing, the first
+/// MiB is zero, the root file system's ext4 magic is gone from where the image put it).
+fn assert_metadata_erased(lab: &Lab, image: &TestImage) {
+    let state = lab.emulator_state();
+    assert_eq!(
+        state["power"], "OFF",
+        "cleaning ends with the node off: {state}"
+    );
+    let disk = std::path::PathBuf::from(
+        state["machine"]["disk"]
+            .as_str()
+            .expect("the emulator names the node's disk file"),
+    );
+    let probe = std::process::Command::new("blkid")
+        .arg("-p")
+        .arg(&disk)
+        .output()
+        .expect("running blkid (apt install util-linux)");
+    assert_eq!(
+        probe.status.code(),
+        Some(2),
+        "blkid -p still finds something on the cleaned disk: {}",
+        String::from_utf8_lossy(&probe.stdout)
+    );
+    let bytes = read(&disk);
+    assert!(
+        zero(&bytes[..1 << 20]),
+        "the cleaned disk's first MiB is not zero"
+    );
+    // The test image's root partition (ext4) and where its superblock magic was.
+    let image_bytes = read(&image.disk_raw);
+    let magic_at = (0..4)
+        .map(|i| {
+            // GPT entries from LBA 2, 128 bytes each; the first LBA at +32.
+            let entry = 1024 + 128 * i;
+            let lba = u64::from_le_bytes(
+                image_bytes[entry + 32..entry + 40]
+                    .try_into()
+                    .expect("8 bytes"),
+            );
+            usize::try_from(lba * 512).expect("fits")
+        })
+        .find(|&start| {
+            start > 0 && image_bytes.get(start + 0x438..start + 0x43a) == Some(&[0x53, 0xef][..])
+        })
+        .expect("the test image's GPT names an ext4 root partition");
+    assert_ne!(
+        bytes[magic_at + 0x438..magic_at + 0x43a],
+        [0x53, 0xef],
+        "the root file system's superblock survived cleaning"
+    );
+}
+
+/// Which checks follow the first deploy.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Then {
+    /// None.
+    Stop,
+    /// Undeploy with automated cleaning, then deploy the node again.
+    CleanAndDeployAgain,
+}
+
+fn deploy_and_boot(firmware: Firmware, qcow2: bool, name: &str, then: Then) {
     let image: TestImage = test_image::ensure();
     let (file, format, sha) = if qcow2 {
         (&image.disk_qcow2, "qcow2", image.disk_qcow2_sha256.clone())
@@ -70,6 +141,7 @@ fn deploy_and_boot(firmware: Firmware, qcow2: bool, name: &str) {
         name,
         LabOptions {
             media: vec![(media_path.clone(), read(file))],
+            automated_clean: then == Then::CleanAndDeployAgain,
             ..Default::default()
         },
     );
@@ -98,14 +170,55 @@ fn deploy_and_boot(firmware: Firmware, qcow2: bool, name: &str) {
         progress["written"].as_u64().is_some_and(|w| w > 0),
         "deploy_progress in driver_internal_info: {shown}"
     );
+    if then == Then::Stop {
+        return;
+    }
+
+    // Undeploy with automated cleaning: the agent boots again and erases the disk's metadata
+    // (Ironic's default automated step), and the node is offered again.
+    let agent_boots = lab.console_count("vmdeploy_agent");
+    lab.bm(&["node", "undeploy", &node]);
+    let cleaning = lab.wait_state(&node, "clean wait", DEPLOY_LIMIT);
+    assert_eq!(cleaning["last_error"], Value::Null, "{cleaning}");
+    let available = lab.wait_state(&node, "available", DEPLOY_LIMIT);
+    assert!(
+        lab.console_count("vmdeploy_agent") > agent_boots,
+        "the agent ramdisk booted again to clean"
+    );
+    let run = &available["driver_internal_info"]["clean_steps_run"];
+    assert!(
+        run.to_string().contains("erase_devices_metadata"),
+        "driver_internal_info.clean_steps_run: {available}"
+    );
+    assert_metadata_erased(&lab, &image);
+    for device in ["CDROM", "FLOPPY"] {
+        let state = lab.emulator_state();
+        assert_eq!(
+            state["vmedia"][device]["inserted"], false,
+            "{device}: {state}"
+        );
+    }
+
+    // The cleaned node deploys again, and the OS boots again.
+    lab.bm(&["node", "deploy", &node]);
+    let shown = lab.wait_state(&node, "active", DEPLOY_LIMIT);
+    assert_deployed(&lab, &shown);
+    lab.wait_console(&marker, 2, OS_BOOT_LIMIT);
 }
 
+/// Tests 1 and 5 of the issue on one node: the raw image in BIOS, then an undeploy with
+/// automated cleaning, then the same node deployed again.
 #[test]
-fn agent_ilo_deploys_the_raw_test_os_and_it_boots_in_bios() {
-    deploy_and_boot(Firmware::Bios, false, "agent_ilo_raw_bios");
+fn agent_ilo_deploys_the_raw_test_os_in_bios_cleans_it_away_and_deploys_it_again() {
+    deploy_and_boot(
+        Firmware::Bios,
+        false,
+        "agent_ilo_raw_bios_clean",
+        Then::CleanAndDeployAgain,
+    );
 }
 
 #[test]
 fn agent_ilo_deploys_the_qcow2_test_os_and_it_boots_in_uefi() {
-    deploy_and_boot(Firmware::Uefi, true, "agent_ilo_qcow2_uefi");
+    deploy_and_boot(Firmware::Uefi, true, "agent_ilo_qcow2_uefi", Then::Stop);
 }
