@@ -1422,3 +1422,43 @@ async fn abort_in_clean_wait_cleans_up() {
     assert_eq!(node.provision_state, ProvisionState::CleanFailed);
     assert_eq!(h.flow.clean_ups.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_fails_an_interrupted_cleaning_and_cleans_up() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("vmdeploy.sqlite");
+    let cleaning;
+    {
+        let h = Harness::on_store(
+            tempfile::tempdir().expect("dir"),
+            SqliteStore::open(&path).expect("store"),
+            config(Duration::from_secs(1800), Duration::from_secs(3600)),
+        )
+        .await;
+        cleaning = h.node_in(ProvisionState::Cleaning).await;
+        h.store
+            .reserve_node(cleaning, "cond-test:old-clean")
+            .await
+            .expect("reserve");
+    }
+    let h = Harness::on_store(
+        dir,
+        SqliteStore::open(&path).expect("store reopens"),
+        config(Duration::from_secs(1800), Duration::from_secs(3600)),
+    )
+    .await;
+    let (_stop, shutdown) = tokio::sync::watch::channel(false);
+    h.manager
+        .start_background(shutdown)
+        .await
+        .expect("recovery");
+    let node = h.node(cleaning).await;
+    assert_eq!(node.provision_state, ProvisionState::CleanFailed);
+    assert_eq!(node.reservation, None);
+    assert!(node
+        .last_error
+        .as_deref()
+        .is_some_and(|e| e
+            .starts_with("conductor restarted while the node was cleaning; manage and provide")));
+    assert_eq!(h.flow.clean_ups.load(Ordering::SeqCst), 1);
+}
