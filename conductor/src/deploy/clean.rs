@@ -343,7 +343,10 @@ fn record_step(node: &mut Node, step: &CleanStep, succeeded: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::response::IntoResponse;
     use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+    use std::sync::Arc;
     use vmdeploy_shared::api::clean::{ERASE_DEVICES_METADATA, HARDWARE_MANAGER};
 
     fn step(name: &str, priority: i64, interface: &str) -> CleanStep {
@@ -466,5 +469,187 @@ mod tests {
         assert_eq!(run[0]["status"], "succeeded");
         assert_eq!(run[1]["interface"], "raid");
         assert_eq!(run[1]["status"], "failed");
+    }
+
+    /// An agent that lists IPA's steps, runs `execute_clean_step` as `RUNNING` and reports it
+    /// `FAILED` after `running_polls` polls; `polls_fail` makes every poll a 500.
+    async fn fake_agent(running_polls: usize, polls_fail: bool) -> (String, Arc<AtomicUsize>) {
+        use axum::routing::{get, post};
+        let polls = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&polls);
+        let result = |status: &str, name: &str, extra: Value| {
+            let mut v = json!({"id": "cmd-1", "command_name": name, "command_params": {},
+                               "command_status": status, "command_error": null,
+                               "command_result": null});
+            if let (Value::Object(v), Value::Object(extra)) = (&mut v, extra) {
+                v.extend(extra);
+            }
+            v
+        };
+        let app = axum::Router::new()
+            .route(
+                "/v1/commands/",
+                post(move |axum::Json(body): axum::Json<Value>| async move {
+                    let name = body["name"].as_str().unwrap_or_default().to_owned();
+                    axum::Json(match name.as_str() {
+                        "clean.get_clean_steps" => result(
+                            "SUCCEEDED",
+                            "get_clean_steps",
+                            json!({"command_result": {
+                                "clean_steps": {"GenericHardwareManager": [
+                                    {"step": "erase_devices", "priority": 10,
+                                     "interface": "deploy"},
+                                    {"step": "erase_devices_metadata", "priority": 99,
+                                     "interface": "deploy"}]},
+                                "hardware_manager_version": {"generic_hardware_manager": "1.1"}
+                            }}),
+                        ),
+                        _ => result("RUNNING", "execute_clean_step", json!({})),
+                    })
+                }),
+            )
+            .route(
+                "/v1/commands/{id}",
+                get(move || {
+                    let n = counted.fetch_add(1, AtomicOrdering::SeqCst);
+                    async move {
+                        if polls_fail {
+                            return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "down")
+                                .into_response();
+                        }
+                        let v = if n < running_polls {
+                            result("RUNNING", "execute_clean_step", json!({}))
+                        } else {
+                            result(
+                                "FAILED",
+                                "execute_clean_step",
+                                json!({"command_error": {"type": "CleaningError", "code": 500,
+                                       "message": "Error performing clean_step \
+                                                   erase_devices_metadata: disk on fire",
+                                       "details": ""}}),
+                            )
+                        };
+                        axum::Json(v).into_response()
+                    }
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        (url, polls)
+    }
+
+    struct NoObjects;
+
+    #[async_trait::async_trait]
+    impl crate::objects::ObjectStore for NoObjects {
+        async fn put(
+            &self,
+            _: &crate::objects::ObjectPath,
+            _: crate::objects::ObjectBody,
+            _: &crate::objects::PutOptions,
+        ) -> Result<(), crate::objects::ObjectError> {
+            Err(crate::objects::ObjectError::Unavailable("none".into()))
+        }
+        async fn delete(
+            &self,
+            _: &crate::objects::ObjectPath,
+        ) -> Result<bool, crate::objects::ObjectError> {
+            Err(crate::objects::ObjectError::Unavailable("none".into()))
+        }
+        async fn head(
+            &self,
+            p: &crate::objects::ObjectPath,
+        ) -> Result<crate::objects::ObjectInfo, crate::objects::ObjectError> {
+            Err(crate::objects::ObjectError::NotFound(p.clone()))
+        }
+        async fn temp_url(
+            &self,
+            _: &crate::objects::ObjectPath,
+            _: Duration,
+        ) -> Result<String, crate::objects::ObjectError> {
+            Err(crate::objects::ObjectError::Unavailable("none".into()))
+        }
+        fn kind(&self) -> &'static str {
+            "none"
+        }
+    }
+
+    /// Runs the cleaning heartbeat of a node against the agent at `url`.
+    async fn clean_against(url: &str) -> (anyhow::Result<()>, Node) {
+        let dir = tempfile::tempdir().expect("dir");
+        let store =
+            crate::store::sqlite::SqliteStore::open(&dir.path().join("db.sqlite")).expect("db");
+        let ctx = DeployContext {
+            store: store.clone(),
+            objects: Arc::new(NoObjects),
+            config: super::super::DeployConfig::for_tests(),
+            images: None,
+            boot_isos: None,
+        };
+        let mut node = Node::new(
+            uuid::Uuid::new_v4(),
+            "agent_ilo",
+            crate::states::ProvisionState::Cleaning,
+        );
+        node.driver_internal_info
+            .insert("agent_secret_token".into(), json!("t".repeat(43)));
+        crate::store::Store::create_node(store.as_ref(), &node)
+            .await
+            .expect("node");
+        let hb = HeartbeatRequest {
+            callback_url: url.to_owned(),
+            agent_token: None,
+            agent_version: Some("1".into()),
+            agent_verify_ca: None,
+            agent_status_message: None,
+        };
+        let timing = CleanTiming {
+            poll_interval: Duration::from_millis(20),
+            step_timeout: Duration::from_secs(10),
+            poll_failures: 3,
+        };
+        let outcome = heartbeat(&ctx, &mut node, &hb, &timing).await;
+        (outcome, node)
+    }
+
+    #[tokio::test]
+    async fn a_step_the_agent_fails_is_polled_to_its_end_and_reported() {
+        let (url, polls) = fake_agent(3, false).await;
+        let (outcome, node) = clean_against(&url).await;
+        let err = format!("{:#}", outcome.expect_err("the step failed"));
+        assert!(
+            err.contains("clean step erase_devices_metadata failed on the node")
+                && err.contains("disk on fire")
+                && err.contains("CleaningError"),
+            "{err}"
+        );
+        assert_eq!(
+            polls.load(AtomicOrdering::SeqCst),
+            4,
+            "RUNNING 3 times, then FAILED"
+        );
+        let run = &node.driver_internal_info[STEPS_RUN_KEY];
+        assert_eq!(run[0]["step"], "erase_devices_metadata");
+        assert_eq!(run[0]["status"], "failed");
+        assert_eq!(
+            run.as_array().map(Vec::len),
+            Some(1),
+            "erase_devices is off"
+        );
+        assert!(!node.driver_internal_info.contains_key(CLEAN_STEPS_KEY));
+    }
+
+    #[tokio::test]
+    async fn an_agent_that_stops_answering_fails_the_step() {
+        let (url, polls) = fake_agent(0, true).await;
+        let (outcome, _) = clean_against(&url).await;
+        let err = format!("{:#}", outcome.expect_err("unreachable"));
+        assert!(err.contains("stopped answering"), "{err}");
+        assert_eq!(polls.load(AtomicOrdering::SeqCst), 3);
     }
 }
