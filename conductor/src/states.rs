@@ -487,4 +487,38 @@ mod tests {
         assert_eq!(next(Active, Verb(ProvisionVerb::Deploy)), None);
         assert_eq!(next(Enroll, Verb(ProvisionVerb::Provide)), None);
     }
+
+    #[test]
+    fn automated_cleaning_path_as_in_ironic() {
+        use Event::*;
+        use ProvisionState::*;
+        // undeploy: deleting -> cleaning -wait-> clean wait -resume-> cleaning -done-> available
+        let mut s = Active;
+        for (event, want) in [
+            (Verb(ProvisionVerb::Undeploy), Deleting),
+            (Done, Cleaning),
+            (Wait, CleanWait),
+            (Resume, Cleaning),
+            (Done, Available),
+        ] {
+            s = next(s, event).unwrap_or_else(|| panic!("{event:?} refused in {s}"));
+            assert_eq!(s, want);
+        }
+        // a failure in cleaning or its wait -> clean failed -manage-> manageable -provide->
+        // cleaning again; provide is refused in clean failed itself.
+        assert_eq!(next(Cleaning, Fail), Some(CleanFailed));
+        assert_eq!(next(CleanWait, Fail), Some(CleanFailed));
+        assert_eq!(next(CleanFailed, Verb(ProvisionVerb::Provide)), None);
+        assert_eq!(next(CleanFailed, Verb(ProvisionVerb::Deploy)), None);
+        assert_eq!(
+            next(CleanFailed, Verb(ProvisionVerb::Manage)),
+            Some(Manageable)
+        );
+        assert_eq!(
+            next(Manageable, Verb(ProvisionVerb::Provide)),
+            Some(Cleaning)
+        );
+        assert!(CleanWait.is_waiting() && !Cleaning.is_waiting());
+        assert!(CleanFailed.is_stable());
+    }
 }

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::iqn;
 use crate::secret::Secret;
 
+pub mod clean;
 pub mod ipa;
 
 /// What is wrong with a request body.

@@ -2,8 +2,8 @@
 //! conductor powers the node off (../shared/reference/ironic-protocols.md §3, DESIGN.md §4).
 //!
 //! # Design
-//! One tokio runtime runs three things: the command API ([`super::server`]) with the `standby`
-//! and `iscsi` extensions, the heartbeat loop ([`super::heartbeat`]), and the wait for
+//! One tokio runtime runs three things: the command API ([`super::server`]) with the `standby`,
+//! `iscsi` and `clean` extensions, the heartbeat loop ([`super::heartbeat`]), and the wait for
 //! `standby.power_off`. In order: bind the command API port (fail early if taken), generate the
 //! command API's certificate ([`super::tls`], Ironic's auto-TLS), negotiate the API version, look
 //! the node up by MAC (retried, bounded), pick the install disk (the lookup's
@@ -33,6 +33,7 @@ use tokio::sync::Notify;
 use vmdeploy_shared::api::ipa::ApiVersion;
 use vmdeploy_shared::params::{AgentParams, MacAddr, RootDeviceHints};
 
+use super::clean::Clean;
 use super::client::ConductorClient;
 use super::heartbeat::{run_heartbeats, HeartbeatPlan, SharedProgress, DEFAULT_HEARTBEAT_TIMEOUT};
 use super::iscsi::Iscsi;
@@ -203,6 +204,9 @@ async fn run_async(cfg: AgentModeConfig) -> anyhow::Result<FinalAction> {
         running: Arc::new(Mutex::new(None)),
     });
     let dispatcher = Dispatcher {
+        clean: Clean {
+            disk: Arc::clone(&disk),
+        },
         standby: Standby {
             disk,
             ca_pem: cfg.params.common.image_trust_pem(),
@@ -260,6 +264,7 @@ async fn run_async(cfg: AgentModeConfig) -> anyhow::Result<FinalAction> {
 
 /// Routes commands to the extensions and asks for an early heartbeat when one finishes.
 struct Dispatcher {
+    clean: Clean,
     standby: Standby,
     iscsi: Arc<Iscsi>,
     command_done: Arc<Notify>,
@@ -270,6 +275,7 @@ impl Executor for Dispatcher {
         let fut = match ext {
             "standby" => self.standby.start(cmd, params)?,
             "iscsi" => self.iscsi.start(cmd, params)?,
+            "clean" => self.clean.start(cmd, params)?,
             other => return Err(StartError::UnknownExtension(other.into())),
         };
         let done = Arc::clone(&self.command_done);

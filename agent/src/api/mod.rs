@@ -5,15 +5,17 @@
 //! The JSON bodies live in `vmdeploy_shared::api::ipa` (both ends use them). [`client`] makes the
 //! calls to the conductor, [`heartbeat`] decides when and with what progress, [`server`] is the
 //! `/v1/commands` API (over HTTPS with the certificate [`tls`] generates at boot, Ironic's
-//! auto-TLS), [`standby`] and [`iscsi`] are the extensions (image write with
+//! auto-TLS), [`standby`], [`iscsi`] and [`clean`] are the extensions (image write with
 //! [`crate::stream`], partition table with [`partitions`], the iSCSI target with
-//! [`crate::target`]), and [`agent_mode`] runs the whole flow. A failed or refused command is
+//! [`crate::target`], cleaning with
+//! [`crate::disk::erase`]), and [`agent_mode`] runs the whole flow. A failed or refused command is
 //! reported with an `IpaErrorKind` (`vmdeploy_shared::api::ipa`), never a spelled-out name.
 //!
 //! # Limitations
 //! `standby.prepare_image` writes whole-disk images only.
 
 pub mod agent_mode;
+pub mod clean;
 pub mod client;
 pub mod heartbeat;
 pub mod iscsi;

@@ -18,6 +18,7 @@
 
 pub mod buffer;
 pub mod device;
+pub mod erase;
 pub mod select;
 pub mod sink;
 

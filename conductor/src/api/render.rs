@@ -110,7 +110,11 @@ fn node_fields(node: &Node, ctx: &Ctx, conductor: &str) -> Vec<(&'static str, Va
         (5, "name", json!(node.name)),
         (6, "inspection_finished_at", Value::Null),
         (6, "inspection_started_at", Value::Null),
-        (7, "clean_step", json!({})),
+        (
+            7,
+            "clean_step",
+            crate::deploy::clean::current_step(&node.driver_internal_info),
+        ),
         (12, "raid_config", json!({})),
         (12, "target_raid_config", json!({})),
         (20, "network_interface", json!("noop")),

@@ -76,19 +76,7 @@ impl AgentDeploy {
 
     /// A client of the node's agent, pinned to the certificate of its first heartbeat.
     fn client(&self, node: &Node) -> anyhow::Result<AgentClient> {
-        let info = &node.driver_internal_info;
-        let callback_url = text(info, AGENT_URL_KEY)
-            .context("no agent_url recorded: the agent has not heartbeated")?;
-        let token = text(info, AGENT_TOKEN_KEY)
-            .context("no agent token recorded for this deploy (it was wiped or never made)")?;
-        AgentClient::new(&AgentEndpoint {
-            callback_url: callback_url.to_owned(),
-            pinned_cert_pem: text(info, AGENT_CA_KEY).map(str::to_owned),
-            allow_plain_http: self.ctx.config.agent_allow_plain_http,
-            timeout: self.ctx.config.agent_call_timeout,
-            agent_token: Secret::new(token),
-        })
-        .with_context(|| format!("setting up the client of the agent at {callback_url}"))
+        agent_client(&self.ctx, node)
     }
 
     /// Sends `standby.prepare_image` with the node's image.
@@ -139,23 +127,7 @@ impl AgentDeploy {
         bmc.boot_from_disk().await?;
         // Media out before the power cycle, so the next boot cannot come from the ramdisk.
         eject_and_delete(&self.ctx, &bmc, node).await;
-        match client.execute("standby.power_off", json!({}), true).await {
-            Ok(r) if r.command_status == CommandStatus::Failed => {
-                tracing::warn!(node = %node.uuid, error = %agent_failure("powering off", &r), "the agent did not power off; the iLO will");
-            }
-            Ok(_) => {}
-            // The agent may go down before its answer leaves: the iLO tells what happened.
-            Err(e) => {
-                tracing::warn!(node = %node.uuid, error = %format!("{e:#}"), "standby.power_off got no answer");
-            }
-        }
-        if !bmc
-            .wait_for(PowerState::Off, self.agent_power_off_wait)
-            .await?
-        {
-            tracing::info!(node = %node.uuid, "host still on after the agent's power-off: powering off through the iLO");
-            bmc.power_off().await?;
-        }
+        power_off_through_agent(&bmc, client, node, self.agent_power_off_wait).await?;
         bmc.power_on().await?;
         clear_agent_fields(&mut node.driver_internal_info);
         tracing::info!(node = %node.uuid, "deployed: booting from disk");
@@ -228,6 +200,18 @@ impl DeployInterface for AgentDeploy {
         }
     }
 
+    async fn prepare_cleaning(&self, node: &mut Node) -> anyhow::Result<()> {
+        super::clean::prepare(&self.ctx, node).await
+    }
+
+    async fn clean_heartbeat(
+        &self,
+        node: &mut Node,
+        heartbeat: &HeartbeatRequest,
+    ) -> anyhow::Result<()> {
+        super::clean::heartbeat(&self.ctx, node, heartbeat, &Default::default()).await
+    }
+
     async fn tear_down(&self, node: &mut Node) -> anyhow::Result<()> {
         let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
         bmc.power_off().await?;
@@ -249,6 +233,50 @@ impl DeployInterface for AgentDeploy {
     }
 }
 
+/// A client of `node`'s agent from what its heartbeats recorded (`agent_url`, the pinned
+/// certificate) and the token of this boot.
+pub(super) fn agent_client(ctx: &DeployContext, node: &Node) -> anyhow::Result<AgentClient> {
+    let info = &node.driver_internal_info;
+    let callback_url = text(info, AGENT_URL_KEY)
+        .context("no agent_url recorded: the agent has not heartbeated")?;
+    let token = text(info, AGENT_TOKEN_KEY).context(
+        "no agent token recorded for this boot of the ramdisk (it was wiped or never made)",
+    )?;
+    AgentClient::new(&AgentEndpoint {
+        callback_url: callback_url.to_owned(),
+        pinned_cert_pem: text(info, AGENT_CA_KEY).map(str::to_owned),
+        allow_plain_http: ctx.config.agent_allow_plain_http,
+        timeout: ctx.config.agent_call_timeout,
+        agent_token: Secret::new(token),
+    })
+    .with_context(|| format!("setting up the client of the agent at {callback_url}"))
+}
+
+/// Powers the node off the way a finished ramdisk goes down: the agent's `standby.power_off`
+/// (it syncs first), then the iLO if the host is still on after `wait`.
+pub(super) async fn power_off_through_agent(
+    bmc: &Bmc,
+    client: &AgentClient,
+    node: &Node,
+    wait: Duration,
+) -> anyhow::Result<()> {
+    match client.execute("standby.power_off", json!({}), true).await {
+        Ok(r) if r.command_status == CommandStatus::Failed => {
+            tracing::warn!(node = %node.uuid, error = %agent_failure("powering off", &r), "the agent did not power off; the iLO will");
+        }
+        Ok(_) => {}
+        // The agent may go down before its answer leaves: the iLO tells what happened.
+        Err(e) => {
+            tracing::warn!(node = %node.uuid, error = %format!("{e:#}"), "standby.power_off got no answer");
+        }
+    }
+    if !bmc.wait_for(PowerState::Off, wait).await? {
+        tracing::info!(node = %node.uuid, "host still on after the agent's power-off: powering off through the iLO");
+        bmc.power_off().await?;
+    }
+    Ok(())
+}
+
 /// Ejects both media and deletes the floppy, keeping the token (the agent still needs it for
 /// `standby.power_off`).
 async fn eject_and_delete(ctx: &DeployContext, bmc: &Bmc, node: &mut Node) {
@@ -261,7 +289,7 @@ async fn eject_and_delete(ctx: &DeployContext, bmc: &Bmc, node: &mut Node) {
 }
 
 /// A string field of a JSON object.
-fn text<'a>(info: &'a JsonObject, key: &str) -> Option<&'a str> {
+pub(super) fn text<'a>(info: &'a JsonObject, key: &str) -> Option<&'a str> {
     info.get(key)
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
@@ -270,7 +298,7 @@ fn text<'a>(info: &'a JsonObject, key: &str) -> Option<&'a str> {
 /// Records the agent's URL and certificate at the first heartbeat; refuses a later heartbeat
 /// that changes either (Ironic refuses a changed `callback_url`; a changed certificate would
 /// undo the pinning).
-fn record_heartbeat(info: &mut JsonObject, hb: &HeartbeatRequest) -> anyhow::Result<()> {
+pub(super) fn record_heartbeat(info: &mut JsonObject, hb: &HeartbeatRequest) -> anyhow::Result<()> {
     let url = hb.callback_url.trim().trim_end_matches('/');
     let parsed = url::Url::parse(url)
         .ok()
@@ -335,7 +363,7 @@ fn progress_of(message: &str) -> Option<Value> {
 /// The agent's own error text of a failed command, with what the conductor asked for. Temp
 /// URL signatures the agent may quote (a failed download names its URL) are masked: the text
 /// goes to `last_error` and the logs.
-fn agent_failure(what: &str, result: &CommandResult) -> String {
+pub(super) fn agent_failure(what: &str, result: &CommandResult) -> String {
     let text = match &result.command_error {
         Some(e) if e.details.is_empty() => {
             format!("{what} failed on the node: {} ({})", e.message, e.kind)
@@ -371,7 +399,7 @@ pub(super) fn mask_temp_url_signatures(text: &str) -> String {
 }
 
 /// Forgets the agent: its URL, certificate, token and the deploy step.
-fn clear_agent_fields(info: &mut JsonObject) {
+pub(super) fn clear_agent_fields(info: &mut JsonObject) {
     vmedia::wipe_token(info);
     for key in [
         AGENT_URL_KEY,

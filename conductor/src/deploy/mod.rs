@@ -20,6 +20,7 @@ pub mod agent;
 pub mod agent_client;
 mod bmc;
 pub mod boot_iso;
+pub mod clean;
 pub mod floppy;
 pub mod image;
 pub mod iscsi;
@@ -164,11 +165,34 @@ pub trait DeployInterface: Send + Sync {
         let _ = node;
         Ok(())
     }
+    /// Automated cleaning starts (`cleaning`, after undeploy or `provide`): boots the agent
+    /// ramdisk from virtual media with a fresh token; the manager then waits in `clean wait`.
+    async fn prepare_cleaning(&self, node: &mut Node) -> anyhow::Result<()> {
+        bail_no_cleaning(node)
+    }
+    /// The agent's heartbeat in `clean wait`: runs the clean steps, then powers the node off
+    /// and ejects the media. `Ok` means the node is clean.
+    async fn clean_heartbeat(
+        &self,
+        node: &mut Node,
+        heartbeat: &HeartbeatRequest,
+    ) -> anyhow::Result<()> {
+        let _ = heartbeat;
+        bail_no_cleaning(node)
+    }
     /// Undeploy: power off, eject, forget the instance's boot settings.
     async fn tear_down(&self, node: &mut Node) -> anyhow::Result<()>;
     /// After a failure or an abort: eject media, delete temporary objects, wipe the token.
     /// Never fails: what cannot be cleaned is logged.
     async fn clean_up(&self, node: &mut Node);
+}
+
+/// What a flow without automated cleaning answers.
+fn bail_no_cleaning(node: &Node) -> anyhow::Result<()> {
+    anyhow::bail!(
+        "driver {} cannot clean through the agent; turn deploy.automated_clean off for it",
+        node.driver
+    )
 }
 
 /// The deploy interface of a driver name (`agent_ilo`, and its hardware-type aliases), or

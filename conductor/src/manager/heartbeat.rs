@@ -9,7 +9,9 @@
 //!
 //! A heartbeat must carry the stored token (compared in constant time). In `wait call-back`
 //! it reserves the node and runs the flow's heartbeat on a task; `Done` makes the node
-//! `active`, an error `deploy failed`. In any other state it only records the heartbeat.
+//! `active`, an error `deploy failed`. In `clean wait` it moves the node to `cleaning` and runs
+//! the flow's clean steps on a task (`crate::deploy::clean`): `available` when they are done,
+//! `clean failed` on an error. In any other state it only records the heartbeat.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -19,7 +21,7 @@ use subtle::ConstantTimeEq;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::provision::fail_deploy;
+use super::provision::{fail_clean, fail_deploy};
 use super::tasks::{self, apply};
 use super::{Core, HeartbeatRequest, LookupReply, ManagerError};
 use crate::states::{Event, ProvisionState};
@@ -193,7 +195,7 @@ pub(crate) async fn heartbeat(
         .is_some_and(|t| !t.is_empty());
     // A node that waits for its ramdisk always has a token; elsewhere a heartbeat without one
     // is only recorded (a stray agent), as long as the node holds no token to check against.
-    if (has_token || node.provision_state == ProvisionState::WaitCallBack)
+    if (has_token || node.provision_state.is_waiting())
         && !token_matches(&node, heartbeat.agent_token.as_deref())
     {
         tracing::warn!(node = %node.uuid, "heartbeat refused: invalid or missing agent token");
@@ -203,6 +205,9 @@ pub(crate) async fn heartbeat(
     }
     let (mut node, reservation) = tasks::reserve_uuid(core, node.uuid).await?;
     record(&mut node);
+    if node.provision_state == ProvisionState::CleanWait && !node.maintenance {
+        return clean(core, node, reservation, heartbeat).await;
+    }
     if node.provision_state != ProvisionState::WaitCallBack || node.maintenance {
         tracing::debug!(node = %node.uuid, state = %node.provision_state, "heartbeat recorded");
         let written = core.store().update_node(&node).await;
@@ -247,6 +252,54 @@ pub(crate) async fn heartbeat(
             Err(err) => {
                 let message = format!("Deploy of node {} failed: {err:#}", node.uuid);
                 fail_deploy(&core, &mut node, Some(&flow), message).await;
+            }
+        }
+    });
+    Ok(())
+}
+
+/// The agent's heartbeat in `clean wait`: the node goes back to `cleaning` and a task runs
+/// the flow's clean steps; `available` when they are done, `clean failed` (cleaned up,
+/// powered off) when anything fails.
+async fn clean(
+    core: &Arc<Core>,
+    mut node: Node,
+    reservation: tasks::Reservation,
+    heartbeat: HeartbeatRequest,
+) -> Result<(), ManagerError> {
+    let Some(flow) = core.flow_for(&node.driver) else {
+        let message = format!(
+            "Cleaning of node {} failed: driver \"{}\" has no deploy interface on this conductor",
+            node.uuid, node.driver
+        );
+        fail_clean(core, &mut node, None, message).await;
+        reservation.release().await;
+        return Ok(());
+    };
+    apply(&mut node, Event::Resume);
+    if let Err(err) = core.store().update_node(&node).await {
+        reservation.release().await;
+        return Err(err.into());
+    }
+    tracing::info!(node = %node.uuid, "heartbeat in clean wait: running the clean steps");
+    tasks::spawn(core, reservation, "clean", move |core| async move {
+        match flow.clean_heartbeat(&mut node, &heartbeat).await {
+            Ok(()) => {
+                apply(&mut node, Event::Done);
+                node.last_error = None;
+                wipe_agent_secrets(&mut node);
+                tracing::info!("cleaning done: node available");
+                if let Err(err) = core.store().update_node(&node).await {
+                    tasks::log_store_error(&err, "the end of cleaning");
+                }
+            }
+            Err(err) => {
+                let message = format!(
+                    "Cleaning of node {} failed: {err:#}; fix the cause, then manage and \
+                     provide the node to clean it again",
+                    node.uuid
+                );
+                fail_clean(&core, &mut node, Some(&flow), message).await;
             }
         }
     });

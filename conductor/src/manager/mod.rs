@@ -54,7 +54,8 @@ pub struct ManagerConfig {
     /// How often power states are read from the BMCs (default 60 s; Ironic's
     /// `sync_power_state_interval`).
     pub power_sync_interval: Duration,
-    /// Clean nodes through the agent on undeploy and provide (`automated_clean`); off for now.
+    /// Clean nodes through the agent on undeploy and provide (`deploy.automated_clean`, off by
+    /// default): `crate::deploy::clean`.
     pub automated_clean: bool,
     /// Name of this conductor: prefix of its reservations (the host name by default).
     pub conductor_name: String,

@@ -1,5 +1,5 @@
 //! `PUT /v1/nodes/{node}/states/provision`: every verb through [`crate::states::next`], and the
-//! tasks that carry them out (deploy, undeploy, verify, provide, abort).
+//! tasks that carry them out (deploy, undeploy, verify, provide with automated cleaning, abort).
 //!
 //! # Design
 //! The request reserves the node, checks the verb against the state machine (400
@@ -148,7 +148,8 @@ fn start(
             Work::Deploy(flow)
         }
         ProvisionVerb::Undeploy => Work::Undeploy(flow()?),
-        ProvisionVerb::Abort if from == ProvisionState::WaitCallBack => Work::Abort(flow()?),
+        // Aborting a wait for the ramdisk (deploy or cleaning) leaves it booted: clean up.
+        ProvisionVerb::Abort if from.is_waiting() => Work::Abort(flow()?),
         ProvisionVerb::Abort => Work::None,
     };
     move_to(node, to);
@@ -190,15 +191,69 @@ async fn run_verify(core: &Core, mut node: Node) {
     }
 }
 
-/// `provide`: cleaning, then available. Cleaning through the agent is not built yet, so
-/// `automated_clean` only says so in the log.
+/// `provide` (and the end of an undeploy): the node is `cleaning`. Without `automated_clean` it
+/// is available at once, as before; with it, the flow boots the agent ramdisk and the node
+/// waits in `clean wait` for its heartbeat ([`super::heartbeat`] runs the steps).
 async fn run_provide(core: &Core, mut node: Node) {
-    if core.config.automated_clean {
-        tracing::info!("automated cleaning through the agent is not available yet: skipped");
+    if !core.config.automated_clean {
+        apply(&mut node, Event::Done);
+        if let Err(err) = core.store().update_node(&node).await {
+            tasks::log_store_error(&err, "the end of cleaning");
+        }
+        return;
     }
-    apply(&mut node, Event::Done);
-    if let Err(err) = core.store().update_node(&node).await {
-        tasks::log_store_error(&err, "the end of cleaning");
+    let Some(flow) = core.flow_for(&node.driver) else {
+        let message = format!(
+            "Cleaning of node {} failed: driver \"{}\" has no deploy interface on this conductor \
+             to clean with; turn deploy.automated_clean off or change the driver, then manage \
+             and provide the node",
+            node.uuid, node.driver
+        );
+        fail_clean(core, &mut node, None, message).await;
+        return;
+    };
+    node.last_error = None;
+    match flow.prepare_cleaning(&mut node).await {
+        Ok(()) => {
+            apply(&mut node, Event::Wait);
+            tracing::info!(state = %node.provision_state, "agent ramdisk booting for cleaning");
+            if let Err(err) = core.store().update_node(&node).await {
+                tasks::log_store_error(&err, "the start of cleaning");
+            }
+        }
+        Err(err) => {
+            let message = format!(
+                "Cleaning of node {} failed while booting the agent ramdisk: {err:#}; fix the \
+                 cause, then manage and provide the node to clean it again",
+                node.uuid
+            );
+            fail_clean(core, &mut node, Some(&flow), message).await;
+        }
+    }
+}
+
+/// Moves a node in `cleaning` or `clean wait` to `clean failed` with `message`, then cleans up
+/// as after a failed deploy (the flow's clean-up: media, floppy, token; power off) and forgets
+/// the agent.
+pub(crate) async fn fail_clean(
+    core: &Core,
+    node: &mut Node,
+    flow: Option<&Arc<dyn DeployInterface>>,
+    message: String,
+) {
+    tracing::error!("{message}");
+    if !apply(node, Event::Fail) {
+        move_to(node, ProvisionState::CleanFailed);
+    }
+    node.last_error = Some(message);
+    crate::deploy::clean::forget_plan(&mut node.driver_internal_info);
+    if let Err(err) = core.store().update_node(node).await {
+        tasks::log_store_error(&err, "the failed cleaning");
+    }
+    clean_up_after_failure(core, node, flow).await;
+    super::heartbeat::wipe_agent_secrets(node);
+    if let Err(err) = core.store().update_node(node).await {
+        tasks::log_store_error(&err, "the clean-up after the failed cleaning");
     }
 }
 
@@ -243,7 +298,7 @@ async fn run_deploy(core: &Core, mut node: Node, flow: Arc<dyn DeployInterface>)
     }
 }
 
-/// `undeploy`: the flow's tear-down, then cleaning (off for now), then available.
+/// `undeploy`: the flow's tear-down, then cleaning ([`run_provide`]), then available.
 async fn run_undeploy(core: &Core, mut node: Node, flow: Arc<dyn DeployInterface>) {
     match flow.tear_down(&mut node).await {
         Ok(()) => {

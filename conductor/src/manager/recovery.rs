@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use tracing::Instrument;
 
-use super::provision::fail_deploy;
+use super::provision::{fail_clean, fail_deploy};
 use super::tasks::{self, apply};
 use super::{Core, ManagerError};
 use crate::states::{Event, ProvisionState};
@@ -105,7 +105,13 @@ async fn recover_node(core: &Core, mut node: Node) {
                 tasks::log_store_error(&err, "the interrupted tear-down");
             }
         }
-        ProvisionState::Cleaning | ProvisionState::Verifying => {
+        // Cleaning may have left the agent ramdisk booted from virtual media: cleaned up and
+        // powered off as after any failed cleaning.
+        ProvisionState::Cleaning => {
+            let flow = core.flow_for(&node.driver);
+            fail_clean(core, &mut node, flow.as_ref(), message).await;
+        }
+        ProvisionState::Verifying => {
             apply(&mut node, Event::Fail);
             node.last_error = Some(message);
             if let Err(err) = core.store().update_node(&node).await {

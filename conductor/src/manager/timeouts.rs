@@ -1,6 +1,7 @@
-//! The deploy callback timeout (Ironic's `_check_deploy_timeouts`): a node in `wait call-back`
-//! whose ramdisk stayed silent for `deploy_callback_timeout` since `provision_updated_at` goes
-//! to `deploy failed`, cleaned up and powered off.
+//! The callback timeouts (Ironic's `_check_deploy_timeouts` and `_check_cleanwait_timeouts`): a
+//! node in `wait call-back` or `clean wait` whose ramdisk stayed silent for
+//! `deploy_callback_timeout` since `provision_updated_at` goes to `deploy failed` or
+//! `clean failed`, cleaned up and powered off.
 //!
 //! # Design
 //! Checked every half timeout (at most every 60 s, Ironic's `check_provision_state_interval`,
@@ -14,7 +15,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 use tracing::Instrument;
 
-use super::provision::fail_deploy;
+use super::provision::{fail_clean, fail_deploy};
 use super::tasks;
 use super::Core;
 use crate::states::ProvisionState;
@@ -40,7 +41,7 @@ pub(crate) async fn run(core: Arc<Core>, mut shutdown: tokio::sync::watch::Recei
 
 /// Whether `node` waited longer than `timeout`.
 fn expired(node: &Node, timeout: Duration) -> bool {
-    node.provision_state == ProvisionState::WaitCallBack
+    node.provision_state.is_waiting()
         && !node.maintenance
         && node
             .provision_updated_at
@@ -49,8 +50,15 @@ fn expired(node: &Node, timeout: Duration) -> bool {
 
 /// One pass.
 pub(crate) async fn check_once(core: &Arc<Core>) {
+    for state in [ProvisionState::WaitCallBack, ProvisionState::CleanWait] {
+        check_state(core, state).await;
+    }
+}
+
+/// One pass over the nodes waiting in `state`.
+async fn check_state(core: &Arc<Core>, state: ProvisionState) {
     let filter = NodeFilter {
-        provision_state: Some(ProvisionState::WaitCallBack),
+        provision_state: Some(state),
         maintenance: Some(false),
         ..NodeFilter::default()
     };
@@ -73,24 +81,38 @@ pub(crate) async fn check_once(core: &Arc<Core>) {
             // Ironic's words first (operators search for them), then what to check: a refused
             // heartbeat (wrong token) leaves no trace on the node, so the message names it.
             let flow = core.flow_for(&node.driver);
+            let cleaning = node.provision_state == ProvisionState::CleanWait;
             let awaited = match &flow {
-                Some(f) if f.takes_pass_deploy_info() => {
+                Some(f) if f.takes_pass_deploy_info() && !cleaning => {
                     "no pass_deploy_info with a valid deploy key"
                 }
                 _ => "no heartbeat with a valid agent token",
             };
             let message = format!(
-                "Timeout reached while waiting for callback for node {}: {awaited} came within \
-                 {}s (deploy_callback_timeout); check that the node boots the deploy ISO, \
-                 reaches the API at {} and runs this deploy's floppy",
+                "Timeout reached while waiting for callback for node {}{}: {awaited} came \
+                 within {}s (deploy_callback_timeout); check that the node boots the deploy ISO, \
+                 reaches the API at {} and runs this {}'s floppy{}",
                 node.uuid,
+                if cleaning { " in clean wait" } else { "" },
                 timeout.as_secs(),
-                core.deploy.config.api_url
+                core.deploy.config.api_url,
+                if cleaning { "cleaning" } else { "deploy" },
+                if cleaning {
+                    ", then manage and provide the node to clean it again"
+                } else {
+                    ""
+                }
             );
             let span = tracing::info_span!("timeout", node = %node.uuid);
-            fail_deploy(core, &mut node, flow.as_ref(), message)
-                .instrument(span)
-                .await;
+            if cleaning {
+                fail_clean(core, &mut node, flow.as_ref(), message)
+                    .instrument(span)
+                    .await;
+            } else {
+                fail_deploy(core, &mut node, flow.as_ref(), message)
+                    .instrument(span)
+                    .await;
+            }
         }
         reservation.release().await;
     }

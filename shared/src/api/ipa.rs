@@ -348,11 +348,15 @@ pub enum IpaErrorKind {
     ImageWrite,
     /// The iSCSI target failed (`ISCSIError`).
     Iscsi,
+    /// A clean step failed (`CleaningError`).
+    Cleaning,
+    /// The conductor's `clean_version` is not the agent's (`CleanVersionMismatch`).
+    CleanVersionMismatch,
 }
 
 impl IpaErrorKind {
     /// Every kind, for tables and parsing.
-    pub const ALL: [IpaErrorKind; 9] = [
+    pub const ALL: [IpaErrorKind; 11] = [
         Self::CommandExecution,
         Self::InvalidCommand,
         Self::InvalidCommandParams,
@@ -362,6 +366,8 @@ impl IpaErrorKind {
         Self::ImageChecksum,
         Self::ImageWrite,
         Self::Iscsi,
+        Self::Cleaning,
+        Self::CleanVersionMismatch,
     ];
 
     /// The name IPA sends in `command_error.type`.
@@ -376,6 +382,8 @@ impl IpaErrorKind {
             Self::ImageChecksum => "ImageChecksumError",
             Self::ImageWrite => "ImageWriteError",
             Self::Iscsi => "ISCSIError",
+            Self::Cleaning => "CleaningError",
+            Self::CleanVersionMismatch => "CleanVersionMismatch",
         }
     }
 
@@ -390,12 +398,13 @@ impl IpaErrorKind {
         match self {
             Self::InvalidCommand | Self::InvalidCommandParams => 400,
             Self::RequestedObjectNotFound => 404,
-            Self::AgentIsBusy => 409,
+            Self::AgentIsBusy | Self::CleanVersionMismatch => 409,
             Self::CommandExecution
             | Self::DeviceNotFound
             | Self::ImageChecksum
             | Self::ImageWrite
-            | Self::Iscsi => 500,
+            | Self::Iscsi
+            | Self::Cleaning => 500,
         }
     }
 }
@@ -657,6 +666,8 @@ mod tests {
             ("ImageChecksumError", 500),
             ("ImageWriteError", 500),
             ("ISCSIError", 500),
+            ("CleaningError", 500),
+            ("CleanVersionMismatch", 409),
         ];
         let ours: Vec<(&str, u16)> = IpaErrorKind::ALL
             .iter()

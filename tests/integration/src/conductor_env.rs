@@ -512,6 +512,29 @@ impl Conductor {
             None,
             &AGENT_DRIVERS,
             flow,
+            false,
+        )
+        .await
+    }
+
+    /// [`Conductor::start`] with `deploy.automated_clean` on: undeploy and provide clean the
+    /// node through the agent.
+    pub async fn start_cleaning(
+        db: &Path,
+        objects: Arc<dyn ObjectStore>,
+        settings: &Settings,
+    ) -> Conductor {
+        let config = deploy_config(settings.api_url.clone(), settings.ca_pem.clone());
+        Conductor::start_full(
+            db,
+            objects,
+            settings,
+            config,
+            None,
+            None,
+            &AGENT_DRIVERS,
+            agent_flow,
+            true,
         )
         .await
     }
@@ -557,6 +580,7 @@ impl Conductor {
             boot_isos,
             &vmdeploy_conductor::deploy::iscsi::ISCSI_DRIVERS,
             iscsi,
+            false,
         )
         .await
     }
@@ -572,6 +596,7 @@ impl Conductor {
         boot_isos: Option<Arc<vmdeploy_conductor::deploy::boot_iso::BootIsos>>,
         drivers: &'static [&'static str],
         flow: fn(Arc<DeployContext>) -> Arc<dyn DeployInterface>,
+        automated_clean: bool,
     ) -> Conductor {
         let nodes = SqliteStore::open(db).expect("opening SQLite");
         let context = Arc::new(DeployContext {
@@ -586,7 +611,7 @@ impl Conductor {
             ManagerConfig {
                 deploy_callback_timeout: settings.callback_timeout,
                 power_sync_interval: Duration::from_secs(3600),
-                automated_clean: false,
+                automated_clean,
                 conductor_name: CONDUCTOR.into(),
             },
         ));

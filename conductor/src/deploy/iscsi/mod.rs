@@ -299,6 +299,19 @@ impl DeployInterface for IscsiDeploy {
             .context("attaching the instance's boot ISO again")
     }
 
+    // Cleaning boots the same deploy ISO, whose agent serves the `clean` extension.
+    async fn prepare_cleaning(&self, node: &mut Node) -> anyhow::Result<()> {
+        super::clean::prepare(&self.ctx, node).await
+    }
+
+    async fn clean_heartbeat(
+        &self,
+        node: &mut Node,
+        heartbeat: &HeartbeatRequest,
+    ) -> anyhow::Result<()> {
+        super::clean::heartbeat(&self.ctx, node, heartbeat, &Default::default()).await
+    }
+
     async fn tear_down(&self, node: &mut Node) -> anyhow::Result<()> {
         let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
         bmc.power_off().await?;

@@ -1,0 +1,255 @@
+//! The `clean` extension: `get_clean_steps` lists what this agent can clean, and
+//! `execute_clean_step` runs one step (ironic-python-agent `extensions/clean.py`; wire types in
+//! `vmdeploy_shared::api::clean`).
+//!
+//! # Design
+//! One step is offered: `erase_devices_metadata` at IPA's priority 99, which erases the
+//! partition metadata of the install disk (the disk the root device hints pick, as the deploy
+//! picks it) with [`crate::disk::erase`]. `erase_devices` (a full overwrite) is not offered: a
+//! conductor that asks for it, or for any other step, gets a FAILED result with IPA's
+//! `CleaningError`, never a refused request, as IPA's dispatch does. A `clean_version` that is
+//! not this agent's fails with `CleanVersionMismatch` (IPA restarts cleaning on it).
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use vmdeploy_shared::api::clean::{
+    CleanStep, CleanStepsResult, ExecuteCleanStepParams, ExecuteCleanStepResult,
+    HardwareManagerVersion, ERASE_DEVICES_METADATA, ERASE_DEVICES_METADATA_PRIORITY,
+    HARDWARE_MANAGER, HARDWARE_MANAGER_NAME, HARDWARE_MANAGER_VERSION,
+};
+use vmdeploy_shared::api::ipa::{CommandError, IpaErrorKind};
+
+use super::server::{CommandFuture, StartError};
+use super::standby::{require_disk, DiskChoice};
+use crate::disk::erase::erase_metadata;
+use crate::disk::Disk;
+
+/// The `clean` extension.
+pub struct Clean {
+    /// The install disk.
+    pub disk: DiskChoice,
+}
+
+/// This agent's hardware manager versions (`hardware_manager_version`).
+pub fn hardware_manager_version() -> HardwareManagerVersion {
+    HardwareManagerVersion::from([(
+        HARDWARE_MANAGER_NAME.to_owned(),
+        HARDWARE_MANAGER_VERSION.to_owned(),
+    )])
+}
+
+/// The steps this agent offers.
+pub fn clean_steps() -> CleanStepsResult {
+    CleanStepsResult {
+        clean_steps: [(
+            HARDWARE_MANAGER.to_owned(),
+            vec![CleanStep::deploy(
+                ERASE_DEVICES_METADATA,
+                ERASE_DEVICES_METADATA_PRIORITY,
+            )],
+        )]
+        .into(),
+        hardware_manager_version: hardware_manager_version(),
+    }
+}
+
+impl Clean {
+    /// Starts `clean.<cmd>`.
+    pub fn start(&self, cmd: &str, params: &Value) -> Result<CommandFuture, StartError> {
+        match cmd {
+            "get_clean_steps" => {
+                let steps = serde_json::to_value(clean_steps())
+                    .map_err(|e| StartError::InvalidParams(format!("listing steps: {e}")))?;
+                Ok(Box::pin(async move { Ok(steps) }))
+            }
+            "execute_clean_step" => self.execute(params),
+            other => Err(StartError::UnknownCommand(format!("clean.{other}"))),
+        }
+    }
+
+    fn execute(&self, params: &Value) -> Result<CommandFuture, StartError> {
+        let params: ExecuteCleanStepParams = serde_json::from_value(params.clone())
+            .map_err(|e| StartError::InvalidParams(format!("execute_clean_step: {e}")))?;
+        let disk = Arc::clone(&self.disk);
+        Ok(Box::pin(async move {
+            if let Some(asked) = &params.clean_version {
+                let ours = hardware_manager_version();
+                if *asked != ours {
+                    return Err(CommandError::new(
+                        IpaErrorKind::CleanVersionMismatch,
+                        format!(
+                            "clean version mismatch: the conductor has {asked:?}, this agent \
+                             {ours:?}; start cleaning again"
+                        ),
+                    ));
+                }
+            }
+            let step = params.step;
+            let result = match step.step.as_str() {
+                ERASE_DEVICES_METADATA => erase_devices_metadata(&disk).await?,
+                other => {
+                    return Err(CommandError::new(
+                        IpaErrorKind::Cleaning,
+                        format!(
+                            "Error performing clean_step {other}: this agent has no such step \
+                             (it offers {ERASE_DEVICES_METADATA} only)"
+                        ),
+                    ))
+                }
+            };
+            tracing::info!(step = %step.step, "clean step completed");
+            serde_json::to_value(ExecuteCleanStepResult {
+                clean_result: result,
+                clean_step: step,
+            })
+            .map_err(|e| CommandError::new(IpaErrorKind::Cleaning, format!("result: {e}")))
+        }))
+    }
+}
+
+/// Erases the install disk's partition metadata; the result says what was erased.
+async fn erase_devices_metadata(disk: &DiskChoice) -> Result<Value, CommandError> {
+    let path = require_disk(disk)?;
+    let shown = path.display().to_string();
+    tracing::info!(disk = %shown, "erase_devices_metadata: erasing partition metadata");
+    let outcome = tokio::task::spawn_blocking(move || {
+        let disk = Disk::open(&path)?;
+        erase_metadata(&disk)
+    })
+    .await;
+    let failed = |what: String| {
+        CommandError::new(
+            IpaErrorKind::Cleaning,
+            format!("Error performing clean_step {ERASE_DEVICES_METADATA}: {what}"),
+        )
+    };
+    match outcome {
+        Ok(Ok(report)) => {
+            tracing::info!(disk = %shown, table = report.table, partitions = report.partitions.len(), "partition metadata erased");
+            Ok(json!({
+                "device": shown,
+                "table": report.table,
+                "partitions": report.partitions.len(),
+                "skipped": report.skipped,
+                "bytes_zeroed": report.zeroed,
+            }))
+        }
+        Ok(Err(e)) => Err(failed(format!("erasing {shown}: {e}"))),
+        Err(e) => Err(failed(format!("the eraser task died: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    async fn run(clean: &Clean, cmd: &str, params: Value) -> Result<Value, CommandError> {
+        match clean.start(cmd, &params) {
+            Ok(f) => f.await,
+            Err(e) => panic!("{cmd} refused: {e}"),
+        }
+    }
+
+    fn clean_on(disk: Result<PathBuf, String>) -> Clean {
+        Clean {
+            disk: Arc::new(disk),
+        }
+    }
+
+    #[tokio::test]
+    async fn get_clean_steps_answers_ipas_shape() {
+        let clean = clean_on(Err("none".into()));
+        let v = run(&clean, "get_clean_steps", json!({"node": {}, "ports": []}))
+            .await
+            .expect("steps");
+        // Field names as IPA's GenericHardwareManager writes them.
+        assert_eq!(
+            v,
+            json!({
+                "clean_steps": {"GenericHardwareManager": [
+                    {"step": "erase_devices_metadata", "priority": 99, "interface": "deploy",
+                     "reboot_requested": false, "abortable": true}
+                ]},
+                "hardware_manager_version": {"generic_hardware_manager": "1.1"}
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn execute_erases_the_install_disk() {
+        let dir = tempfile::Builder::new()
+            .prefix("vmdeploy-clean-test")
+            .tempdir_in("/var/tmp")
+            .expect("scratch");
+        let path = dir.path().join("disk.img");
+        let mut data = vec![0x5Au8; 4 << 20];
+        data[510] = 0x55;
+        data[511] = 0xAA;
+        std::fs::write(&path, &data).expect("disk");
+        let clean = clean_on(Ok(path.clone()));
+        let step = json!({"step": "erase_devices_metadata", "priority": 99, "interface": "deploy",
+                          "reboot_requested": false, "abortable": true});
+        let v = run(
+            &clean,
+            "execute_clean_step",
+            json!({"step": step, "node": {}, "ports": [],
+                   "clean_version": {"generic_hardware_manager": "1.1"}}),
+        )
+        .await
+        .expect("erased");
+        assert_eq!(v["clean_step"], step);
+        assert_eq!(v["clean_result"]["bytes_zeroed"], 2 << 20);
+        let back = std::fs::read(&path).expect("read");
+        let mib = 1 << 20;
+        assert!(back[..mib].iter().all(|&b| b == 0), "first MiB zeroed");
+        assert!(back[3 * mib..].iter().all(|&b| b == 0), "last MiB zeroed");
+        assert!(
+            back[mib..3 * mib].iter().all(|&b| b == 0x5A),
+            "the rest kept"
+        );
+    }
+
+    #[tokio::test]
+    async fn unknown_steps_versions_and_disks_fail_without_panicking() {
+        let clean = clean_on(Err("no disk matches the hints".into()));
+        let err = run(
+            &clean,
+            "execute_clean_step",
+            json!({"step": {"step": "erase_devices", "priority": 10, "interface": "deploy"},
+                   "node": {}, "ports": []}),
+        )
+        .await
+        .expect_err("not offered");
+        assert_eq!(err.kind, "CleaningError");
+        assert!(err.message.contains("erase_devices"), "{}", err.message);
+        let err = run(
+            &clean,
+            "execute_clean_step",
+            json!({"step": {"step": "erase_devices_metadata", "priority": 99,
+                            "interface": "deploy"},
+                   "node": {}, "ports": [], "clean_version": {"generic_hardware_manager": "9"}}),
+        )
+        .await
+        .expect_err("other version");
+        assert_eq!(err.kind, "CleanVersionMismatch");
+        let err = run(
+            &clean,
+            "execute_clean_step",
+            json!({"step": {"step": "erase_devices_metadata", "priority": 99,
+                            "interface": "deploy"}, "node": {}, "ports": []}),
+        )
+        .await
+        .expect_err("no disk");
+        assert_eq!(err.kind, "DeviceNotFound");
+        assert!(matches!(
+            clean.start("execute_clean_step", &json!({"node": {}})),
+            Err(StartError::InvalidParams(_))
+        ));
+        assert!(matches!(
+            clean.start("zap", &json!({})),
+            Err(StartError::UnknownCommand(_))
+        ));
+    }
+}
