@@ -24,7 +24,6 @@
 //! the conductor's and the emulator's logs to `target/e2e-artifacts/<test>/` and says so.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -32,7 +31,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::emulator::MediaServer;
-use crate::{bin, free_port, venv_bin, workspace_root};
+use crate::{bin, free_port, workspace_root};
 
 /// The iLO's credentials in the lab.
 pub const ILO_USER: &str = "Administrator";
@@ -273,29 +272,12 @@ impl Lab {
     pub fn baremetal(&self, args: &[&str]) -> Output {
         let home = self.dir.path().join("cli-home");
         std::fs::create_dir_all(&home).expect("CLI home");
-        Command::new(venv_bin("baremetal"))
-            .args(["--os-auth-type", "none", "--os-endpoint"])
-            .arg(format!("http://127.0.0.1:{}", self.api_port))
-            .args(args)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &home)
-            .output()
-            .expect("running the baremetal CLI")
+        crate::baremetal::run(&format!("http://127.0.0.1:{}", self.api_port), &home, args)
     }
 
     /// `baremetal ARGS`, which must succeed; its stdout.
     pub fn bm(&self, args: &[&str]) -> String {
-        let out = self.baremetal(args);
-        assert!(
-            out.status.success(),
-            "baremetal {}: exit {:?}\nstdout: {}\nstderr: {}",
-            args.join(" "),
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        crate::baremetal::succeeded(args, &self.baremetal(args))
     }
 
     /// `baremetal node show NODE -f json`.
@@ -487,23 +469,9 @@ impl Drop for Lab {
     }
 }
 
-/// Reads `server 0 https://ADDR` and `ready` from the emulator's stdout (a thread keeps
-/// draining it afterwards).
+/// The emulator's address once it is ready; kills it and panics with its log otherwise.
 fn read_emulator_address(child: &mut Child, log: &Path) -> String {
-    let stdout = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut address = None;
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(url) = line.strip_prefix("server 0 https://") {
-                address = Some(url.trim().to_owned());
-            }
-            if line.trim() == "ready" {
-                let _ = tx.send(address.take());
-            }
-        }
-    });
-    match rx.recv_timeout(Duration::from_secs(30)).ok().flatten() {
+    match crate::emulator::ready_address(child) {
         Some(address) => address,
         None => {
             let _ = child.kill();

@@ -23,9 +23,22 @@ pub fn spawn(username: &str, password: &str, cert_out: &Path, extra: &[&str]) ->
         .stderr(Stdio::null())
         .spawn()
         .expect("starting ilo-emulator");
-    let stdout = child.stdout.take().expect("piped stdout");
+    match ready_address(&mut child) {
+        Some(address) => (child, address),
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("ilo-emulator printed its address and `ready` within 30 s");
+        }
+    }
+}
+
+/// The `host:port` of server 0 once a started `ilo-emulator` (stdout piped) printed it and
+/// `ready`; `None` when it does not within 30 s. A thread of its own keeps reading stdout
+/// afterwards, so the emulator never blocks on a full pipe.
+pub fn ready_address(child: &mut Child) -> Option<String> {
+    let stdout = child.stdout.take()?;
     let (tx, rx) = std::sync::mpsc::channel();
-    // A thread of its own keeps reading, so the emulator never blocks on a full pipe later.
     std::thread::spawn(move || {
         let mut address = None;
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -37,14 +50,7 @@ pub fn spawn(username: &str, password: &str, cert_out: &Path, extra: &[&str]) ->
             }
         }
     });
-    match rx.recv_timeout(Duration::from_secs(30)).ok().flatten() {
-        Some(address) => (child, address),
-        None => {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("ilo-emulator printed its address and `ready` within 30 s");
-        }
-    }
+    rx.recv_timeout(Duration::from_secs(30)).ok().flatten()
 }
 
 /// An HTTP image server for virtual media tests of the QEMU-backed emulator: serves named

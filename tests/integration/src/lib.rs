@@ -10,6 +10,7 @@ pub mod swift;
 pub mod tgt;
 
 pub mod agent_target;
+pub mod baremetal;
 pub mod conductor_env;
 pub mod deploy_iso;
 pub mod disk_check;

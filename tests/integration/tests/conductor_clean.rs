@@ -30,7 +30,6 @@ use vmdeploy_integration_tests::conductor_env::{
 };
 use vmdeploy_integration_tests::http::TestPki;
 use vmdeploy_integration_tests::loopdev::{require_loop_devices, LoopDevice, LoopIo};
-use vmdeploy_integration_tests::venv_bin;
 
 const MIB: usize = 1024 * 1024;
 /// The node's disk.
@@ -110,14 +109,8 @@ async fn cli(api_url: &str, args: &[&str]) -> std::process::Output {
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     tokio::task::spawn_blocking(move || {
         let home = tempfile::tempdir().expect("temp HOME for the CLI's caches");
-        Command::new(venv_bin("baremetal"))
-            .args(["--os-auth-type", "none", "--os-endpoint", &api_url])
-            .args(&args)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", home.path())
-            .output()
-            .expect("running the baremetal CLI (fix: scripts/setup makes the venv)")
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        vmdeploy_integration_tests::baremetal::run(&api_url, home.path(), &args)
     })
     .await
     .expect("the CLI task")
@@ -125,16 +118,7 @@ async fn cli(api_url: &str, args: &[&str]) -> std::process::Output {
 
 /// [`cli`], asserting it succeeded; its standard output.
 async fn baremetal(api_url: &str, args: &[&str]) -> String {
-    let out = cli(api_url, args).await;
-    assert!(
-        out.status.success(),
-        "baremetal {}: exit {:?}\nstdout: {}\nstderr: {}",
-        args.join(" "),
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    vmdeploy_integration_tests::baremetal::succeeded(args, &cli(api_url, args).await)
 }
 
 async fn exists(objects: &dyn ObjectStore, path: &ObjectPath) -> bool {
