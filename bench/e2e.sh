@@ -19,7 +19,7 @@
 # tests/integration/examples/e2e_bench.rs.
 #
 # Usage: flock /tmp/vmdeploy-heavy.lock bash bench/e2e.sh
-#   (it holds QEMU, loop-free but with fixed resources, for several minutes per run: run it alone)
+#   (QEMU, fixed labels and ports for several minutes: run it alone, under the lock)
 # Environment: RUNS (default 3), PROFILE (cargo profile of the lab's binaries, default dev: the
 # guest's speed under TCG is what is measured, not the host binaries'), BUILD=0 to use binaries
 # already built, CARGO_TARGET_DIR (as cargo), VMDEPLOY_VENV (the venv with `baremetal`).
