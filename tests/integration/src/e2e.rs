@@ -425,6 +425,16 @@ impl Lab {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// The pid of `vmdeploy-conductor serve` (benchmarks sample its memory).
+    pub fn conductor_pid(&self) -> Option<u32> {
+        self.conductor.as_ref().map(|c| c.0.id())
+    }
+
+    /// The emulator's log so far (it logs each QEMU start, in UTC RFC 3339).
+    pub fn emulator_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("emulator.log")).unwrap_or_default()
+    }
+
     /// The conductor's log so far.
     pub fn conductor_log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("conductor.log")).unwrap_or_default()
