@@ -199,7 +199,9 @@ fn deploy_and_boot(firmware: Firmware, qcow2: bool, name: &str, then: Then) {
         );
     }
 
-    // The cleaned node deploys again, and the OS boots again.
+    // The cleaned node deploys again (its instance_info was cleared by the undeploy, as
+    // Ironic clears it), and the OS boots again.
+    set_image(&lab, &node, &media_path, format, &sha);
     lab.bm(&["node", "deploy", &node]);
     let shown = lab.wait_state(&node, "active", DEPLOY_LIMIT);
     assert_deployed(&lab, &shown);
