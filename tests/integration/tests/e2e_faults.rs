@@ -219,7 +219,8 @@ fn e2e_faults_on_one_node() {
     let lower = error.to_lowercase();
     assert!(
         lower.contains("writing the image failed on the node")
-            && (lower.contains("larger than the disk") || lower.contains("no space")),
+            && lower.contains("streaming the image to the disk")
+            && lower.contains("larger than"),
         "image larger than the disk: {error}"
     );
     assert_cleaned_up(&lab, &node, "image larger than the disk");
