@@ -85,6 +85,8 @@ pub struct LabOptions {
     pub guest_forwards: Vec<String>,
     /// `--qemu-capture-net`: every QEMU run's frames in `server-0/net-<run>.pcap`.
     pub capture_net: bool,
+    /// `--qemu-guest-ip`: the node's static address, where the agent's ports are forwarded.
+    pub guest_ip: Option<String>,
 }
 
 impl Default for LabOptions {
@@ -99,6 +101,7 @@ impl Default for LabOptions {
             extra_config: Vec::new(),
             guest_forwards: Vec::new(),
             capture_net: false,
+            guest_ip: None,
         }
     }
 }
@@ -181,6 +184,12 @@ impl Lab {
                     .flat_map(|f| ["--guest-forward", f.as_str()]),
             )
             .args(options.capture_net.then_some("--qemu-capture-net"))
+            .args(
+                options
+                    .guest_ip
+                    .iter()
+                    .flat_map(|ip| ["--qemu-guest-ip", ip.as_str()]),
+            )
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&emulator_log).expect("emulator log"));

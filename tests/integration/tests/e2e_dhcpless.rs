@@ -39,6 +39,8 @@ fn e2e_dhcpless_static_network_data() {
         LabOptions {
             media: vec![("/img.raw".into(), image)],
             capture_net: true,
+            // The conductor reaches the agent through host forwards to the static address.
+            guest_ip: Some(STATIC_IP.map(|o| o.to_string()).join(".")),
             ..Default::default()
         },
     );
