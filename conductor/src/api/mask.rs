@@ -57,9 +57,18 @@ pub fn mask_secrets(value: &mut Value) {
             }
         }
         Value::Array(items) => items.iter_mut().for_each(mask_secrets),
-        Value::String(s) if s.contains(TEMP_URL_MARK) => *s = MASK.to_string(),
+        Value::String(s) if holds_live_signature(s) => *s = MASK.to_string(),
         _ => {}
     }
+}
+
+/// Whether `text` holds a temp URL signature that is not masked already. A text whose
+/// signatures the conductor masked itself (`temp_url_sig=******`, as in a `last_error` quoting
+/// the floppy's URL) is no credential, and masking it whole would hide the reason a deploy
+/// failed from the operator.
+fn holds_live_signature(text: &str) -> bool {
+    text.match_indices(TEMP_URL_MARK)
+        .any(|(at, mark)| !text[at + mark.len()..].starts_with(MASK))
 }
 
 #[cfg(test)]
@@ -106,6 +115,16 @@ mod tests {
                 json!({"deploy_iso": "******",
                        "media": [{"url": "******"}, "plain"],
                        "deep": {"deeper": {"my_password": "******", "fine": 1}}}),
+            ),
+            (
+                "a text whose signatures are masked already stays readable",
+                json!({"last_error": "inserting the virtual floppy: unable to reach https://s/o?temp_url_sig=******&temp_url_expires=1"}),
+                json!({"last_error": "inserting the virtual floppy: unable to reach https://s/o?temp_url_sig=******&temp_url_expires=1"}),
+            ),
+            (
+                "one live signature among masked ones masks the text",
+                json!({"last_error": "a?temp_url_sig=******&x b?temp_url_sig=live"}),
+                json!({"last_error": "******"}),
             ),
             (
                 "a secret holding an object is masked whole",

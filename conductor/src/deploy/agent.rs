@@ -186,7 +186,7 @@ impl DeployInterface for AgentDeploy {
             .rev()
             .find(|c| c.command_name == "prepare_image")
         else {
-            bail!("the agent has no record of writing the image (it restarted?): deploy the node again");
+            bail!("the agent has no record of writing the image: the deploy ramdisk restarted (the node was reset or rebooted?) and the image write is lost. Deploy the node again");
         };
         match last.command_status {
             CommandStatus::Running => Ok(DeployStep::Wait),
@@ -323,7 +323,15 @@ pub(super) fn record_heartbeat(info: &mut JsonObject, hb: &HeartbeatRequest) -> 
     {
         match text(info, AGENT_CA_KEY) {
             Some(known) if known.trim() != pem => {
-                bail!("the agent's certificate (agent_verify_ca) changed since its first heartbeat: refused")
+                // Only a ramdisk holding this deploy's token gets here, so a new certificate
+                // means the node started its ramdisk again (reset, power cycle, a crash): the
+                // write the first agent did is lost. The new agent is not trusted (the pin
+                // stays), and waiting for the callback timeout would gain nothing.
+                bail!(
+                    "the deploy ramdisk restarted (a new agent certificate, agent_verify_ca, since \
+                     its first heartbeat): the node was reset or rebooted during the deploy and \
+                     the image write is lost; the new agent is refused. Deploy the node again"
+                )
             }
             Some(_) => {}
             None => {
@@ -460,7 +468,13 @@ mod tests {
         assert!(err.to_string().contains("callback_url changed"), "{err}");
         let err = record_heartbeat(&mut info, &hb("https://10.0.0.5:9999", Some("PEM-B")))
             .expect_err("new cert");
-        assert!(err.to_string().contains("agent_verify_ca"), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("agent_verify_ca")
+                && text.contains("restarted")
+                && text.contains("Deploy the node again"),
+            "{text}"
+        );
         assert!(record_heartbeat(&mut JsonObject::new(), &hb("ftp://x", None)).is_err());
         clear_agent_fields(&mut info);
         assert!(!info.contains_key(AGENT_URL_KEY) && !info.contains_key(AGENT_CA_KEY));

@@ -5,7 +5,7 @@
 //!              [--tls-cert PEM --tls-key PEM] [--license standard|advanced] [--product NAME]
 //!              [--backend memory|qemu] [--qemu-state-dir DIR] [--qemu-memory-mib N]
 //!              [--qemu-disk-size-mib N] [--guest-forward HOST:PORT]... [--qemu-vmedia usb|legacy]
-//!              [--qemu-nic virtio|e1000] [--qemu-capture-net] [--qemu-binary PATH]
+//!              [--qemu-nic virtio|e1000] [--qemu-capture-net] [--qemu-guest-ip IP] [--qemu-binary PATH]
 //! ```
 //! Server i of N answers on PORT+i. Without a certificate a self-signed one is made (SAN = the
 //! listen IP), written to a file, and its path printed. See README.md.
@@ -119,6 +119,10 @@ struct Args {
     /// QEMU run (QEMU's `filter-dump`): what the node sent, e.g. that it asked no DHCP.
     #[arg(long)]
     qemu_capture_net: bool,
+    /// QEMU: the guest address the agent's ports are forwarded to (default: slirp's DHCP
+    /// address 10.0.2.15); a node with a static address needs its own.
+    #[arg(long)]
+    qemu_guest_ip: Option<std::net::Ipv4Addr>,
     /// QEMU: the emulator binary.
     #[arg(long, default_value = "qemu-system-x86_64")]
     qemu_binary: PathBuf,
@@ -178,6 +182,7 @@ fn backend_args(args: &Args) -> BackendArgs {
         s.disk_size = args.qemu_disk_size_mib.saturating_mul(1 << 20);
         s.guest_forwards = args.guest_forwards.clone();
         s.capture_net = args.qemu_capture_net;
+        s.guest_ip = args.qemu_guest_ip;
         s.vmedia_bus = match args.qemu_vmedia {
             VmediaArg::Usb => VmediaBus::Usb,
             VmediaArg::Legacy => VmediaBus::Legacy,

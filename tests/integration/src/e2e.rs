@@ -77,6 +77,15 @@ pub struct LabOptions {
     pub media: Vec<(String, Vec<u8>)>,
     /// More `[deploy]` lines for the conductor's configuration.
     pub deploy_config: Vec<String>,
+    /// Whole TOML sections appended to the conductor's configuration (e.g.
+    /// `"[objects.builtin]\npublic_url = ..."`).
+    pub extra_config: Vec<String>,
+    /// More `--guest-forward GUEST_IP:PORT=HOST:PORT` of the emulator (a test's own server).
+    pub guest_forwards: Vec<String>,
+    /// `--qemu-capture-net`: every QEMU run's frames in `server-0/net-<run>.pcap`.
+    pub capture_net: bool,
+    /// `--qemu-guest-ip`: the node's static address, where the agent's ports are forwarded.
+    pub guest_ip: Option<String>,
 }
 
 impl Default for LabOptions {
@@ -88,6 +97,10 @@ impl Default for LabOptions {
             automated_clean: false,
             media: Vec::new(),
             deploy_config: Vec::new(),
+            extra_config: Vec::new(),
+            guest_forwards: Vec::new(),
+            capture_net: false,
+            guest_ip: None,
         }
     }
 }
@@ -163,6 +176,19 @@ impl Lab {
             .arg(format!("{GUEST_API}=127.0.0.1:{api_port}"))
             .arg("--guest-forward")
             .arg(format!("{GUEST_MEDIA}=127.0.0.1:{media_port}"))
+            .args(
+                options
+                    .guest_forwards
+                    .iter()
+                    .flat_map(|f| ["--guest-forward", f.as_str()]),
+            )
+            .args(options.capture_net.then_some("--qemu-capture-net"))
+            .args(
+                options
+                    .guest_ip
+                    .iter()
+                    .flat_map(|ip| ["--qemu-guest-ip", ip.as_str()]),
+            )
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&emulator_log).expect("emulator log"));
@@ -223,12 +249,17 @@ impl Lab {
             "boot_iso_append = \"console=ttyS0\"".into(),
         ];
         deploy.extend(options.deploy_config.iter().cloned());
-        let config = format!(
+        let mut config = format!(
             "[api]\nlisten = [\"127.0.0.1:{}\"]\n\n[deploy]\n{}\n\n[ilo]\nverify_ca = \"{}\"\n\n[log]\nlevel = \"info\"\n",
             self.api_port,
             deploy.join("\n"),
             self.ilo_cert.display()
         );
+        for section in &options.extra_config {
+            config.push('\n');
+            config.push_str(section);
+            config.push('\n');
+        }
         let config_path = self.dir.path().join("conductor.toml");
         std::fs::write(&config_path, config).expect("writing conductor.toml");
         let log = self.dir.path().join("conductor.log");
@@ -261,6 +292,64 @@ impl Lab {
             std::thread::sleep(Duration::from_millis(100));
         }
         self.conductor = Some(proc);
+    }
+
+    /// The emulated server's QEMU files (`disk.raw`, `serial.log`, `net-<run>.pcap`).
+    pub fn qemu_server_dir(&self) -> PathBuf {
+        self.dir.path().join("qemu").join("server-0")
+    }
+
+    /// The objects in the conductor's built-in store (`<state dir>/objects`), as
+    /// `container/name`, uploads in progress left out.
+    pub fn stored_objects(&self) -> Vec<String> {
+        let root = self.dir.path().join("conductor").join("objects");
+        let mut found = Vec::new();
+        for container in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+            let cname = container.file_name().to_string_lossy().into_owned();
+            if cname.starts_with('.') || !container.path().is_dir() {
+                continue;
+            }
+            for object in std::fs::read_dir(container.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let oname = object.file_name().to_string_lossy().into_owned();
+                if let Some(stem) = oname.strip_suffix(".data") {
+                    found.push(format!("{cname}/{stem}"));
+                }
+            }
+        }
+        found.sort();
+        found
+    }
+
+    /// The QEMU processes of this lab's emulator still running (their pids).
+    pub fn qemu_pids(&self) -> Vec<u32> {
+        let Some(emulator) = self.emulator.as_ref() else {
+            return Vec::new();
+        };
+        let parent = emulator.0.id();
+        let mut pids = Vec::new();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // `pid (comm) state ppid ...`: comm may hold spaces, so split after the last ')'.
+            let Some((head, rest)) = stat.rsplit_once(')') else {
+                continue;
+            };
+            let mut fields = rest.split_whitespace();
+            let state = fields.next();
+            let ppid = fields.next().and_then(|p| p.parse::<u32>().ok());
+            if ppid == Some(parent) && head.contains("qemu-system") && state != Some("Z") {
+                pids.push(pid);
+            }
+        }
+        pids
     }
 
     /// The media server's URL of `path` as the node reaches it (through the guest forward).

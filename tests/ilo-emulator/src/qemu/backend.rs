@@ -76,6 +76,9 @@ pub struct QemuSettings {
     pub agent_ports: Vec<u16>,
     /// Capture the NIC's frames of each QEMU run to `server-<i>/net-<run>.pcap`.
     pub capture_net: bool,
+    /// The guest address the host forwards go to; `None`: slirp's first DHCP address
+    /// (10.0.2.15). A node with a static address (DHCP-less deploy) needs its own here.
+    pub guest_ip: Option<std::net::Ipv4Addr>,
 }
 
 impl QemuSettings {
@@ -93,6 +96,7 @@ impl QemuSettings {
             guest_forwards: Vec::new(),
             agent_ports: DEFAULT_AGENT_PORTS.to_vec(),
             capture_net: false,
+            guest_ip: None,
         }
     }
 
@@ -354,6 +358,7 @@ impl QemuBackend {
             mac: machine::NIC_MAC.to_owned(),
             guest_forwards: self.settings.guest_forwards.clone(),
             host_forwards: self.host_forwards.clone(),
+            guest_ip: self.settings.guest_ip,
             net_capture: self
                 .settings
                 .capture_net

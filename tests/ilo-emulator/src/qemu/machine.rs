@@ -250,6 +250,8 @@ pub struct MachineSpec {
     pub guest_forwards: Vec<GuestForward>,
     /// `(host loopback port, guest port)` forwarded into the guest.
     pub host_forwards: Vec<(u16, u16)>,
+    /// The guest address of the host forwards (`None`: slirp's first DHCP address).
+    pub guest_ip: Option<std::net::Ipv4Addr>,
     /// Where QEMU writes every frame of the NIC as pcap (`filter-dump`), if anywhere.
     pub net_capture: Option<PathBuf>,
     /// Boot priorities.
@@ -345,7 +347,8 @@ impl MachineSpec {
             netdev.push_str(&f.slirp_rule());
         }
         for (host, guest) in &self.host_forwards {
-            netdev.push_str(&format!(",hostfwd=tcp:127.0.0.1:{host}-:{guest}"));
+            let to = self.guest_ip.map(|ip| ip.to_string()).unwrap_or_default();
+            netdev.push_str(&format!(",hostfwd=tcp:127.0.0.1:{host}-{to}:{guest}"));
         }
         a.extend(["-netdev".to_owned(), netdev]);
         if let Some(pcap) = &self.net_capture {
@@ -443,6 +446,7 @@ mod tests {
             mac: NIC_MAC.into(),
             guest_forwards: vec![GuestForward::parse("127.0.0.1:6385").expect("parse")],
             host_forwards: vec![(40001, 3260), (40002, 9999)],
+            guest_ip: None,
             net_capture: None,
             boot: BootIndexes::for_device(Some(BootDevice::Cdrom)),
         }
