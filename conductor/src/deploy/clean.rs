@@ -46,7 +46,7 @@ use super::bmc::Bmc;
 use super::vmedia::{self, Ramdisk};
 use super::DeployContext;
 use crate::manager::HeartbeatRequest;
-use crate::store::{JsonObject, Node, PortFilter};
+use crate::store::{JsonObject, Node};
 
 /// `driver_internal_info`: the steps of this cleaning, in the order they run (Ironic's key).
 pub const CLEAN_STEPS_KEY: &str = "clean_steps";
@@ -235,14 +235,7 @@ async fn run(
 
 /// What the agent sees of the node and its ports: identity and properties, no secrets.
 async fn node_view(ctx: &DeployContext, node: &Node) -> anyhow::Result<(Value, Value)> {
-    let ports = ctx
-        .store
-        .list_ports(&PortFilter {
-            node_uuid: Some(node.uuid),
-            ..PortFilter::default()
-        })
-        .await
-        .context("listing the node's ports")?;
+    let ports = ctx.node_ports(node.uuid).await?;
     let ports: Vec<Value> = ports
         .iter()
         .map(|p| json!({"uuid": p.uuid, "address": p.address}))

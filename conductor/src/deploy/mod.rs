@@ -116,6 +116,20 @@ pub struct DeployContext {
     pub boot_isos: Option<Arc<boot_iso::BootIsos>>,
 }
 
+impl DeployContext {
+    /// The ports of `node` (BOOTIF on the floppy, the MACs the agent is told about).
+    pub async fn node_ports(&self, node: uuid::Uuid) -> anyhow::Result<Vec<crate::store::Port>> {
+        use anyhow::Context as _;
+        self.store
+            .list_ports(&crate::store::PortFilter {
+                node_uuid: Some(node),
+                ..crate::store::PortFilter::default()
+            })
+            .await
+            .context("listing the node's ports")
+    }
+}
+
 /// Where a flow stands after a step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeployStep {

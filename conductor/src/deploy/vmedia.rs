@@ -19,7 +19,7 @@ use super::bmc::{Bmc, BootMode, VmediaDevice};
 use super::image::{self, ImageRef};
 use super::{floppy, DeployContext};
 use crate::objects::{ObjectBody, ObjectPath, PutOptions};
-use crate::store::{JsonObject, Node, PortFilter};
+use crate::store::{JsonObject, Node};
 
 /// `driver_internal_info` key of the pre-generated agent token.
 pub const AGENT_TOKEN_KEY: &str = "agent_secret_token";
@@ -116,14 +116,7 @@ pub(super) async fn prepare(
     let (iso_field, iso) = deploy_iso(node)?;
     bmc.power_off().await?;
 
-    let ports = ctx
-        .store
-        .list_ports(&PortFilter {
-            node_uuid: Some(node.uuid),
-            ..PortFilter::default()
-        })
-        .await
-        .context("listing the node's ports for BOOTIF")?;
+    let ports = ctx.node_ports(node.uuid).await?;
     // The iSCSI floppy names the boot mode, so it is settled before the floppy is built.
     let mode = bmc.ensure_boot_mode(wanted_mode).await?;
     let (params, secret_key, secret) = match ramdisk {

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
-use vmdeploy_integration_tests::e2e::{Firmware, Lab, LabOptions};
+use vmdeploy_integration_tests::e2e::{partition_media, Firmware, Lab, LabOptions};
 use vmdeploy_integration_tests::qemu::Qemu;
 use vmdeploy_integration_tests::test_image::{self, TestImage};
 use vmdeploy_integration_tests::{bin, deploy_iso};
@@ -224,19 +224,13 @@ fn agent_deploy(image: &TestImage, run: usize) -> Deploy {
         },
     );
     let node = lab.enroll("bench-agent", "agent_ilo", Firmware::Bios);
-    lab.bm(&[
-        "node",
-        "set",
+    lab.set_whole_disk_image(
         &node,
-        "--instance-info",
-        &format!("image_source={}", lab.guest_media_url(media_path)),
-        "--instance-info",
-        "image_disk_format=raw",
-        "--instance-info",
-        "image_os_hash_algo=sha256",
-        "--instance-info",
-        &format!("image_os_hash_value={}", image.disk_sha256),
-    ]);
+        &lab.guest_media_url(media_path),
+        "raw",
+        &image.disk_sha256,
+        &[],
+    );
     let marker = image.marker(&image.disk_root_uuid);
     measure(&lab, &node, &marker, image, "/v1/heartbeat/")
 }
@@ -245,32 +239,12 @@ fn iscsi_deploy(image: &TestImage, run: usize) -> Deploy {
     let lab = Lab::start(
         &format!("bench_iscsi_ilo_{run}"),
         LabOptions {
-            media: vec![
-                ("/root.img".into(), read(&image.part_image)),
-                ("/vmlinuz".into(), read(&image.kernel)),
-                ("/initrd".into(), read(&image.ramdisk)),
-            ],
+            media: partition_media(image),
             ..Default::default()
         },
     );
     let node = lab.enroll("bench-iscsi", "iscsi_ilo", Firmware::Bios);
-    lab.bm(&[
-        "node",
-        "set",
-        &node,
-        "--instance-info",
-        &format!("image_source={}", lab.media.url("/root.img")),
-        "--instance-info",
-        &format!("kernel={}", lab.media.url("/vmlinuz")),
-        "--instance-info",
-        &format!("ramdisk={}", lab.media.url("/initrd")),
-        "--instance-info",
-        "root_gb=1",
-        "--instance-info",
-        "image_os_hash_algo=sha256",
-        "--instance-info",
-        &format!("image_os_hash_value={}", image.part_sha256),
-    ]);
+    lab.set_partition_image(&node, image);
     let marker = image.marker(&image.part_root_uuid);
     let deploy = measure(
         &lab,

@@ -42,6 +42,26 @@ pub const GUEST_API: &str = "10.0.2.100:6385";
 /// Where the node finds the media server (a guest forward).
 pub const GUEST_MEDIA: &str = "10.0.2.101:8080";
 
+/// Where [`partition_media`] puts the test OS's root image, kernel and ramdisk.
+pub const TEST_OS_PARTITION_MEDIA: [&str; 3] = ["/root.img", "/vmlinuz", "/initrd"];
+
+/// The media server's files for [`Lab::set_partition_image`].
+pub fn partition_media(image: &crate::test_image::TestImage) -> Vec<(String, Vec<u8>)> {
+    let [root, kernel, ramdisk] = TEST_OS_PARTITION_MEDIA;
+    [
+        (root, &image.part_image),
+        (kernel, &image.kernel),
+        (ramdisk, &image.ramdisk),
+    ]
+    .into_iter()
+    .map(|(path, file)| {
+        let bytes =
+            std::fs::read(file).unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
+        (path.to_owned(), bytes)
+    })
+    .collect()
+}
+
 /// Firmware of the node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Firmware {
@@ -367,6 +387,50 @@ impl Lab {
     /// `baremetal ARGS`, which must succeed; its stdout.
     pub fn bm(&self, args: &[&str]) -> String {
         crate::baremetal::succeeded(args, &self.baremetal(args))
+    }
+
+    /// Sets the node's instance to the whole-disk image at `url` (`format` `raw` or `qcow2`,
+    /// checked against `sha256`), with `extra` arguments of `baremetal node set`.
+    pub fn set_whole_disk_image(
+        &self,
+        node: &str,
+        url: &str,
+        format: &str,
+        sha256: &str,
+        extra: &[&str],
+    ) {
+        let source = format!("image_source={url}");
+        let format = format!("image_disk_format={format}");
+        let hash = format!("image_os_hash_value={sha256}");
+        let mut args = vec!["node", "set", node, "--instance-info", &source];
+        args.extend(["--instance-info", &format, "--instance-info"]);
+        args.extend(["image_os_hash_algo=sha256", "--instance-info", &hash]);
+        args.extend(extra);
+        self.bm(&args);
+    }
+
+    /// Sets the node's instance to the test OS's partition image, kernel and ramdisk, served
+    /// by the media server from [`TEST_OS_PARTITION_MEDIA`] (the conductor fetches all three:
+    /// host URLs), `root_gb` 1, netboot (the default for partition images).
+    pub fn set_partition_image(&self, node: &str, image: &crate::test_image::TestImage) {
+        let [root, kernel, ramdisk] = TEST_OS_PARTITION_MEDIA;
+        self.bm(&[
+            "node",
+            "set",
+            node,
+            "--instance-info",
+            &format!("image_source={}", self.media.url(root)),
+            "--instance-info",
+            &format!("kernel={}", self.media.url(kernel)),
+            "--instance-info",
+            &format!("ramdisk={}", self.media.url(ramdisk)),
+            "--instance-info",
+            "root_gb=1",
+            "--instance-info",
+            "image_os_hash_algo=sha256",
+            "--instance-info",
+            &format!("image_os_hash_value={}", image.part_sha256),
+        ]);
     }
 
     /// `baremetal node show NODE -f json`.

@@ -31,19 +31,7 @@ fn read(path: &std::path::Path) -> Vec<u8> {
 
 /// `image_source`, format and checksum fields for `path` on the lab's media server.
 fn set_image(lab: &Lab, node: &str, media_path: &str, format: &str, sha256: &str) {
-    lab.bm(&[
-        "node",
-        "set",
-        node,
-        "--instance-info",
-        &format!("image_source={}", lab.guest_media_url(media_path)),
-        "--instance-info",
-        &format!("image_disk_format={format}"),
-        "--instance-info",
-        "image_os_hash_algo=sha256",
-        "--instance-info",
-        &format!("image_os_hash_value={sha256}"),
-    ]);
+    lab.set_whole_disk_image(node, &lab.guest_media_url(media_path), format, sha256, &[]);
 }
 
 /// After an `agent_ilo` deploy: `active`, the node on, booting from its disk, both media out.

@@ -59,21 +59,14 @@ fn e2e_dhcpless_static_network_data() {
         }],
         "services": [{"type": "dns", "address": "10.0.2.3"}],
     });
-    lab.bm(&[
-        "node",
-        "set",
+    let network_data = network_data.to_string();
+    lab.set_whole_disk_image(
         &node,
-        "--network-data",
-        &network_data.to_string(),
-        "--instance-info",
-        &format!("image_source={}", lab.guest_media_url("/img.raw")),
-        "--instance-info",
-        "image_disk_format=raw",
-        "--instance-info",
-        "image_os_hash_algo=sha256",
-        "--instance-info",
-        &format!("image_os_hash_value={sha}"),
-    ]);
+        &lab.guest_media_url("/img.raw"),
+        "raw",
+        &sha,
+        &["--network-data", &network_data],
+    );
     assert_eq!(
         lab.show(&node)["network_data"]["networks"][0]["ip_address"],
         ip.as_str(),

@@ -52,19 +52,7 @@ fn sha256_hex(data: &[u8]) -> String {
 
 /// Points the node's instance at `url` (a raw image with that digest).
 fn set_image(lab: &Lab, node: &str, url: &str, sha: &str) {
-    lab.bm(&[
-        "node",
-        "set",
-        node,
-        "--instance-info",
-        &format!("image_source={url}"),
-        "--instance-info",
-        "image_disk_format=raw",
-        "--instance-info",
-        "image_os_hash_algo=sha256",
-        "--instance-info",
-        &format!("image_os_hash_value={sha}"),
-    ]);
+    lab.set_whole_disk_image(node, url, "raw", sha, &[]);
 }
 
 /// Deploys and waits for `deploy failed`; returns `last_error` and how long it took.

@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use vmdeploy_integration_tests::e2e::{Firmware, Lab, LabOptions};
+use vmdeploy_integration_tests::e2e::{partition_media, Firmware, Lab, LabOptions};
 use vmdeploy_integration_tests::test_image::{self, TestImage};
 
 /// Deploy ISO boot, the iSCSI write, the boot ISO build and the final boot under TCG.
@@ -25,42 +25,17 @@ const DEPLOY_LIMIT: Duration = Duration::from_secs(420);
 /// The boot ISO's loader and the test OS's kernel after a power-on.
 const OS_BOOT_LIMIT: Duration = Duration::from_secs(180);
 
-fn read(path: &std::path::Path) -> Vec<u8> {
-    std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
-}
-
 fn netboot_deploy_and_reboot(firmware: Firmware, name: &str) {
     let image: TestImage = test_image::ensure();
     let lab = Lab::start(
         name,
         LabOptions {
-            media: vec![
-                ("/root.img".into(), read(&image.part_image)),
-                ("/vmlinuz".into(), read(&image.kernel)),
-                ("/initrd".into(), read(&image.ramdisk)),
-            ],
+            media: partition_media(&image),
             ..Default::default()
         },
     );
     let node = lab.enroll("e2e-iscsi", "iscsi_ilo", firmware);
-    // The conductor fetches the image, kernel and ramdisk itself (host URLs).
-    lab.bm(&[
-        "node",
-        "set",
-        &node,
-        "--instance-info",
-        &format!("image_source={}", lab.media.url("/root.img")),
-        "--instance-info",
-        &format!("kernel={}", lab.media.url("/vmlinuz")),
-        "--instance-info",
-        &format!("ramdisk={}", lab.media.url("/initrd")),
-        "--instance-info",
-        "root_gb=1",
-        "--instance-info",
-        "image_os_hash_algo=sha256",
-        "--instance-info",
-        &format!("image_os_hash_value={}", image.part_sha256),
-    ]);
+    lab.set_partition_image(&node, &image);
     let marker = image.marker(&image.part_root_uuid);
 
     lab.bm(&["node", "deploy", &node]);
