@@ -45,9 +45,8 @@ impl KernelPackage {
             .tempdir()
             .context("creating a scratch directory for the kernel package")?;
         let root = dir.path();
-        run_tool(
+        crate::tool::run(
             Command::new("dpkg-deb").arg("-x").arg(deb).arg(root),
-            "dpkg-deb",
             "apt-get install dpkg",
         )
         .with_context(|| format!("unpacking {}", deb.display()))?;
@@ -59,9 +58,8 @@ impl KernelPackage {
             "{} holds no boot/vmlinuz-{release}",
             deb.display()
         );
-        run_tool(
+        crate::tool::run(
             Command::new("depmod").arg("-b").arg(root).arg(&release),
-            "depmod",
             "apt-get install kmod",
         )
         .with_context(|| format!("indexing the modules of {release}"))?;
@@ -97,25 +95,6 @@ fn only_release(modules: &Path) -> anyhow::Result<String> {
     }
 }
 
-/// Runs `cmd`; a missing program fails with `fix` as the hint, a failure with its stderr.
-fn run_tool(cmd: &mut Command, name: &str, fix: &str) -> anyhow::Result<()> {
-    let out = match cmd.output() {
-        Ok(out) => out,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            bail!("{name} is not installed (fix: {fix})")
-        }
-        Err(e) => return Err(e).with_context(|| format!("starting {name}")),
-    };
-    if !out.status.success() {
-        bail!(
-            "{name} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,16 +104,6 @@ mod tests {
         let err = KernelPackage::unpack(Path::new("/nonexistent/linux-image.deb"))
             .expect_err("no such file");
         assert!(format!("{err:#}").contains("scripts/setup"), "{err:#}");
-        let err = run_tool(
-            &mut Command::new("vmdeploy-no-such-tool"),
-            "vmdeploy-no-such-tool",
-            "apt-get install x",
-        )
-        .expect_err("missing tool");
-        assert_eq!(
-            format!("{err:#}"),
-            "vmdeploy-no-such-tool is not installed (fix: apt-get install x)"
-        );
     }
 
     #[test]

@@ -24,6 +24,7 @@ mod kmod;
 mod loaders;
 mod module_strip;
 mod test_image;
+mod tool;
 
 #[derive(Parser)]
 #[command(

@@ -62,7 +62,7 @@ pub fn make_esp(bootx64: &[u8], scratch: &Path, epoch: u64) -> anyhow::Result<Ve
     let epoch_s = epoch.to_string();
     // --invariant: mkfs.vfat stamps the volume label entry with the clock otherwise
     // (dosfstools 4.2); -i still sets our volume id.
-    super::run_tool(
+    crate::tool::run(
         Command::new("mkfs.vfat")
             .args([
                 "--invariant",
@@ -78,7 +78,7 @@ pub fn make_esp(bootx64: &[u8], scratch: &Path, epoch: u64) -> anyhow::Result<Ve
     )?;
     // mtools stamps new directories with SOURCE_DATE_EPOCH, and `mcopy -m` keeps the file's
     // modification time (set above).
-    super::run_tool(
+    crate::tool::run(
         Command::new("mmd")
             .env("SOURCE_DATE_EPOCH", &epoch_s)
             .env("MTOOLS_SKIP_CHECK", "1")
@@ -87,7 +87,7 @@ pub fn make_esp(bootx64: &[u8], scratch: &Path, epoch: u64) -> anyhow::Result<Ve
             .args(["::/EFI", "::/EFI/BOOT"]),
         "apt-get install mtools",
     )?;
-    super::run_tool(
+    crate::tool::run(
         Command::new("mcopy")
             .env("SOURCE_DATE_EPOCH", &epoch_s)
             .env("MTOOLS_SKIP_CHECK", "1")
@@ -218,7 +218,7 @@ pub fn write_sparse(out: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 /// `qemu-img convert -O qcow2` (uncompressed: the agent streams qcow2 clusters as they are).
 pub fn to_qcow2(raw: &Path, out: &Path) -> anyhow::Result<()> {
     let _ = std::fs::remove_file(out);
-    super::run_tool(
+    crate::tool::run(
         Command::new("qemu-img")
             .args(["convert", "-q", "-f", "raw", "-O", "qcow2"])
             .arg(raw)

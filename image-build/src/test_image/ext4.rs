@@ -104,7 +104,7 @@ pub fn make(
     let _ = std::fs::remove_file(image);
     let epoch_s = epoch.to_string();
     // Block size, inode size and ratio given, so the host's mke2fs.conf changes less.
-    super::run_tool(
+    crate::tool::run(
         Command::new("mkfs.ext4")
             .env("E2FSPROGS_FAKE_TIME", &epoch_s)
             .env("SOURCE_DATE_EPOCH", &epoch_s)

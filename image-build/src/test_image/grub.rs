@@ -146,7 +146,7 @@ fn mkimage(
     let cfg = scratch.join(format!("grub-{format}.cfg"));
     std::fs::write(&cfg, config).with_context(|| format!("writing {}", cfg.display()))?;
     let out = scratch.join(format!("grub-{format}.img"));
-    super::run_tool(
+    crate::tool::run(
         Command::new("grub-mkimage")
             .args(["-O", format, "-p", "/boot/grub"])
             .arg("-d")

@@ -38,7 +38,6 @@ mod ramdisk;
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{bail, Context as _};
 use sha2::{Digest as _, Sha256};
@@ -439,27 +438,6 @@ pub fn sha256_file(path: &Path) -> anyhow::Result<String> {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Runs a tool; a missing program fails with `fix` as the hint, a failure with its stderr.
-fn run_tool(cmd: &mut Command, fix: &str) -> anyhow::Result<()> {
-    let name = cmd.get_program().to_string_lossy().into_owned();
-    let out = match cmd.output() {
-        Ok(out) => out,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            bail!("{name} is not installed (fix: {fix})")
-        }
-        Err(e) => return Err(e).with_context(|| format!("starting {name}")),
-    };
-    if !out.status.success() {
-        bail!(
-            "{name} failed ({}): {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim(),
-            String::from_utf8_lossy(&out.stdout).trim()
-        );
-    }
-    Ok(())
 }
 
 #[cfg(test)]
