@@ -241,15 +241,15 @@ pub(crate) async fn fail_clean(
     flow: Option<&Arc<dyn DeployInterface>>,
     message: String,
 ) {
-    tracing::error!("{message}");
-    if !apply(node, Event::Fail) {
-        move_to(node, ProvisionState::CleanFailed);
-    }
-    node.last_error = Some(message);
     crate::deploy::clean::forget_plan(&mut node.driver_internal_info);
-    if let Err(err) = core.store().update_node(node).await {
-        tasks::log_store_error(&err, "the failed cleaning");
-    }
+    record_failure(
+        core,
+        node,
+        ProvisionState::CleanFailed,
+        message,
+        "the failed cleaning",
+    )
+    .await;
     clean_up_after_failure(core, node, flow).await;
     super::heartbeat::wipe_agent_secrets(node);
     if let Err(err) = core.store().update_node(node).await {
@@ -269,14 +269,14 @@ async fn run_deploy(core: &Core, mut node: Node, flow: Arc<dyn DeployInterface>)
             "Deploy of node {} failed validation, nothing on the node was changed: {err:#}",
             node.uuid
         );
-        tracing::error!("{message}");
-        if !apply(&mut node, Event::Fail) {
-            move_to(&mut node, ProvisionState::DeployFailed);
-        }
-        node.last_error = Some(message);
-        if let Err(err) = core.store().update_node(&node).await {
-            tasks::log_store_error(&err, "the failed validation");
-        }
+        record_failure(
+            core,
+            &mut node,
+            ProvisionState::DeployFailed,
+            message,
+            "the failed validation",
+        )
+        .await;
         return;
     }
     match flow.deploy(&mut node).await {
@@ -340,16 +340,36 @@ pub(crate) async fn fail_deploy(
     flow: Option<&Arc<dyn DeployInterface>>,
     message: String,
 ) {
+    // Recorded before the clean-up, so a crash during it still leaves the right state.
+    record_failure(
+        core,
+        node,
+        ProvisionState::DeployFailed,
+        message,
+        "the failed deploy",
+    )
+    .await;
+    clean_up_after_failure(core, node, flow).await;
+}
+
+/// Logs `message`, moves the node on with `Fail` (to `failed_state` where the state machine
+/// has no such transition), sets `last_error` and stores the node (`what` names it in a store
+/// error).
+async fn record_failure(
+    core: &Core,
+    node: &mut Node,
+    failed_state: ProvisionState,
+    message: String,
+    what: &str,
+) {
     tracing::error!("{message}");
     if !apply(node, Event::Fail) {
-        move_to(node, ProvisionState::DeployFailed);
+        move_to(node, failed_state);
     }
     node.last_error = Some(message);
-    // Recorded before the clean-up, so a crash during it still leaves the right state.
     if let Err(err) = core.store().update_node(node).await {
-        tasks::log_store_error(&err, "the failed deploy");
+        tasks::log_store_error(&err, what);
     }
-    clean_up_after_failure(core, node, flow).await;
 }
 
 /// The flow's clean-up (media, objects, token), then power off; what fails is appended to
