@@ -1,8 +1,8 @@
 //! `GET /v1/drivers`, `/v1/drivers/{name}` and `/v1/drivers/{name}/properties`: the drivers
 //! that work here (DESIGN.md §3): the classic `agent_ilo`, and the modern hardware types `ilo`
 //! (`ilo-virtual-media` boot) and `redfish` (`redfish-virtual-media` boot) as its aliases.
-//! `iscsi_ilo` (whole-disk images so far) is the classic iSCSI driver; `pxe_ilo` joins the
-//! table when its flow lands.
+//! `iscsi_ilo` is the classic iSCSI driver over virtual media, `pxe_ilo` the same iSCSI deploy
+//! booted from the network (`pxe` boot: no virtual-media licence needed).
 
 use std::collections::HashMap;
 
@@ -50,6 +50,15 @@ pub(super) const DRIVERS: &[Driver] = &[
         name: "iscsi_ilo",
         kind: "classic",
         boot: "ilo-virtual-media",
+        deploy: "iscsi",
+        management: "ilo",
+        power: "ilo",
+        vendor: "ilo",
+    },
+    Driver {
+        name: "pxe_ilo",
+        kind: "classic",
+        boot: "pxe",
         deploy: "iscsi",
         management: "ilo",
         power: "ilo",

@@ -937,7 +937,10 @@ mod drivers {
             .iter()
             .filter_map(|d| d["name"].as_str())
             .collect();
-        assert_eq!(names, ["agent_ilo", "iscsi_ilo", "ilo", "redfish"]);
+        assert_eq!(
+            names,
+            ["agent_ilo", "iscsi_ilo", "pxe_ilo", "ilo", "redfish"]
+        );
         assert_eq!(reply.json["drivers"][0]["hosts"], json!([CONDUCTOR]));
         assert_eq!(reply.json["drivers"][0]["type"], "classic");
         let reply = call(&router, Method::GET, "/v1/drivers/?type=dynamic", None).await;

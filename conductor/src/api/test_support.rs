@@ -84,6 +84,7 @@ pub(super) fn app() -> (axum::Router, TestStore) {
         config: DeployConfig::for_tests(),
         images: None,
         boot_isos: None,
+        netboot: None,
     });
     let manager = Arc::new(Manager::new(
         deploy,

@@ -209,6 +209,22 @@ impl Bmc {
             .with_context(|| self.ctx("setting the persistent boot to the CD"))
     }
 
+    /// Boots the next boot only from the network (PXE): `pxe_ilo`'s deploy ramdisk.
+    pub(super) async fn boot_once_from_network(&self) -> anyhow::Result<()> {
+        self.client
+            .set_one_time_boot(&BootDevice::Network)
+            .await
+            .with_context(|| self.ctx("setting the one-time boot to the network"))
+    }
+
+    /// Boots from the network from now on, at every boot: a `pxe_ilo` netboot instance.
+    pub(super) async fn boot_from_network(&self) -> anyhow::Result<()> {
+        self.client
+            .set_persistent_boot(&BootDevice::Network)
+            .await
+            .with_context(|| self.ctx("setting the persistent boot to the network"))
+    }
+
     /// Boots from the local disk from now on.
     pub(super) async fn boot_from_disk(&self) -> anyhow::Result<()> {
         self.client

@@ -583,6 +583,7 @@ mod tests {
             config: super::super::DeployConfig::for_tests(),
             images: None,
             boot_isos: None,
+            netboot: None,
         };
         let mut node = Node::new(
             uuid::Uuid::new_v4(),

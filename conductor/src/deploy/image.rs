@@ -315,6 +315,36 @@ pub fn image_info(node: Uuid, image: &InstanceImage, url: &str) -> Value {
     info
 }
 
+/// A kernel or ramdisk from the image cache, kept byte for byte.
+pub(super) async fn fetch_as_is(
+    ctx: &super::DeployContext,
+    images: &crate::image_cache::ImageCache,
+    field: &str,
+    reference: &str,
+) -> anyhow::Result<crate::image_cache::CachedImage> {
+    let parsed = ImageRef::parse(field, reference)?;
+    let url = match &parsed {
+        // A file on the conductor is read where it is.
+        ImageRef::File(path) => format!("file://{}", path.display()),
+        other => {
+            resolve(
+                ctx.objects.as_ref(),
+                &ctx.config.container,
+                field,
+                other,
+                ctx.config.deploy_helper_images_ttl,
+            )
+            .await?
+        }
+    };
+    images
+        .get(&crate::image_cache::ImageSource::as_is(
+            reference, url, None,
+        ))
+        .await
+        .with_context(|| format!("fetching {field} {reference}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,6 +24,7 @@ pub mod clean;
 pub mod floppy;
 pub mod image;
 pub mod iscsi;
+pub mod pxe;
 pub mod vmedia;
 
 /// Driver names deployed by [`agent::AgentDeploy`]: `agent_ilo`, and the modern hardware types
@@ -114,6 +115,8 @@ pub struct DeployContext {
     /// The boot ISOs netboot instances share (`iscsi_ilo` partition images); `None` where no
     /// flow needs them.
     pub boot_isos: Option<Arc<boot_iso::BootIsos>>,
+    /// The network boot service `pxe_ilo` boots nodes from; `None` when it is off.
+    pub netboot: Option<Arc<crate::netboot::Netboot>>,
 }
 
 impl DeployContext {
@@ -216,6 +219,8 @@ pub fn for_driver(driver: &str, context: Arc<DeployContext>) -> Option<Arc<dyn D
         Some(Arc::new(agent::AgentDeploy::new(context)))
     } else if iscsi::ISCSI_DRIVERS.contains(&driver) {
         Some(Arc::new(iscsi::IscsiDeploy::new(context)))
+    } else if pxe::PXE_DRIVERS.contains(&driver) {
+        Some(Arc::new(pxe::PxeDeploy::new(context)))
     } else {
         None
     }

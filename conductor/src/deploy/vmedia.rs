@@ -74,7 +74,8 @@ pub(super) async fn validate_node(ctx: &DeployContext, node: &Node) -> anyhow::R
     let (licensed, licences) = bmc.vmedia_licensed().await?;
     if !licensed {
         bail!(
-            "virtual media needs an iLO Advanced licence; this iLO has: {}",
+            "virtual media needs an iLO Advanced licence; this iLO has: {}. Deploy this node \
+             with the pxe_ilo driver (network boot, iLO for power and boot device only)",
             if licences.is_empty() {
                 "none"
             } else {

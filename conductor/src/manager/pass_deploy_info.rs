@@ -75,7 +75,7 @@ pub(crate) async fn pass_deploy_info(
         .filter(|flow| flow.takes_pass_deploy_info())
     else {
         return Err(ManagerError::Invalid(format!(
-            "pass_deploy_info is for iscsi_ilo nodes; node {} uses driver {} whose ramdisk \
+            "pass_deploy_info is for iscsi_ilo and pxe_ilo nodes; node {} uses driver {} whose ramdisk \
              reports through heartbeats",
             node.uuid, node.driver
         )));

@@ -209,6 +209,7 @@ impl Harness {
             config: DeployConfig::for_tests(),
             images: None,
             boot_isos: None,
+            netboot: None,
         });
         let manager = Arc::new(Manager::new(context, config));
         let flow = Arc::new(ScriptedFlow::default());

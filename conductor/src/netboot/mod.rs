@@ -7,3 +7,27 @@
 //! - the per-node boot configuration files (PXELINUX, GRUB, iPXE) written at prepare time and
 //!   removed at tear-down and on every failure;
 //! - HTTP serving of the same root for iPXE.
+//!
+//! # Design
+//! Nothing here knows a node's state: the `pxe_ilo` flow ([`crate::deploy::pxe`]) decides what
+//! a node boots and calls [`files::BootRoot`]; the servers only read the root.
+
+pub mod config;
+pub mod files;
+pub mod http;
+pub mod path;
+
+/// The netboot settings (the `[netboot]` table) and the boot root they name.
+#[derive(Debug, Clone)]
+pub struct Netboot {
+    /// The directory TFTP and HTTP serve, with the per-node files.
+    pub root: files::BootRoot,
+    /// The deploy kernel when a node's `driver_info.pxe_deploy_kernel` is silent.
+    pub deploy_kernel: Option<String>,
+    /// The deploy ramdisk when `driver_info.pxe_deploy_ramdisk` is silent.
+    pub deploy_ramdisk: Option<String>,
+    /// Words added to every deploy ramdisk's command line (Ironic's `pxe_append_params`).
+    pub append_params: String,
+    /// Words added to a netboot instance's command line after `root=UUID=…`.
+    pub instance_append_params: String,
+}

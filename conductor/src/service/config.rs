@@ -26,6 +26,8 @@ use vmdeploy_shared::secret::Secret;
 
 use crate::logging::LogFormat;
 
+pub mod netboot;
+
 /// The dotted names of every configuration key.
 pub mod keys {
     /// API listen addresses (`ip:port`, several allowed).
@@ -263,6 +265,8 @@ pub struct ConfigFile {
     pub images: ImagesSection,
     /// `[log]`
     pub log: LogSection,
+    /// `[netboot]`
+    pub netboot: netboot::NetbootSection,
 }
 
 /// `[api]`
@@ -825,6 +829,8 @@ pub struct Settings {
     pub log_format: LogFormat,
     /// Log filter.
     pub log_level: String,
+    /// `[netboot]`; `None`: the network boot service is off.
+    pub netboot: Option<netboot::NetbootSettings>,
     /// The defaults used, in the order they were decided.
     pub fallbacks: Vec<Fallback>,
 }
@@ -1207,6 +1213,7 @@ impl Settings {
             ));
         }
 
+        let netboot = netboot::resolve(file.netboot, &state_dir)?;
         Ok(Settings {
             source: source.map(Path::to_path_buf),
             listen,
@@ -1276,6 +1283,7 @@ impl Settings {
             image_cache_limit,
             log_format: file.log.format,
             log_level,
+            netboot,
             fallbacks,
         })
     }

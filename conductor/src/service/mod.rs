@@ -291,11 +291,17 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_cmdline_append(&settings.boot_iso_append)
         .with_temp_url_ttl(settings.boot_iso_ttl),
     );
+    let (netboot_tx, netboot_rx) = tokio::sync::watch::channel(false);
+    let netboot = match &settings.netboot {
+        Some(netboot) => Some(start_netboot(netboot, netboot_rx).await?),
+        None => None,
+    };
     let deploy = Arc::new(DeployContext {
         store,
         objects,
         images: Some(images),
         boot_isos: Some(boot_isos),
+        netboot,
         config: DeployConfig {
             api_url,
             api_ca_pem: certs.api_ca_pem,
@@ -369,8 +375,45 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     manager.drain(left.max(Duration::from_secs(1))).await;
     let _ = duties_tx.send(true);
     let _ = objects_tx.send(true);
+    let _ = netboot_tx.send(true);
     tracing::info!(requests_cut = report.cut.len(), "stopped");
     Ok(())
+}
+
+/// Opens the boot root and starts the netboot listeners (`[netboot]`); they stop when
+/// `stop` turns true.
+async fn start_netboot(
+    settings: &config::netboot::NetbootSettings,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Arc<crate::netboot::Netboot>> {
+    let root = {
+        let (dir, url) = (settings.root.clone(), settings.http_url.clone());
+        tokio::task::spawn_blocking(move || crate::netboot::files::BootRoot::open(dir, url))
+            .await
+            .context("opening the boot root")??
+    };
+    let stopped = |mut stop: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    if let Some(addr) = settings.http_listen {
+        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+            format!("binding the netboot HTTP listener {addr} (netboot.http_listen)")
+        })?;
+        let bound = listener.local_addr().context("the netboot HTTP address")?;
+        tracing::info!(address = %bound, url = settings.http_url.as_deref().unwrap_or(""), root = %settings.root.display(), "netboot HTTP listening");
+        tokio::spawn(crate::netboot::http::serve(
+            listener,
+            settings.root.clone(),
+            stopped(stop.clone()),
+        ));
+    }
+    Ok(Arc::new(crate::netboot::Netboot {
+        root,
+        deploy_kernel: settings.deploy_kernel.clone(),
+        deploy_ramdisk: settings.deploy_ramdisk.clone(),
+        append_params: settings.append_params.clone(),
+        instance_append_params: settings.instance_append_params.clone(),
+    }))
 }
 
 fn create_state_dir(settings: &Settings) -> anyhow::Result<()> {

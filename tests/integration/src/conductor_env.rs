@@ -605,6 +605,7 @@ impl Conductor {
             config,
             images,
             boot_isos,
+            netboot: None,
         });
         let manager = Arc::new(Manager::new(
             Arc::clone(&context),

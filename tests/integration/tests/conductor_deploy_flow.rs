@@ -90,6 +90,7 @@ async fn rig(emulator_args: &[&str], api_url: &str, image: &[u8], properties: Va
         config: deploy_config(api_url.into(), Some(pki.ca_pem.clone())),
         images: None,
         boot_isos: None,
+        netboot: None,
     });
     let deploy = AgentDeploy::new(ctx).with_agent_power_off_wait(Duration::from_secs(2));
     Rig {

@@ -61,6 +61,59 @@ pub mod write;
 
 pub use done::notify_done;
 
+/// What both iSCSI flows (`iscsi_ilo`, `pxe_ilo`) do once the ramdisk has called back: the
+/// image from the cache onto the ramdisk's LUN (whole disk, or partition table and
+/// partitions), the written disk's identifier recorded in `driver_internal_info`, a logout,
+/// and `done` to the ramdisk.
+pub(super) async fn write_over_iscsi(
+    ctx: &DeployContext,
+    node: &mut Node,
+    info: &ValidPassDeployInfo,
+) -> anyhow::Result<write::Written> {
+    let instance = InstanceInfo::of(node).context("instance_info")?;
+    let whole_disk = instance.is_whole_disk(&node.driver_internal_info);
+    let job = if whole_disk {
+        write::DiskJob::WholeDisk
+    } else {
+        write::DiskJob::Partition(write::PartitionJob::of(
+            node,
+            &instance,
+            deployed_boot_mode(node)?,
+        )?)
+    };
+    let image = cached_image(ctx, node).await?;
+    let portal = SocketAddr::new(info.address, ctx.config.iscsi_port).to_string();
+    let mut login = SessionConfig::new(&portal, &info.iqn, DISK_LUN);
+    // The ramdisk's target requires the CHAP credentials it was given.
+    login.chap = ctx.config.iscsi_chap.as_ref().map(|c| {
+        vmdeploy_shared::iscsi::chap::ChapCredentials::new(
+            c.user.clone(),
+            c.secret.expose().as_bytes(),
+        )
+    });
+    let session = Session::open(&login)
+        .await
+        .with_context(|| format!("logging in to {} at {portal}", info.iqn))?;
+    let written = write::write_image(&session, &image, &job).await;
+    if let Err(e) = session.logout().await {
+        tracing::warn!(node = %node.uuid, error = %e, "iSCSI logout failed");
+    }
+    let written = written?;
+    tracing::info!(
+        node = %node.uuid,
+        bytes = image.size,
+        root_uuid_or_disk_id = written.root_uuid_or_disk_id,
+        "image written over iSCSI"
+    );
+    node.driver_internal_info
+        .insert(ROOT_UUID_KEY.into(), json!(written.root_uuid_or_disk_id));
+    node.driver_internal_info
+        .insert("is_whole_disk_image".into(), json!(written.is_whole_disk));
+    drop(image);
+    notify_done(info.address, ctx.config.done_port, &ctx.config.done).await?;
+    Ok(written)
+}
+
 /// The `iscsi_ilo` deploy interface.
 pub struct IscsiDeploy {
     ctx: Arc<DeployContext>,
@@ -71,40 +124,43 @@ impl IscsiDeploy {
     pub fn new(ctx: Arc<DeployContext>) -> IscsiDeploy {
         IscsiDeploy { ctx }
     }
+}
 
-    /// The instance image, fetched into the cache (or found there).
-    async fn cached_image(&self, node: &Node) -> anyhow::Result<crate::image_cache::CachedImage> {
-        let images = self.ctx.images.as_ref().context(
-            "this conductor has no instance image cache (images.cache_dir), which iscsi_ilo needs",
-        )?;
-        let image = image::any_instance_image(&node.instance_info)?;
-        let url = match &image.source {
-            // A file on the conductor is read where it is: no trip through the object store.
-            image::ImageRef::File(path) => format!("file://{}", path.display()),
-            other => {
-                image::resolve(
-                    self.ctx.objects.as_ref(),
-                    &self.ctx.config.container,
-                    "instance_info/image_source",
-                    other,
-                    self.ctx.config.deploy_helper_images_ttl,
-                )
-                .await?
-            }
-        };
-        let digest = ExpectedDigest::new(
-            image.digest.algo.parse().with_context(|| {
-                format!("instance_info: checksum algorithm {:?}", image.digest.algo)
-            })?,
-            &image.digest.value,
-        )
-        .context("instance_info: the image checksum")?;
-        let source = ImageSource::new(&image.source_text, url, Some(digest));
-        images
-            .get(&source)
-            .await
-            .with_context(|| format!("fetching the instance image {}", image.source_text))
-    }
+/// The instance image, fetched into the cache (or found there).
+async fn cached_image(
+    ctx: &DeployContext,
+    node: &Node,
+) -> anyhow::Result<crate::image_cache::CachedImage> {
+    let images = ctx.images.as_ref().context(
+        "this conductor has no instance image cache (images.cache_dir), which iscsi_ilo needs",
+    )?;
+    let image = image::any_instance_image(&node.instance_info)?;
+    let url = match &image.source {
+        // A file on the conductor is read where it is: no trip through the object store.
+        image::ImageRef::File(path) => format!("file://{}", path.display()),
+        other => {
+            image::resolve(
+                ctx.objects.as_ref(),
+                &ctx.config.container,
+                "instance_info/image_source",
+                other,
+                ctx.config.deploy_helper_images_ttl,
+            )
+            .await?
+        }
+    };
+    let digest = ExpectedDigest::new(
+        image.digest.algo.parse().with_context(|| {
+            format!("instance_info: checksum algorithm {:?}", image.digest.algo)
+        })?,
+        &image.digest.value,
+    )
+    .context("instance_info: the image checksum")?;
+    let source = ImageSource::new(&image.source_text, url, Some(digest));
+    images
+        .get(&source)
+        .await
+        .with_context(|| format!("fetching the instance image {}", image.source_text))
 }
 
 /// Where the instance boots from: a whole-disk image always from its disk; a partition image
@@ -226,55 +282,14 @@ impl DeployInterface for IscsiDeploy {
         let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
         // The ramdisk has read its floppy and booted: media out, floppy object gone.
         vmedia::cleanup(&self.ctx, Some(&bmc), node).await;
-        let instance = InstanceInfo::of(node).context("instance_info")?;
-        let whole_disk = instance.is_whole_disk(&node.driver_internal_info);
-        let option = recorded_boot_option(node)
-            .map(Ok)
-            .unwrap_or_else(|| boot_option(&instance, whole_disk))?;
-        let job = if whole_disk {
-            write::DiskJob::WholeDisk
-        } else {
-            write::DiskJob::Partition(write::PartitionJob::of(
-                node,
+        let option = recorded_boot_option(node).map(Ok).unwrap_or_else(|| {
+            let instance = InstanceInfo::of(node).context("instance_info")?;
+            boot_option(
                 &instance,
-                deployed_boot_mode(node)?,
-            )?)
-        };
-        let image = self.cached_image(node).await?;
-        let portal = SocketAddr::new(info.address, self.ctx.config.iscsi_port).to_string();
-        let mut login = SessionConfig::new(&portal, &info.iqn, DISK_LUN);
-        // The ramdisk's target requires the CHAP credentials its floppy carried.
-        login.chap = self.ctx.config.iscsi_chap.as_ref().map(|c| {
-            vmdeploy_shared::iscsi::chap::ChapCredentials::new(
-                c.user.clone(),
-                c.secret.expose().as_bytes(),
+                instance.is_whole_disk(&node.driver_internal_info),
             )
-        });
-        let session = Session::open(&login)
-            .await
-            .with_context(|| format!("logging in to {} at {portal}", info.iqn))?;
-        let written = write::write_image(&session, &image, &job).await;
-        if let Err(e) = session.logout().await {
-            tracing::warn!(node = %node.uuid, error = %e, "iSCSI logout failed");
-        }
-        let written = written?;
-        tracing::info!(
-            node = %node.uuid,
-            bytes = image.size,
-            root_uuid_or_disk_id = written.root_uuid_or_disk_id,
-            "image written over iSCSI"
-        );
-        node.driver_internal_info
-            .insert(ROOT_UUID_KEY.into(), json!(written.root_uuid_or_disk_id));
-        node.driver_internal_info
-            .insert("is_whole_disk_image".into(), json!(written.is_whole_disk));
-        drop(image);
-        notify_done(
-            info.address,
-            self.ctx.config.done_port,
-            &self.ctx.config.done,
-        )
-        .await?;
+        })?;
+        let written = write_over_iscsi(&self.ctx, node, info).await?;
         match option {
             BootOption::Local => bmc.boot_from_disk().await?,
             BootOption::Netboot => {

@@ -39,7 +39,7 @@ use super::super::bmc::{Bmc, VmediaDevice};
 use super::super::boot_iso::{self, BootIsoKey, BootIsoSource, BootIsos};
 use super::super::image::{self, ImageRef};
 use super::super::DeployContext;
-use crate::image_cache::{FetchPolicy, ImageSource};
+use crate::image_cache::FetchPolicy;
 use crate::node::instance_info::InstanceInfo;
 use crate::objects::ObjectPath;
 use crate::store::Node;
@@ -184,8 +184,9 @@ async fn acquire_built(
         bail!("the root file system's UUID {root_uuid:?} cannot go on a kernel command line");
     }
     let (kernel_ref, ramdisk_ref) = (kernel.to_string(), ramdisk.to_string());
-    let kernel_file = fetch_as_is(ctx, images, "instance_info/kernel", &kernel_ref).await?;
-    let ramdisk_file = fetch_as_is(ctx, images, "instance_info/ramdisk", &ramdisk_ref).await?;
+    let kernel_file = image::fetch_as_is(ctx, images, "instance_info/kernel", &kernel_ref).await?;
+    let ramdisk_file =
+        image::fetch_as_is(ctx, images, "instance_info/ramdisk", &ramdisk_ref).await?;
     let key = BootIsoKey {
         image_ref: info.image_source.to_string(),
         kernel_ref,
@@ -211,34 +212,6 @@ fn boot_isos(ctx: &DeployContext) -> anyhow::Result<&BootIsos> {
         "this conductor has no boot ISO store, which netboot of a partition image needs \
          (or give one in instance_info.ilo_boot_iso)",
     )
-}
-
-/// A kernel or ramdisk from the image cache, kept byte for byte.
-async fn fetch_as_is(
-    ctx: &DeployContext,
-    images: &crate::image_cache::ImageCache,
-    field: &str,
-    reference: &str,
-) -> anyhow::Result<crate::image_cache::CachedImage> {
-    let parsed = ImageRef::parse(field, reference)?;
-    let url = match &parsed {
-        // A file on the conductor is read where it is.
-        ImageRef::File(path) => format!("file://{}", path.display()),
-        other => {
-            image::resolve(
-                ctx.objects.as_ref(),
-                &ctx.config.container,
-                field,
-                other,
-                ctx.config.deploy_helper_images_ttl,
-            )
-            .await?
-        }
-    };
-    images
-        .get(&ImageSource::as_is(reference, url, None))
-        .await
-        .with_context(|| format!("fetching {field} {reference}"))
 }
 
 /// Checks a given ISO: an `http(s)` URL answers a `HEAD` with success (as Ironic validates

@@ -1,0 +1,420 @@
+//! The `pxe_ilo` deploy (DESIGN.md §3; ../shared/reference/ironic-protocols.md §1.5, §2): for
+//! a server whose iLO has no Advanced licence, so no virtual media. The iLO still manages
+//! power, the boot device and the boot mode; the deploy ramdisk boots from the network, and
+//! the image is written over iSCSI exactly as `iscsi_ilo` writes it.
+//!
+//! # Flow
+//! - `deploy`: power off; the boot mode from the node's capabilities; the deploy kernel and
+//!   ramdisk (`driver_info.pxe_deploy_kernel`/`pxe_deploy_ramdisk`, else `netboot.deploy_*`)
+//!   from the image cache into the boot root, with PXELINUX, GRUB and iPXE configurations
+//!   under the node's MACs ([`crate::netboot::files`]); the deploy parameters on the kernel
+//!   command line (the PXE form of the floppy's keys, with a fresh one-use deploy key); a
+//!   one-time network boot; power on → `wait call-back`.
+//! - `pass_deploy_info` (the manager has checked and burnt the key): the node's boot files go
+//!   (the ramdisk is up, and the command line held the key); the image is written over iSCSI
+//!   and `done` sent ([`super::iscsi::write_over_iscsi`]); then either the disk as the
+//!   persistent boot device (`boot_option=local`, whole-disk images) or, for a netboot
+//!   partition image, the instance's own kernel and ramdisk in the boot root with
+//!   `root=UUID=<written root>` and the network as the persistent boot device; power cycle →
+//!   `active`.
+//! - Tear-down and every failure remove the node's boot files and forget the key.
+//!
+//! # Limitations
+//! As for `iscsi_ilo`, a partition image cannot boot locally (no boot loader is installed in
+//! it). DHCP stays the site's: the conductor serves files, the site's DHCP points servers at
+//! them (README). No automated cleaning: cleaning would boot the agent the same way, which is
+//! left for later.
+
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+use vmdeploy_shared::api::ValidPassDeployInfo;
+use vmdeploy_shared::params::{keys, BootOption};
+
+use super::bmc::{Bmc, BootMode};
+use super::image::{self, ImageRef};
+use super::iscsi::{self, BOOT_OPTION_KEY, ROOT_UUID_KEY};
+use super::{floppy, vmedia, DeployContext, DeployInterface, DeployStep};
+use crate::manager::HeartbeatRequest;
+use crate::netboot::config::Mac;
+use crate::netboot::files::BootFiles;
+use crate::netboot::Netboot;
+use crate::node::instance_info::InstanceInfo;
+use crate::store::Node;
+
+/// Driver names deployed by [`PxeDeploy`].
+pub const PXE_DRIVERS: [&str; 1] = ["pxe_ilo"];
+/// `driver_info` key of the deploy kernel (Ironic's).
+pub const DEPLOY_KERNEL_FIELD: &str = "pxe_deploy_kernel";
+/// `driver_info` key of the deploy ramdisk (Ironic's).
+pub const DEPLOY_RAMDISK_FIELD: &str = "pxe_deploy_ramdisk";
+/// The x86 kernel's command-line limit (`COMMAND_LINE_SIZE`), the terminating NUL included.
+const KERNEL_CMDLINE_MAX: usize = 2048;
+
+/// The `pxe_ilo` deploy interface.
+pub struct PxeDeploy {
+    ctx: Arc<DeployContext>,
+}
+
+impl PxeDeploy {
+    /// The flow over `ctx`.
+    pub fn new(ctx: Arc<DeployContext>) -> PxeDeploy {
+        PxeDeploy { ctx }
+    }
+
+    fn netboot(&self) -> anyhow::Result<&Netboot> {
+        self.ctx.netboot.as_deref().context(
+            "this conductor serves no network boot, which pxe_ilo needs: set netboot.tftp_listen \
+             and/or netboot.http_listen in its configuration",
+        )
+    }
+
+    /// The node's MACs, for the boot configuration's file names.
+    async fn macs(&self, node: &Node) -> anyhow::Result<Vec<Mac>> {
+        let ports = self.ctx.node_ports(node.uuid).await?;
+        let macs = ports
+            .iter()
+            .map(|p| {
+                Mac::parse(&p.address)
+                    .with_context(|| format!("port {} of node {}", p.uuid, node.uuid))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        if macs.is_empty() {
+            bail!(
+                "node {} has no port: pxe_ilo finds the node's boot configuration by the MAC it \
+                 boots from (baremetal port create <mac> --node {})",
+                node.uuid,
+                node.uuid
+            );
+        }
+        Ok(macs)
+    }
+
+    /// The deploy kernel and ramdisk references: the node's, else the conductor's defaults.
+    fn deploy_refs(&self, node: &Node) -> anyhow::Result<[(String, String); 2]> {
+        let netboot = self.netboot()?;
+        let field = |key: &str, default: &Option<String>| -> anyhow::Result<(String, String)> {
+            match node.driver_info.get(key) {
+                Some(Value::String(s)) if !s.trim().is_empty() => {
+                    let field = format!("driver_info/{key}");
+                    ImageRef::parse(&field, s.trim())?;
+                    Ok((field, s.trim().to_string()))
+                }
+                Some(Value::Null) | None => match default {
+                    Some(d) => {
+                        let field = format!("netboot.{}", key.trim_start_matches("pxe_"));
+                        ImageRef::parse(&field, d)?;
+                        Ok((field, d.clone()))
+                    }
+                    None => bail!(
+                        "driver_info.{key} is missing and the conductor has no default \
+                         (netboot.{})",
+                        key.trim_start_matches("pxe_")
+                    ),
+                },
+                Some(other) => bail!("driver_info.{key} must be an image reference, not {other}"),
+            }
+        };
+        Ok([
+            field(DEPLOY_KERNEL_FIELD, &netboot.deploy_kernel)?,
+            field(DEPLOY_RAMDISK_FIELD, &netboot.deploy_ramdisk)?,
+        ])
+    }
+
+    /// `files` (pairs of field and reference: kernel, then ramdisk) from the image cache.
+    async fn fetch_pair(
+        &self,
+        refs: &[(String, String); 2],
+    ) -> anyhow::Result<[crate::image_cache::CachedImage; 2]> {
+        let images = self.ctx.images.as_ref().context(
+            "this conductor has no image cache (images.cache_dir), which pxe_ilo fetches kernels \
+             and ramdisks through",
+        )?;
+        let kernel = image::fetch_as_is(&self.ctx, images, &refs[0].0, &refs[0].1).await?;
+        let ramdisk = image::fetch_as_is(&self.ctx, images, &refs[1].0, &refs[1].1).await?;
+        Ok([kernel, ramdisk])
+    }
+
+    /// The deploy ramdisk's kernel command line: the floppy's iSCSI keys in their PXE form
+    /// (no `boot_method=vmedia`: the ramdisk reads its command line only), then
+    /// `netboot.append_params`.
+    fn deploy_cmdline(
+        &self,
+        node: &Node,
+        ports: &[crate::store::Port],
+        key: &vmdeploy_shared::secret::Secret,
+        boot_option: BootOption,
+        mode: BootMode,
+    ) -> anyhow::Result<String> {
+        let boot_mode = match mode {
+            BootMode::Uefi => vmdeploy_shared::params::BootMode::Uefi,
+            BootMode::Bios => vmdeploy_shared::params::BootMode::Bios,
+        };
+        let params = floppy::iscsi_params(
+            node,
+            ports,
+            &self.ctx.config,
+            &floppy::IscsiFloppy {
+                deploy_key: key,
+                boot_option,
+                boot_mode,
+                chap: self
+                    .ctx
+                    .config
+                    .iscsi_chap
+                    .as_ref()
+                    .map(|c| (c.user.as_str(), &c.secret)),
+            },
+        )?;
+        let mut words: Vec<String> = params
+            .iter()
+            .filter(|(k, _)| *k != keys::BOOT_METHOD)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let append = &self.netboot()?.append_params;
+        if !append.is_empty() {
+            words.push(append.clone());
+        }
+        let cmdline = words.join(" ");
+        if cmdline.len() >= KERNEL_CMDLINE_MAX {
+            bail!(
+                "the deploy ramdisk's kernel command line would be {} bytes, over the kernel's \
+                 {KERNEL_CMDLINE_MAX}: shorten netboot.append_params or \
+                 driver_info.kernel_append_params (a TLS API's CA certificate also rides on it)",
+                cmdline.len()
+            );
+        }
+        Ok(cmdline)
+    }
+
+    /// A netboot instance: its kernel and ramdisk in the boot root, booting `root_uuid`.
+    async fn write_instance_entry(&self, node: &Node, root_uuid: &str) -> anyhow::Result<()> {
+        let netboot = self.netboot()?;
+        let info = InstanceInfo::of(node).context("instance_info")?;
+        let (Some(kernel), Some(ramdisk)) = (&info.kernel, &info.ramdisk) else {
+            bail!("netboot needs instance_info.kernel and instance_info.ramdisk");
+        };
+        let root_uuid = root_uuid.trim();
+        if root_uuid.is_empty() || root_uuid.contains(char::is_whitespace) {
+            bail!("the root file system's UUID {root_uuid:?} cannot go on a kernel command line");
+        }
+        let refs = [
+            ("instance_info/kernel".to_string(), kernel.to_string()),
+            ("instance_info/ramdisk".to_string(), ramdisk.to_string()),
+        ];
+        let [k, r] = self.fetch_pair(&refs).await?;
+        let mut cmdline = format!("root=UUID={root_uuid}");
+        if !netboot.instance_append_params.is_empty() {
+            cmdline.push(' ');
+            cmdline.push_str(&netboot.instance_append_params);
+        }
+        let macs = self.macs(node).await?;
+        let root = netboot.root.clone();
+        let uuid = node.uuid;
+        let (kp, rp) = (k.path.clone(), r.path.clone());
+        tokio::task::spawn_blocking(move || {
+            root.write_node(
+                uuid,
+                &macs,
+                "instance",
+                &BootFiles {
+                    kernel_from: &kp,
+                    kernel_name: "kernel",
+                    initrd_from: &rp,
+                    initrd_name: "ramdisk",
+                },
+                &cmdline,
+            )
+        })
+        .await
+        .context("writing the instance's network boot configuration")??;
+        drop((k, r));
+        Ok(())
+    }
+
+    /// Removes the node's boot files (blocking file work off the runtime).
+    async fn remove_boot_files(&self, node: &Node) {
+        let Some(netboot) = self.ctx.netboot.as_deref() else {
+            return;
+        };
+        let root = netboot.root.clone();
+        let uuid = node.uuid;
+        if let Err(e) = tokio::task::spawn_blocking(move || root.remove_node(uuid)).await {
+            tracing::warn!(node = %uuid, error = %e, "clean-up: removing the boot files panicked");
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl DeployInterface for PxeDeploy {
+    async fn validate(&self, node: &Node) -> anyhow::Result<()> {
+        self.netboot()?;
+        let info = InstanceInfo::of(node).context("instance_info")?;
+        let whole_disk = info.is_whole_disk(&node.driver_internal_info);
+        let option = iscsi::boot_option(&info, whole_disk)?;
+        if !whole_disk && option == BootOption::Local {
+            bail!(
+                "node {}: a partition image with boot_option=local needs a boot loader installed \
+                 inside the written file system, which this conductor does not do: deploy it \
+                 with boot_option=netboot (the default), or deploy a whole-disk image",
+                node.uuid
+            );
+        }
+        if option == BootOption::Netboot && (info.kernel.is_none() || info.ramdisk.is_none()) {
+            bail!(
+                "node {}: a netboot partition image needs instance_info.kernel and \
+                 instance_info.ramdisk (the instance boots them from the network)",
+                node.uuid
+            );
+        }
+        let image = image::any_instance_image(&node.instance_info)?;
+        self.deploy_refs(node)?;
+        vmedia::requested_boot_mode(node)?;
+        self.macs(node).await?;
+        // No licence check: power, boot device and boot mode need none.
+        let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
+        bmc.power_state()
+            .await
+            .context("checking the iLO credentials")?;
+        image::check(
+            self.ctx.objects.as_ref(),
+            "instance_info/image_source",
+            &image.source,
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn deploy(&self, node: &mut Node) -> anyhow::Result<DeployStep> {
+        self.validate(node).await.context("validating the node")?;
+        let netboot = self.netboot()?;
+        let info = InstanceInfo::of(node).context("instance_info")?;
+        let option = iscsi::boot_option(&info, info.is_whole_disk(&node.driver_internal_info))?;
+        node.driver_internal_info.remove(ROOT_UUID_KEY);
+        node.driver_internal_info.insert(
+            BOOT_OPTION_KEY.into(),
+            json!(match option {
+                BootOption::Local => "local",
+                BootOption::Netboot => "netboot",
+            }),
+        );
+        let wanted_mode = vmedia::requested_boot_mode(node)?;
+        let refs = self.deploy_refs(node)?;
+        let [kernel, ramdisk] = self
+            .fetch_pair(&refs)
+            .await
+            .context("fetching the deploy kernel and ramdisk")?;
+        let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
+        bmc.power_off().await?;
+        let mode = bmc.ensure_boot_mode(wanted_mode).await?;
+        let ports = self.ctx.node_ports(node.uuid).await?;
+        let macs = self.macs(node).await?;
+        let key = floppy::new_deploy_key()?;
+        let cmdline = self.deploy_cmdline(node, &ports, &key, option, mode)?;
+        let root = netboot.root.clone();
+        let uuid = node.uuid;
+        let (kp, rp) = (kernel.path.clone(), ramdisk.path.clone());
+        tokio::task::spawn_blocking(move || {
+            root.write_node(
+                uuid,
+                &macs,
+                "deploy",
+                &BootFiles {
+                    kernel_from: &kp,
+                    kernel_name: "deploy_kernel",
+                    initrd_from: &rp,
+                    initrd_name: "deploy_ramdisk",
+                },
+                &cmdline,
+            )
+        })
+        .await
+        .context("writing the deploy's network boot configuration")??;
+        drop((kernel, ramdisk));
+        bmc.boot_once_from_network().await?;
+        node.driver_internal_info.insert(
+            vmedia::DEPLOY_KEY_KEY.into(),
+            Value::String(key.expose().clone()),
+        );
+        node.driver_internal_info.insert(
+            vmedia::BOOT_MODE_KEY.into(),
+            Value::String(mode.to_string()),
+        );
+        self.ctx
+            .store
+            .update_node(node)
+            .await
+            .context("saving the deploy key before the node boots")?;
+        bmc.power_on().await?;
+        tracing::info!(node = %node.uuid, boot_mode = %mode, "deploy ramdisk booting from the network");
+        Ok(DeployStep::Wait)
+    }
+
+    async fn heartbeat(
+        &self,
+        node: &mut Node,
+        _heartbeat: &HeartbeatRequest,
+    ) -> anyhow::Result<DeployStep> {
+        tracing::debug!(node = %node.uuid, "heartbeat ignored: the iSCSI ramdisk reports through pass_deploy_info");
+        Ok(DeployStep::Wait)
+    }
+
+    fn takes_pass_deploy_info(&self) -> bool {
+        true
+    }
+
+    async fn pass_deploy_info(
+        &self,
+        node: &mut Node,
+        info: &ValidPassDeployInfo,
+    ) -> anyhow::Result<DeployStep> {
+        // The ramdisk is up: its boot files, whose command line held the key, go now.
+        self.remove_boot_files(node).await;
+        let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
+        let option = match node
+            .driver_internal_info
+            .get(BOOT_OPTION_KEY)
+            .and_then(Value::as_str)
+        {
+            Some("netboot") => BootOption::Netboot,
+            Some("local") => BootOption::Local,
+            _ => {
+                let instance = InstanceInfo::of(node).context("instance_info")?;
+                iscsi::boot_option(
+                    &instance,
+                    instance.is_whole_disk(&node.driver_internal_info),
+                )?
+            }
+        };
+        let written = iscsi::write_over_iscsi(&self.ctx, node, info).await?;
+        match option {
+            BootOption::Local => bmc.boot_from_disk().await?,
+            BootOption::Netboot => {
+                self.write_instance_entry(node, &written.root_uuid_or_disk_id)
+                    .await
+                    .context("booting the instance from the network")?;
+                bmc.boot_from_network().await?;
+            }
+        }
+        bmc.power_off().await?;
+        bmc.power_on().await?;
+        tracing::info!(node = %node.uuid, boot_option = ?option, "deployed: the instance is booting");
+        Ok(DeployStep::Done)
+    }
+
+    async fn tear_down(&self, node: &mut Node) -> anyhow::Result<()> {
+        let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
+        bmc.power_off().await?;
+        self.remove_boot_files(node).await;
+        vmedia::wipe_token(&mut node.driver_internal_info);
+        node.driver_internal_info.remove(ROOT_UUID_KEY);
+        node.driver_internal_info.remove(BOOT_OPTION_KEY);
+        Ok(())
+    }
+
+    async fn clean_up(&self, node: &mut Node) {
+        self.remove_boot_files(node).await;
+        vmedia::wipe_token(&mut node.driver_internal_info);
+    }
+}
