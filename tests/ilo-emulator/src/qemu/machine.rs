@@ -158,12 +158,14 @@ impl PxeBootfile {
     pub fn parse(s: &str) -> Result<PxeBootfile, String> {
         if let Some(c) = s.chars().find(|c| !c.is_ascii_graphic()) {
             return Err(format!(
-                "{s:?}: the PXE boot file URL may hold only printable ASCII without spaces                  (found {c:?}); percent-encode it"
+                "{s:?}: the PXE boot file URL may hold only printable ASCII without spaces \
+                 (found {c:?}); percent-encode it"
             ));
         }
         if s.len() > PXE_BOOTFILE_MAX {
             return Err(format!(
-                "{s:?}: the PXE boot file URL is {} bytes, DHCP's boot file field takes at most                  {PXE_BOOTFILE_MAX}",
+                "{s:?}: the PXE boot file URL is {} bytes, DHCP's boot file field takes at most \
+                 {PXE_BOOTFILE_MAX}",
                 s.len()
             ));
         }
@@ -708,6 +710,7 @@ mod tests {
         ] {
             let e = PxeBootfile::parse(bad).expect_err(bad);
             assert!(e.contains("boot file") || e.contains("URL"), "{bad:?}: {e}");
+            assert!(!e.contains("  "), "{bad:?}: {e}");
         }
     }
 
