@@ -14,6 +14,10 @@
 //! [`MAX_ISO_BYTES`], and is written through `OUT.partial` and a rename, so a failed build never
 //! leaves half an ISO under the real name.
 //!
+//! `--kernel-out` and `--initramfs-out` also write the kernel and the initramfs alone, byte for
+//! byte the ISO's: `pxe_ilo` network boots them (its `pxe_deploy_kernel` and
+//! `pxe_deploy_ramdisk`). They change nothing in the ISO.
+//!
 //! # Limitations
 //! The agent loads every listed module in order, without checking for the hardware first: a
 //! driver for absent hardware costs its load time only, except `floppy`, which probes for a
@@ -98,9 +102,13 @@ pub struct DeployIsoArgs {
     /// Extra kernel command-line arguments (appended after `boot_method=vmedia`).
     #[arg(long)]
     pub append: Option<String>,
-    /// Also write the initramfs alone to this file.
+    /// Also write the initramfs alone to this file (pxe_ilo's `pxe_deploy_ramdisk`).
     #[arg(long)]
     pub initramfs_out: Option<PathBuf>,
+    /// Also write the kernel alone to this file, byte for byte the ISO's (pxe_ilo's
+    /// `pxe_deploy_kernel`).
+    #[arg(long)]
+    pub kernel_out: Option<PathBuf>,
     /// Output ISO.
     #[arg(long, short)]
     pub out: PathBuf,
@@ -201,6 +209,10 @@ pub fn run(args: DeployIsoArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.initramfs_out {
         write_file(path, &ramdisk)?;
         eprintln!("wrote {} ({} bytes)", path.display(), ramdisk.len());
+    }
+    if let Some(path) = &args.kernel_out {
+        write_file(path, &kernel)?;
+        eprintln!("wrote {} ({} bytes)", path.display(), kernel.len());
     }
     write_file(&args.out, &image)?;
     eprintln!(

@@ -6,6 +6,7 @@
 //!              [--backend memory|qemu] [--qemu-state-dir DIR] [--qemu-memory-mib N]
 //!              [--qemu-disk-size-mib N] [--guest-forward HOST:PORT]... [--qemu-vmedia usb|legacy]
 //!              [--qemu-nic virtio|e1000] [--qemu-capture-net] [--qemu-guest-ip IP] [--qemu-binary PATH]
+//!              [--qemu-pxe-bootfile URL]
 //! ```
 //! Server i of N answers on PORT+i. Without a certificate a self-signed one is made (SAN = the
 //! listen IP), written to a file, and its path printed. See README.md.
@@ -19,7 +20,9 @@ use clap::{Parser, ValueEnum};
 use vmdeploy_ilo_emulator::backend::{Backend, InMemoryBackend};
 use vmdeploy_ilo_emulator::config::BackendFactory;
 use vmdeploy_ilo_emulator::config::{EmulatorConfig, ServerConfig, TlsSource, DEFAULT_PRODUCT};
-use vmdeploy_ilo_emulator::qemu::{GuestForward, NicModel, QemuBackend, QemuSettings, VmediaBus};
+use vmdeploy_ilo_emulator::qemu::{
+    GuestForward, NicModel, PxeBootfile, QemuBackend, QemuSettings, VmediaBus,
+};
 use vmdeploy_ilo_emulator::state::{BootMode, License};
 use vmdeploy_ilo_emulator::Emulator;
 
@@ -123,6 +126,12 @@ struct Args {
     /// address 10.0.2.15); a node with a static address needs its own.
     #[arg(long)]
     qemu_guest_ip: Option<std::net::Ipv4Addr>,
+    /// QEMU: network boot. slirp's DHCP server hands out this boot file (an http://, https://
+    /// or tftp:// URL, e.g. http://10.0.2.100:8080/boot.ipxe reached through a
+    /// --guest-forward) and the NIC keeps QEMU's iPXE option ROM, so a server whose boot order
+    /// puts the network first boots from it (SeaBIOS and OVMF). Without it the NIC has no ROM.
+    #[arg(long, value_parser = PxeBootfile::parse)]
+    qemu_pxe_bootfile: Option<PxeBootfile>,
     /// QEMU: the emulator binary.
     #[arg(long, default_value = "qemu-system-x86_64")]
     qemu_binary: PathBuf,
@@ -183,6 +192,7 @@ fn backend_args(args: &Args) -> BackendArgs {
         s.guest_forwards = args.guest_forwards.clone();
         s.capture_net = args.qemu_capture_net;
         s.guest_ip = args.qemu_guest_ip;
+        s.pxe_bootfile = args.qemu_pxe_bootfile.clone();
         s.vmedia_bus = match args.qemu_vmedia {
             VmediaArg::Usb => VmediaBus::Usb,
             VmediaArg::Legacy => VmediaBus::Legacy,

@@ -679,6 +679,29 @@ mod tests {
     }
 
     #[test]
+    fn network_boots_once_or_persistently() {
+        let mut s = fresh();
+        // One-time NETWORK: this boot only, then the persistent order (HDD: the drives are
+        // empty and USB has nothing).
+        s.one_time_boot = Some(OneTimeBoot::Device(BootDevice::Network));
+        let plan = s.power_on().expect("was off");
+        assert_eq!(plan.device, Some(BootDevice::Network));
+        assert_eq!(s.last_boot.as_ref().map(|b| b.reason), Some("one_time"));
+        let plan = s.reset().expect("on");
+        assert_eq!(plan.device, Some(BootDevice::Hdd));
+        assert_eq!(s.last_boot.as_ref().map(|b| b.reason), Some("persistent"));
+        // SET_PERSISTENT_BOOT with NETWORK first: every boot, in UEFI too.
+        s.set_persistent_boot(&[BootDevice::Network]);
+        s.set_pending_boot_mode(BootMode::Uefi).expect("supported");
+        for _ in 0..2 {
+            let plan = s.reset().expect("on");
+            assert_eq!(plan.device, Some(BootDevice::Network));
+            assert_eq!(plan.mode, BootMode::Uefi);
+            assert_eq!(s.last_boot.as_ref().map(|b| b.reason), Some("persistent"));
+        }
+    }
+
+    #[test]
     fn boot_once_media_is_used_once_then_ejected() {
         let mut s = fresh();
         s.insert(VmDevice::Cdrom, "http://x/a.iso".into(), None);

@@ -4,9 +4,10 @@
 //!
 //! # Cache
 //! `$CARGO_TARGET_DIR/deploy-iso/` holds `deploy.iso`, `initrd.xz` (the `--initramfs-out`
-//! copy), `report.txt` (what the command printed) and `inputs.key`: the path, size and mtime
-//! of the agent, the .deb and `vmdeploy-image-build`, plus the arguments. A different key means
-//! a rebuild. Builds run under a lock and land through a rename, so parallel tests neither build
+//! copy), `vmlinuz` (the `--kernel-out` copy: with the initramfs, what `pxe_ilo` network boots),
+//! `report.txt` (what the command printed) and `inputs.key`: the path, size and mtime of the
+//! agent, the .deb and `vmdeploy-image-build`, plus the outputs asked for. A different key (a
+//! cache from before `--kernel-out`, say) or a missing file means a rebuild. Builds run under a lock and land through a rename, so parallel tests neither build
 //! twice nor see half an ISO.
 
 use std::path::{Path, PathBuf};
@@ -20,8 +21,10 @@ use crate::lock::ResourceLock;
 pub struct DeployIso {
     /// The ISO.
     pub iso: PathBuf,
-    /// The initramfs alone, as written by `--initramfs-out`.
+    /// The initramfs alone, as written by `--initramfs-out` (`pxe_deploy_ramdisk`).
     pub initramfs: PathBuf,
+    /// The kernel alone, as written by `--kernel-out` (`pxe_deploy_kernel`).
+    pub kernel: PathBuf,
     /// What `deploy-iso` printed: the parts, their sizes and the module list.
     pub report: String,
 }
@@ -31,7 +34,7 @@ pub fn deploy_iso() -> PathBuf {
     deploy_iso_build().iso
 }
 
-/// The default deploy ISO with its initramfs and report.
+/// The default deploy ISO with its kernel, initramfs and report.
 pub fn deploy_iso_build() -> DeployIso {
     let agent = crate::qemu::musl_agent();
     let deb = kernel_deb();
@@ -44,22 +47,31 @@ pub fn deploy_iso_build() -> DeployIso {
     let built = DeployIso {
         iso: dir.join("deploy.iso"),
         initramfs: dir.join("initrd.xz"),
+        kernel: dir.join("vmlinuz"),
         report: String::new(),
     };
-    let key = [&agent, &deb, &tool]
+    let kernel_out = built
+        .kernel
+        .to_str()
+        .expect("a UTF-8 target dir")
+        .to_owned();
+    let extra = ["--kernel-out", kernel_out.as_str()];
+    let mut key = [&agent, &deb, &tool]
         .iter()
         .map(|p| identity(p))
-        .collect::<Vec<_>>()
-        .join("\n");
+        .collect::<Vec<_>>();
+    key.push(format!("outputs: initramfs {}", extra.join(" ")));
+    let key = key.join("\n");
     let key_path = dir.join("inputs.key");
     let report_path = dir.join("report.txt");
     let _lock = ResourceLock::acquire("deploy-iso-build");
     let fresh = std::fs::read_to_string(&key_path).is_ok_and(|k| k == key)
         && built.iso.is_file()
-        && built.initramfs.is_file();
+        && built.initramfs.is_file()
+        && built.kernel.is_file();
     if !fresh {
         let _ = std::fs::remove_file(&key_path);
-        let report = build(&tool, &agent, &deb, &built.iso, &built.initramfs, &[]);
+        let report = build(&tool, &agent, &deb, &built.iso, &built.initramfs, &extra);
         std::fs::write(&report_path, &report).expect("writing the build report");
         std::fs::write(&key_path, &key).expect("writing the input key");
     }

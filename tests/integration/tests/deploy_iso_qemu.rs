@@ -2,9 +2,10 @@
 //! as an iLO uses it (../shared/reference/qemu-and-boot.md §6, §8; issue 11 acceptance):
 //!
 //! - Contents, without QEMU: at most 12 MiB; BIOS and UEFI El Torito entries; xorriso extracts
-//!   the kernel of the .deb and the `--initramfs-out` copy byte for byte; the initramfs holds the
-//!   agent as /init, the module list with the default modules, those modules and nothing else;
-//!   a second build from the same inputs is byte-identical.
+//!   the kernel of the .deb and the `--initramfs-out` copy byte for byte, and the `--kernel-out`
+//!   copy is that kernel (pxe_ilo boots the two copies); the initramfs holds the agent as /init,
+//!   the module list with the default modules, those modules and nothing else; a second build
+//!   from the same inputs, without the two copies, is byte-identical and reports the same parts.
 //! - Boots, under QEMU TCG, one at a time: SeaBIOS (`-machine pc`, 256 MiB: the agent must work
 //!   there) and OVMF (q35, OVMF_CODE_4M.fd and a copy of OVMF_VARS_4M.fd). The ISO is a USB CD
 //!   and the parameter floppy a USB key on an xHCI controller, as an iLO presents them; the
@@ -168,6 +169,13 @@ fn deploy_iso_fits_the_budget_holds_the_modules_and_the_initramfs_it_reports() {
     let kernel = xorriso_extract(&built.iso, "/BOOT/VMLINUZ", &dir.path().join("vmlinuz"));
     let deb_kernel = std::fs::read(qemu::kernel().vmlinuz).expect("the .deb's kernel");
     assert!(kernel == deb_kernel, "the ISO's kernel is not the .deb's");
+    let kernel_out = std::fs::read(&built.kernel).expect("the --kernel-out file");
+    assert!(
+        !kernel_out.is_empty() && kernel_out == kernel,
+        "the --kernel-out file ({} bytes) differs from the ISO's /boot/vmlinuz ({} bytes)",
+        kernel_out.len(),
+        kernel.len()
+    );
 
     // The initramfs: /init is the agent, the module list names the defaults, and every file is
     // the agent, the list or a listed module.
@@ -221,9 +229,10 @@ fn deploy_iso_fits_the_budget_holds_the_modules_and_the_initramfs_it_reports() {
         "the initramfs holds exactly the agent, the list and the listed modules"
     );
 
-    // Same inputs, same bytes.
+    // Same inputs, same bytes: the cached build wrote `--kernel-out`, this one does not, and
+    // the ISO and the report of its parts are the same.
     let again = dir.path().join("again.iso");
-    deploy_iso::build(
+    let again_report = deploy_iso::build(
         &vmdeploy_integration_tests::bin("vmdeploy-image-build"),
         &qemu::musl_agent(),
         &deploy_iso::kernel_deb(),
@@ -234,6 +243,27 @@ fn deploy_iso_fits_the_budget_holds_the_modules_and_the_initramfs_it_reports() {
     let first = std::fs::read(&built.iso).expect("the ISO");
     let second = std::fs::read(&again).expect("the second ISO");
     assert!(first == second, "two builds from the same inputs differ");
+    let parts = |report: &str| {
+        report
+            .split("\nwrote ")
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(
+        parts(&built.report),
+        parts(&again_report),
+        "the reports of the two builds differ"
+    );
+    assert!(
+        built.report.contains(&format!(
+            "wrote {} ({} bytes)",
+            built.kernel.display(),
+            kernel.len()
+        )),
+        "the report names the kernel copy:\n{}",
+        built.report
+    );
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

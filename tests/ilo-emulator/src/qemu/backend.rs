@@ -29,7 +29,8 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::machine::{
-    self, AttachKind, BootIndexes, Firmware, GuestForward, MachineSpec, NicModel, VmediaBus,
+    self, AttachKind, BootIndexes, Firmware, GuestForward, MachineSpec, NicModel, PxeBootfile,
+    VmediaBus,
 };
 use super::qmp::{Qmp, QmpError, QmpEvent};
 use super::spawn::spawn_tied;
@@ -79,6 +80,9 @@ pub struct QemuSettings {
     /// The guest address the host forwards go to; `None`: slirp's first DHCP address
     /// (10.0.2.15). A node with a static address (DHCP-less deploy) needs its own here.
     pub guest_ip: Option<std::net::Ipv4Addr>,
+    /// The boot file slirp's DHCP hands out; set, the NIC keeps QEMU's iPXE ROM and network
+    /// boots when it comes first in the boot order. `None`: no ROM, no network boot (faster).
+    pub pxe_bootfile: Option<PxeBootfile>,
 }
 
 impl QemuSettings {
@@ -97,6 +101,7 @@ impl QemuSettings {
             agent_ports: DEFAULT_AGENT_PORTS.to_vec(),
             capture_net: false,
             guest_ip: None,
+            pxe_bootfile: None,
         }
     }
 
@@ -363,6 +368,7 @@ impl QemuBackend {
                 .settings
                 .capture_net
                 .then(|| self.dir.join(format!("net-{generation}.pcap"))),
+            pxe_bootfile: self.settings.pxe_bootfile.clone(),
             boot,
         };
         let _ = std::fs::remove_file(self.qmp_socket());
@@ -727,6 +733,7 @@ impl QemuBackend {
             "vmedia_bus": match self.settings.vmedia_bus { VmediaBus::Usb => "usb", VmediaBus::Legacy => "legacy" },
             "forwards": forwards,
             "net_capture": self.settings.capture_net,
+            "pxe_bootfile": self.settings.pxe_bootfile.as_ref().map(PxeBootfile::url),
             "guest_forwards": self.settings.guest_forwards.iter().map(|f| json!({
                 "guest": format!("{}:{}", f.guest_addr, f.guest_port),
                 "host": f.host,

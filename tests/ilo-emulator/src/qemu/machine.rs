@@ -21,7 +21,11 @@
 //! - Networking: one NIC with the MAC the iLO reports, slirp with `restrict=on` (nothing but the
 //!   forwards below is reachable), `guestfwd=...-cmd:socat - TCP:HOST:PORT` for the host
 //!   services the guest may reach (§8: the chardev form keeps one connection only), and
-//!   `hostfwd` from loopback ports to the agent's ports.
+//!   `hostfwd` from loopback ports to the agent's ports. The NIC has no option ROM
+//!   (`romfile=""`: firmware spends no time on PXE) unless a PXE boot file is configured
+//!   ([`PxeBootfile`]): then it keeps QEMU's iPXE ROM, and slirp's built-in DHCP server hands
+//!   out the boot file name, which iPXE fetches (an `http://` URL through a guest forward), in
+//!   SeaBIOS (iPXE's PXE ROM) and in OVMF (iPXE's EFI driver) alike.
 //! - The serial console appends to a log file across power cycles; SeaBIOS prints to it through
 //!   the `etc/sercon-port` fw_cfg file (§7).
 
@@ -138,6 +142,53 @@ impl GuestForward {
     }
 }
 
+/// A boot file name slirp's DHCP server hands out (`-netdev user,bootfile=`), for network boots
+/// through the NIC's iPXE ROM: a URL such as `http://10.0.2.100:8080/boot.ipxe`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PxeBootfile(String);
+
+/// The longest boot file name: BOOTP's `file` field holds 128 bytes with the terminating NUL
+/// (RFC 951), and libslirp copies the name there.
+pub const PXE_BOOTFILE_MAX: usize = 127;
+
+impl PxeBootfile {
+    /// Checks `s`: an `http`, `https` or `tftp` URL of printable ASCII without spaces (QEMU's
+    /// option syntax and the BOOTP field take nothing else; commas are escaped in
+    /// [`PxeBootfile::slirp_option`]), at most [`PXE_BOOTFILE_MAX`] bytes.
+    pub fn parse(s: &str) -> Result<PxeBootfile, String> {
+        if let Some(c) = s.chars().find(|c| !c.is_ascii_graphic()) {
+            return Err(format!(
+                "{s:?}: the PXE boot file URL may hold only printable ASCII without spaces \
+                 (found {c:?}); percent-encode it"
+            ));
+        }
+        if s.len() > PXE_BOOTFILE_MAX {
+            return Err(format!(
+                "{s:?}: the PXE boot file URL is {} bytes, DHCP's boot file field takes at most \
+                 {PXE_BOOTFILE_MAX}",
+                s.len()
+            ));
+        }
+        let url = url::Url::parse(s).map_err(|e| format!("{s:?}: not a URL: {e}"))?;
+        if !matches!(url.scheme(), "http" | "https" | "tftp") || url.host_str().is_none() {
+            return Err(format!(
+                "{s:?}: the PXE boot file must be an http://, https:// or tftp:// URL with a host"
+            ));
+        }
+        Ok(PxeBootfile(s.to_owned()))
+    }
+
+    /// The URL as given.
+    pub fn url(&self) -> &str {
+        &self.0
+    }
+
+    /// The `bootfile=` option of `-netdev user`: a comma in a QEMU option value is written `,,`.
+    fn slirp_option(&self) -> String {
+        format!("bootfile={}", self.0.replace(',', ",,"))
+    }
+}
+
 /// Firmware of one run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Firmware {
@@ -182,7 +233,8 @@ pub struct BootIndexes {
     pub floppy: u32,
     /// The disk.
     pub disk: u32,
-    /// The NIC (PXE; there is no option ROM, so it never boots).
+    /// The NIC: it boots (iPXE) only when the machine has a PXE boot file
+    /// ([`MachineSpec::pxe_bootfile`]); without one it has no option ROM and firmware skips it.
     pub nic: u32,
 }
 
@@ -254,6 +306,9 @@ pub struct MachineSpec {
     pub guest_ip: Option<std::net::Ipv4Addr>,
     /// Where QEMU writes every frame of the NIC as pcap (`filter-dump`), if anywhere.
     pub net_capture: Option<PathBuf>,
+    /// The boot file slirp's DHCP hands out; with it the NIC keeps QEMU's iPXE option ROM and
+    /// can network boot, without it the NIC has no ROM.
+    pub pxe_bootfile: Option<PxeBootfile>,
     /// Boot priorities.
     pub boot: BootIndexes,
 }
@@ -350,6 +405,10 @@ impl MachineSpec {
             let to = self.guest_ip.map(|ip| ip.to_string()).unwrap_or_default();
             netdev.push_str(&format!(",hostfwd=tcp:127.0.0.1:{host}-{to}:{guest}"));
         }
+        if let Some(bootfile) = &self.pxe_bootfile {
+            netdev.push(',');
+            netdev.push_str(&bootfile.slirp_option());
+        }
         a.extend(["-netdev".to_owned(), netdev]);
         if let Some(pcap) = &self.net_capture {
             a.extend([
@@ -360,11 +419,16 @@ impl MachineSpec {
                 ),
             ]);
         }
-        // `romfile=""`: no iPXE option ROM, so firmware does not spend time on PXE.
-        a.extend(device(json!({
-            "driver": self.nic.driver(), "netdev": "net0", "mac": self.mac, "romfile": "",
+        let mut nic = json!({
+            "driver": self.nic.driver(), "netdev": "net0", "mac": self.mac,
             "bootindex": self.boot.nic
-        })));
+        });
+        if self.pxe_bootfile.is_none() {
+            // `romfile=""`: no iPXE option ROM, so firmware does not spend time on PXE. With a
+            // boot file the NIC keeps QEMU's default ROM (ipxe-qemu), which network boots.
+            nic["romfile"] = json!("");
+        }
+        a.extend(device(nic));
         a
     }
 }
@@ -448,6 +512,7 @@ mod tests {
             host_forwards: vec![(40001, 3260), (40002, 9999)],
             guest_ip: None,
             net_capture: None,
+            pxe_bootfile: None,
             boot: BootIndexes::for_device(Some(BootDevice::Cdrom)),
         }
     }
@@ -571,10 +636,82 @@ mod tests {
         let hdd = BootIndexes::for_device(Some(BootDevice::Hdd));
         assert_eq!((hdd.disk, hdd.cdrom, hdd.floppy, hdd.nic), (0, 1, 2, 3));
         let net = BootIndexes::for_device(Some(BootDevice::Network));
-        assert_eq!(net.nic, 0);
+        // The NIC first; the rest in the default order behind it.
+        assert_eq!((net.nic, net.cdrom, net.floppy, net.disk), (0, 1, 2, 3));
         // USB, RBSU or nothing: the default order.
         assert_eq!(BootIndexes::for_device(None), cd);
         assert_eq!(BootIndexes::for_device(Some(BootDevice::Usb)), cd);
+    }
+
+    #[test]
+    fn a_pxe_bootfile_keeps_the_ipxe_rom_and_goes_to_slirps_dhcp() {
+        let mut s = spec(
+            Firmware::SeaBios {
+                sercon_file: "/s/sercon.bin".into(),
+            },
+            VmediaBus::Usb,
+        );
+        s.boot = BootIndexes::for_device(Some(BootDevice::Network));
+        s.pxe_bootfile =
+            Some(PxeBootfile::parse("http://10.0.2.101:8080/boot.ipxe?a=1,b=2").expect("URL"));
+        let args = s.args();
+        assert_eq!(
+            after(&args, "-netdev"),
+            ["user,id=net0,restrict=on,guestfwd=tcp:10.0.2.100:6385-cmd:socat - TCP:127.0.0.1:6385,\
+              hostfwd=tcp:127.0.0.1:40001-:3260,hostfwd=tcp:127.0.0.1:40002-:9999,\
+              bootfile=http://10.0.2.101:8080/boot.ipxe?a=1,,b=2"]
+        );
+        let devs = devices(&args);
+        let nic = devs
+            .iter()
+            .find(|d| d["driver"] == "virtio-net-pci")
+            .expect("a NIC");
+        // No `romfile` at all: QEMU's default iPXE ROM for the model.
+        assert!(nic.get("romfile").is_none(), "{nic}");
+        assert_eq!(nic["bootindex"], 0);
+        assert_eq!(nic["mac"], NIC_MAC);
+        let disk = devs.iter().find(|d| d["id"] == "disk0").expect("disk");
+        assert_eq!(disk["bootindex"], 3);
+
+        // The same machine in UEFI: the same NIC and netdev (iPXE's EFI driver).
+        s.firmware = Firmware::Ovmf {
+            code: "/c.fd".into(),
+            vars: "/v.fd".into(),
+        };
+        let uefi = s.args();
+        assert_eq!(after(&uefi, "-netdev"), after(&args, "-netdev"));
+        let nic = devices(&uefi)
+            .into_iter()
+            .find(|d| d["driver"] == "virtio-net-pci")
+            .expect("a NIC");
+        assert!(nic.get("romfile").is_none(), "{nic}");
+    }
+
+    #[test]
+    fn pxe_bootfiles_parse() {
+        for good in [
+            "http://10.0.2.100:8080/boot.ipxe",
+            "https://10.0.2.100/x/boot.ipxe",
+            "tftp://10.0.2.100/pxelinux.0",
+            "http://h/a,b",
+        ] {
+            assert_eq!(PxeBootfile::parse(good).expect(good).url(), good);
+        }
+        let long = format!("http://10.0.2.100/{}", "a".repeat(PXE_BOOTFILE_MAX));
+        for bad in [
+            "",
+            "boot.ipxe",
+            "http://10.0.2.100/boot ipxe",
+            "http://10.0.2.100/bo\not",
+            "http://10.0.2.100/böot",
+            "ftp://10.0.2.100/boot.ipxe",
+            "http://10.0.2.100/a\tb",
+            long.as_str(),
+        ] {
+            let e = PxeBootfile::parse(bad).expect_err(bad);
+            assert!(e.contains("boot file") || e.contains("URL"), "{bad:?}: {e}");
+            assert!(!e.contains("  "), "{bad:?}: {e}");
+        }
     }
 
     #[test]

@@ -12,4 +12,4 @@ pub mod qmp;
 pub mod spawn;
 
 pub use backend::{QemuBackend, QemuSettings, DEFAULT_AGENT_PORTS};
-pub use machine::{GuestForward, NicModel, VmediaBus, GUEST_SERVICE_ADDR, NIC_MAC};
+pub use machine::{GuestForward, NicModel, PxeBootfile, VmediaBus, GUEST_SERVICE_ADDR, NIC_MAC};
