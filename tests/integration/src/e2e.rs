@@ -41,6 +41,8 @@ pub const ILO_PASSWORD: &str = "e2e-ilo-Passw0rd";
 pub const GUEST_API: &str = "10.0.2.100:6385";
 /// Where the node finds the media server (a guest forward).
 pub const GUEST_MEDIA: &str = "10.0.2.101:8080";
+/// Where the node reaches the conductor's netboot HTTP server (a guest forward; `pxe_ilo`).
+pub const GUEST_NETBOOT: &str = "10.0.2.102:8080";
 
 /// Where [`partition_media`] puts the test OS's root image, kernel and ramdisk.
 pub const TEST_OS_PARTITION_MEDIA: [&str; 3] = ["/root.img", "/vmlinuz", "/initrd"];
@@ -106,6 +108,11 @@ pub struct LabOptions {
     pub capture_net: bool,
     /// `--qemu-guest-ip`: the node's static address, where the agent's ports are forwarded.
     pub guest_ip: Option<String>,
+    /// A `pxe_ilo` lab: the iLO has a Standard licence (no virtual media), the node's NIC
+    /// keeps its iPXE ROM and slirp's DHCP hands it the conductor's master iPXE script, and
+    /// the conductor serves the boot root over HTTP (and TFTP on loopback), with the deploy
+    /// ISO's kernel and initramfs as its default deploy kernel and ramdisk.
+    pub netboot: bool,
 }
 
 impl Default for LabOptions {
@@ -121,6 +128,7 @@ impl Default for LabOptions {
             guest_forwards: Vec::new(),
             capture_net: false,
             guest_ip: None,
+            netboot: false,
         }
     }
 }
@@ -151,6 +159,8 @@ pub struct Lab {
     pub ilo_cert: PathBuf,
     /// The API's port on loopback.
     pub api_port: u16,
+    /// The conductor's netboot HTTP port on loopback (`pxe_ilo` labs).
+    pub netboot_http_port: Option<u16>,
     /// Guest port → forwarded host port (3260, 9999, 10000).
     pub forwards: HashMap<u16, u16>,
     started: Instant,
@@ -179,6 +189,7 @@ impl Lab {
             .expect("the media server's port");
 
         let api_port = free_port();
+        let netboot_http_port = free_port();
         let ilo_cert = dir.path().join("ilo-cert.pem");
         let qemu_state = dir.path().join("qemu");
         let emulator_log = dir.path().join("emulator.log");
@@ -203,6 +214,18 @@ impl Lab {
                     .flat_map(|f| ["--guest-forward", f.as_str()]),
             )
             .args(options.capture_net.then_some("--qemu-capture-net"))
+            .args(if options.netboot {
+                vec![
+                    "--license".to_owned(),
+                    "standard".to_owned(),
+                    "--qemu-pxe-bootfile".to_owned(),
+                    format!("http://{GUEST_NETBOOT}/boot.ipxe"),
+                    "--guest-forward".to_owned(),
+                    format!("{GUEST_NETBOOT}=127.0.0.1:{netboot_http_port}"),
+                ]
+            } else {
+                Vec::new()
+            })
             .args(
                 options
                     .guest_ip
@@ -225,6 +248,7 @@ impl Lab {
             ilo,
             ilo_cert,
             api_port,
+            netboot_http_port: options.netboot.then_some(netboot_http_port),
             forwards: HashMap::new(),
             started: Instant::now(),
         };
@@ -275,6 +299,16 @@ impl Lab {
             deploy.join("\n"),
             self.ilo_cert.display()
         );
+        if let Some(http_port) = self.netboot_http_port {
+            let iso = crate::deploy_iso::deploy_iso_build();
+            config.push_str(&format!(
+                "\n[netboot]\nhttp_listen = \"127.0.0.1:{http_port}\"\nhttp_url = \"http://{GUEST_NETBOOT}\"\n\
+                 deploy_kernel = \"file://{}\"\ndeploy_ramdisk = \"file://{}\"\n\
+                 append_params = \"console=ttyS0\"\ninstance_append_params = \"console=ttyS0\"\n",
+                iso.kernel.display(),
+                iso.initramfs.display(),
+            ));
+        }
         for section in &options.extra_config {
             config.push('\n');
             config.push_str(section);
@@ -317,6 +351,37 @@ impl Lab {
     /// The emulated server's QEMU files (`disk.raw`, `serial.log`, `net-<run>.pcap`).
     pub fn qemu_server_dir(&self) -> PathBuf {
         self.dir.path().join("qemu").join("server-0")
+    }
+
+    /// The conductor's boot root (`<state dir>/netboot`).
+    pub fn boot_root(&self) -> PathBuf {
+        self.dir.path().join("conductor").join("netboot")
+    }
+
+    /// What the boot root holds for `node`: its directory's files and every MAC link into it,
+    /// relative to the root, sorted.
+    pub fn netboot_files(&self, node: &str) -> Vec<String> {
+        let root = self.boot_root();
+        let mut found = Vec::new();
+        for dir in [root.clone(), root.join("pxelinux.cfg")] {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if let Ok(target) = std::fs::read_link(entry.path()) {
+                    if target.to_string_lossy().contains(node) {
+                        let rel = entry.path().strip_prefix(&root).map(Path::to_path_buf);
+                        found.push(rel.unwrap_or_else(|_| entry.path()).display().to_string());
+                    }
+                }
+            }
+        }
+        for entry in std::fs::read_dir(root.join(node))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            found.push(format!("{node}/{}", entry.file_name().to_string_lossy()));
+        }
+        found.sort();
+        found
     }
 
     /// The objects in the conductor's built-in store (`<state dir>/objects`), as
@@ -443,6 +508,23 @@ impl Lab {
     /// Enrolls a node on the emulated iLO with `driver` and `firmware`, and brings it to
     /// `available` (manage, provide); returns its UUID.
     pub fn enroll(&self, name: &str, driver: &str, firmware: Firmware) -> String {
+        let uuid = self.create_node(name, driver, firmware);
+        // The agent looks its node up by the MACs of its NICs: the node's port.
+        let mac = self.emulator_state()["machine"]["mac"]
+            .as_str()
+            .expect("the emulator names the node's MAC")
+            .to_owned();
+        self.bm(&["port", "create", &mac, "--node", &uuid]);
+        self.bm(&["node", "manage", &uuid, "--wait", "120"]);
+        self.bm(&["node", "provide", &uuid, "--wait", "120"]);
+        let state = self.show(&uuid)["provision_state"].clone();
+        assert_eq!(state, "available", "after provide");
+        uuid
+    }
+
+    /// Creates a node of `driver` on the emulated iLO (`enroll` without the port and the
+    /// moves to `available`); returns its UUID.
+    pub fn create_node(&self, name: &str, driver: &str, firmware: Firmware) -> String {
         let port = self.ilo.rsplit_once(':').map(|(_, p)| p).unwrap_or("443");
         let append = format!(
             "ipa-advertise-host=127.0.0.1 ipa-advertise-port={}",
@@ -477,18 +559,7 @@ impl Lab {
             "-c",
             "uuid",
         ]);
-        let uuid = uuid.trim().to_owned();
-        // The agent looks its node up by the MACs of its NICs: the node's port.
-        let mac = self.emulator_state()["machine"]["mac"]
-            .as_str()
-            .expect("the emulator names the node's MAC")
-            .to_owned();
-        self.bm(&["port", "create", &mac, "--node", &uuid]);
-        self.bm(&["node", "manage", &uuid, "--wait", "120"]);
-        self.bm(&["node", "provide", &uuid, "--wait", "120"]);
-        let state = self.show(&uuid)["provision_state"].clone();
-        assert_eq!(state, "available", "after provide");
-        uuid
+        uuid.trim().to_owned()
     }
 
     /// Polls the node until its provision state is `want`; panics at a failed state (with
