@@ -7,3 +7,5 @@
 //! - the per-node boot configuration files (PXELINUX, GRUB, iPXE) written at prepare time and
 //!   removed at tear-down and on every failure;
 //! - HTTP serving of the same root for iPXE.
+
+pub mod tftp;
