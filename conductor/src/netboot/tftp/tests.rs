@@ -198,6 +198,15 @@ async fn negotiates_blksize_tsize_and_timeout_in_an_oack() {
     );
     client.send(&Packet::Ack { block: 0 }, tid).await;
     assert_eq!(client.fetch_rest(tid, 1024, 1).await, pattern(5000));
+
+    // An empty file: no `tsize 0` (curl fails on it), so with nothing else accepted no OACK,
+    // just the empty DATA 1.
+    server.file("empty", b"");
+    client
+        .rrq(server.addr, "empty", Mode::Octet, &[("tsize", "0")])
+        .await;
+    let (payload, _) = client.expect_data(1).await;
+    assert!(payload.is_empty());
     server.stop().await;
 }
 

@@ -86,8 +86,10 @@ pub async fn serve(request: ReadRequest, settings: Arc<Settings>) {
     };
     let requested = RequestedOptions::from_options(&request.options);
     // tsize only in octet mode: netascii changes the length, and knowing it would take a pass
-    // over the whole file.
-    let size_up_front = (request.mode == Mode::Octet).then_some(opened.size);
+    // over the whole file. Not for an empty file either: curl (lib/tftp.c,
+    // tftp_parse_option_ack) fails a download whose OACK says `tsize 0`; leaving the option out
+    // is the RFC 2347 way of not accepting it.
+    let size_up_front = (request.mode == Mode::Octet && opened.size > 0).then_some(opened.size);
     let accepted = requested.accept(settings.max_blksize, size_up_front);
     let timeout = accepted
         .timeout_secs
