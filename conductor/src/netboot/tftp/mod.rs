@@ -12,9 +12,11 @@
 //!   debug and the server keeps serving.
 //! - Every name is confined to the root ([`path`]). Modes octet and netascii (LF → CR LF,
 //!   CR → CR NUL on the way out); mail is refused.
-//! - A second read request from a client port whose transfer is still running is dropped: it is
-//!   the client retransmitting its request because our first packet is late, and the running
-//!   transfer answers it. Beyond `max_transfers` running transfers a request is dropped (logged
+//! - A read request for the file a transfer from the same client port is still sending is
+//!   dropped: it is the client retransmitting its request because our first packet is late, and
+//!   the running transfer answers it. (A request for another file from that port is served:
+//!   tftp-hpa fetches one file after the other from one port, and the finished transfer may not
+//!   be reaped yet.) Beyond `max_transfers` running transfers a request is dropped (logged
 //!   at warn), so the client's own retransmission of its request is the retry; an error would
 //!   end a PXE ROM's boot attempt for good.
 //! - At shutdown the running transfers are aborted: TFTP clients retry, and a boot in progress
@@ -156,8 +158,9 @@ impl TftpServer {
         tracing::info!(address = %self.local_addr, root = %self.settings.root.display(),
             max_blksize = self.settings.max_blksize, "tftp: serving");
         let mut transfers = JoinSet::new();
-        let mut running: HashMap<tokio::task::Id, SocketAddr> = HashMap::new();
-        let mut clients: HashSet<SocketAddr> = HashSet::new();
+        // Which transfer serves which (client, file name), for the repeated requests above.
+        let mut running: HashMap<tokio::task::Id, (SocketAddr, String)> = HashMap::new();
+        let mut requests: HashSet<(SocketAddr, String)> = HashSet::new();
         let mut buf = vec![0u8; MAIN_RECEIVE_BUFFER];
         tokio::pin!(shutdown);
         loop {
@@ -171,8 +174,8 @@ impl TftpServer {
                             err.id()
                         }
                     };
-                    if let Some(client) = running.remove(&id) {
-                        clients.remove(&client);
+                    if let Some(key) = running.remove(&id) {
+                        requests.remove(&key);
                     }
                 }
                 received = self.socket.recv_from(&mut buf) => {
@@ -189,7 +192,8 @@ impl TftpServer {
                     let Some(request) = self.answer(&buf[..len], client).await else {
                         continue;
                     };
-                    if clients.contains(&client) {
+                    let key = (client, request.filename.clone());
+                    if requests.contains(&key) {
                         tracing::debug!(%client, "tftp: repeated request of a running transfer dropped");
                     } else if transfers.len() >= self.max_transfers {
                         tracing::warn!(%client, file = %request.filename,
@@ -201,8 +205,8 @@ impl TftpServer {
                             transfer::serve(request, Arc::clone(&self.settings)),
                             span,
                         ));
-                        running.insert(handle.id(), client);
-                        clients.insert(client);
+                        running.insert(handle.id(), key.clone());
+                        requests.insert(key);
                     }
                 }
             }

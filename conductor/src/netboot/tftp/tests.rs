@@ -413,3 +413,32 @@ async fn bind_refuses_a_root_that_is_not_a_directory() {
         assert!(format!("{err:#}").contains("TFTP root"), "{err:#}");
     }
 }
+
+#[tokio::test]
+async fn one_client_port_may_fetch_another_file_while_a_transfer_runs() {
+    let server = Running::start(|config| config.retransmit_timeout = Duration::from_secs(3)).await;
+    server.file("a", &pattern(600));
+    server.file("b", &pattern(700));
+    let client = Client::new().await;
+    client.rrq(server.addr, "a", Mode::Octet, &[]).await;
+    let (_, tid_a) = client.expect_data(1).await;
+    // A retransmitted request for `a` is left to the running transfer ...
+    client.rrq(server.addr, "a", Mode::Octet, &[]).await;
+    client.expect_silence(Duration::from_millis(200)).await;
+    // ... a request for `b` is a transfer of its own.
+    client.rrq(server.addr, "b", Mode::Octet, &[]).await;
+    let (first_b, tid_b) = client.expect_data(1).await;
+    assert_ne!(tid_a, tid_b);
+    assert_eq!(first_b, pattern(700)[..512].to_vec());
+    client.send(&Packet::Ack { block: 1 }, tid_b).await;
+    assert_eq!(
+        client.fetch_rest(tid_b, 512, 2).await,
+        pattern(700)[512..].to_vec()
+    );
+    client.send(&Packet::Ack { block: 1 }, tid_a).await;
+    assert_eq!(
+        client.fetch_rest(tid_a, 512, 2).await,
+        pattern(600)[512..].to_vec()
+    );
+    server.stop().await;
+}

@@ -76,8 +76,15 @@ pub async fn serve(request: ReadRequest, settings: Arc<Settings>) {
     let opened = match open(&settings.root, &request).await {
         Ok(opened) => opened,
         Err((code, reason)) => {
-            tracing::info!(client = %request.client, file = %request.filename, mode = %request.mode,
-                tftp_error = code.to_u16(), "tftp: refused: {reason}");
+            // A name that leaves the root is worth a warning; a missing file is routine
+            // (PXELINUX probes a dozen configuration names before `default`).
+            if code == ErrorCode::AccessViolation {
+                tracing::warn!(client = %request.client, file = %request.filename,
+                    mode = %request.mode, tftp_error = code.to_u16(), "tftp: refused: {reason}");
+            } else {
+                tracing::info!(client = %request.client, file = %request.filename,
+                    mode = %request.mode, tftp_error = code.to_u16(), "tftp: refused: {reason}");
+            }
             let _ = socket
                 .send_to(&error_packet(code, &reason), request.client)
                 .await;
