@@ -96,6 +96,7 @@ pub fn resolve(root: &Path, requested: &str) -> Result<PathBuf, PathError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn names_are_made_relative_or_refused() {
@@ -155,5 +156,34 @@ mod tests {
         assert_eq!(code("sub/file/below"), ErrorCode::FileNotFound);
         assert_eq!(code("self"), ErrorCode::AccessViolation);
         assert_eq!(code(""), ErrorCode::FileNotFound);
+    }
+
+    proptest! {
+        /// Names built from the pieces attacks are made of never resolve outside the root (and
+        /// never panic), whatever the order.
+        #[test]
+        fn no_name_resolves_outside_the_root(parts in prop::collection::vec(prop_oneof![
+            Just(".."), Just("."), Just(""), Just("/"), Just("\\"), Just("sub"), Just("file"),
+            Just("up"), Just("abs"), Just("loop"), Just("%2e%2e"), Just("..."),
+        ], 0..8), seps in prop::collection::vec(prop_oneof![Just("/"), Just("\\"), Just("//")], 8)) {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let root = dir.path().join("root");
+            std::fs::create_dir_all(root.join("sub")).expect("mkdir");
+            std::fs::write(root.join("sub/file"), b"x").expect("write");
+            std::fs::write(dir.path().join("file"), b"outside").expect("write");
+            std::os::unix::fs::symlink("..", root.join("up")).expect("symlink");
+            std::os::unix::fs::symlink(dir.path(), root.join("abs")).expect("symlink");
+            std::os::unix::fs::symlink("loop", root.join("loop")).expect("symlink");
+            let root = root.canonicalize().expect("canonical root");
+            let mut name = String::new();
+            for (part, sep) in parts.iter().zip(seps.iter().cycle()) {
+                name.push_str(part);
+                name.push_str(sep);
+            }
+            name.pop();
+            if let Ok(path) = resolve(&root, &name) {
+                prop_assert!(path.starts_with(&root) && path != root, "{name:?} -> {path:?}");
+            }
+        }
     }
 }
