@@ -4,7 +4,7 @@
 //! # Design
 //! [`RequestedOptions::from_options`] reads what the client asked for and drops whatever the
 //! server would not accept anyway: unknown options (RFC 2347: "the server should simply omit
-//! [them] from the OACK"), values that are not decimal numbers, a blksize below 8 and a timeout
+//! \[them\] from the OACK"), values that are not decimal numbers, a blksize below 8 and a timeout
 //! outside 1..=255 s. A repeated option counts once, at its first occurrence.
 //! [`RequestedOptions::accept`] then applies the server's limits: a blksize above the server's
 //! maximum is lowered to it (RFC 2348 lets the server answer a smaller value), and tsize is

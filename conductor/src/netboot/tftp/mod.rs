@@ -6,7 +6,7 @@
 //! - The main socket only reads requests. Each read request gets its own task and its own
 //!   ephemeral UDP socket, the server's transfer ID (RFC 1350 §4), on the main socket's address;
 //!   refusals (missing file, path outside the root) are sent from that socket too, as a
-//!   transfer's first packet. See [`transfer`] for the lock-step transfer itself.
+//!   transfer's first packet. See `transfer.rs` for the lock-step transfer itself.
 //! - Write requests get ERROR 2: the server is read-only. Other packets on the main socket get
 //!   ERROR 4, except ERRORs, which are never answered; every malformed packet is logged at
 //!   debug and the server keeps serving.
