@@ -18,3 +18,4 @@ pub mod params;
 pub mod partition;
 pub mod secret;
 pub mod tempurl;
+pub mod tftp;

@@ -2,7 +2,7 @@
 //! HTTP/1.1 (iPXE ROMs in the field speak no TLS without a trusted CA built in).
 //!
 //! # Design
-//! The same root as TFTP, the same confinement ([`super::path::confine`]). Bodies stream from
+//! The same root as TFTP, the same confinement ([`super::path::resolve`]). Bodies stream from
 //! the file in frames ([`crate::objects::builtin::server::ReplyBody`]); a kernel is never read
 //! whole. Each request is logged with its peer, so an operator sees a server fetch its
 //! script and then its kernel.
@@ -21,7 +21,7 @@ use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use super::path::{confine, Refused};
+use super::path::{resolve, PathError};
 use crate::objects::builtin::server::ReplyBody;
 
 /// Bytes per body frame.
@@ -35,7 +35,8 @@ pub async fn serve(
     root: PathBuf,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) {
-    let root = Arc::new(root);
+    // The confinement compares canonical paths.
+    let root = Arc::new(root.canonicalize().unwrap_or(root));
     tokio::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
@@ -78,14 +79,24 @@ async fn handle<B>(
     };
     let raw = req.uri().path();
     let decoded = percent_encoding::percent_decode_str(raw).decode_utf8_lossy();
-    let path = match confine(root, &decoded) {
-        Ok(path) => path,
-        Err(refused) => {
+    let (root, name) = (root.to_path_buf(), decoded.into_owned());
+    let resolved = tokio::task::spawn_blocking(move || resolve(&root, &name)).await;
+    let path = match resolved {
+        Ok(Ok(path)) if path.is_file() => path,
+        Ok(Ok(_)) => return text(StatusCode::NOT_FOUND, "not found"),
+        Ok(Err(refused)) => {
             tracing::info!(%peer, path = %raw, reason = %refused, "netboot HTTP: refused");
             return match refused {
-                Refused::Outside(_) => text(StatusCode::FORBIDDEN, "outside the boot root"),
-                Refused::NotFound(_) => text(StatusCode::NOT_FOUND, "not found"),
+                PathError::Escapes | PathError::OutsideRoot => {
+                    text(StatusCode::FORBIDDEN, "outside the boot root")
+                }
+                PathError::Empty | PathError::NotFound => text(StatusCode::NOT_FOUND, "not found"),
+                PathError::Io(_) => text(StatusCode::FORBIDDEN, "cannot read the file"),
             };
+        }
+        Err(e) => {
+            tracing::warn!(%peer, path = %raw, error = %e, "netboot HTTP: resolving the name failed");
+            return text(StatusCode::INTERNAL_SERVER_ERROR, "cannot read the file");
         }
     };
     let file = match tokio::fs::File::open(&path).await {

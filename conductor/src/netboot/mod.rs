@@ -3,7 +3,7 @@
 //! has no Advanced licence and so cannot boot virtual media.
 //!
 //! # Parts
-//! - a read-only TFTP server confined to its root (PXE ROMs, PXELINUX, GRUB);
+//! - a read-only TFTP server confined to its root (PXE ROMs, PXELINUX, GRUB): [`tftp`];
 //! - the per-node boot configuration files (PXELINUX, GRUB, iPXE) written at prepare time and
 //!   removed at tear-down and on every failure;
 //! - HTTP serving of the same root for iPXE.
@@ -16,6 +16,7 @@ pub mod config;
 pub mod files;
 pub mod http;
 pub mod path;
+pub mod tftp;
 
 /// The netboot settings (the `[netboot]` table) and the boot root they name.
 #[derive(Debug, Clone)]

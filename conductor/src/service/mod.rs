@@ -407,6 +407,21 @@ async fn start_netboot(
             stopped(stop.clone()),
         ));
     }
+    if let Some(addr) = settings.tftp_listen {
+        let server = crate::netboot::tftp::TftpServer::bind(
+            addr,
+            crate::netboot::tftp::TftpConfig::new(settings.root.clone()),
+        )
+        .await
+        .with_context(|| format!("binding the TFTP listener {addr} (netboot.tftp_listen)"))?;
+        tracing::info!(address = %server.local_addr(), root = %settings.root.display(), "netboot TFTP listening");
+        let stop = stopped(stop.clone());
+        tokio::spawn(async move {
+            if let Err(e) = server.serve(stop).await {
+                tracing::error!(error = %format!("{e:#}"), "netboot TFTP stopped");
+            }
+        });
+    }
     Ok(Arc::new(crate::netboot::Netboot {
         root,
         deploy_kernel: settings.deploy_kernel.clone(),

@@ -133,6 +133,14 @@ impl Default for LabOptions {
     }
 }
 
+/// A UDP port free on loopback now.
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .expect("a free UDP port")
+}
+
 /// A child process killed (and reaped) on drop.
 struct Proc(Child);
 
@@ -161,6 +169,9 @@ pub struct Lab {
     pub api_port: u16,
     /// The conductor's netboot HTTP port on loopback (`pxe_ilo` labs).
     pub netboot_http_port: Option<u16>,
+    /// The conductor's TFTP port on loopback (`pxe_ilo` labs; slirp cannot forward UDP to
+    /// the node, so only the test's own TFTP client uses it).
+    pub netboot_tftp_port: Option<u16>,
     /// Guest port → forwarded host port (3260, 9999, 10000).
     pub forwards: HashMap<u16, u16>,
     started: Instant,
@@ -190,6 +201,7 @@ impl Lab {
 
         let api_port = free_port();
         let netboot_http_port = free_port();
+        let netboot_tftp_port = free_udp_port();
         let ilo_cert = dir.path().join("ilo-cert.pem");
         let qemu_state = dir.path().join("qemu");
         let emulator_log = dir.path().join("emulator.log");
@@ -249,6 +261,7 @@ impl Lab {
             ilo_cert,
             api_port,
             netboot_http_port: options.netboot.then_some(netboot_http_port),
+            netboot_tftp_port: options.netboot.then_some(netboot_tftp_port),
             forwards: HashMap::new(),
             started: Instant::now(),
         };
@@ -302,9 +315,10 @@ impl Lab {
         if let Some(http_port) = self.netboot_http_port {
             let iso = crate::deploy_iso::deploy_iso_build();
             config.push_str(&format!(
-                "\n[netboot]\nhttp_listen = \"127.0.0.1:{http_port}\"\nhttp_url = \"http://{GUEST_NETBOOT}\"\n\
+                "\n[netboot]\ntftp_listen = \"127.0.0.1:{}\"\nhttp_listen = \"127.0.0.1:{http_port}\"\nhttp_url = \"http://{GUEST_NETBOOT}\"\n\
                  deploy_kernel = \"file://{}\"\ndeploy_ramdisk = \"file://{}\"\n\
                  append_params = \"console=ttyS0\"\ninstance_append_params = \"console=ttyS0\"\n",
+                self.netboot_tftp_port.expect("a netboot lab has a TFTP port"),
                 iso.kernel.display(),
                 iso.initramfs.display(),
             ));

@@ -22,6 +22,7 @@ use std::time::Duration;
 use serde_json::Value;
 use vmdeploy_integration_tests::e2e::{partition_media, Firmware, Lab, LabOptions};
 use vmdeploy_integration_tests::test_image::{self, TestImage};
+use vmdeploy_integration_tests::tools::tool_ok;
 
 /// The deploy ramdisk over iPXE/HTTP, the iSCSI write and the final boot under TCG.
 const DEPLOY_LIMIT: Duration = Duration::from_secs(480);
@@ -109,6 +110,19 @@ fn pxe_deploy(firmware: Firmware, name: &str) {
         pxelinux_cfg.contains(&format!("kernel {node}/deploy_kernel")),
         "{pxelinux_cfg}"
     );
+    // The conductor's TFTP serves the same files, by the names the loaders ask for.
+    let tftp = lab.netboot_tftp_port.expect("a TFTP port");
+    let fetched = tool_ok(
+        "curl",
+        "curl",
+        &[
+            "-sS",
+            "--max-time",
+            "20",
+            &format!("tftp://127.0.0.1:{tftp}/{pxelinux}"),
+        ],
+    );
+    assert_eq!(fetched, pxelinux_cfg, "TFTP {pxelinux}");
     lab.bm(&["node", "abort", &node]);
     let shown = lab.wait_state(&node, "deploy failed", STEP_LIMIT);
     assert_eq!(
