@@ -91,37 +91,6 @@ impl PxeDeploy {
         Ok(macs)
     }
 
-    /// The deploy kernel and ramdisk references: the node's, else the conductor's defaults.
-    fn deploy_refs(&self, node: &Node) -> anyhow::Result<[(String, String); 2]> {
-        let netboot = self.netboot()?;
-        let field = |key: &str, default: &Option<String>| -> anyhow::Result<(String, String)> {
-            match node.driver_info.get(key) {
-                Some(Value::String(s)) if !s.trim().is_empty() => {
-                    let field = format!("driver_info/{key}");
-                    ImageRef::parse(&field, s.trim())?;
-                    Ok((field, s.trim().to_string()))
-                }
-                Some(Value::Null) | None => match default {
-                    Some(d) => {
-                        let field = format!("netboot.{}", key.trim_start_matches("pxe_"));
-                        ImageRef::parse(&field, d)?;
-                        Ok((field, d.clone()))
-                    }
-                    None => bail!(
-                        "driver_info.{key} is missing and the conductor has no default \
-                         (netboot.{})",
-                        key.trim_start_matches("pxe_")
-                    ),
-                },
-                Some(other) => bail!("driver_info.{key} must be an image reference, not {other}"),
-            }
-        };
-        Ok([
-            field(DEPLOY_KERNEL_FIELD, &netboot.deploy_kernel)?,
-            field(DEPLOY_RAMDISK_FIELD, &netboot.deploy_ramdisk)?,
-        ])
-    }
-
     /// `files` (pairs of field and reference: kernel, then ramdisk) from the image cache.
     async fn fetch_pair(
         &self,
@@ -134,58 +103,6 @@ impl PxeDeploy {
         let kernel = image::fetch_as_is(&self.ctx, images, &refs[0].0, &refs[0].1).await?;
         let ramdisk = image::fetch_as_is(&self.ctx, images, &refs[1].0, &refs[1].1).await?;
         Ok([kernel, ramdisk])
-    }
-
-    /// The deploy ramdisk's kernel command line: the floppy's iSCSI keys in their PXE form
-    /// (no `boot_method=vmedia`: the ramdisk reads its command line only), then
-    /// `netboot.append_params`.
-    fn deploy_cmdline(
-        &self,
-        node: &Node,
-        ports: &[crate::store::Port],
-        key: &vmdeploy_shared::secret::Secret,
-        boot_option: BootOption,
-        mode: BootMode,
-    ) -> anyhow::Result<String> {
-        let boot_mode = match mode {
-            BootMode::Uefi => vmdeploy_shared::params::BootMode::Uefi,
-            BootMode::Bios => vmdeploy_shared::params::BootMode::Bios,
-        };
-        let params = floppy::iscsi_params(
-            node,
-            ports,
-            &self.ctx.config,
-            &floppy::IscsiFloppy {
-                deploy_key: key,
-                boot_option,
-                boot_mode,
-                chap: self
-                    .ctx
-                    .config
-                    .iscsi_chap
-                    .as_ref()
-                    .map(|c| (c.user.as_str(), &c.secret)),
-            },
-        )?;
-        let mut words: Vec<String> = params
-            .iter()
-            .filter(|(k, _)| *k != keys::BOOT_METHOD)
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        let append = &self.netboot()?.append_params;
-        if !append.is_empty() {
-            words.push(append.clone());
-        }
-        let cmdline = words.join(" ");
-        if cmdline.len() >= KERNEL_CMDLINE_MAX {
-            bail!(
-                "the deploy ramdisk's kernel command line would be {} bytes, over the kernel's \
-                 {KERNEL_CMDLINE_MAX}: shorten netboot.append_params or \
-                 driver_info.kernel_append_params (a TLS API's CA certificate also rides on it)",
-                cmdline.len()
-            );
-        }
-        Ok(cmdline)
     }
 
     /// A netboot instance: its kernel and ramdisk in the boot root, booting `root_uuid`.
@@ -246,6 +163,87 @@ impl PxeDeploy {
     }
 }
 
+/// The deploy kernel and ramdisk references: the node's, else the conductor's defaults.
+fn deploy_refs(node: &Node, netboot: &Netboot) -> anyhow::Result<[(String, String); 2]> {
+    let field = |key: &str, default: &Option<String>| -> anyhow::Result<(String, String)> {
+        match node.driver_info.get(key) {
+            Some(Value::String(s)) if !s.trim().is_empty() => {
+                let field = format!("driver_info/{key}");
+                ImageRef::parse(&field, s.trim())?;
+                Ok((field, s.trim().to_string()))
+            }
+            Some(Value::Null) | None => match default {
+                Some(d) => {
+                    let field = format!("netboot.{}", key.trim_start_matches("pxe_"));
+                    ImageRef::parse(&field, d)?;
+                    Ok((field, d.clone()))
+                }
+                None => bail!(
+                    "driver_info.{key} is missing and the conductor has no default \
+                     (netboot.{})",
+                    key.trim_start_matches("pxe_")
+                ),
+            },
+            Some(other) => bail!("driver_info.{key} must be an image reference, not {other}"),
+        }
+    };
+    Ok([
+        field(DEPLOY_KERNEL_FIELD, &netboot.deploy_kernel)?,
+        field(DEPLOY_RAMDISK_FIELD, &netboot.deploy_ramdisk)?,
+    ])
+}
+
+/// The deploy ramdisk's kernel command line: the floppy's iSCSI keys in their PXE form
+/// (no `boot_method=vmedia`: the ramdisk reads its command line only), then
+/// `netboot.append_params`.
+fn deploy_cmdline(
+    config: &super::DeployConfig,
+    netboot: &Netboot,
+    node: &Node,
+    ports: &[crate::store::Port],
+    key: &vmdeploy_shared::secret::Secret,
+    boot_option: BootOption,
+    mode: BootMode,
+) -> anyhow::Result<String> {
+    let boot_mode = match mode {
+        BootMode::Uefi => vmdeploy_shared::params::BootMode::Uefi,
+        BootMode::Bios => vmdeploy_shared::params::BootMode::Bios,
+    };
+    let params = floppy::iscsi_params(
+        node,
+        ports,
+        config,
+        &floppy::IscsiFloppy {
+            deploy_key: key,
+            boot_option,
+            boot_mode,
+            chap: config
+                .iscsi_chap
+                .as_ref()
+                .map(|c| (c.user.as_str(), &c.secret)),
+        },
+    )?;
+    let mut words: Vec<String> = params
+        .iter()
+        .filter(|(k, _)| *k != keys::BOOT_METHOD)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let append = &netboot.append_params;
+    if !append.is_empty() {
+        words.push(append.clone());
+    }
+    let cmdline = words.join(" ");
+    if cmdline.len() >= KERNEL_CMDLINE_MAX {
+        bail!(
+            "the deploy ramdisk's kernel command line would be {} bytes, over the kernel's \
+             {KERNEL_CMDLINE_MAX}: shorten netboot.append_params or \
+             driver_info.kernel_append_params (a TLS API's CA certificate also rides on it)",
+            cmdline.len()
+        );
+    }
+    Ok(cmdline)
+}
+
 #[async_trait::async_trait]
 impl DeployInterface for PxeDeploy {
     async fn validate(&self, node: &Node) -> anyhow::Result<()> {
@@ -269,7 +267,7 @@ impl DeployInterface for PxeDeploy {
             );
         }
         let image = image::any_instance_image(&node.instance_info)?;
-        self.deploy_refs(node)?;
+        deploy_refs(node, self.netboot()?)?;
         vmedia::requested_boot_mode(node)?;
         self.macs(node).await?;
         // No licence check: power, boot device and boot mode need none.
@@ -300,7 +298,7 @@ impl DeployInterface for PxeDeploy {
             }),
         );
         let wanted_mode = vmedia::requested_boot_mode(node)?;
-        let refs = self.deploy_refs(node)?;
+        let refs = deploy_refs(node, self.netboot()?)?;
         let [kernel, ramdisk] = self
             .fetch_pair(&refs)
             .await
@@ -311,7 +309,7 @@ impl DeployInterface for PxeDeploy {
         let ports = self.ctx.node_ports(node.uuid).await?;
         let macs = self.macs(node).await?;
         let key = floppy::new_deploy_key()?;
-        let cmdline = self.deploy_cmdline(node, &ports, &key, option, mode)?;
+        let cmdline = deploy_cmdline(&self.ctx.config, netboot, node, &ports, &key, option, mode)?;
         let root = netboot.root.clone();
         let uuid = node.uuid;
         let (kp, rp) = (kernel.path.clone(), ramdisk.path.clone());
@@ -416,5 +414,128 @@ impl DeployInterface for PxeDeploy {
     async fn clean_up(&self, node: &mut Node) {
         self.remove_boot_files(node).await;
         vmedia::wipe_token(&mut node.driver_internal_info);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::states::ProvisionState;
+
+    fn netboot(dir: &std::path::Path, defaults: bool) -> Netboot {
+        Netboot {
+            root: crate::netboot::files::BootRoot::open(dir.join("boot"), None).expect("root"),
+            deploy_kernel: defaults.then(|| "file:///srv/deploy.kernel".to_string()),
+            deploy_ramdisk: defaults.then(|| "file:///srv/deploy.initramfs".to_string()),
+            append_params: "console=ttyS0".into(),
+            instance_append_params: String::new(),
+        }
+    }
+
+    fn node() -> Node {
+        let mut node = Node::new(uuid::Uuid::new_v4(), "pxe_ilo", ProvisionState::Deploying);
+        node.instance_info
+            .insert("image_source".into(), json!("http://images/root.img"));
+        node
+    }
+
+    fn port(node: &Node) -> crate::store::Port {
+        crate::store::Port {
+            uuid: uuid::Uuid::new_v4(),
+            address: "52:54:00:12:34:56".into(),
+            node_uuid: node.uuid,
+            pxe_enabled: true,
+            extra: Default::default(),
+            created_at: time::OffsetDateTime::UNIX_EPOCH,
+            updated_at: None,
+        }
+    }
+
+    #[test]
+    fn the_nodes_deploy_files_win_over_the_conductors() {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut n = node();
+        let refs = deploy_refs(&n, &netboot(dir.path(), true)).expect("defaults");
+        assert_eq!(refs[0].0, "netboot.deploy_kernel");
+        assert_eq!(refs[1].1, "file:///srv/deploy.initramfs");
+        n.driver_info
+            .insert(DEPLOY_KERNEL_FIELD.into(), json!("http://h/k"));
+        n.driver_info
+            .insert(DEPLOY_RAMDISK_FIELD.into(), json!("http://h/r"));
+        let refs = deploy_refs(&n, &netboot(dir.path(), true)).expect("node's");
+        assert_eq!(
+            refs[0],
+            ("driver_info/pxe_deploy_kernel".into(), "http://h/k".into())
+        );
+        assert_eq!(refs[1].1, "http://h/r");
+        n.driver_info.clear();
+        let err = deploy_refs(&n, &netboot(dir.path(), false)).expect_err("neither");
+        assert!(
+            format!("{err:#}").contains("driver_info.pxe_deploy_kernel"),
+            "{err:#}"
+        );
+        n.driver_info
+            .insert(DEPLOY_KERNEL_FIELD.into(), json!("ftp://h/k"));
+        assert!(
+            deploy_refs(&n, &netboot(dir.path(), true)).is_err(),
+            "ftp is no image reference"
+        );
+    }
+
+    #[test]
+    fn the_deploy_command_line_is_the_floppys_keys_without_vmedia() {
+        let dir = tempfile::tempdir().expect("dir");
+        let n = node();
+        let key = floppy::new_deploy_key().expect("key");
+        let config = super::super::DeployConfig::for_tests();
+        let nb = netboot(dir.path(), true);
+        let line = deploy_cmdline(
+            &config,
+            &nb,
+            &n,
+            &[port(&n)],
+            &key,
+            BootOption::Netboot,
+            BootMode::Uefi,
+        )
+        .expect("cmdline");
+        let words: Vec<&str> = line.split(' ').collect();
+        for expected in [
+            format!("deployment_id={}", n.uuid),
+            format!("deployment_key={}", key.expose()),
+            format!("iscsi_target_iqn=iqn-{}", n.uuid),
+            "ironic_api_url=http://127.0.0.1:6385".to_string(),
+            "ipa-driver-name=pxe_ilo".to_string(),
+            "boot_option=netboot".to_string(),
+            "boot_mode=uefi".to_string(),
+        ] {
+            assert!(words.contains(&expected.as_str()), "{expected} in {line}");
+        }
+        assert!(words.iter().any(|w| w.starts_with("BOOTIF=")), "{line}");
+        assert!(!line.contains("boot_method"), "{line}");
+        assert_eq!(words.last(), Some(&"console=ttyS0"), "{line}");
+        // The whole line goes in a boot configuration.
+        crate::netboot::config::BootEntry {
+            label: "deploy".into(),
+            kernel: "n/k".into(),
+            initrd: "n/i".into(),
+            cmdline: line.clone(),
+        }
+        .check()
+        .expect("a boot configuration carries it");
+
+        let mut long = nb.clone();
+        long.append_params = "x".repeat(KERNEL_CMDLINE_MAX);
+        let err = deploy_cmdline(
+            &config,
+            &long,
+            &n,
+            &[port(&n)],
+            &key,
+            BootOption::Local,
+            BootMode::Bios,
+        )
+        .expect_err("too long");
+        assert!(format!("{err:#}").contains("2048"), "{err:#}");
     }
 }
