@@ -151,12 +151,17 @@ pub trait DeployInterface: Send + Sync {
     async fn validate(&self, node: &Node) -> anyhow::Result<()>;
     /// Starts a deploy of a reserved node: boots the ramdisk and returns [`DeployStep::Wait`].
     async fn deploy(&self, node: &mut Node) -> anyhow::Result<DeployStep>;
-    /// A heartbeat of the node's agent while it is in `wait call-back`.
+    /// A heartbeat of the node's agent while it is in `wait call-back`. The iSCSI flows'
+    /// ramdisk calls back with `pass_deploy_info` instead: for them a heartbeat changes nothing.
     async fn heartbeat(
         &self,
         node: &mut Node,
         heartbeat: &HeartbeatRequest,
-    ) -> anyhow::Result<DeployStep>;
+    ) -> anyhow::Result<DeployStep> {
+        let _ = heartbeat;
+        tracing::debug!(node = %node.uuid, driver = %node.driver, "heartbeat ignored: this ramdisk reports through pass_deploy_info");
+        Ok(DeployStep::Wait)
+    }
     /// Whether this flow's ramdisk calls back with `pass_deploy_info` (the iSCSI ramdisk)
     /// rather than heartbeats (the agent).
     fn takes_pass_deploy_info(&self) -> bool {

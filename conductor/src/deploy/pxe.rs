@@ -28,7 +28,7 @@
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use serde_json::{json, Value};
+use serde_json::Value;
 use vmdeploy_shared::api::ValidPassDeployInfo;
 use vmdeploy_shared::params::{keys, BootOption};
 
@@ -36,7 +36,6 @@ use super::bmc::{Bmc, BootMode};
 use super::image::{self, ImageRef};
 use super::iscsi::{self, BOOT_OPTION_KEY, ROOT_UUID_KEY};
 use super::{floppy, vmedia, DeployContext, DeployInterface, DeployStep};
-use crate::manager::HeartbeatRequest;
 use crate::netboot::config::Mac;
 use crate::netboot::files::BootFiles;
 use crate::netboot::Netboot;
@@ -250,15 +249,7 @@ impl DeployInterface for PxeDeploy {
         self.netboot()?;
         let info = InstanceInfo::of(node).context("instance_info")?;
         let whole_disk = info.is_whole_disk(&node.driver_internal_info);
-        let option = iscsi::boot_option(&info, whole_disk)?;
-        if !whole_disk && option == BootOption::Local {
-            bail!(
-                "node {}: a partition image with boot_option=local needs a boot loader installed \
-                 inside the written file system, which this conductor does not do: deploy it \
-                 with boot_option=netboot (the default), or deploy a whole-disk image",
-                node.uuid
-            );
-        }
+        let option = iscsi::checked_boot_option(node, &info, whole_disk)?;
         if option == BootOption::Netboot && (info.kernel.is_none() || info.ramdisk.is_none()) {
             bail!(
                 "node {}: a netboot partition image needs instance_info.kernel and \
@@ -287,16 +278,7 @@ impl DeployInterface for PxeDeploy {
     async fn deploy(&self, node: &mut Node) -> anyhow::Result<DeployStep> {
         self.validate(node).await.context("validating the node")?;
         let netboot = self.netboot()?;
-        let info = InstanceInfo::of(node).context("instance_info")?;
-        let option = iscsi::boot_option(&info, info.is_whole_disk(&node.driver_internal_info))?;
-        node.driver_internal_info.remove(ROOT_UUID_KEY);
-        node.driver_internal_info.insert(
-            BOOT_OPTION_KEY.into(),
-            json!(match option {
-                BootOption::Local => "local",
-                BootOption::Netboot => "netboot",
-            }),
-        );
+        let option = iscsi::plan_boot_option(node)?;
         let wanted_mode = vmedia::requested_boot_mode(node)?;
         let refs = deploy_refs(node, self.netboot()?)?;
         let [kernel, ramdisk] = self
@@ -349,15 +331,6 @@ impl DeployInterface for PxeDeploy {
         Ok(DeployStep::Wait)
     }
 
-    async fn heartbeat(
-        &self,
-        node: &mut Node,
-        _heartbeat: &HeartbeatRequest,
-    ) -> anyhow::Result<DeployStep> {
-        tracing::debug!(node = %node.uuid, "heartbeat ignored: the iSCSI ramdisk reports through pass_deploy_info");
-        Ok(DeployStep::Wait)
-    }
-
     fn takes_pass_deploy_info(&self) -> bool {
         true
     }
@@ -370,21 +343,7 @@ impl DeployInterface for PxeDeploy {
         // The ramdisk is up: its boot files, whose command line held the key, go now.
         self.remove_boot_files(node).await;
         let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
-        let option = match node
-            .driver_internal_info
-            .get(BOOT_OPTION_KEY)
-            .and_then(Value::as_str)
-        {
-            Some("netboot") => BootOption::Netboot,
-            Some("local") => BootOption::Local,
-            _ => {
-                let instance = InstanceInfo::of(node).context("instance_info")?;
-                iscsi::boot_option(
-                    &instance,
-                    instance.is_whole_disk(&node.driver_internal_info),
-                )?
-            }
-        };
+        let option = iscsi::settled_boot_option(node)?;
         let written = iscsi::write_over_iscsi(&self.ctx, node, info).await?;
         match option {
             BootOption::Local => bmc.boot_from_disk().await?,
@@ -421,6 +380,7 @@ impl DeployInterface for PxeDeploy {
 mod tests {
     use super::*;
     use crate::states::ProvisionState;
+    use serde_json::json;
 
     fn netboot(dir: &std::path::Path, defaults: bool) -> Netboot {
         Netboot {

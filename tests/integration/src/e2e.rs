@@ -74,6 +74,14 @@ pub enum Firmware {
 }
 
 impl Firmware {
+    /// The firmware's name as the emulator reports it (`machine.firmware`).
+    pub fn emulator_name(self) -> &'static str {
+        match self {
+            Firmware::Bios => "SeaBIOS",
+            Firmware::Uefi => "OVMF",
+        }
+    }
+
     /// `capabilities` value Ironic uses.
     pub fn capability(self) -> &'static str {
         match self {
@@ -574,6 +582,19 @@ impl Lab {
             "uuid",
         ]);
         uuid.trim().to_owned()
+    }
+
+    /// `node deploy` of a partition image with the iSCSI drivers, to `active` without an error
+    /// and set to netboot; returns the node.
+    pub fn deploy_to_netboot(&self, node: &str, limit: Duration) -> Value {
+        self.bm(&["node", "deploy", node]);
+        let shown = self.wait_state(node, "active", limit);
+        assert_eq!(shown["last_error"], Value::Null, "{shown}");
+        assert_eq!(
+            shown["driver_internal_info"]["iscsi_boot_option"], "netboot",
+            "{shown}"
+        );
+        shown
     }
 
     /// Polls the node until its provision state is `want`; panics at a failed state (with

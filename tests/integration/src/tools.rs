@@ -30,6 +30,20 @@ pub fn tool_ok(program: &str, package: &str, args: &[&str]) -> String {
     text
 }
 
+/// Runs `curl -sk --max-time 60 ARGS` (self-signed test certificates: not checked), which
+/// must succeed; returns its stdout.
+pub fn curl(args: &[&str]) -> String {
+    let mut all = vec!["-sk", "--max-time", "60"];
+    all.extend_from_slice(args);
+    let out = tool("curl", "curl", &all);
+    assert!(
+        out.status.success(),
+        "curl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// `len` pseudo-random bytes from an xorshift64 sequence started at `seed` (an even seed is
 /// made odd: xorshift never leaves 0). Deterministic, so a misplaced block cannot go unseen.
 pub fn xorshift_bytes(len: usize, seed: u64) -> Vec<u8> {

@@ -147,11 +147,7 @@ fn deploy_and_boot(firmware: Firmware, qcow2: bool, name: &str, then: Then) {
     assert_deployed(&lab, &shown);
     lab.wait_console(&marker, 1, OS_BOOT_LIMIT);
     let machine = lab.emulator_state()["machine"].clone();
-    let expected_firmware = match firmware {
-        Firmware::Bios => "SeaBIOS",
-        Firmware::Uefi => "OVMF",
-    };
-    assert_eq!(machine["firmware"], expected_firmware, "{machine}");
+    assert_eq!(machine["firmware"], firmware.emulator_name(), "{machine}");
     // The agent's progress reached the conductor on the way.
     let progress = &shown["driver_internal_info"]["deploy_progress"];
     assert!(

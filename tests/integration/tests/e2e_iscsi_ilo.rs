@@ -38,13 +38,7 @@ fn netboot_deploy_and_reboot(firmware: Firmware, name: &str) {
     lab.set_partition_image(&node, &image);
     let marker = image.marker(&image.part_root_uuid);
 
-    lab.bm(&["node", "deploy", &node]);
-    let shown = lab.wait_state(&node, "active", DEPLOY_LIMIT);
-    assert_eq!(shown["last_error"], serde_json::Value::Null, "{shown}");
-    assert_eq!(
-        shown["driver_internal_info"]["iscsi_boot_option"], "netboot",
-        "{shown}"
-    );
+    lab.deploy_to_netboot(&node, DEPLOY_LIMIT);
     lab.wait_console(&marker, 1, OS_BOOT_LIMIT);
     let state = lab.emulator_state();
     assert_eq!(state["power"], "ON", "{state}");
@@ -55,11 +49,11 @@ fn netboot_deploy_and_reboot(firmware: Firmware, name: &str) {
     );
     assert_eq!(state["vmedia"]["FLOPPY"]["inserted"], false, "{state}");
     let first_url = state["vmedia"]["CDROM"]["url"].clone();
-    let expected_firmware = match firmware {
-        Firmware::Bios => "SeaBIOS",
-        Firmware::Uefi => "OVMF",
-    };
-    assert_eq!(state["machine"]["firmware"], expected_firmware, "{state}");
+    assert_eq!(
+        state["machine"]["firmware"],
+        firmware.emulator_name(),
+        "{state}"
+    );
 
     // A reboot through the API attaches the boot ISO again, with a fresh temp URL.
     lab.bm(&["node", "reboot", &node]);

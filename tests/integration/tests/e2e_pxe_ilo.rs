@@ -139,23 +139,17 @@ fn pxe_deploy(firmware: Firmware, name: &str) {
 
     // The real deploy.
     let marker = image.marker(&image.part_root_uuid);
-    lab.bm(&["node", "deploy", &node]);
-    let shown = lab.wait_state(&node, "active", DEPLOY_LIMIT);
-    assert_eq!(shown["last_error"], Value::Null, "{shown}");
-    assert_eq!(
-        shown["driver_internal_info"]["iscsi_boot_option"], "netboot",
-        "{shown}"
-    );
+    lab.deploy_to_netboot(&node, DEPLOY_LIMIT);
     lab.wait_console(&marker, 1, OS_BOOT_LIMIT);
     let state = lab.emulator_state();
     assert_eq!(state["power"], "ON", "{state}");
     assert_eq!(state["persistent_boot"][0], "NETWORK", "{state}");
     assert_eq!(state["vmedia"]["CDROM"]["inserted"], false, "{state}");
-    let expected_firmware = match firmware {
-        Firmware::Bios => "SeaBIOS",
-        Firmware::Uefi => "OVMF",
-    };
-    assert_eq!(state["machine"]["firmware"], expected_firmware, "{state}");
+    assert_eq!(
+        state["machine"]["firmware"],
+        firmware.emulator_name(),
+        "{state}"
+    );
     // The instance's entry: its own kernel and ramdisk, the written root, no deploy key.
     let files = lab.netboot_files(&node);
     assert!(files.contains(&format!("{node}/kernel")), "{files:?}");

@@ -21,7 +21,6 @@ mod support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -118,23 +117,10 @@ struct Emulator {
 
 impl Emulator {
     fn curl(&self, args: &[&str]) -> String {
-        let out = Command::new("curl")
-            .args([
-                "-sk",
-                "--max-time",
-                "60",
-                "-u",
-                &format!("{USER}:{PASSWORD}"),
-            ])
-            .args(args)
-            .output()
-            .expect("running curl (apt-get install curl)");
-        assert!(
-            out.status.success(),
-            "curl {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let user = format!("{USER}:{PASSWORD}");
+        let mut all = vec!["-u", user.as_str()];
+        all.extend_from_slice(args);
+        vmdeploy_integration_tests::tools::curl(&all)
     }
 
     /// One RIBCL command; the STATUS (the last non-zero one) and MESSAGE, and the whole reply.

@@ -80,17 +80,7 @@ impl QemuEmulator {
     }
 
     fn curl(&self, args: &[&str]) -> String {
-        let out = Command::new("curl")
-            .args(["-sk", "--max-time", "60"])
-            .args(args)
-            .output()
-            .expect("running curl (apt-get install curl)");
-        assert!(
-            out.status.success(),
-            "curl {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        vmdeploy_integration_tests::tools::curl(args)
     }
 
     /// `GET /_emulator/state`; remembers the QEMU pid it shows.

@@ -205,41 +205,72 @@ fn recorded_boot_option(node: &Node) -> Option<BootOption> {
     }
 }
 
+/// Where the instance boots from as settled at deploy time (or, for a node deployed before it
+/// was recorded, as its fields say).
+pub(super) fn settled_boot_option(node: &Node) -> anyhow::Result<BootOption> {
+    if let Some(option) = recorded_boot_option(node) {
+        return Ok(option);
+    }
+    let instance = InstanceInfo::of(node).context("instance_info")?;
+    boot_option(
+        &instance,
+        instance.is_whole_disk(&node.driver_internal_info),
+    )
+}
+
+/// Where the instance will boot from, refusing what neither iSCSI flow can deploy: a partition
+/// image booting locally (see the module's limitations); records it for the call-back.
+pub(super) fn plan_boot_option(node: &mut Node) -> anyhow::Result<BootOption> {
+    let info = InstanceInfo::of(node).context("instance_info")?;
+    let whole_disk = info.is_whole_disk(&node.driver_internal_info);
+    let option = checked_boot_option(node, &info, whole_disk)?;
+    node.driver_internal_info.remove(ROOT_UUID_KEY);
+    node.driver_internal_info.insert(
+        BOOT_OPTION_KEY.into(),
+        json!(match option {
+            BootOption::Local => "local",
+            BootOption::Netboot => "netboot",
+        }),
+    );
+    Ok(option)
+}
+
+/// [`boot_option`], refusing a partition image with local boot.
+pub(super) fn checked_boot_option(
+    node: &Node,
+    info: &InstanceInfo,
+    whole_disk: bool,
+) -> anyhow::Result<BootOption> {
+    let option = boot_option(info, whole_disk)?;
+    if !whole_disk && option == BootOption::Local {
+        bail!(
+            "node {}: a partition image with boot_option=local needs a boot loader installed \
+             inside the written file system (Ironic's install_bootloader), which this \
+             conductor does not do: deploy it with boot_option=netboot (the default), or \
+             deploy a whole-disk image",
+            node.uuid
+        );
+    }
+    Ok(option)
+}
+
 #[async_trait::async_trait]
 impl DeployInterface for IscsiDeploy {
     async fn validate(&self, node: &Node) -> anyhow::Result<()> {
         let info = InstanceInfo::of(node).context("instance_info")?;
         let whole_disk = info.is_whole_disk(&node.driver_internal_info);
-        let option = boot_option(&info, whole_disk)?;
+        let option = checked_boot_option(node, &info, whole_disk)?;
         if option == BootOption::Netboot {
             netboot::validate(&self.ctx, node)
                 .await
                 .context("checking the boot ISO the instance will boot from")?;
-        }
-        if !whole_disk && option == BootOption::Local {
-            bail!(
-                "node {}: a partition image with boot_option=local needs a boot loader installed \
-                 inside the written file system (Ironic's install_bootloader), which this \
-                 conductor does not do: deploy it with boot_option=netboot (the default), or \
-                 deploy a whole-disk image",
-                node.uuid
-            );
         }
         vmedia::validate_node(&self.ctx, node).await
     }
 
     async fn deploy(&self, node: &mut Node) -> anyhow::Result<DeployStep> {
         self.validate(node).await.context("validating the node")?;
-        let info = InstanceInfo::of(node).context("instance_info")?;
-        let option = boot_option(&info, info.is_whole_disk(&node.driver_internal_info))?;
-        node.driver_internal_info.remove(ROOT_UUID_KEY);
-        node.driver_internal_info.insert(
-            BOOT_OPTION_KEY.into(),
-            json!(match option {
-                BootOption::Local => "local",
-                BootOption::Netboot => "netboot",
-            }),
-        );
+        let option = plan_boot_option(node)?;
         let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
         vmedia::prepare(
             &self.ctx,
@@ -260,16 +291,6 @@ impl DeployInterface for IscsiDeploy {
         Ok(DeployStep::Wait)
     }
 
-    async fn heartbeat(
-        &self,
-        node: &mut Node,
-        _heartbeat: &HeartbeatRequest,
-    ) -> anyhow::Result<DeployStep> {
-        // The iSCSI ramdisk calls back with pass_deploy_info; a heartbeat changes nothing.
-        tracing::debug!(node = %node.uuid, "heartbeat ignored: the iSCSI ramdisk reports through pass_deploy_info");
-        Ok(DeployStep::Wait)
-    }
-
     fn takes_pass_deploy_info(&self) -> bool {
         true
     }
@@ -282,13 +303,7 @@ impl DeployInterface for IscsiDeploy {
         let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
         // The ramdisk has read its floppy and booted: media out, floppy object gone.
         vmedia::cleanup(&self.ctx, Some(&bmc), node).await;
-        let option = recorded_boot_option(node).map(Ok).unwrap_or_else(|| {
-            let instance = InstanceInfo::of(node).context("instance_info")?;
-            boot_option(
-                &instance,
-                instance.is_whole_disk(&node.driver_internal_info),
-            )
-        })?;
+        let option = settled_boot_option(node)?;
         let written = write_over_iscsi(&self.ctx, node, info).await?;
         match option {
             BootOption::Local => bmc.boot_from_disk().await?,
