@@ -6,7 +6,7 @@
 //!              [--backend memory|qemu] [--qemu-state-dir DIR] [--qemu-memory-mib N]
 //!              [--qemu-disk-size-mib N] [--guest-forward HOST:PORT]... [--qemu-vmedia usb|legacy]
 //!              [--qemu-nic virtio|e1000] [--qemu-capture-net] [--qemu-guest-ip IP] [--qemu-binary PATH]
-//!              [--qemu-pxe-bootfile URL]
+//!              [--qemu-pxe-bootfile URL|NAME [--qemu-tftp-root DIR]]
 //! ```
 //! Server i of N answers on PORT+i. Without a certificate a self-signed one is made (SAN = the
 //! listen IP), written to a file, and its path printed. See README.md.
@@ -132,6 +132,10 @@ struct Args {
     /// puts the network first boots from it (SeaBIOS and OVMF). Without it the NIC has no ROM.
     #[arg(long, value_parser = PxeBootfile::parse)]
     qemu_pxe_bootfile: Option<PxeBootfile>,
+    /// QEMU: a directory slirp's built-in TFTP server serves at 10.0.2.2 (the DHCP
+    /// next-server), for a --qemu-pxe-bootfile given as a plain file name (`pxelinux.0`).
+    #[arg(long)]
+    qemu_tftp_root: Option<PathBuf>,
     /// QEMU: the emulator binary.
     #[arg(long, default_value = "qemu-system-x86_64")]
     qemu_binary: PathBuf,
@@ -193,6 +197,7 @@ fn backend_args(args: &Args) -> BackendArgs {
         s.capture_net = args.qemu_capture_net;
         s.guest_ip = args.qemu_guest_ip;
         s.pxe_bootfile = args.qemu_pxe_bootfile.clone();
+        s.tftp_root = args.qemu_tftp_root.clone();
         s.vmedia_bus = match args.qemu_vmedia {
             VmediaArg::Usb => VmediaBus::Usb,
             VmediaArg::Legacy => VmediaBus::Legacy,

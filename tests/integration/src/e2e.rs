@@ -117,10 +117,23 @@ pub struct LabOptions {
     /// `--qemu-guest-ip`: the node's static address, where the agent's ports are forwarded.
     pub guest_ip: Option<String>,
     /// A `pxe_ilo` lab: the iLO has a Standard licence (no virtual media), the node's NIC
-    /// keeps its iPXE ROM and slirp's DHCP hands it the conductor's master iPXE script, and
-    /// the conductor serves the boot root over HTTP (and TFTP on loopback), with the deploy
-    /// ISO's kernel and initramfs as its default deploy kernel and ramdisk.
-    pub netboot: bool,
+    /// keeps its iPXE ROM and slirp's DHCP hands it a boot file, and the conductor serves the
+    /// boot root over HTTP (and TFTP on loopback), with the deploy ISO's kernel and initramfs
+    /// as its default deploy kernel and ramdisk. `None`: virtual media as usual.
+    pub netboot: Option<NetbootLoader>,
+}
+
+/// What a `pxe_ilo` lab's node boots from the network with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetbootLoader {
+    /// The ROM's iPXE runs the conductor's master `boot.ipxe` over HTTP (a guest forward),
+    /// which chains the node's script by MAC.
+    Ipxe,
+    /// PXELINUX, the loader most BIOS sites run: slirp's DHCP names `pxelinux.0`, and slirp's
+    /// own TFTP server serves the conductor's boot root (slirp cannot forward UDP to the
+    /// conductor's TFTP); PXELINUX reads the node's `pxelinux.cfg/01-<mac>` and loads the
+    /// kernel and initramfs it names.
+    Pxelinux,
 }
 
 impl Default for LabOptions {
@@ -136,9 +149,44 @@ impl Default for LabOptions {
             guest_forwards: Vec::new(),
             capture_net: false,
             guest_ip: None,
-            netboot: false,
+            netboot: None,
         }
     }
+}
+
+/// The emulator's arguments of a `pxe_ilo` lab: a Standard licence, and the boot file slirp's
+/// DHCP hands out (with, for PXELINUX, the boot root as slirp's TFTP root, holding the
+/// Debian packages' `pxelinux.0` and `ldlinux.c32`).
+fn netboot_args(loader: Option<NetbootLoader>, boot_root: &Path, http_port: u16) -> Vec<String> {
+    let Some(loader) = loader else {
+        return Vec::new();
+    };
+    let mut args: Vec<String> = ["--license", "standard", "--guest-forward"]
+        .map(String::from)
+        .into();
+    args.push(format!("{GUEST_NETBOOT}=127.0.0.1:{http_port}"));
+    match loader {
+        NetbootLoader::Ipxe => {
+            args.push("--qemu-pxe-bootfile".into());
+            args.push(format!("http://{GUEST_NETBOOT}/boot.ipxe"));
+        }
+        NetbootLoader::Pxelinux => {
+            std::fs::create_dir_all(boot_root).expect("the boot root");
+            for (from, name) in [
+                ("/usr/lib/PXELINUX/pxelinux.0", "pxelinux.0"),
+                ("/usr/lib/syslinux/modules/bios/ldlinux.c32", "ldlinux.c32"),
+            ] {
+                std::fs::copy(from, boot_root.join(name)).unwrap_or_else(|e| {
+                    panic!("copying {from}: {e} (apt-get install pxelinux syslinux-common; scripts/setup does)")
+                });
+            }
+            args.push("--qemu-pxe-bootfile".into());
+            args.push("pxelinux.0".into());
+            args.push("--qemu-tftp-root".into());
+            args.push(boot_root.display().to_string());
+        }
+    }
+    args
 }
 
 /// A UDP port free on loopback now.
@@ -234,18 +282,11 @@ impl Lab {
                     .flat_map(|f| ["--guest-forward", f.as_str()]),
             )
             .args(options.capture_net.then_some("--qemu-capture-net"))
-            .args(if options.netboot {
-                vec![
-                    "--license".to_owned(),
-                    "standard".to_owned(),
-                    "--qemu-pxe-bootfile".to_owned(),
-                    format!("http://{GUEST_NETBOOT}/boot.ipxe"),
-                    "--guest-forward".to_owned(),
-                    format!("{GUEST_NETBOOT}=127.0.0.1:{netboot_http_port}"),
-                ]
-            } else {
-                Vec::new()
-            })
+            .args(netboot_args(
+                options.netboot,
+                &dir.path().join("conductor").join("netboot"),
+                netboot_http_port,
+            ))
             .args(
                 options
                     .guest_ip
@@ -268,8 +309,8 @@ impl Lab {
             ilo,
             ilo_cert,
             api_port,
-            netboot_http_port: options.netboot.then_some(netboot_http_port),
-            netboot_tftp_port: options.netboot.then_some(netboot_tftp_port),
+            netboot_http_port: options.netboot.map(|_| netboot_http_port),
+            netboot_tftp_port: options.netboot.map(|_| netboot_tftp_port),
             forwards: HashMap::new(),
             started: Instant::now(),
         };

@@ -2,14 +2,21 @@
 //! partition image onto a QEMU node whose emulated iLO has only a Standard licence (no virtual
 //! media), through `vmdeploy-conductor serve` with its network boot service on.
 //!
-//! The node's NIC keeps QEMU's iPXE option ROM; slirp's built-in DHCP hands it the URL of the
-//! conductor's master iPXE script (`bootfile=`), reached through a guest forward. The script
-//! chains the node's own script by MAC, which boots the deploy kernel and initramfs (the deploy
-//! ISO's, `netboot.deploy_kernel`/`deploy_ramdisk`) with the iSCSI deploy's parameters on the
-//! kernel command line. The ramdisk serves its disk over iSCSI and calls `pass_deploy_info`;
-//! the conductor writes the image, sends `done`, puts the test OS's kernel and ramdisk in the
-//! boot root with `root=UUID=<written root>`, makes the network the persistent boot device and
-//! power-cycles the node, which boots the test OS from the network:
+//! The node's NIC keeps QEMU's iPXE option ROM, and slirp's built-in DHCP hands it a boot file:
+//! - UEFI (OVMF), through iPXE: the URL of the conductor's master iPXE script, reached through a
+//!   guest forward; it chains the node's script by MAC, which fetches the deploy kernel and
+//!   initramfs over the conductor's HTTP;
+//! - BIOS (SeaBIOS), through PXELINUX: `pxelinux.0`, which iPXE fetches from slirp's own TFTP
+//!   server serving the conductor's boot root (slirp cannot forward UDP to the conductor's TFTP
+//!   server; the test fetches the node's file from that one itself); PXELINUX reads the node's
+//!   `pxelinux.cfg/01-<mac>` and loads the kernel and initramfs it names.
+//!
+//! The deploy kernel and initramfs are the deploy ISO's (`netboot.deploy_kernel`/
+//! `deploy_ramdisk`), with the iSCSI deploy's parameters on the kernel command line. The ramdisk
+//! serves its disk over iSCSI and calls `pass_deploy_info`; the conductor writes the image,
+//! sends `done`, puts the test OS's kernel and ramdisk in the boot root with
+//! `root=UUID=<written root>`, makes the network the persistent boot device and power-cycles
+//! the node, which boots the test OS from the network the same way:
 //! `VMDEPLOY-TEST-OS booted root=<uuid of the file system it mounted>`.
 //!
 //! Also here, because they need the Standard-licence lab and no boot of their own: an
@@ -20,7 +27,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use vmdeploy_integration_tests::e2e::{partition_media, Firmware, Lab, LabOptions};
+use vmdeploy_integration_tests::e2e::{partition_media, Firmware, Lab, LabOptions, NetbootLoader};
 use vmdeploy_integration_tests::test_image::{self, TestImage};
 use vmdeploy_integration_tests::tools::tool_ok;
 
@@ -49,13 +56,13 @@ fn read_root(lab: &Lab, rel: &str) -> String {
         .unwrap_or_else(|e| panic!("reading {rel} in the boot root: {e}"))
 }
 
-fn pxe_deploy(firmware: Firmware, name: &str) {
+fn pxe_deploy(firmware: Firmware, loader: NetbootLoader, name: &str) {
     let image: TestImage = test_image::ensure();
     let lab = Lab::start(
         name,
         LabOptions {
             media: partition_media(&image),
-            netboot: true,
+            netboot: Some(loader),
             ..Default::default()
         },
     );
@@ -180,11 +187,11 @@ fn pxe_deploy(firmware: Firmware, name: &str) {
 }
 
 #[test]
-fn pxe_ilo_deploys_the_partition_test_os_and_it_netboots_in_bios() {
-    pxe_deploy(Firmware::Bios, "pxe_ilo_bios");
+fn pxe_ilo_deploys_the_partition_test_os_and_it_netboots_in_bios_through_pxelinux() {
+    pxe_deploy(Firmware::Bios, NetbootLoader::Pxelinux, "pxe_ilo_bios");
 }
 
 #[test]
-fn pxe_ilo_deploys_the_partition_test_os_and_it_netboots_in_uefi() {
-    pxe_deploy(Firmware::Uefi, "pxe_ilo_uefi");
+fn pxe_ilo_deploys_the_partition_test_os_and_it_netboots_in_uefi_through_ipxe() {
+    pxe_deploy(Firmware::Uefi, NetbootLoader::Ipxe, "pxe_ilo_uefi");
 }

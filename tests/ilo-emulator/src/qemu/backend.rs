@@ -83,6 +83,8 @@ pub struct QemuSettings {
     /// The boot file slirp's DHCP hands out; set, the NIC keeps QEMU's iPXE ROM and network
     /// boots when it comes first in the boot order. `None`: no ROM, no network boot (faster).
     pub pxe_bootfile: Option<PxeBootfile>,
+    /// `--qemu-tftp-root`: the directory slirp's TFTP server serves.
+    pub tftp_root: Option<PathBuf>,
 }
 
 impl QemuSettings {
@@ -102,6 +104,7 @@ impl QemuSettings {
             capture_net: false,
             guest_ip: None,
             pxe_bootfile: None,
+            tftp_root: None,
         }
     }
 
@@ -369,6 +372,7 @@ impl QemuBackend {
                 .capture_net
                 .then(|| self.dir.join(format!("net-{generation}.pcap"))),
             pxe_bootfile: self.settings.pxe_bootfile.clone(),
+            tftp_root: self.settings.tftp_root.clone(),
             boot,
         };
         let _ = std::fs::remove_file(self.qmp_socket());

@@ -143,7 +143,8 @@ impl GuestForward {
 }
 
 /// A boot file name slirp's DHCP server hands out (`-netdev user,bootfile=`), for network boots
-/// through the NIC's iPXE ROM: a URL such as `http://10.0.2.100:8080/boot.ipxe`.
+/// through the NIC's iPXE ROM: a URL such as `http://10.0.2.100:8080/boot.ipxe`, or a file name
+/// (`pxelinux.0`) that iPXE fetches from slirp's TFTP server ([`MachineSpec::tftp_root`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PxeBootfile(String);
 
@@ -169,10 +170,21 @@ impl PxeBootfile {
                 s.len()
             ));
         }
+        if !s.contains("://") {
+            // A plain name: fetched over TFTP from slirp's own server (`--qemu-tftp-root`),
+            // as a site's DHCP names `pxelinux.0` with next-server.
+            if s.is_empty() || s.starts_with('/') || s.split('/').any(|p| p == "..") {
+                return Err(format!(
+                    "{s:?}: a PXE boot file name is relative to the TFTP root, without .."
+                ));
+            }
+            return Ok(PxeBootfile(s.to_owned()));
+        }
         let url = url::Url::parse(s).map_err(|e| format!("{s:?}: not a URL: {e}"))?;
         if !matches!(url.scheme(), "http" | "https" | "tftp") || url.host_str().is_none() {
             return Err(format!(
-                "{s:?}: the PXE boot file must be an http://, https:// or tftp:// URL with a host"
+                "{s:?}: the PXE boot file must be an http://, https:// or tftp:// URL with a host, \
+                 or a file name under --qemu-tftp-root"
             ));
         }
         Ok(PxeBootfile(s.to_owned()))
@@ -309,6 +321,8 @@ pub struct MachineSpec {
     /// The boot file slirp's DHCP hands out; with it the NIC keeps QEMU's iPXE option ROM and
     /// can network boot, without it the NIC has no ROM.
     pub pxe_bootfile: Option<PxeBootfile>,
+    /// The directory slirp's built-in TFTP server serves at 10.0.2.2 (`-netdev user,tftp=`).
+    pub tftp_root: Option<PathBuf>,
     /// Boot priorities.
     pub boot: BootIndexes,
 }
@@ -408,6 +422,12 @@ impl MachineSpec {
         if let Some(bootfile) = &self.pxe_bootfile {
             netdev.push(',');
             netdev.push_str(&bootfile.slirp_option());
+        }
+        if let Some(root) = &self.tftp_root {
+            netdev.push_str(&format!(
+                ",tftp={}",
+                root.display().to_string().replace(',', ",,")
+            ));
         }
         a.extend(["-netdev".to_owned(), netdev]);
         if let Some(pcap) = &self.net_capture {
@@ -513,6 +533,7 @@ mod tests {
             guest_ip: None,
             net_capture: None,
             pxe_bootfile: None,
+            tftp_root: None,
             boot: BootIndexes::for_device(Some(BootDevice::Cdrom)),
         }
     }
@@ -644,6 +665,24 @@ mod tests {
     }
 
     #[test]
+    fn a_tftp_root_is_slirps_tftp_server() {
+        let mut s = spec(
+            Firmware::SeaBios {
+                sercon_file: "/s/sercon.bin".into(),
+            },
+            VmediaBus::Usb,
+        );
+        s.pxe_bootfile = Some(PxeBootfile::parse("pxelinux.0").expect("name"));
+        s.tftp_root = Some("/var/tmp/boot,root".into());
+        let args = s.args();
+        let netdev = after(&args, "-netdev")[0];
+        assert!(
+            netdev.ends_with(",bootfile=pxelinux.0,tftp=/var/tmp/boot,,root"),
+            "{netdev}"
+        );
+    }
+
+    #[test]
     fn a_pxe_bootfile_keeps_the_ipxe_rom_and_goes_to_slirps_dhcp() {
         let mut s = spec(
             Firmware::SeaBios {
@@ -694,13 +733,16 @@ mod tests {
             "https://10.0.2.100/x/boot.ipxe",
             "tftp://10.0.2.100/pxelinux.0",
             "http://h/a,b",
+            "pxelinux.0",
+            "boot/grubnetx64.efi",
         ] {
             assert_eq!(PxeBootfile::parse(good).expect(good).url(), good);
         }
         let long = format!("http://10.0.2.100/{}", "a".repeat(PXE_BOOTFILE_MAX));
         for bad in [
             "",
-            "boot.ipxe",
+            "/pxelinux.0",
+            "../pxelinux.0",
             "http://10.0.2.100/boot ipxe",
             "http://10.0.2.100/bo\not",
             "http://10.0.2.100/böot",
