@@ -51,6 +51,15 @@ pub const DEPLOY_RAMDISK_FIELD: &str = "pxe_deploy_ramdisk";
 /// The x86 kernel's command-line limit (`COMMAND_LINE_SIZE`), the terminating NUL included.
 const KERNEL_CMDLINE_MAX: usize = 2048;
 
+/// Which boot entry a node's files hold.
+#[derive(Debug, Clone, Copy)]
+enum Entry {
+    /// The deploy ramdisk, its command line holding the deploy key.
+    Deploy,
+    /// A netboot instance's own kernel and ramdisk.
+    Instance,
+}
+
 /// The `pxe_ilo` deploy interface.
 pub struct PxeDeploy {
     ctx: Arc<DeployContext>,
@@ -125,28 +134,44 @@ impl PxeDeploy {
             cmdline.push(' ');
             cmdline.push_str(&netboot.instance_append_params);
         }
+        self.write_entry(node, Entry::Instance, [k, r], cmdline)
+            .await
+    }
+
+    /// Puts `files` (kernel, initramfs: kept alive until linked) in the boot root as the
+    /// node's `entry`, found by every MAC of the node (blocking file work off the runtime).
+    async fn write_entry(
+        &self,
+        node: &Node,
+        entry: Entry,
+        files: [crate::image_cache::CachedImage; 2],
+        cmdline: String,
+    ) -> anyhow::Result<()> {
+        let root = self.netboot()?.root.clone();
         let macs = self.macs(node).await?;
-        let root = netboot.root.clone();
         let uuid = node.uuid;
-        let (kp, rp) = (k.path.clone(), r.path.clone());
+        let (label, kernel_name, initrd_name) = match entry {
+            Entry::Deploy => ("deploy", "deploy_kernel", "deploy_ramdisk"),
+            Entry::Instance => ("instance", "kernel", "ramdisk"),
+        };
         tokio::task::spawn_blocking(move || {
+            let [kernel, initrd] = &files;
             root.write_node(
                 uuid,
                 &macs,
-                "instance",
+                label,
                 &BootFiles {
-                    kernel_from: &kp,
-                    kernel_name: "kernel",
-                    initrd_from: &rp,
-                    initrd_name: "ramdisk",
+                    kernel_from: &kernel.path,
+                    kernel_name,
+                    initrd_from: &initrd.path,
+                    initrd_name,
                 },
                 &cmdline,
             )
         })
         .await
-        .context("writing the instance's network boot configuration")??;
-        drop((k, r));
-        Ok(())
+        .context("the task writing the boot files failed")?
+        .with_context(|| format!("writing the {label} network boot configuration"))
     }
 
     /// Removes the node's boot files (blocking file work off the runtime).
@@ -280,7 +305,7 @@ impl DeployInterface for PxeDeploy {
         let netboot = self.netboot()?;
         let option = iscsi::plan_boot_option(node)?;
         let wanted_mode = vmedia::requested_boot_mode(node)?;
-        let refs = deploy_refs(node, self.netboot()?)?;
+        let refs = deploy_refs(node, netboot)?;
         let [kernel, ramdisk] = self
             .fetch_pair(&refs)
             .await
@@ -289,29 +314,10 @@ impl DeployInterface for PxeDeploy {
         bmc.power_off().await?;
         let mode = bmc.ensure_boot_mode(wanted_mode).await?;
         let ports = self.ctx.node_ports(node.uuid).await?;
-        let macs = self.macs(node).await?;
         let key = floppy::new_deploy_key()?;
         let cmdline = deploy_cmdline(&self.ctx.config, netboot, node, &ports, &key, option, mode)?;
-        let root = netboot.root.clone();
-        let uuid = node.uuid;
-        let (kp, rp) = (kernel.path.clone(), ramdisk.path.clone());
-        tokio::task::spawn_blocking(move || {
-            root.write_node(
-                uuid,
-                &macs,
-                "deploy",
-                &BootFiles {
-                    kernel_from: &kp,
-                    kernel_name: "deploy_kernel",
-                    initrd_from: &rp,
-                    initrd_name: "deploy_ramdisk",
-                },
-                &cmdline,
-            )
-        })
-        .await
-        .context("writing the deploy's network boot configuration")??;
-        drop((kernel, ramdisk));
+        self.write_entry(node, Entry::Deploy, [kernel, ramdisk], cmdline)
+            .await?;
         bmc.boot_once_from_network().await?;
         node.driver_internal_info.insert(
             vmedia::DEPLOY_KEY_KEY.into(),
