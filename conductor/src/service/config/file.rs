@@ -40,7 +40,7 @@ pub struct ConfigFile {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApiSection {
-    /// `listen`: `ip:port` strings; `None` = [`DEFAULT_LISTEN`].
+    /// `listen`: `ip:port` strings; `None` = [`DEFAULT_LISTEN`](super::DEFAULT_LISTEN).
     pub listen: Option<Vec<String>>,
     /// `tls`.
     pub tls: TlsSetting,
