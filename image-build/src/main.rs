@@ -86,6 +86,15 @@ enum Command {
     /// image, its kernel and ramdisk, manifest.json) into a directory; skipped when the
     /// directory already holds a build of the same inputs.
     TestImage(test_image::TestImageArgs),
+    /// Write the EFI system partition image (FAT, our GRUB at \EFI\BOOT\BOOTX64.EFI) that a
+    /// conductor building its own UEFI ISOs embeds: upstream Ironic's `[conductor] bootloader`,
+    /// with `grub_config_path = boot/grub/grub.cfg` (GRUB finds the ISO by its volume id
+    /// VMEDIA_BOOT_ISO, which Ironic's ISOs carry).
+    Esp {
+        /// Output file.
+        #[arg(long, short)]
+        out: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -115,6 +124,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::DeployIso(args) => deploy_iso::run(args),
         Command::BootIso(args) => boot_iso::run(args),
         Command::TestImage(args) => test_image::run(args),
+        Command::Esp { out } => {
+            let grub_efi =
+                loaders::build_grub_efi(std::path::Path::new(loaders::GRUB_EFI_MODULE_DIR))?;
+            let image =
+                vmdeploy_shared::iso::efi_system_image(&grub_efi, boot_iso::source_date_epoch()?)
+                    .context("building the EFI system partition image")?;
+            std::fs::write(&out, &image).with_context(|| format!("writing {}", out.display()))?;
+            eprintln!("wrote {} ({} bytes)", out.display(), image.len());
+            Ok(())
+        }
         Command::Loaders { out } => {
             let loaders = loaders::system_loaders().context("finding the boot loaders")?;
             let written = loaders::write_dir(&loaders, &out)

@@ -118,51 +118,38 @@ pub struct LoadedParams {
     pub floppy_device: Option<PathBuf>,
 }
 
-/// Reads the command line and, with `boot_method=vmedia` or `--floppy`, the floppy on top.
+/// Reads the command line and the floppy on top: the one `--floppy` names, else, with
+/// `boot_method=vmedia`, the one found by its label ([`floppy::load_params`]: required when the
+/// command line names no deploy, looked for briefly when it does).
 pub fn load_params(args: &RunArgs) -> anyhow::Result<LoadedParams> {
     let cmdline_path = args
         .cmdline_file
         .clone()
         .unwrap_or_else(|| PathBuf::from("/proc/cmdline"));
     let cmdline = read_cmdline(&cmdline_path)?;
-    let cmd = Params::parse_cmdline(&cmdline);
-    tracing::info!(
-        source = %cmdline_path.display(),
-        keys = cmd.len(),
-        "kernel command line read"
-    );
-    let device = match &args.floppy {
-        Some(path) => Some(path.clone()),
-        None if cmd.get(keys::BOOT_METHOD) == Some("vmedia") => {
-            let search = FloppySearch {
-                label: args.floppy_label.clone(),
-                // A scan now, then one a second until `floppy_wait_secs` have passed.
-                attempts: u32::try_from(args.floppy_wait_secs.saturating_add(1))
-                    .unwrap_or(u32::MAX),
-                interval: Duration::from_secs(1),
-                ..Default::default()
-            };
-            tracing::info!(
-                label = %search.label,
-                wait_secs = args.floppy_wait_secs,
-                "boot_method=vmedia: looking for the virtual floppy"
-            );
-            Some(search.find().context("finding the virtual floppy")?)
-        }
-        None => None,
-    };
-    let Some(device) = device else {
+    tracing::info!(source = %cmdline_path.display(), "kernel command line read");
+    if let Some(device) = &args.floppy {
+        let cmd = Params::parse_cmdline(&cmdline);
+        let floppy = floppy::read_params(device)
+            .with_context(|| format!("reading the floppy on {}", device.display()))?;
+        tracing::info!(device = %device.display(), keys = floppy.len(), "floppy parameters read");
         return Ok(LoadedParams {
-            params: cmd,
-            floppy_device: None,
+            params: cmd.merged_with(&floppy),
+            floppy_device: Some(device.clone()),
         });
+    }
+    let search = FloppySearch {
+        label: args.floppy_label.clone(),
+        // A scan now, then one a second until `floppy_wait_secs` have passed.
+        attempts: u32::try_from(args.floppy_wait_secs.saturating_add(1)).unwrap_or(u32::MAX),
+        interval: Duration::from_secs(1),
+        ..Default::default()
     };
-    let floppy = floppy::read_params(&device)
-        .with_context(|| format!("reading the floppy on {}", device.display()))?;
-    tracing::info!(device = %device.display(), keys = floppy.len(), "floppy parameters read");
+    let (params, floppy_device) = floppy::load_params(&cmdline, &search)?;
+    tracing::info!(keys = params.len(), floppy = ?floppy_device, "deploy parameters read");
     Ok(LoadedParams {
-        params: cmd.merged_with(&floppy),
-        floppy_device: Some(device),
+        params,
+        floppy_device,
     })
 }
 

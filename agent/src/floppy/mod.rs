@@ -10,6 +10,10 @@
 //! number of times (5 × 1 s, as the DIB ramdisk waits, ../shared/reference/ironic-protocols.md
 //! §1.4). Floppy values override kernel command line values, as IPA does (same section).
 //!
+//! Upstream Ironic builds its virtual-media ISO with every parameter on the kernel command line
+//! and attaches a floppy only with `config_via_removable` (reference §3.2, issue 15): when the
+//! command line already names a deploy, the floppy is optional ([`load_params`]).
+//!
 //! # Limitations
 //! Only the root directory of a FAT12/16/32 volume is read; that is where the conductor writes.
 
@@ -122,16 +126,50 @@ pub fn read_params(node: &Path) -> anyhow::Result<Params> {
     Params::parse(&bytes).with_context(|| format!("parsing {PARAMS_FILE}"))
 }
 
+/// How many scans a floppy gets when the command line already carries the deploy parameters
+/// (upstream Ironic puts them there and attaches no floppy unless `config_via_removable`): a
+/// short look, one scan a second, then on without it.
+pub const OPTIONAL_ATTEMPTS: u32 = 5;
+
 /// The agent's parameters: the kernel command line, and when it says `boot_method=vmedia`, the
-/// floppy's `parameters.txt` on top (floppy values win).
-pub fn load_params(cmdline: &str, search: &FloppySearch) -> anyhow::Result<Params> {
+/// floppy's `parameters.txt` on top (floppy values win); with the floppy's device, which is never
+/// an install disk.
+///
+/// The floppy is required when the command line names no deploy (neither `ipa-api-url` nor
+/// `deployment_key`): it is then the only source. When the command line names one, the floppy
+/// is looked for [`OPTIONAL_ATTEMPTS`] times at most and the boot goes on without it.
+pub fn load_params(
+    cmdline: &str,
+    search: &FloppySearch,
+) -> anyhow::Result<(Params, Option<PathBuf>)> {
     let cmd = Params::parse_cmdline(cmdline);
-    if cmd.get("boot_method") != Some("vmedia") {
-        return Ok(cmd);
+    if cmd.get(params::keys::BOOT_METHOD) != Some("vmedia") {
+        return Ok((cmd, None));
     }
-    let dev = search.find().context("finding the virtual floppy")?;
-    let floppy = read_params(&dev)?;
-    Ok(cmd.merged_with(&floppy))
+    let cmdline_names_a_deploy = cmd.get(params::keys::IPA_API_URL).is_some()
+        || cmd.get(params::keys::DEPLOYMENT_KEY).is_some();
+    let dev = if cmdline_names_a_deploy {
+        let short = FloppySearch {
+            attempts: search.attempts.clamp(1, OPTIONAL_ATTEMPTS),
+            ..search.clone()
+        };
+        match short.find() {
+            Ok(dev) => dev,
+            Err(err) => {
+                tracing::info!(
+                    "no virtual floppy ({err:#}); the kernel command line carries the deploy \
+                     parameters: going on without it"
+                );
+                return Ok((cmd, None));
+            }
+        }
+    } else {
+        search.find().context("finding the virtual floppy")?
+    };
+    let floppy =
+        read_params(&dev).with_context(|| format!("reading the floppy on {}", dev.display()))?;
+    tracing::info!(device = %dev.display(), keys = floppy.len(), "floppy parameters read");
+    Ok((cmd.merged_with(&floppy), Some(dev)))
 }
 
 #[cfg(test)]
@@ -187,11 +225,12 @@ mod tests {
         assert!(dev.ends_with("sdc"), "{}", dev.display());
         let params = read_params(&dev).expect("params");
         assert_eq!(params.get("ipa-api-url"), Some("http://10.0.0.1:6385"));
-        let merged = load_params(
+        let (merged, from) = load_params(
             "console=ttyS0 boot_method=vmedia ipa-api-url=http://wrong BOOTIF=01-11-22",
             &search,
         )
         .expect("merged");
+        assert_eq!(from.as_deref(), Some(dev.as_path()));
         assert_eq!(
             merged.get("ipa-api-url"),
             Some("http://10.0.0.1:6385"),
@@ -204,12 +243,39 @@ mod tests {
     #[test]
     fn without_vmedia_the_floppy_is_not_needed() {
         let (_dir, search) = fake_tree(&[]);
-        let p = load_params("ipa-api-url=http://x", &search).expect("cmdline only");
+        let (p, from) = load_params("ipa-api-url=http://x", &search).expect("cmdline only");
         assert_eq!(p.get("ipa-api-url"), Some("http://x"));
-        let err = load_params("boot_method=vmedia", &search).expect_err("no floppy");
+        assert!(from.is_none());
+    }
+
+    #[test]
+    fn vmedia_without_deploy_parameters_needs_the_floppy() {
+        let (_dir, search) = fake_tree(&[]);
+        let err = load_params("boot_method=vmedia console=ttyS0", &search).expect_err("no floppy");
         assert!(
             format!("{err:#}").contains("no block device labelled"),
             "{err:#}"
         );
+    }
+
+    #[test]
+    fn vmedia_with_deploy_parameters_goes_on_without_a_floppy() {
+        // Upstream Ironic's ISO: everything on the command line, no floppy attached.
+        let (_dir, search) = fake_tree(&[("sda", 8, vec![0u8; 512])]);
+        let search = FloppySearch {
+            attempts: 100,
+            interval: Duration::from_millis(1),
+            ..search
+        };
+        let cmdline = "ir_pub_id=1be26c0b-03f2-4d2e-ae87-c02d7f33c123 \
+                       ipa-api-url=http://10.0.2.100:6385 ipa-agent-token=-abc boot_method=vmedia";
+        let (p, from) = load_params(cmdline, &search).expect("command line only");
+        assert!(from.is_none());
+        assert_eq!(p.get("ipa-api-url"), Some("http://10.0.2.100:6385"));
+        assert_eq!(p.get("ipa-agent-token"), Some("-abc"));
+        // The iSCSI form too.
+        let (p, from) = load_params("deployment_key=K boot_method=vmedia", &search).expect("iscsi");
+        assert!(from.is_none());
+        assert_eq!(p.get("deployment_key"), Some("K"));
     }
 }

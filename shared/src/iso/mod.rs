@@ -117,6 +117,28 @@ pub struct IsoSummary {
     pub efi_image_bytes: u64,
 }
 
+/// The FAT image of the ISO's EFI El Torito entry: `grub_efi` at the firmware's removable-media
+/// path `\EFI\BOOT\BOOTX64.EFI`, nothing else.
+fn efi_boot_image(grub_efi: &[u8], time: &date::Civil) -> Result<Vec<u8>, IsoError> {
+    efi_image::build(
+        &[efi_image::FatFile {
+            path: &["EFI", "BOOT", "BOOTX64.EFI"],
+            data: grub_efi,
+        }],
+        time,
+    )
+}
+
+/// The EFI system partition image every one of our boot ISOs carries, on its own, with every
+/// date at `epoch`: for a conductor that builds UEFI ISOs itself from a ready ESP image
+/// (upstream Ironic's `[conductor] bootloader`). `grub_efi` must carry [`GRUB_EARLY_CONFIG`],
+/// so the ISO's volume id must be [`BOOT_VOLUME_ID`] and its GRUB configuration
+/// `/boot/grub/grub.cfg`.
+pub fn efi_system_image(grub_efi: &[u8], epoch: u64) -> Result<Vec<u8>, IsoError> {
+    let time = date::Civil::from_epoch(epoch)?;
+    efi_boot_image(grub_efi, &time)
+}
+
 /// Writes the boot ISO to `out` with every date at [`DEFAULT_EPOCH`] and returns `out`.
 pub fn write_boot_iso<W: Write + Seek>(spec: &BootIsoSpec<'_>, out: W) -> Result<W, IsoError> {
     write_boot_iso_at(spec, DEFAULT_EPOCH, out).map(|(out, _)| out)
@@ -134,13 +156,7 @@ pub fn write_boot_iso_at<W: Write + Seek>(
     let cmdline = config::full_cmdline(spec.cmdline)?;
     let isolinux_cfg = config::isolinux_cfg(&cmdline);
     let grub_cfg = config::grub_cfg(&cmdline);
-    let efi_image = efi_image::build(
-        &[efi_image::FatFile {
-            path: &["EFI", "BOOT", "BOOTX64.EFI"],
-            data: &spec.loaders.grub_efi,
-        }],
-        &time,
-    )?;
+    let efi_image = efi_boot_image(&spec.loaders.grub_efi, &time)?;
     let efi_image_len = efi_image.len();
 
     // Boot images and configs first, the large kernel and initramfs last.

@@ -17,7 +17,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use vmdeploy_integration_tests::e2e::{Firmware, Lab, LabOptions};
+use vmdeploy_integration_tests::e2e::{checks, Firmware, Lab, LabOptions};
 use vmdeploy_integration_tests::test_image::{self, TestImage};
 
 /// Deploy ISO boot, image write and the final boot under TCG on a busy 2-core machine.
@@ -47,65 +47,6 @@ fn assert_deployed(lab: &Lab, node: &Value) {
             "{device}: {state}"
         );
     }
-}
-
-/// Whether `bytes` are all zero.
-fn zero(bytes: &[u8]) -> bool {
-    bytes.iter().all(|&b| b == 0)
-}
-
-/// After automated cleaning, with the node off: `erase_devices_metadata` left no partition
-/// table and no file-system signature on the node's disk (`blkid -p` finds nothing, the first
-/// MiB is zero, the root file system's ext4 magic is gone from where the image put it).
-fn assert_metadata_erased(lab: &Lab, image: &TestImage) {
-    let state = lab.emulator_state();
-    assert_eq!(
-        state["power"], "OFF",
-        "cleaning ends with the node off: {state}"
-    );
-    let disk = std::path::PathBuf::from(
-        state["machine"]["disk"]
-            .as_str()
-            .expect("the emulator names the node's disk file"),
-    );
-    let probe = std::process::Command::new("blkid")
-        .arg("-p")
-        .arg(&disk)
-        .output()
-        .expect("running blkid (apt install util-linux)");
-    assert_eq!(
-        probe.status.code(),
-        Some(2),
-        "blkid -p still finds something on the cleaned disk: {}",
-        String::from_utf8_lossy(&probe.stdout)
-    );
-    let bytes = read(&disk);
-    assert!(
-        zero(&bytes[..1 << 20]),
-        "the cleaned disk's first MiB is not zero"
-    );
-    // The test image's root partition (ext4) and where its superblock magic was.
-    let image_bytes = read(&image.disk_raw);
-    let magic_at = (0..4)
-        .map(|i| {
-            // GPT entries from LBA 2, 128 bytes each; the first LBA at +32.
-            let entry = 1024 + 128 * i;
-            let lba = u64::from_le_bytes(
-                image_bytes[entry + 32..entry + 40]
-                    .try_into()
-                    .expect("8 bytes"),
-            );
-            usize::try_from(lba * 512).expect("fits")
-        })
-        .find(|&start| {
-            start > 0 && image_bytes.get(start + 0x438..start + 0x43a) == Some(&[0x53, 0xef][..])
-        })
-        .expect("the test image's GPT names an ext4 root partition");
-    assert_ne!(
-        bytes[magic_at + 0x438..magic_at + 0x43a],
-        [0x53, 0xef],
-        "the root file system's superblock survived cleaning"
-    );
 }
 
 /// Which checks follow the first deploy.
@@ -174,7 +115,7 @@ fn deploy_and_boot(firmware: Firmware, qcow2: bool, name: &str, then: Then) {
         run.to_string().contains("erase_devices_metadata"),
         "driver_internal_info.clean_steps_run: {available}"
     );
-    assert_metadata_erased(&lab, &image);
+    checks::assert_metadata_erased(&lab, &image);
     for device in ["CDROM", "FLOPPY"] {
         let state = lab.emulator_state();
         assert_eq!(

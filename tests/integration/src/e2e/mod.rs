@@ -33,6 +33,9 @@ use serde_json::Value;
 use crate::emulator::MediaServer;
 use crate::{bin, free_port, workspace_root};
 
+pub mod checks;
+pub mod ironic;
+
 /// The iLO's credentials in the lab.
 pub const ILO_USER: &str = "Administrator";
 /// The iLO's password in the lab.
@@ -121,6 +124,20 @@ pub struct LabOptions {
     /// boot root over HTTP (and TFTP on loopback), with the deploy ISO's kernel and initramfs
     /// as its default deploy kernel and ramdisk. `None`: virtual media as usual.
     pub netboot: Option<NetbootLoader>,
+    /// Which conductor serves the API: ours, or upstream Ironic 39 ([`ironic`]).
+    pub peer: Peer,
+}
+
+/// The conductor a lab runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Peer {
+    /// `vmdeploy-conductor serve`.
+    #[default]
+    Vmdeploy,
+    /// OpenStack Ironic 39 standalone from the setup's venv, with the `redfish` hardware type
+    /// against the emulator's Redfish side (an iLO 5), our kernel and initramfs as its deploy
+    /// ramdisk ([`ironic`]).
+    Ironic,
 }
 
 /// What a `pxe_ilo` lab's node boots from the network with.
@@ -150,6 +167,7 @@ impl Default for LabOptions {
             capture_net: false,
             guest_ip: None,
             netboot: None,
+            peer: Peer::Vmdeploy,
         }
     }
 }
@@ -215,6 +233,8 @@ pub struct Lab {
     // an emulator that is gone otherwise), then the emulator (QEMU dies with it).
     conductor: Option<Proc>,
     emulator: Option<Proc>,
+    /// Ironic's HTTP server (`[deploy] http_root`), in an Ironic lab.
+    ironic: Option<ironic::IronicHttp>,
     /// The media server (deploy ISO, images).
     pub media: MediaServer,
     /// `127.0.0.1:PORT` of the emulated iLO.
@@ -254,6 +274,11 @@ impl Lab {
             .rsplit_once(':')
             .and_then(|(_, rest)| rest.trim_end_matches('/').parse::<u16>().ok())
             .expect("the media server's port");
+        // Ironic serves the node its images from its own HTTP root: the node's media address
+        // leads there instead.
+        let ironic = (options.peer == Peer::Ironic)
+            .then(|| ironic::IronicHttp::start(&dir.path().join("ironic-http")));
+        let media_port = ironic.as_ref().map_or(media_port, |h| h.port);
 
         let api_port = free_port();
         let netboot_http_port = free_port();
@@ -293,6 +318,12 @@ impl Lab {
                     .iter()
                     .flat_map(|ip| ["--qemu-guest-ip", ip.as_str()]),
             )
+            .args(
+                (options.peer == Peer::Ironic)
+                    .then_some(["--product", ironic::ILO5_PRODUCT])
+                    .into_iter()
+                    .flatten(),
+            )
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&emulator_log).expect("emulator log"));
@@ -305,6 +336,7 @@ impl Lab {
             dir,
             conductor: None,
             emulator: Some(emulator),
+            ironic,
             media,
             ilo,
             ilo_cert,
@@ -324,7 +356,10 @@ impl Lab {
                 });
             lab.forwards.insert(guest, host);
         }
-        lab.start_conductor(&options);
+        match options.peer {
+            Peer::Vmdeploy => lab.start_conductor(&options),
+            Peer::Ironic => lab.start_ironic(&options),
+        }
         lab
     }
 
@@ -755,6 +790,8 @@ impl Lab {
             (self.dir.path().join("conductor.log"), "conductor.log"),
             (self.dir.path().join("emulator.log"), "emulator.log"),
             (self.dir.path().join("conductor.toml"), "conductor.toml"),
+            (self.dir.path().join("ironic.conf"), "ironic.conf"),
+            (self.dir.path().join("ironic-http.log"), "ironic-http.log"),
         ] {
             let _ = std::fs::copy(from, out.join(to));
         }
@@ -776,6 +813,7 @@ impl Drop for Lab {
         }
         self.conductor.take();
         self.emulator.take();
+        self.ironic.take();
     }
 }
 
