@@ -1,10 +1,14 @@
-//! Console logging: one line per event, with a timestamp, on stderr (the serial console as PID 1).
+//! Console logging: one line per event, with a timestamp, on stderr (the serial console as PID 1),
+//! and the same lines kept in memory (the last [`RECENT_CAPACITY`] bytes) for
+//! `log.collect_system_logs`: the ramdisk has no log file.
 //!
 //! As an ordinary process the timestamp is wall-clock time. As PID 1 ([`use_uptime_clock`], called
 //! by `init::setup_pid1`) it is seconds since boot in the kernel's own `[    1.234567]` form, so the
 //! agent's lines sort in with the kernel's on the serial console.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::fmt::format::Writer;
@@ -35,8 +39,75 @@ pub fn init() {
                 .with_ansi(false)
                 .with_timer(AgentTime),
         )
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(|| RecentWriter)
+                .with_ansi(false)
+                .with_timer(AgentTime),
+        )
         .with(filter)
         .try_init();
+}
+
+/// How much of the log is kept in memory: the tail of a deploy with a few thousand lines.
+pub const RECENT_CAPACITY: usize = 1 << 20;
+
+/// A bounded copy of the log: the last `capacity` bytes, whole lines only.
+struct LogRing {
+    bytes: Mutex<VecDeque<u8>>,
+    capacity: usize,
+}
+
+impl LogRing {
+    const fn new(capacity: usize) -> LogRing {
+        LogRing {
+            bytes: Mutex::new(VecDeque::new()),
+            capacity,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<u8>> {
+        // A panic while holding the lock leaves whole bytes behind: keep using them.
+        self.bytes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn contents(&self) -> Vec<u8> {
+        self.lock().iter().copied().collect()
+    }
+
+    /// Appends `bytes`, dropping the oldest lines beyond the capacity.
+    fn append(&self, bytes: &[u8]) {
+        let mut ring = self.lock();
+        ring.extend(bytes);
+        if ring.len() > self.capacity {
+            let excess = ring.len() - self.capacity;
+            ring.drain(..excess);
+            // Drop the rest of the line the bound cut into.
+            let partial = ring.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);
+            ring.drain(..partial);
+        }
+    }
+}
+
+static RECENT: LogRing = LogRing::new(RECENT_CAPACITY);
+
+/// The log lines kept in memory, oldest first.
+pub fn recent() -> Vec<u8> {
+    RECENT.contents()
+}
+
+/// The in-memory log as a `tracing` writer.
+struct RecentWriter;
+
+impl std::io::Write for RecentWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        RECENT.append(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 fn default_filter() -> Targets {
@@ -96,5 +167,35 @@ mod tests {
             "[123456.000000]"
         );
         assert!(uptime() > std::time::Duration::ZERO);
+    }
+
+    #[test]
+    fn the_log_goes_to_memory_too() {
+        init();
+        tracing::info!("marker line for the in-memory log");
+        let kept = String::from_utf8_lossy(&recent()).into_owned();
+        assert!(kept.contains("marker line for the in-memory log"), "{kept}");
+    }
+
+    #[test]
+    fn the_ring_keeps_whole_recent_lines_within_its_bound() {
+        let ring = LogRing::new(1000);
+        ring.append(b"first line\n");
+        let line = format!("{}\n", "x".repeat(99));
+        for _ in 0..30 {
+            ring.append(line.as_bytes());
+        }
+        ring.append(b"last line\n");
+        let kept = ring.contents();
+        assert!(kept.len() <= 1000, "{}", kept.len());
+        assert!(kept.len() > 1000 - 100, "{}", kept.len());
+        let text = String::from_utf8(kept).expect("utf-8");
+        assert!(!text.contains("first line"));
+        assert!(text.ends_with("last line\n"));
+        let body: Vec<&str> = text.lines().collect();
+        assert!(
+            body[..body.len() - 1].iter().all(|l| *l == "x".repeat(99)),
+            "whole lines only: {text:?}"
+        );
     }
 }

@@ -19,3 +19,4 @@ pub mod partition;
 pub mod secret;
 pub mod tempurl;
 pub mod tftp;
+pub mod ustar;

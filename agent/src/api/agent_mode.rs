@@ -3,7 +3,7 @@
 //!
 //! # Design
 //! One tokio runtime runs three things: the command API ([`super::server`]) with the `standby`,
-//! `iscsi` and `clean` extensions, the heartbeat loop ([`super::heartbeat`]), and the wait for
+//! `deploy`, `iscsi`, `clean` and `log` extensions, the heartbeat loop ([`super::heartbeat`]), and the wait for
 //! `standby.power_off`. In order: bind the command API port (fail early if taken), generate the
 //! command API's certificate ([`super::tls`], Ironic's auto-TLS), negotiate the API version, look
 //! the node up by MAC (retried, bounded), pick the install disk (the lookup's
@@ -35,8 +35,10 @@ use vmdeploy_shared::params::{AgentParams, MacAddr, RootDeviceHints};
 
 use super::clean::Clean;
 use super::client::ConductorClient;
+use super::deploy::Deploy;
 use super::heartbeat::{run_heartbeats, HeartbeatPlan, SharedProgress, DEFAULT_HEARTBEAT_TIMEOUT};
 use super::iscsi::Iscsi;
+use super::log::Log;
 use super::server::{self, CommandApi, CommandFuture, Executor, StartError};
 use super::standby::{DiskChoice, Standby};
 use crate::init::FinalAction;
@@ -203,17 +205,23 @@ async fn run_async(cfg: AgentModeConfig) -> anyhow::Result<FinalAction> {
         stop: Arc::new(Notify::new()),
         running: Arc::new(Mutex::new(None)),
     });
+    let standby = Arc::new(Standby {
+        disk: Arc::clone(&disk),
+        ca_pem: cfg.params.common.image_trust_pem(),
+        progress: Arc::clone(&progress),
+        power_off: Arc::clone(&power_off),
+    });
     let dispatcher = Dispatcher {
         clean: Clean {
             disk: Arc::clone(&disk),
         },
-        standby: Standby {
+        deploy: Deploy {
+            standby: Arc::clone(&standby),
             disk,
-            ca_pem: cfg.params.common.image_trust_pem(),
-            progress: Arc::clone(&progress),
-            power_off: Arc::clone(&power_off),
         },
+        standby,
         iscsi: Arc::clone(&iscsi),
+        log: Log::system(vec![token.clone()]),
         command_done: Arc::clone(&command_done),
     };
     let api = CommandApi::new(Some(token.clone()), Arc::new(dispatcher));
@@ -265,8 +273,10 @@ async fn run_async(cfg: AgentModeConfig) -> anyhow::Result<FinalAction> {
 /// Routes commands to the extensions and asks for an early heartbeat when one finishes.
 struct Dispatcher {
     clean: Clean,
-    standby: Standby,
+    deploy: Deploy,
+    standby: Arc<Standby>,
     iscsi: Arc<Iscsi>,
+    log: Log,
     command_done: Arc<Notify>,
 }
 
@@ -276,6 +286,8 @@ impl Executor for Dispatcher {
             "standby" => self.standby.start(cmd, params)?,
             "iscsi" => self.iscsi.start(cmd, params)?,
             "clean" => self.clean.start(cmd, params)?,
+            "deploy" => self.deploy.start(cmd, params)?,
+            "log" => self.log.start(cmd, params)?,
             other => return Err(StartError::UnknownExtension(other.into())),
         };
         let done = Arc::clone(&self.command_done);

@@ -7,16 +7,19 @@
 //! partition metadata of the install disk (the disk the root device hints pick, as the deploy
 //! picks it) with [`crate::disk::erase`]. `erase_devices` (a full overwrite) is not offered: a
 //! conductor that asks for it, or for any other step, gets a FAILED result with IPA's
-//! `CleaningError`, never a refused request, as IPA's dispatch does. A `clean_version` that is
-//! not this agent's fails with `CleanVersionMismatch` (IPA restarts cleaning on it).
+//! `HardwareManagerMethodNotFound`, never a refused request, as IPA's dispatch does. A
+//! `clean_version` that is not this agent's fails with IPA's `VersionMismatch` and the command
+//! ends `CLEAN_VERSION_MISMATCH` (Ironic restarts cleaning on it); [`check_versions`] is that
+//! check for the `deploy` extension too. The result echoes the step as the conductor sent it
+//! (`args` and all), as IPA does.
 
 use std::sync::Arc;
 
 use serde_json::{json, Value};
 use vmdeploy_shared::api::clean::{
-    CleanStep, CleanStepsResult, ExecuteCleanStepParams, ExecuteCleanStepResult,
-    HardwareManagerVersion, ERASE_DEVICES_METADATA, ERASE_DEVICES_METADATA_PRIORITY,
-    HARDWARE_MANAGER, HARDWARE_MANAGER_NAME, HARDWARE_MANAGER_VERSION,
+    CleanStep, CleanStepsResult, ExecuteCleanStepParams, HardwareManagerVersion,
+    ERASE_DEVICES_METADATA, ERASE_DEVICES_METADATA_PRIORITY, HARDWARE_MANAGER,
+    HARDWARE_MANAGER_NAME, HARDWARE_MANAGER_VERSION,
 };
 use vmdeploy_shared::api::ipa::{CommandError, IpaErrorKind};
 
@@ -37,6 +40,38 @@ pub fn hardware_manager_version() -> HardwareManagerVersion {
         HARDWARE_MANAGER_NAME.to_owned(),
         HARDWARE_MANAGER_VERSION.to_owned(),
     )])
+}
+
+/// IPA's `hardware.check_versions`: `provided` (the conductor's `clean_version` or
+/// `deploy_version`, the `hardware_manager_version` it was given) must equal this agent's;
+/// absent or `null` skips the check (a conductor's first run).
+pub fn check_versions(provided: Option<&Value>) -> Result<(), CommandError> {
+    let Some(provided) = provided.filter(|v| !v.is_null()) else {
+        return Ok(());
+    };
+    let ours = hardware_manager_version();
+    let ours_json = json!(ours);
+    if *provided == ours_json {
+        return Ok(());
+    }
+    Err(CommandError::new(
+        IpaErrorKind::CleanVersionMismatch,
+        format!(
+            "Hardware managers version mismatch, reload agent with correct version: Current \
+             versions: {ours_json}, versions used by ironic: {provided}"
+        ),
+    ))
+}
+
+/// IPA's error for a step no hardware manager of this agent has.
+pub fn unknown_step(step: &str) -> CommandError {
+    CommandError::new(
+        IpaErrorKind::HardwareManagerMethodNotFound,
+        format!(
+            "No HardwareManager found to handle method: Could not find method: {step} (this \
+             agent offers {ERASE_DEVICES_METADATA} and, as a deploy step, write_image)"
+        ),
+    )
 }
 
 /// The steps this agent offers.
@@ -69,47 +104,32 @@ impl Clean {
     }
 
     fn execute(&self, params: &Value) -> Result<CommandFuture, StartError> {
-        let params: ExecuteCleanStepParams = serde_json::from_value(params.clone())
+        let parsed: ExecuteCleanStepParams = serde_json::from_value(params.clone())
             .map_err(|e| StartError::InvalidParams(format!("execute_clean_step: {e}")))?;
+        // Echoed back as sent: Ironic compares it with the step it asked for.
+        let step = params.get("step").cloned().unwrap_or(Value::Null);
+        let version = params.get("clean_version").cloned();
         let disk = Arc::clone(&self.disk);
         Ok(Box::pin(async move {
-            if let Some(asked) = &params.clean_version {
-                let ours = hardware_manager_version();
-                if *asked != ours {
-                    return Err(CommandError::new(
-                        IpaErrorKind::CleanVersionMismatch,
-                        format!(
-                            "clean version mismatch: the conductor has {asked:?}, this agent \
-                             {ours:?}; start cleaning again"
-                        ),
-                    ));
+            check_versions(version.as_ref())?;
+            let result = match parsed.step.step.as_str() {
+                ERASE_DEVICES_METADATA => {
+                    erase_devices_metadata(&disk, IpaErrorKind::Cleaning).await?
                 }
-            }
-            let step = params.step;
-            let result = match step.step.as_str() {
-                ERASE_DEVICES_METADATA => erase_devices_metadata(&disk).await?,
-                other => {
-                    return Err(CommandError::new(
-                        IpaErrorKind::Cleaning,
-                        format!(
-                            "Error performing clean_step {other}: this agent has no such step \
-                             (it offers {ERASE_DEVICES_METADATA} only)"
-                        ),
-                    ))
-                }
+                other => return Err(unknown_step(other)),
             };
-            tracing::info!(step = %step.step, "clean step completed");
-            serde_json::to_value(ExecuteCleanStepResult {
-                clean_result: result,
-                clean_step: step,
-            })
-            .map_err(|e| CommandError::new(IpaErrorKind::Cleaning, format!("result: {e}")))
+            tracing::info!(step = %parsed.step.step, "clean step completed");
+            Ok(json!({"clean_result": result, "clean_step": step}))
         }))
     }
 }
 
-/// Erases the install disk's partition metadata; the result says what was erased.
-async fn erase_devices_metadata(disk: &DiskChoice) -> Result<Value, CommandError> {
+/// Erases the install disk's partition metadata; the result says what was erased. A failure is
+/// of kind `failure` (`CleaningError` for a clean step, `DeploymentError` for a deploy step).
+pub async fn erase_devices_metadata(
+    disk: &DiskChoice,
+    failure: IpaErrorKind,
+) -> Result<Value, CommandError> {
     let path = require_disk(disk)?;
     let shown = path.display().to_string();
     tracing::info!(disk = %shown, "erase_devices_metadata: erasing partition metadata");
@@ -120,8 +140,8 @@ async fn erase_devices_metadata(disk: &DiskChoice) -> Result<Value, CommandError
     .await;
     let failed = |what: String| {
         CommandError::new(
-            IpaErrorKind::Cleaning,
-            format!("Error performing clean_step {ERASE_DEVICES_METADATA}: {what}"),
+            failure,
+            format!("Error performing {ERASE_DEVICES_METADATA}: {what}"),
         )
     };
     match outcome {
@@ -189,8 +209,10 @@ mod tests {
         data[511] = 0xAA;
         std::fs::write(&path, &data).expect("disk");
         let clean = clean_on(Ok(path.clone()));
+        // As Ironic 39 sends it: its cached step plus `requires_ramdisk`, echoed back whole.
         let step = json!({"step": "erase_devices_metadata", "priority": 99, "interface": "deploy",
-                          "reboot_requested": false, "abortable": true});
+                          "reboot_requested": false, "abortable": true,
+                          "requires_ramdisk": true});
         let v = run(
             &clean,
             "execute_clean_step",
@@ -222,7 +244,9 @@ mod tests {
         )
         .await
         .expect_err("not offered");
-        assert_eq!(err.kind, "CleaningError");
+        // IPA's dispatch_to_managers error for a method no manager has.
+        assert_eq!(err.kind, "HardwareManagerMethodNotFound");
+        assert_eq!(err.code, 500);
         assert!(err.message.contains("erase_devices"), "{}", err.message);
         let err = run(
             &clean,
@@ -233,7 +257,15 @@ mod tests {
         )
         .await
         .expect_err("other version");
-        assert_eq!(err.kind, "CleanVersionMismatch");
+        // IPA 13's errors.VersionMismatch, code 409.
+        assert_eq!(err.kind, "VersionMismatch");
+        assert_eq!(err.code, 409);
+        assert!(
+            err.message
+                .starts_with("Hardware managers version mismatch"),
+            "{}",
+            err.message
+        );
         let err = run(
             &clean,
             "execute_clean_step",

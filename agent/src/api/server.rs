@@ -1,8 +1,16 @@
 //! The agent's command API on port 9999 (IPA-compatible, ../shared/reference/ironic-protocols.md
-//! §3.3): `GET /v1/commands`, `GET /v1/commands/{id}`, `POST /v1/commands?wait=..`, each with
+//! §3.3): `GET /v1/commands`, `GET /v1/commands/{id}[?wait=true]`, `POST /v1/commands?wait=..`
+//! (also without the `/v1` prefix, with or without a trailing slash, as IPA's routes), each with
 //! `?agent_token=` checked in constant time (401 "Token invalid."); one command at a time (409
 //! while one runs); unknown extension 404, unknown command or bad parameters 400. Served over
 //! HTTPS with the agent's boot-time certificate ([`super::tls`]) unless auto-TLS is off.
+//!
+//! A command result carries IPA's five fields (`id`, `command_name`, `command_status`,
+//! `command_error`, `command_result`): like IPA, the parameters are not echoed back (they hold
+//! the node and the configdrive). `wait=true` (any case) holds the answer until the command has
+//! finished, on `POST` and on `GET` of one command. A command that fails with
+//! `IpaErrorKind::CleanVersionMismatch` ends `CLEAN_VERSION_MISMATCH`, as IPA's do: Ironic
+//! restarts cleaning or deployment on that status and not on `FAILED`.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -22,9 +30,10 @@ use vmdeploy_shared::api::ipa::{
 };
 use vmdeploy_shared::secret::Secret;
 
-/// Largest request body accepted (image_info with a configdrive URL is a few KiB; an inline
-/// configdrive is up to 64 MiB in IPA, but vmdeploy passes configdrives by URL).
-pub const MAX_BODY: usize = 1024 * 1024;
+/// Largest request body accepted. Ironic's `execute_deploy_step` for `write_image` carries an
+/// inline configdrive (Ironic caps it at 64 MiB, base64) twice: in the step's `args` and in the
+/// node's `instance_info`. The body is read only after the token check.
+pub const MAX_BODY: usize = 160 * 1024 * 1024;
 
 /// Finished commands kept for `GET /v1/commands`.
 pub const HISTORY: usize = 64;
@@ -73,6 +82,8 @@ pub struct CommandApi {
     token: Option<Secret>,
     executor: Arc<dyn Executor>,
     commands: Mutex<VecDeque<CommandResult>>,
+    /// Woken whenever a command finishes (for `GET /v1/commands/{id}?wait=true`).
+    finished: tokio::sync::Notify,
 }
 
 type Resp = Response<Full<Bytes>>;
@@ -127,6 +138,7 @@ impl CommandApi {
             token,
             executor,
             commands: Mutex::new(VecDeque::new()),
+            finished: tokio::sync::Notify::new(),
         })
     }
 
@@ -147,6 +159,21 @@ impl CommandApi {
         commands.iter().find(|c| c.id == id).cloned()
     }
 
+    /// The command `id` once it is no longer running (None when there is no such command).
+    async fn wait_for(&self, id: &str) -> Option<CommandResult> {
+        loop {
+            // Registered before the check, so a completion between the two is not missed.
+            let finished = self.finished.notified();
+            tokio::pin!(finished);
+            finished.as_mut().enable();
+            let c = self.find(id)?;
+            if c.command_status != CommandStatus::Running {
+                return Some(c);
+            }
+            finished.await;
+        }
+    }
+
     /// Handles one request.
     pub async fn handle(self: Arc<Self>, req: Request<hyper::body::Incoming>) -> Resp {
         let path = req.uri().path().trim_end_matches('/').to_owned();
@@ -165,7 +192,10 @@ impl CommandApi {
         if !self.token_ok(&query) {
             return fault(StatusCode::UNAUTHORIZED, "Token invalid.");
         }
-        let wait = query.iter().any(|(k, v)| k == "wait" && v == "true");
+        // IPA joins the command when `wait` is `true` in any case; anything else is no wait.
+        let wait = query
+            .iter()
+            .any(|(k, v)| k == "wait" && v.eq_ignore_ascii_case("true"));
         match (req.method().clone(), rest) {
             (Method::GET, "") => {
                 let commands = self.commands.lock().expect("command list lock");
@@ -176,10 +206,21 @@ impl CommandApi {
                     },
                 )
             }
-            (Method::GET, id) => match self.find(id.trim_start_matches('/')) {
-                Some(c) => json_response(StatusCode::OK, &c),
-                None => kind_fault(IpaErrorKind::RequestedObjectNotFound, "no such command"),
-            },
+            (Method::GET, id) => {
+                let id = id.trim_start_matches('/');
+                let found = if wait {
+                    self.wait_for(id).await
+                } else {
+                    self.find(id)
+                };
+                match found {
+                    Some(c) => json_response(StatusCode::OK, &c),
+                    None => kind_fault(
+                        IpaErrorKind::RequestedObjectNotFound,
+                        format!("Command with id {id} not found."),
+                    ),
+                }
+            }
             (Method::POST, "") => {
                 let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
                     Ok(b) => b.to_bytes(),
@@ -198,6 +239,11 @@ impl CommandApi {
             Ok(r) => r,
             Err(e) => return fault(StatusCode::BAD_REQUEST, e.to_string()),
         };
+        // IPA's run_command: `params` must be there and be an object ("Missing or invalid name
+        // or params").
+        if !request.params.is_object() {
+            return fault(StatusCode::BAD_REQUEST, "Missing or invalid name or params");
+        }
         let Some((extension, command)) = request.name.split_once('.') else {
             return fault(
                 StatusCode::BAD_REQUEST,
@@ -207,13 +253,14 @@ impl CommandApi {
         let id = new_id();
         let future = {
             let mut commands = self.commands.lock().expect("command list lock");
-            if commands
+            if let Some(running) = commands
                 .back()
-                .is_some_and(|c| c.command_status == CommandStatus::Running)
+                .filter(|c| c.command_status == CommandStatus::Running)
             {
+                // IPA's AgentIsBusy text; Ironic matches 409 or "agent is busy".
                 return kind_fault(
                     IpaErrorKind::AgentIsBusy,
-                    "agent is busy: a command is running",
+                    format!("Agent is busy: executing command {}", running.command_name),
                 );
             }
             let future = match self.executor.start(extension, command, &request.params) {
@@ -223,7 +270,7 @@ impl CommandApi {
             commands.push_back(CommandResult {
                 id: id.clone(),
                 command_name: command.to_owned(),
-                command_params: request.params.clone(),
+                command_params: Value::Null,
                 command_status: CommandStatus::Running,
                 command_error: None,
                 command_result: None,
@@ -248,11 +295,18 @@ impl CommandApi {
                     }
                     Err(e) => {
                         tracing::error!(command = %name, error = %e.message, "command failed");
-                        c.command_status = CommandStatus::Failed;
+                        c.command_status =
+                            if e.known_kind() == Some(IpaErrorKind::CleanVersionMismatch) {
+                                CommandStatus::CleanVersionMismatch
+                            } else {
+                                CommandStatus::Failed
+                            };
                         c.command_error = Some(e);
                     }
                 }
             }
+            drop(commands);
+            api.finished.notify_waiters();
         });
         if wait {
             let _ = task.await;
@@ -377,6 +431,12 @@ mod tests {
                         "it failed",
                     ))
                 })),
+                "mismatch" => Ok(Box::pin(async move {
+                    Err(CommandError::new(
+                        IpaErrorKind::CleanVersionMismatch,
+                        "versions differ",
+                    ))
+                })),
                 other => Err(StartError::UnknownCommand(other.into())),
             }
         }
@@ -443,6 +503,27 @@ mod tests {
         )
         .await;
         assert_eq!(s, 409, "busy: {v}");
+        // Ironic's agent client matches 409 or "agent is busy" in the faultstring.
+        assert_eq!(v["faultstring"], "Agent is busy: executing command echo");
+        // IPA's CommandResult has five fields: no command_params (they hold the node).
+        let (_, v) = call(addr, "GET", &format!("/v1/commands/{id}{q}"), None).await;
+        let mut keys: Vec<&str> = v
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "command_error",
+                "command_name",
+                "command_result",
+                "command_status",
+                "id"
+            ]
+        );
 
         gate.notify_one();
         let mut done = Value::Null;
@@ -474,7 +555,7 @@ mod tests {
             addr,
             "POST",
             &format!("/v1/commands{q}"),
-            Some(r#"{"name":"nope.x"}"#),
+            Some(r#"{"name":"nope.x","params":{}}"#),
         )
         .await;
         assert_eq!(s, 404);
@@ -482,7 +563,7 @@ mod tests {
             addr,
             "POST",
             &format!("/v1/commands{q}"),
-            Some(r#"{"name":"test.nope"}"#),
+            Some(r#"{"name":"test.nope","params":{}}"#),
         )
         .await;
         assert_eq!(s, 400);
@@ -490,12 +571,21 @@ mod tests {
             addr,
             "POST",
             &format!("/v1/commands{q}"),
-            Some(r#"{"name":"nodot"}"#),
+            Some(r#"{"name":"nodot","params":{}}"#),
         )
         .await;
         assert_eq!(s, 400);
         let (s, _) = call(addr, "POST", &format!("/v1/commands{q}"), Some("not json")).await;
         assert_eq!(s, 400);
+        // IPA's run_command wants `params`, an object.
+        for body in [
+            r#"{"name":"test.echo"}"#,
+            r#"{"name":"test.echo","params":[1]}"#,
+        ] {
+            let (s, v) = call(addr, "POST", &format!("/v1/commands{q}"), Some(body)).await;
+            assert_eq!(s, 400, "{body}: {v}");
+            assert_eq!(v["faultcode"], "Client");
+        }
 
         let (s, v) = call(addr, "GET", &format!("/v1/commands{q}"), None).await;
         assert_eq!(s, 200);
@@ -503,6 +593,83 @@ mod tests {
         assert_eq!(list.len(), 2);
         assert_eq!(list[0]["id"], id.as_str());
 
+        let _ = stop_tx.send(());
+        server.await.expect("join").expect("serve");
+    }
+
+    #[tokio::test]
+    async fn wait_on_get_and_post_and_the_version_mismatch_status() {
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let api = CommandApi::new(
+            Some(Secret::new("tok")),
+            Arc::new(TestExec {
+                gate: Arc::clone(&gate),
+            }),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, api, async move {
+            let _ = stop_rx.await;
+        }));
+        // Ironic's agent client: POST {agent_url}/v1/commands/?wait=false&agent_token=...
+        let (s, v) = call(
+            addr,
+            "POST",
+            "/v1/commands/?wait=false&agent_token=tok",
+            Some(r#"{"name":"test.echo","params":{"x":2}}"#),
+        )
+        .await;
+        assert_eq!((s, v["command_status"].as_str()), (200, Some("RUNNING")));
+        let id = v["id"].as_str().expect("id").to_owned();
+        // GET of one command with ?wait=true (IPA joins it; any case of "true") holds the
+        // answer until the command ends; IPA's routes also answer without the /v1 prefix.
+        let waiter = tokio::spawn(async move {
+            call(
+                addr,
+                "GET",
+                &format!("/commands/{id}?wait=True&agent_token=tok"),
+                None,
+            )
+            .await
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(
+            !waiter.is_finished(),
+            "GET ?wait=True answered before the command ended"
+        );
+        gate.notify_one();
+        let (s, v) = tokio::time::timeout(std::time::Duration::from_secs(10), waiter)
+            .await
+            .expect("the waiting GET answers once the command ends")
+            .expect("join");
+        assert_eq!(s, 200);
+        assert_eq!(v["command_status"], "SUCCEEDED");
+        assert_eq!(v["command_result"]["result"]["x"], 2);
+        // A version mismatch ends CLEAN_VERSION_MISMATCH (Ironic restarts on it), not FAILED,
+        // with IPA's VersionMismatch error.
+        let (s, v) = call(
+            addr,
+            "POST",
+            "/v1/commands/?wait=TRUE&agent_token=tok",
+            Some(r#"{"name":"test.mismatch","params":{}}"#),
+        )
+        .await;
+        assert_eq!(s, 200);
+        assert_eq!(v["command_status"], "CLEAN_VERSION_MISMATCH");
+        assert_eq!(v["command_error"]["type"], "VersionMismatch");
+        assert_eq!(v["command_error"]["code"], 409);
+        let (s, v) = call(
+            addr,
+            "GET",
+            "/v1/commands/nope?wait=true&agent_token=tok",
+            None,
+        )
+        .await;
+        assert_eq!(s, 404, "{v}");
+        let (s, v) = call(addr, "GET", "/commands/?agent_token=tok", None).await;
+        assert_eq!(s, 200);
+        assert_eq!(v["commands"].as_array().map(Vec::len), Some(2));
         let _ = stop_tx.send(());
         server.await.expect("join").expect("serve");
     }

@@ -125,7 +125,9 @@ impl Standby {
         }
     }
 
-    fn prepare_image(&self, params: &Value) -> Result<CommandFuture, StartError> {
+    /// `standby.prepare_image`, also the body of the `write_image` deploy step
+    /// ([`super::deploy`]): `params` holds `image_info` and, optionally, `configdrive`.
+    pub fn prepare_image(&self, params: &Value) -> Result<CommandFuture, StartError> {
         let info = params
             .get("image_info")
             .ok_or_else(|| StartError::InvalidParams("image_info is required".into()))?;

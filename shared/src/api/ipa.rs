@@ -350,13 +350,20 @@ pub enum IpaErrorKind {
     Iscsi,
     /// A clean step failed (`CleaningError`).
     Cleaning,
-    /// The conductor's `clean_version` is not the agent's (`CleanVersionMismatch`).
+    /// The conductor's `clean_version` or `deploy_version` is not the agent's (IPA's
+    /// `VersionMismatch`; the command's status is then `CLEAN_VERSION_MISMATCH`, for clean and
+    /// deploy steps alike).
     CleanVersionMismatch,
+    /// A deploy step failed (`DeploymentError`).
+    Deployment,
+    /// No hardware manager has the step or method asked for (`HardwareManagerMethodNotFound`):
+    /// IPA's answer to an unknown clean or deploy step.
+    HardwareManagerMethodNotFound,
 }
 
 impl IpaErrorKind {
     /// Every kind, for tables and parsing.
-    pub const ALL: [IpaErrorKind; 11] = [
+    pub const ALL: [IpaErrorKind; 13] = [
         Self::CommandExecution,
         Self::InvalidCommand,
         Self::InvalidCommandParams,
@@ -368,6 +375,8 @@ impl IpaErrorKind {
         Self::Iscsi,
         Self::Cleaning,
         Self::CleanVersionMismatch,
+        Self::Deployment,
+        Self::HardwareManagerMethodNotFound,
     ];
 
     /// The name IPA sends in `command_error.type`.
@@ -383,7 +392,9 @@ impl IpaErrorKind {
             Self::ImageWrite => "ImageWriteError",
             Self::Iscsi => "ISCSIError",
             Self::Cleaning => "CleaningError",
-            Self::CleanVersionMismatch => "CleanVersionMismatch",
+            Self::CleanVersionMismatch => "VersionMismatch",
+            Self::Deployment => "DeploymentError",
+            Self::HardwareManagerMethodNotFound => "HardwareManagerMethodNotFound",
         }
     }
 
@@ -404,7 +415,9 @@ impl IpaErrorKind {
             | Self::ImageChecksum
             | Self::ImageWrite
             | Self::Iscsi
-            | Self::Cleaning => 500,
+            | Self::Cleaning
+            | Self::Deployment
+            | Self::HardwareManagerMethodNotFound => 500,
         }
     }
 }
@@ -455,8 +468,10 @@ pub struct CommandResult {
     pub id: String,
     /// The command part of the name (`prepare_image`).
     pub command_name: String,
-    /// Parameters it was called with.
-    #[serde(default)]
+    /// Parameters it was called with. IPA does not send them (its CommandResult serialises id,
+    /// name, status, error and result only), and neither does vmdeploy's agent: they hold the
+    /// node as the conductor sees it and the configdrive. `null` is left out on the wire.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
     pub command_params: Value,
     /// Status.
     pub command_status: CommandStatus,
@@ -643,6 +658,31 @@ mod tests {
             CommandResult::from_json(v.to_string().as_bytes()),
             Ok(r.clone())
         );
+        // IPA's CommandResult has no command_params: a null one is left out, and an answer
+        // without it reads.
+        let ipa = CommandResult {
+            command_params: Value::Null,
+            ..r.clone()
+        };
+        let v = serde_json::to_value(&ipa).expect("json");
+        let mut keys: Vec<&str> = v
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "command_error",
+                "command_name",
+                "command_result",
+                "command_status",
+                "id"
+            ]
+        );
+        assert_eq!(CommandResult::from_json(v.to_string().as_bytes()), Ok(ipa));
         let list = CommandList { commands: vec![r] };
         let text = serde_json::to_string(&list).expect("json");
         assert_eq!(CommandList::from_json(text.as_bytes()), Ok(list));
@@ -667,7 +707,9 @@ mod tests {
             ("ImageWriteError", 500),
             ("ISCSIError", 500),
             ("CleaningError", 500),
-            ("CleanVersionMismatch", 409),
+            ("VersionMismatch", 409),
+            ("DeploymentError", 500),
+            ("HardwareManagerMethodNotFound", 500),
         ];
         let ours: Vec<(&str, u16)> = IpaErrorKind::ALL
             .iter()
