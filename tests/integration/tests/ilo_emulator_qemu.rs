@@ -31,6 +31,7 @@ use serde_json::Value;
 use support::{EmulatorProcess, PASSWORD, USER};
 use vmdeploy_integration_tests::emulator::MediaServer;
 use vmdeploy_integration_tests::iscsi_standin::{self, IscsiStandin, StandinConfig};
+use vmdeploy_integration_tests::qemu::alive;
 use vmdeploy_integration_tests::{deploy_iso, venv_bin};
 
 /// TCG on two busy cores (reference §9 item 7).
@@ -213,16 +214,6 @@ impl Drop for QemuEmulator {
         // Also on a failed assert: the emulator dies, its QEMUs with it (parent-death signal).
         drop(self.emulator.take());
     }
-}
-
-fn alive(pid: u32) -> bool {
-    // A zombie is dead for this purpose.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            !s.rsplit_once(')')
-                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
 }
 
 fn assert_no_qemu_left(pids: &[u32]) {
