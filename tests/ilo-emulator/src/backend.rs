@@ -13,7 +13,9 @@
 //!
 //! A machine can also change by itself (a guest powers off or reboots): a backend that can tell
 //! hands out a [`MachineEvents`] receiver once ([`Backend::take_events`]); the emulator feeds
-//! those events into the server's state machine ([`crate::server::Server::machine_event`]).
+//! those events into the server's state machine ([`crate::server::Server::machine_event`]). A
+//! read of the state does not wait for that: it asks the backend first
+//! ([`Backend::stopped_by_itself`]), so a guest power-off reads Off at once.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -88,6 +90,15 @@ pub trait Backend: Send + Sync + 'static {
     /// The machine's own events (guest power-off, guest reboot); `Some` once, for backends that
     /// have them.
     fn take_events(&self) -> Option<MachineEvents> {
+        None
+    }
+
+    /// Asks the machine now whether its live run stopped by itself (the guest powered off, the
+    /// process exited), so that a read of the power state right after a guest power-off says Off
+    /// without waiting for the event's turn in [`Backend::take_events`]'s queue. The same event
+    /// also arrives there later; the server handles it once (the run is no longer current
+    /// then). Cheap and non-blocking: it is asked on every state read.
+    fn stopped_by_itself(&self) -> Option<MachineEvent> {
         None
     }
 

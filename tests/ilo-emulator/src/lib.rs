@@ -17,6 +17,7 @@
 
 pub mod admin;
 pub mod backend;
+pub mod boot_target;
 pub mod config;
 pub mod emulator;
 pub mod fault;
@@ -31,6 +32,7 @@ pub mod tls;
 pub mod xml;
 
 pub use backend::{Backend, BackendError, InMemoryBackend};
+pub use boot_target::BootTarget;
 pub use config::{EmulatorConfig, ServerConfig, TlsSource, DEFAULT_PRODUCT};
 pub use emulator::Emulator;
 pub use fault::{FaultKind, FaultSpec};

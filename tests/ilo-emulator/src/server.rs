@@ -155,6 +155,7 @@ impl Server {
 
     /// A copy of the state.
     pub async fn snapshot(&self) -> ServerSnapshot {
+        self.observe_machine().await;
         let state = self.state.lock().await.clone();
         let machine = match self.backend.describe().await {
             Ok(v) => v,
@@ -172,9 +173,22 @@ impl Server {
         }
     }
 
-    /// Reads state under the lock.
+    /// Reads state under the lock, after catching up with the machine
+    /// ([`Server::observe_machine`]).
     pub async fn read<T>(&self, f: impl FnOnce(&ServerState) -> T) -> T {
+        self.observe_machine().await;
         f(&*self.state.lock().await)
+    }
+
+    /// Applies a stop of the machine that its event has not brought yet
+    /// ([`Backend::stopped_by_itself`]): a client that reads the power state right after the
+    /// guest powered off reads Off, as from a real iLO, which sees the server's power directly.
+    /// (Ironic polls the power state after asking its agent to power off and forces the power
+    /// off when it still reads On.)
+    pub async fn observe_machine(&self) {
+        if let Some(event) = self.backend.stopped_by_itself() {
+            self.machine_event(event).await;
+        }
     }
 
     /// Changes state that needs no backend call (one-time boot, persistent order, write protect).

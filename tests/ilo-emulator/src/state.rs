@@ -15,6 +15,8 @@
 
 use serde::Serialize;
 
+use crate::boot_target::BootTarget;
+
 /// Host power as RIBCL reports it (`GET_HOST_POWER HOST_POWER="ON"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "UPPERCASE")]
@@ -186,13 +188,17 @@ impl BootDevice {
 #[error("unknown boot target {0:?}")]
 pub struct UnknownBootTarget(pub String);
 
-/// A one-time boot target: a device, or one of the embedded applications iLO 4 accepts.
+/// A one-time boot target: a device, one of the embedded applications iLO 4 accepts, or a
+/// Redfish target RIBCL has no name for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum OneTimeBoot {
     /// A boot device.
     Device(BootDevice),
     /// `EMB-MENU`, `EMB-ACU`, `EMB-HPSUM-AUTO`, `EMB-DIAGS` (iLO 4).
     Embedded(&'static str),
+    /// An iLO 5 Redfish target without a RIBCL device or application of its own (`UefiHttp`,
+    /// `UefiShell`, `SDCard`, `UefiTarget`).
+    Redfish(BootTarget),
 }
 
 impl OneTimeBoot {
@@ -201,6 +207,45 @@ impl OneTimeBoot {
         match self {
             OneTimeBoot::Device(d) => d.ribcl(),
             OneTimeBoot::Embedded(e) => e,
+            OneTimeBoot::Redfish(t) => t.ribcl(),
+        }
+    }
+
+    /// The one-time boot a Redfish `Once` override to `target` sets; `None` for `None`.
+    pub fn from_target(target: BootTarget) -> Option<OneTimeBoot> {
+        Some(match target {
+            BootTarget::None => return None,
+            BootTarget::Utilities => OneTimeBoot::Embedded("EMB-MENU"),
+            BootTarget::Diags => OneTimeBoot::Embedded("EMB-DIAGS"),
+            BootTarget::UefiHttp
+            | BootTarget::UefiShell
+            | BootTarget::SdCard
+            | BootTarget::UefiTarget => OneTimeBoot::Redfish(target),
+            BootTarget::Cd
+            | BootTarget::Hdd
+            | BootTarget::Usb
+            | BootTarget::Pxe
+            | BootTarget::BiosSetup => match target.device() {
+                Some(d) => OneTimeBoot::Device(d),
+                None => OneTimeBoot::Redfish(target),
+            },
+        })
+    }
+
+    /// How Redfish reports this one-time boot. RIBCL's FLOPPY is the virtual USB key on iLO 5
+    /// (`Usb`); its `EMB-*` applications other than diagnostics are System Utilities.
+    pub fn target(self) -> BootTarget {
+        match self {
+            OneTimeBoot::Device(d) => match d {
+                BootDevice::Cdrom => BootTarget::Cd,
+                BootDevice::Floppy | BootDevice::Usb => BootTarget::Usb,
+                BootDevice::Hdd => BootTarget::Hdd,
+                BootDevice::Network => BootTarget::Pxe,
+                BootDevice::Rbsu => BootTarget::BiosSetup,
+            },
+            OneTimeBoot::Embedded("EMB-DIAGS") => BootTarget::Diags,
+            OneTimeBoot::Embedded(_) => BootTarget::Utilities,
+            OneTimeBoot::Redfish(t) => t,
         }
     }
 
@@ -412,9 +457,11 @@ pub struct ServerState {
     pub one_time_boot: Option<OneTimeBoot>,
     /// Persistent boot order, first is tried first.
     pub persistent_boot: Vec<BootDevice>,
-    /// A Redfish `BootSourceOverrideEnabled: Continuous` target (it also heads the persistent
-    /// order); reported back by Redfish, cleared by `Disabled` or SET_PERSISTENT_BOOT.
-    pub continuous_override: Option<BootDevice>,
+    /// A Redfish `BootSourceOverrideEnabled: Continuous` target (its device, if the machine has
+    /// one, also heads the persistent order); reported back by Redfish, cleared by `Disabled`,
+    /// a `Once` override or SET_PERSISTENT_BOOT. Never a firmware application
+    /// ([`BootTarget::one_boot_only`]).
+    pub continuous_override: Option<BootTarget>,
     /// FLOPPY then CDROM.
     pub vmedia: [VirtualMedia; 2],
     /// Licence.
@@ -581,20 +628,23 @@ impl ServerState {
             BootDevice::Usb | BootDevice::Rbsu => false,
             BootDevice::Hdd | BootDevice::Network => true,
         };
+        let first_in_order = self
+            .persistent_boot
+            .iter()
+            .copied()
+            .find(|d| bootable(*d, &media));
         let (device, reason) = if let Some(one) = self.one_time_boot.take() {
             match one {
                 OneTimeBoot::Device(d) => (Some(d), "one_time"),
                 OneTimeBoot::Embedded(_) => (None, "one_time"),
+                // A Redfish target the machine has no device for (an SD card, a UEFI device
+                // path): nothing there, the firmware falls through to the boot order.
+                OneTimeBoot::Redfish(t) => (t.device().or(first_in_order), "one_time"),
             }
         } else if let Some(vm) = boot_once {
             (Some(vm.boot_device()), "vmedia_boot_once")
         } else {
-            let first = self
-                .persistent_boot
-                .iter()
-                .copied()
-                .find(|d| bootable(*d, &media));
-            (first, "persistent")
+            (first_in_order, "persistent")
         };
         let media_url = device.and_then(|d| {
             media

@@ -1,6 +1,7 @@
 """sushy (PyPI) drives the vmdeploy iLO emulator's Redfish side, as an independent client.
 
-Covers power (ComputerSystem.Reset), the boot override (Once / Continuous / mode), BIOS boot mode
+Covers power (ComputerSystem.Reset), the boot override (Once / Continuous / mode, iLO 5's target
+list: UefiHttp taken, Floppy refused, a Continuous BiosSetup lasting one boot), BIOS boot mode
 (current vs pending settings object), virtual media insert/eject with BootOnNextServerReset, and
 session authentication (sushy's SessionOrBasicAuth; reference §3.1).
 
@@ -18,6 +19,48 @@ import sushy
 from sushy import exceptions
 
 from emulator_admin import admin, expect_raises
+
+
+# BootSourceOverrideTarget@Redfish.AllowableValues of iLO 5 (reference/ilo-management.md §3.3).
+ILO5_TARGETS = {"None", "Cd", "Hdd", "Usb", "SDCard", "Utilities", "Diags", "BiosSetup", "Pxe",
+                "UefiShell", "UefiHttp", "UefiTarget"}
+
+
+def check_ilo5_override_targets(args, root, system):
+    """iLO 5's override targets as sushy (and so Ironic's redfish driver) sees them; the server
+    is on."""
+    system.refresh()
+    assert {t.value for t in system.get_allowed_system_boot_source_values()} == ILO5_TARGETS, \
+        system.boot.allowed_values
+    # UefiHttp as Ironic's redfish management sets it: listed, so sushy sends it; the NIC boots.
+    system.set_system_boot_options(sushy.BOOT_SOURCE_TARGET_UEFI_HTTP,
+                                   enabled=sushy.BOOT_SOURCE_ENABLED_ONCE)
+    system.refresh()
+    assert system.boot.target == sushy.BOOT_SOURCE_TARGET_UEFI_HTTP, system.boot.target
+    system.reset_system(sushy.RESET_FORCE_RESTART)
+    assert admin(args, "/_emulator/state")["last_boot"]["device"] == "NETWORK"
+    # Floppy is not an iLO 5 target: sushy refuses it from the list, the iLO with a 400.
+    expect_raises(exceptions.InvalidParameterValueError, system.set_system_boot_options,
+                  sushy.BOOT_SOURCE_TARGET_FLOPPY)
+    e = expect_raises(exceptions.BadRequestError, root._conn.patch, system.path,
+                      data={"Boot": {"BootSourceOverrideTarget": "Floppy"}})
+    assert "PropertyValueNotInList" in str(e), e
+    # A persistent BiosSetup (`baremetal node boot device set NODE bios --persistent`) enters
+    # setup at the next boot only and leaves the persistent order alone.
+    order = admin(args, "/_emulator/state")["persistent_boot"]
+    system.set_system_boot_options(sushy.BOOT_SOURCE_TARGET_BIOS_SETUP,
+                                   enabled=sushy.BOOT_SOURCE_ENABLED_CONTINUOUS)
+    system.refresh()
+    assert system.boot.target == sushy.BOOT_SOURCE_TARGET_BIOS_SETUP, system.boot.target
+    assert system.boot.enabled == sushy.BOOT_SOURCE_ENABLED_ONCE, system.boot.enabled
+    assert admin(args, "/_emulator/state")["persistent_boot"] == order
+    system.reset_system(sushy.RESET_FORCE_RESTART)
+    assert admin(args, "/_emulator/state")["last_boot"]["device"] == "RBSU"
+    system.reset_system(sushy.RESET_FORCE_RESTART)
+    st = admin(args, "/_emulator/state")
+    assert st["last_boot"]["device"] == order[0] and st["persistent_boot"] == order, st
+    system.refresh()
+    assert system.boot.enabled == sushy.BOOT_SOURCE_ENABLED_DISABLED, system.boot.enabled
 
 
 def main():
@@ -67,6 +110,9 @@ def main():
     system.refresh()
     assert system.boot.enabled == sushy.BOOT_SOURCE_ENABLED_CONTINUOUS
     assert admin(args, "/_emulator/state")["persistent_boot"][0] == "HDD"
+    check_ilo5_override_targets(args, root, system)
+    system.set_system_boot_options(sushy.BOOT_SOURCE_TARGET_HDD,
+                                   enabled=sushy.BOOT_SOURCE_ENABLED_CONTINUOUS)
     # override mode = pending boot mode, applied at the next boot
     system.set_system_boot_options(mode=sushy.BOOT_SOURCE_MODE_UEFI)
     st = admin(args, "/_emulator/state")

@@ -9,6 +9,7 @@
 //! - [`Qemu`]: a running `qemu-system-x86_64 -accel tcg` whose serial console (stdout) is read
 //!   unbuffered by a thread, timestamped from QEMU's start, written to a log file and kept for
 //!   waiting on; QEMU is killed on drop.
+//! - [`alive`]: whether a process (a QEMU some emulator started) still runs.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -283,4 +284,15 @@ impl Drop for Qemu {
             self.dump();
         }
     }
+}
+
+/// Whether process `pid` still runs; a zombie (exited, not yet reaped by its parent) counts as
+/// gone. Tests use it to check that no QEMU an emulator started is left behind.
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            !s.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
 }

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::{EmulatorProcess, PASSWORD, USER};
+use vmdeploy_integration_tests::qemu::alive;
 
 /// From power-on to iPXE's second request under TCG on busy cores (SeaBIOS takes a few seconds,
 /// OVMF up to ~20; reference qemu-and-boot.md §9 item 7).
@@ -280,15 +281,6 @@ fn device<'a>(devices: &'a [Value], driver: &str) -> &'a Value {
         .iter()
         .find(|d| d["driver"] == driver)
         .unwrap_or_else(|| panic!("no {driver} in {devices:?}"))
-}
-
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            !s.rsplit_once(')')
-                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
 }
 
 #[test]

@@ -15,7 +15,7 @@
 //!   In BIOS the test then plays the conductor: the image (a boot sector that prints a marker and
 //!   powers off) goes through the forwarded iSCSI and `done` ports, the floppy is ejected, the
 //!   persistent boot set to HDD and the server reset; the new machine boots the disk, and its
-//!   power-off turns the server OFF through QMP's SHUTDOWN event.
+//!   power-off reads Off over Redfish and RIBCL within seconds of the boot sector's marker.
 //!
 //! Every test holds the emulator in a guard whose drop kills it; QEMU dies with it (parent-death
 //! signal), which each test checks at its end, also for the QEMU pids it saw.
@@ -31,6 +31,7 @@ use serde_json::Value;
 use support::{EmulatorProcess, PASSWORD, USER};
 use vmdeploy_integration_tests::emulator::MediaServer;
 use vmdeploy_integration_tests::iscsi_standin::{self, IscsiStandin, StandinConfig};
+use vmdeploy_integration_tests::qemu::alive;
 use vmdeploy_integration_tests::{deploy_iso, venv_bin};
 
 /// TCG on two busy cores (reference §9 item 7).
@@ -104,25 +105,18 @@ impl QemuEmulator {
     /// One RIBCL command (raw XML, as proliantutils sends it); returns the reply's STATUS and
     /// MESSAGE of the command's document (the last non-zero status, else the last message).
     fn ribcl(&self, block: &str, mode: &str, command: &str) -> (u32, String) {
-        let reply = self.ribcl_raw(block, mode, command);
-        let mut result = (0, String::new());
-        for doc in reply.split("<RESPONSE").skip(1) {
-            let attr = |name: &str| {
-                doc.split_once(&format!("{name}="))
-                    .and_then(|(_, rest)| {
-                        let q = rest.chars().next()?;
-                        rest[1..].split(q).next().map(str::to_owned)
-                    })
-                    .unwrap_or_default()
-            };
-            let status = u32::from_str_radix(attr("STATUS").trim_start_matches("0x"), 16)
-                .expect("a hex STATUS");
-            let message = attr("MESSAGE");
-            if status != 0 || result.0 == 0 {
-                result = (status, message);
-            }
-        }
-        result
+        ribcl_result(&self.ribcl_raw(block, mode, command))
+    }
+
+    /// GET_HOST_POWER_STATUS: the reply's STATUS and HOST_POWER.
+    fn ribcl_power(&self) -> (u32, String) {
+        let reply = self.ribcl_raw("SERVER_INFO", "read", "<GET_HOST_POWER_STATUS/>");
+        let power = reply
+            .split_once("HOST_POWER=\"")
+            .and_then(|(_, rest)| rest.split('"').next())
+            .unwrap_or_default()
+            .to_owned();
+        (ribcl_result(&reply).0, power)
     }
 
     /// One RIBCL command; the whole reply.
@@ -215,14 +209,27 @@ impl Drop for QemuEmulator {
     }
 }
 
-fn alive(pid: u32) -> bool {
-    // A zombie is dead for this purpose.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            !s.rsplit_once(')')
-                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
+/// The STATUS and MESSAGE of a RIBCL reply's command document (the last non-zero status, else
+/// the last message).
+fn ribcl_result(reply: &str) -> (u32, String) {
+    let mut result = (0, String::new());
+    for doc in reply.split("<RESPONSE").skip(1) {
+        let attr = |name: &str| {
+            doc.split_once(&format!("{name}="))
+                .and_then(|(_, rest)| {
+                    let q = rest.chars().next()?;
+                    rest[1..].split(q).next().map(str::to_owned)
+                })
+                .unwrap_or_default()
+        };
+        let status =
+            u32::from_str_radix(attr("STATUS").trim_start_matches("0x"), 16).expect("a hex STATUS");
+        let message = attr("MESSAGE");
+        if status != 0 || result.0 == 0 {
+            result = (status, message);
+        }
+    }
+    result
 }
 
 fn assert_no_qemu_left(pids: &[u32]) {
@@ -767,9 +774,36 @@ fn proliantutils_boots_the_deploy_iso_on_the_qemu_backend_and_the_agent_reports(
         emu.ribcl("SERVER_INFO", "write", "<RESET_SERVER/>"),
     );
     emu.wait_console(DISK_MARKER, 1, BOOT_LIMIT);
+    // The boot sector powers off right after printing its marker: a client polling the power
+    // state reads Off within a second or two, over Redfish and RIBCL alike (Ironic reads it
+    // after asking its agent to power off, and forces the power off when it still reads On).
+    let marker_seen = Instant::now();
+    let off_after = loop {
+        let redfish: Value = serde_json::from_str(&emu.curl(&[
+            "-u",
+            &format!("{USER}:{PASSWORD}"),
+            &format!("https://{}/redfish/v1/Systems/1/", emu.addr),
+        ]))
+        .expect("the System is JSON");
+        let (status, ribcl) = emu.ribcl_power();
+        if redfish["PowerState"] == "Off" && ribcl == "OFF" {
+            break marker_seen.elapsed();
+        }
+        assert_eq!(status, 0, "GET_HOST_POWER_STATUS failed");
+        assert!(
+            marker_seen.elapsed() < Duration::from_secs(3),
+            "still {} (Redfish) / {ribcl} (RIBCL) {:?} after the guest powered off; console:\n{}\n--- emulator log\n{}",
+            redfish["PowerState"],
+            marker_seen.elapsed(),
+            emu.console(),
+            emu.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!("the guest's power-off read as Off {off_after:.1?} after its marker");
     let state = emu.wait_state(
         "the server off after the guest powered off",
-        Duration::from_secs(60),
+        Duration::from_secs(10),
         |s| s["power"] == "OFF" && s["machine"]["running"] == false,
     );
     assert_eq!(state["boots"], 2, "{state:#}");

@@ -227,6 +227,9 @@ pub struct QemuBackend {
     live: Arc<AtomicU64>,
     events_tx: mpsc::UnboundedSender<MachineEvent>,
     events_rx: Mutex<Option<MachineEvents>>,
+    /// The last power-off the watcher saw (a guest SHUTDOWN, or QEMU gone), recorded before its
+    /// event is queued, for [`Backend::stopped_by_itself`].
+    stopped: Arc<Mutex<Option<MachineEvent>>>,
 }
 
 impl std::fmt::Debug for QemuBackend {
@@ -279,6 +282,7 @@ impl QemuBackend {
             live: Arc::new(AtomicU64::new(0)),
             events_tx,
             events_rx: Mutex::new(Some(events_rx)),
+            stopped: Arc::new(Mutex::new(None)),
         })
     }
 
@@ -471,12 +475,21 @@ impl QemuBackend {
         let tx = self.events_tx.clone();
         let live = self.live.clone();
         let status = self.status.clone();
+        let stopped = self.stopped.clone();
         let index = self.index;
         tokio::spawn(async move {
             let set_exit = |what: String| {
                 if let Ok(mut s) = status.lock() {
                     s.last_exit = Some(what);
                 }
+            };
+            let send = |event: MachineEvent| {
+                if event.kind == MachineEventKind::PoweredOff {
+                    if let Ok(mut s) = stopped.lock() {
+                        *s = Some(event.clone());
+                    }
+                }
+                let _ = tx.send(event);
             };
             while let Some(ev) = events.recv().await {
                 if ev.name != "SHUTDOWN" || ev.data["guest"] != true {
@@ -490,7 +503,7 @@ impl QemuBackend {
                 };
                 tracing::info!(server = index, generation, %reason, "the guest stopped the machine");
                 set_exit(format!("guest: {reason}"));
-                let _ = tx.send(MachineEvent {
+                send(MachineEvent {
                     kind,
                     generation,
                     reason,
@@ -500,7 +513,7 @@ impl QemuBackend {
             if live.load(Ordering::SeqCst) == generation {
                 tracing::warn!(server = index, generation, "QEMU exited by itself");
                 set_exit("QEMU exited unexpectedly (see qemu.log)".into());
-                let _ = tx.send(MachineEvent {
+                send(MachineEvent {
                     kind: MachineEventKind::PoweredOff,
                     generation,
                     reason: "QEMU exited".into(),
@@ -835,6 +848,29 @@ impl Backend for QemuBackend {
 
     fn take_events(&self) -> Option<MachineEvents> {
         self.events_rx.lock().ok()?.take()
+    }
+
+    fn stopped_by_itself(&self) -> Option<MachineEvent> {
+        let live = self.live.load(Ordering::SeqCst);
+        if live == 0 {
+            return None;
+        }
+        let seen = self.stopped.lock().ok().and_then(|s| s.clone());
+        if let Some(event) = seen.filter(|e| e.generation == live) {
+            return Some(event);
+        }
+        // The process itself, in case it exited before QMP's end was read. A backend call in
+        // progress holds the lock: that call sees the machine as it is, so skip.
+        let mut inner = self.inner.try_lock().ok()?;
+        let run = inner.run.as_mut()?;
+        match run.child.try_wait() {
+            Ok(Some(status)) if run.generation == live => Some(MachineEvent {
+                kind: MachineEventKind::PoweredOff,
+                generation: live,
+                reason: format!("QEMU exited ({status})"),
+            }),
+            _ => None,
+        }
     }
 
     fn is_current(&self, generation: u64) -> bool {

@@ -11,8 +11,10 @@
 //! Operations map onto the same state machine as RIBCL:
 //! - `ComputerSystem.Reset` On/ForceOn → power on; ForceOff/GracefulShutdown → off;
 //!   ForceRestart/GracefulRestart → reset; PowerCycle → off then on; PushPowerButton → press;
-//! - `Boot.BootSourceOverrideTarget` + `Enabled` Once → the one-time boot; Continuous → the
-//!   persistent order's head; Disabled → clears; `BootSourceOverrideMode` → pending boot mode;
+//! - `Boot.BootSourceOverrideTarget` (iLO 5's twelve targets, [`crate::boot_target`]) +
+//!   `Enabled` Once → the one-time boot; Continuous → the persistent order's head (a firmware
+//!   application such as BiosSetup lasts one boot); Disabled → clears;
+//!   `BootSourceOverrideMode` → pending boot mode;
 //! - BIOS `Attributes.BootMode` (current) and the settings object (pending); the HPE
 //!   `bios/boot` resource (UEFI BootSources and PersistentBootConfigOrder);
 //! - VirtualMedia 1 (Floppy/USBStick) and 2 (CD/DVD): standard InsertMedia/EjectMedia and the
@@ -71,6 +73,23 @@ pub(super) fn error(status: StatusCode, message_id: &str, message: &str) -> Repl
             "code": "iLO.0.10.ExtendedInfo",
             "message": message,
             "@Message.ExtendedInfo": [{"MessageId": message_id, "Message": message}],
+        }}),
+    )
+}
+
+/// A Redfish error whose message takes arguments (iLO sends them as `MessageArgs`).
+pub(super) fn error_with_args(
+    status: StatusCode,
+    message_id: &str,
+    message: &str,
+    args: &[&str],
+) -> Reply {
+    json_reply(
+        status,
+        &json!({"error": {
+            "code": "iLO.0.10.ExtendedInfo",
+            "message": message,
+            "@Message.ExtendedInfo": [{"MessageId": message_id, "Message": message, "MessageArgs": args}],
         }}),
     )
 }

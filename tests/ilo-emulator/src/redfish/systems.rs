@@ -1,16 +1,19 @@
 //! `Systems/1`: the ComputerSystem (power, one-time and continuous boot override, pending boot
-//! mode), its Reset action and the HPE power button.
+//! mode), its Reset action and the HPE power button. The boot override targets and what each
+//! means to the emulated machine are [`crate::boot_target`]'s.
 
 use http::{Method, Request, StatusCode};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
 use super::{
-    collection, error, json_reply, no_content, op_error, parse_json, unrouted, MANAGER, SYSTEM,
+    collection, error, error_with_args, json_reply, no_content, op_error, parse_json, unrouted,
+    MANAGER, SYSTEM,
 };
+use crate::boot_target::BootTarget;
 use crate::http::Reply;
 use crate::server::Server;
-use crate::state::{BootDevice, BootMode, OneTimeBoot, Power, ServerState};
+use crate::state::{BootMode, OneTimeBoot, Power, ServerState};
 
 /// `Systems/...`; `rest` is the path after `systems` (the BIOS resources are [`super::bios`]).
 pub(super) async fn handle(
@@ -69,30 +72,6 @@ pub(super) async fn handle(
     }
 }
 
-fn redfish_target(d: BootDevice) -> &'static str {
-    match d {
-        BootDevice::Cdrom => "Cd",
-        BootDevice::Floppy => "Floppy",
-        BootDevice::Hdd => "Hdd",
-        BootDevice::Usb => "Usb",
-        BootDevice::Network => "Pxe",
-        BootDevice::Rbsu => "BiosSetup",
-    }
-}
-
-fn device_from_target(t: &str) -> Option<Option<BootDevice>> {
-    Some(match t {
-        "None" => None,
-        "Cd" => Some(BootDevice::Cdrom),
-        "Floppy" => Some(BootDevice::Floppy),
-        "Hdd" => Some(BootDevice::Hdd),
-        "Usb" => Some(BootDevice::Usb),
-        "Pxe" => Some(BootDevice::Network),
-        "BiosSetup" => Some(BootDevice::Rbsu),
-        _ => return None,
-    })
-}
-
 fn boot_mode_redfish(m: BootMode) -> &'static str {
     match m {
         BootMode::Legacy => "Legacy",
@@ -110,11 +89,11 @@ fn uefi_class(s: &ServerState) -> u8 {
 
 fn system_json(server: &Server, s: &ServerState) -> Value {
     let (target, enabled) = match (s.one_time_boot, s.continuous_override) {
-        (Some(OneTimeBoot::Device(d)), _) => (redfish_target(d), "Once"),
-        (Some(OneTimeBoot::Embedded(_)), _) => ("Utilities", "Once"),
-        (None, Some(d)) => (redfish_target(d), "Continuous"),
-        (None, None) => ("None", "Disabled"),
+        (Some(one), _) => (one.target(), "Once"),
+        (None, Some(t)) => (t, "Continuous"),
+        (None, None) => (BootTarget::None, "Disabled"),
     };
+    let allowable: Vec<&str> = BootTarget::ALL.iter().map(|t| t.redfish()).collect();
     json!({
         "@odata.context": "/redfish/v1/$metadata#ComputerSystem.ComputerSystem",
         "@odata.id": SYSTEM,
@@ -129,11 +108,10 @@ fn system_json(server: &Server, s: &ServerState) -> Value {
         "PowerState": match s.power { Power::On => "On", Power::Off => "Off" },
         "Status": {"Health": "OK", "State": "Enabled"},
         "Boot": {
-            "BootSourceOverrideTarget": target,
+            "BootSourceOverrideTarget": target.redfish(),
             "BootSourceOverrideEnabled": enabled,
             "BootSourceOverrideMode": boot_mode_redfish(s.boot_mode_current),
-            "BootSourceOverrideTarget@Redfish.AllowableValues":
-                ["None", "Cd", "Hdd", "Usb", "Pxe", "Floppy", "BiosSetup"],
+            "BootSourceOverrideTarget@Redfish.AllowableValues": allowable,
             "BootSourceOverrideEnabled@Redfish.AllowableValues": ["Disabled", "Once", "Continuous"],
         },
         "Bios": {"@odata.id": "/redfish/v1/Systems/1/Bios/"},
@@ -183,81 +161,86 @@ async fn reset(server: &Server, reset_type: &str) -> Reply {
     result.map(|()| no_content()).unwrap_or_else(op_error)
 }
 
+/// A PATCH value iLO does not take: 400 `PropertyValueNotInList` naming the value and the
+/// property (iLO's `MessageArgs`).
+fn value_not_in_list(property: &str, value: &Value) -> Reply {
+    let shown = value
+        .as_str()
+        .map_or_else(|| value.to_string(), str::to_owned);
+    error_with_args(
+        StatusCode::BAD_REQUEST,
+        "Base.1.4.PropertyValueNotInList",
+        &format!(
+            "The value {shown} for the property {property} is not in the list of acceptable values."
+        ),
+        &[&shown, property],
+    )
+}
+
 async fn patch_system(server: &Server, body: &Value) -> Reply {
     let Some(boot) = body.get("Boot") else {
         return no_content();
     };
-    let target = boot.get("BootSourceOverrideTarget").and_then(Value::as_str);
-    let enabled = boot
-        .get("BootSourceOverrideEnabled")
-        .and_then(Value::as_str);
-    let mode = boot.get("BootSourceOverrideMode").and_then(Value::as_str);
-    let device = match target.map(device_from_target) {
+    // Everything is checked before anything changes: a refused PATCH changes nothing.
+    let target = match boot.get("BootSourceOverrideTarget") {
         None => None,
-        Some(Some(d)) => Some(d),
-        Some(None) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "Base.1.4.PropertyValueNotInList",
-                &format!(
-                    "BootSourceOverrideTarget {:?} is not supported.",
-                    target.unwrap_or("")
-                ),
-            )
-        }
+        Some(v) => match v.as_str().and_then(BootTarget::from_redfish) {
+            Some(t) => Some(t),
+            None => return value_not_in_list("BootSourceOverrideTarget", v),
+        },
+    };
+    let enabled = match boot.get("BootSourceOverrideEnabled") {
+        None => None,
+        Some(v) => match v.as_str() {
+            Some(e @ ("Once" | "Continuous" | "Disabled")) => Some(e),
+            _ => return value_not_in_list("BootSourceOverrideEnabled", v),
+        },
+    };
+    let mode = match boot.get("BootSourceOverrideMode") {
+        None => None,
+        Some(v) => match v.as_str() {
+            Some("UEFI") => Some(BootMode::Uefi),
+            Some("Legacy") => Some(BootMode::Legacy),
+            _ => return value_not_in_list("BootSourceOverrideMode", v),
+        },
     };
     if let Some(m) = mode {
-        let m = match m {
-            "UEFI" => BootMode::Uefi,
-            "Legacy" => BootMode::Legacy,
-            other => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    "Base.1.4.PropertyValueNotInList",
-                    &format!("BootSourceOverrideMode {other:?} is not supported."),
-                )
-            }
-        };
         if let Err(e) = server.set_pending_boot_mode(m).await {
             return op_error(e);
         }
     }
-    if !matches!(enabled, None | Some("Once" | "Continuous" | "Disabled")) {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "Base.1.4.PropertyValueNotInList",
-            "BootSourceOverrideEnabled must be Disabled, Once or Continuous.",
-        );
-    }
+    // `UefiTargetBootSourceOverride` and `HttpBootUri` are taken and not used: the emulated
+    // machine has no UEFI device paths of its own, and its NIC boots what its DHCP names.
     server
         .update(|s| {
             // The target in effect: the new one, or the one already set.
             let current = s
                 .one_time_boot
-                .and_then(|o| match o {
-                    OneTimeBoot::Device(d) => Some(d),
-                    OneTimeBoot::Embedded(_) => None,
-                })
+                .map(OneTimeBoot::target)
                 .or(s.continuous_override);
-            let dev = device.unwrap_or(current);
+            let target = target.or(current).unwrap_or(BootTarget::None);
             let enabled = enabled.unwrap_or(if s.continuous_override.is_some() {
                 "Continuous"
             } else {
                 "Once"
             });
-            match (enabled, dev) {
-                ("Disabled", _) | (_, None) => {
+            match (enabled, target) {
+                ("Disabled", _) | (_, BootTarget::None) => {
                     s.one_time_boot = None;
                     s.continuous_override = None;
                 }
-                ("Continuous", Some(d)) => {
+                // A firmware application never enters the persistent order: Continuous acts
+                // as Once (see crate::boot_target).
+                ("Continuous", t) if !t.one_boot_only() => {
                     s.one_time_boot = None;
-                    s.continuous_override = Some(d);
-                    s.set_persistent_boot(&[d]);
+                    s.continuous_override = Some(t);
+                    if let Some(d) = t.device() {
+                        s.set_persistent_boot(&[d]);
+                    }
                 }
-                (_, Some(d)) => {
+                (_, t) => {
                     s.continuous_override = None;
-                    s.one_time_boot = Some(OneTimeBoot::Device(d));
+                    s.one_time_boot = OneTimeBoot::from_target(t);
                 }
             }
         })
