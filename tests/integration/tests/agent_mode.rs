@@ -17,7 +17,7 @@ use vmdeploy_conductor::deploy::agent_client::{AgentClient, AgentClientError, Ag
 use vmdeploy_integration_tests::conductor_env::{make_image_seeded, AgentProcess};
 use vmdeploy_integration_tests::http::{ServerConfig, TestHttpServer};
 use vmdeploy_integration_tests::ipa_standin::{
-    call, cert_valid_for, AgentDriver, IpaStandin, StandinConfig,
+    assert_raw_command_result, call, cert_valid_for, AgentDriver, IpaStandin, StandinConfig,
 };
 use vmdeploy_integration_tests::loopdev::{LoopDevice, LoopIo};
 use vmdeploy_integration_tests::{bin, free_port};
@@ -283,6 +283,184 @@ fn full_flow_writes_the_disk_reports_progress_and_powers_off() {
         .driver
         .run("standby.sync", json!({}), Duration::from_secs(30));
     assert_eq!(sync.command_status, CommandStatus::Succeeded);
+    power_off_and_exit(&mut rig);
+}
+
+/// The node as Ironic 39's agent client sends it with every step command
+/// (`node.as_dict(secure=True)`): a few of its fields are enough for the agent.
+fn ironic_node() -> Value {
+    json!({"uuid": NODE, "driver": "redfish", "provision_state": "deploying",
+           "properties": {}, "instance_info": {"image_source": "http://x/img.raw"},
+           "driver_internal_info": {}})
+}
+
+/// The files of a `.tar.gz` as tar(1) reads them: name → text.
+fn untar_with_tar(gz: &[u8]) -> std::collections::BTreeMap<String, String> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let archive = dir.path().join("logs.tar.gz");
+    std::fs::write(&archive, gz).expect("write the archive");
+    let out = Command::new("tar")
+        .arg("-xzf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(dir.path())
+        .output()
+        .expect("running tar");
+    assert!(
+        out.status.success(),
+        "tar -xzf: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let root = dir.path().join("vmdeploy-logs");
+    std::fs::read_dir(&root)
+        .expect("the bundle's folder")
+        .map(|e| {
+            let e = e.expect("entry");
+            let text = std::fs::read(e.path()).expect("read");
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                String::from_utf8_lossy(&text).into_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Ironic 39's `direct` deploy against the agent, call for call (agent_client.py,
+/// agent_base.py, agent.py): `deploy.get_deploy_steps` with `wait=true`, then the in-band
+/// `write_image` through `deploy.execute_deploy_step` (no wait) polled through
+/// `GET /v1/commands/` until the last command is no longer RUNNING, `standby.get_partition_uuids`,
+/// and `log.collect_system_logs` (Ironic stores the bundle); a stale `deploy_version` ends
+/// `CLEAN_VERSION_MISMATCH`. Every answer is checked on its raw JSON with the field names
+/// written out here.
+#[test]
+fn ironic39_deploy_steps_write_image_then_logs() {
+    let mut rig = rig(false, true, NEWEST, 0, true);
+    let image = make_image_seeded(24 * MIB, 5);
+    let server = serve(image.clone());
+    let node = ironic_node();
+    let ports = json!([{"address": MAC, "uuid": "2c4e2a77-4f6a-4b4e-9c55-6f3d0b1f0a11"}]);
+
+    // refresh_steps: get_deploy_steps, wait=true, reads deploy_steps and
+    // hardware_manager_version from command_result; each step needs interface/step/priority.
+    let (status, steps) = rig.driver.post(
+        "deploy.get_deploy_steps",
+        json!({"node": node, "ports": ports}),
+        true,
+    );
+    assert_eq!(status, 200, "{steps}");
+    assert_raw_command_result(&steps);
+    assert_eq!(steps["command_status"], "SUCCEEDED", "{steps}");
+    assert_eq!(steps["command_name"], "get_deploy_steps");
+    let result = &steps["command_result"];
+    let by_manager = result["deploy_steps"]
+        .as_object()
+        .expect("deploy_steps by manager");
+    let listed: Vec<&Value> = by_manager
+        .values()
+        .flat_map(|l| l.as_array().expect("a list"))
+        .collect();
+    for step in &listed {
+        for key in ["interface", "step", "priority"] {
+            assert!(step.get(key).is_some(), "{key} missing from {step}");
+        }
+    }
+    let write_step = listed
+        .iter()
+        .find(|s| s["step"] == "write_image")
+        .expect("write_image offered");
+    assert_eq!(write_step["interface"], "deploy");
+    let version = result["hardware_manager_version"].clone();
+    assert!(version.is_object() && !version.as_object().expect("object").is_empty());
+
+    // AgentDeploy.write_image: the in-band step, no priority, the image in args.
+    let step = json!({"interface": "deploy", "step": "write_image", "args": {
+        "image_info": {
+            "id": "img-39", "urls": [server.url("/image.raw")], "disk_format": "raw",
+            "container_format": "bare", "stream_raw_images": true,
+            "os_hash_algo": "sha256", "os_hash_value": hex_digest("sha256", &image),
+            "node_uuid": NODE,
+        },
+        "configdrive": null,
+    }});
+    let params = json!({"step": step, "node": node, "ports": ports, "deploy_version": version});
+    let (status, started) = rig.driver.post("deploy.execute_deploy_step", params, false);
+    assert_eq!(status, 200, "{started}");
+    assert_raw_command_result(&started);
+    assert_eq!(started["command_name"], "execute_deploy_step");
+    // process_next_step: get_commands_status, the last command, until it is not RUNNING.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let done = loop {
+        let q = format!("/v1/commands/?agent_token={}", rig.driver.token);
+        let (status, listed) = rig.driver.call("GET", &q, None);
+        assert_eq!(status, 200, "{listed}");
+        let commands = listed["commands"].as_array().expect("commands");
+        commands.iter().for_each(assert_raw_command_result);
+        let last = commands.last().expect("a command").clone();
+        assert_eq!(last["id"], started["id"]);
+        if last["command_status"] != "RUNNING" {
+            break last;
+        }
+        assert!(Instant::now() < deadline, "write_image hung");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(done["command_status"], "SUCCEEDED", "{done}");
+    // _get_completed_command compares deploy_step with the node's step (interface + step).
+    assert_eq!(done["command_result"]["deploy_step"], step, "{done}");
+    let text = done["command_result"]["deploy_result"]["result"]
+        .as_str()
+        .expect("prepare_image's result text");
+    assert!(
+        text.starts_with("prepare_image: image (img-39) written to device"),
+        "{text}"
+    );
+    assert_disk_holds(&rig.disk, &image);
+
+    // prepare_instance_boot: get_partition_uuids, wait=true, reads "root uuid".
+    let (status, uuids) = rig
+        .driver
+        .post("standby.get_partition_uuids", json!({}), true);
+    assert_eq!(status, 200, "{uuids}");
+    assert_raw_command_result(&uuids);
+    assert_eq!(
+        uuids["command_result"]["root uuid"], "0x12345678",
+        "{uuids}"
+    );
+
+    // A deploy_version from another agent: CLEAN_VERSION_MISMATCH with IPA's VersionMismatch.
+    let stale = json!({"step": {"interface": "deploy", "step": "erase_devices_metadata",
+                                "priority": 0},
+                       "node": node, "ports": ports,
+                       "deploy_version": {"generic_hardware_manager": "0.1"}});
+    let (status, body) = rig.driver.post("deploy.execute_deploy_step", stale, true);
+    assert_eq!(status, 200, "{body}");
+    assert_raw_command_result(&body);
+    assert_eq!(body["command_status"], "CLEAN_VERSION_MISMATCH", "{body}");
+    assert_eq!(body["command_error"]["type"], "VersionMismatch", "{body}");
+    assert_disk_holds(&rig.disk, &image);
+
+    // collect_ramdisk_logs: log.collect_system_logs, wait=true; Ironic base64-decodes
+    // command_result.system_logs and stores it as a .tar.gz.
+    let (status, logs) = rig.driver.post("log.collect_system_logs", json!({}), true);
+    assert_eq!(status, 200, "{logs}");
+    assert_raw_command_result(&logs);
+    assert_eq!(logs["command_status"], "SUCCEEDED", "{logs}");
+    let b64 = logs["command_result"]["system_logs"]
+        .as_str()
+        .expect("system_logs");
+    let gz =
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b64).expect("base64");
+    let files = untar_with_tar(&gz);
+    let agent_log = files
+        .get("vmdeploy-agent.log")
+        .expect("the agent's log in the bundle");
+    assert!(agent_log.contains("deploy step completed"), "{agent_log}");
+    assert!(files.contains_key("partitions"), "{:?}", files.keys());
+    for (name, text) in &files {
+        assert!(
+            !text.contains(&rig.driver.token),
+            "{name} holds the agent token"
+        );
+    }
     power_off_and_exit(&mut rig);
 }
 
