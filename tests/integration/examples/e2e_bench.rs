@@ -28,14 +28,13 @@
 //! binaries the lab starts).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 use vmdeploy_integration_tests::e2e::{partition_media, Firmware, Lab, LabOptions};
 use vmdeploy_integration_tests::qemu::Qemu;
+use vmdeploy_integration_tests::rss::{rss_kib, RssSampler};
 use vmdeploy_integration_tests::test_image::{self, TestImage};
 use vmdeploy_integration_tests::{bin, deploy_iso};
 
@@ -115,57 +114,6 @@ fn request_arrival(conductor_log: &str, path_part: &str) -> OffsetDateTime {
 
 fn seconds_between(from: OffsetDateTime, to: OffsetDateTime) -> f64 {
     (to - from).as_seconds_f64()
-}
-
-/// VmRSS of `pid` in KiB.
-fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
-/// Samples a pid's VmRSS every 100 ms until dropped; `peak()` stops and returns the maximum.
-struct RssSampler {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<u64>>,
-}
-
-impl RssSampler {
-    fn start(pid: u32) -> RssSampler {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let mut peak = 0;
-            while !flag.load(Ordering::Relaxed) {
-                peak = peak.max(rss_kib(pid).unwrap_or(0));
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            peak.max(rss_kib(pid).unwrap_or(0))
-        });
-        RssSampler {
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn peak(mut self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread
-            .take()
-            .and_then(|t| t.join().ok())
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for RssSampler {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
 }
 
 /// One deploy's figures.

@@ -3,7 +3,7 @@
 //! prints `server 0 https://<host:port>` and then `ready` on stdout.
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -68,6 +68,18 @@ pub struct MediaServer {
 impl MediaServer {
     /// Serves `files` (`("/deploy.iso", bytes)`) on 127.0.0.1 (ephemeral port).
     pub fn start(files: Vec<(&str, Vec<u8>)>) -> MediaServer {
+        Self::start_with_root(files, None)
+    }
+
+    /// Serves the files under `root` by their paths relative to it (read at each request,
+    /// symbolic links followed, nothing outside `root` by `..`), as a web server serves a
+    /// directory: for a conductor that writes its HTTP root while it runs (upstream Ironic's
+    /// `[deploy] http_root`), with the `Range` requests QEMU's curl driver makes.
+    pub fn start_dir(root: &Path) -> MediaServer {
+        Self::start_with_root(Vec::new(), Some(root.to_owned()))
+    }
+
+    fn start_with_root(files: Vec<(&str, Vec<u8>)>, root: Option<PathBuf>) -> MediaServer {
         let files = std::sync::Arc::new(std::sync::Mutex::new(
             files
                 .into_iter()
@@ -76,9 +88,14 @@ impl MediaServer {
         ));
         let served = files.clone();
         let accept = crate::http::AcceptLoop::start(move |stream| {
-            let _ = serve_media(stream, &served);
+            let _ = serve_media(stream, &served, root.as_deref());
         });
         MediaServer { accept, files }
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.accept.addr()
     }
 
     /// `http://127.0.0.1:PORT/path`.
@@ -104,9 +121,58 @@ fn parse_range(value: &str, len: u64) -> Option<(u64, u64)> {
     (start <= end).then_some((start, end))
 }
 
+/// What answers one path: bytes in memory, or a file under the served directory.
+enum Body {
+    Memory(std::sync::Arc<Vec<u8>>),
+    File(std::fs::File, u64),
+}
+
+impl Body {
+    fn len(&self) -> u64 {
+        match self {
+            Body::Memory(b) => b.len() as u64,
+            Body::File(_, len) => *len,
+        }
+    }
+
+    fn send(&mut self, start: u64, end: u64, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        use std::io::{Read, Seek, SeekFrom};
+        match self {
+            Body::Memory(b) => out.write_all(&b[start as usize..end as usize]),
+            Body::File(f, _) => {
+                f.seek(SeekFrom::Start(start))?;
+                let copied = std::io::copy(&mut f.take(end - start), out)?;
+                if copied != end - start {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the file shrank while it was sent",
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The regular file `path` (a URL path) names under `root`, if any; `..` never leaves it.
+fn file_under(root: &Path, path: &str) -> Option<Body> {
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    let mut full = root.to_owned();
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        if part == ".." || part == "." {
+            return None;
+        }
+        full.push(part);
+    }
+    let file = std::fs::File::open(&full).ok()?;
+    let meta = file.metadata().ok()?;
+    meta.is_file().then(|| Body::File(file, meta.len()))
+}
+
 fn serve_media(
     stream: std::net::TcpStream,
     files: &std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<Vec<u8>>>>,
+    root: Option<&Path>,
 ) -> std::io::Result<()> {
     use std::io::Write;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
@@ -133,15 +199,21 @@ fn serve_media(
                 }
             }
         }
-        let body = files.lock().expect("media lock").get(&path).cloned();
-        let Some(body) = body else {
+        let body = files
+            .lock()
+            .expect("media lock")
+            .get(&path)
+            .cloned()
+            .map(Body::Memory)
+            .or_else(|| root.and_then(|r| file_under(r, &path)));
+        let Some(mut body) = body else {
             out.write_all(
                 b"HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\nContent-Type: text/plain\r\n\r\nnot found",
             )?;
             out.flush()?;
             continue;
         };
-        let len = body.len() as u64;
+        let len = body.len();
         let (status, start, end) = match range.as_deref().and_then(|r| parse_range(r, len)) {
             Some((a, b)) => ("206 Partial Content", a, b + 1),
             None => ("200 OK", 0, len),
@@ -160,7 +232,7 @@ fn serve_media(
         head.push_str("\r\n");
         out.write_all(head.as_bytes())?;
         if method != "HEAD" {
-            out.write_all(&body[start as usize..end as usize])?;
+            body.send(start, end, &mut out)?;
         }
         out.flush()?;
     }

@@ -23,6 +23,7 @@ pub mod iscsi_standin;
 pub mod lock;
 pub mod loopdev;
 pub mod qemu;
+pub mod rss;
 pub mod test_image;
 pub mod tools;
 

@@ -9,7 +9,7 @@
 //!
 //! # What Ironic needs around it, and how the lab gives it
 //! - An HTTP server for `[deploy] http_root`, where Ironic puts the ISOs it builds and the
-//!   images it caches: `python3 -m http.server` from the venv ([`IronicHttp`]). The BMC (the
+//!   images it caches ([`IronicHttp`]). The BMC (the
 //!   emulator, on the host) reaches it at `external_http_url` (loopback); the node reaches it at
 //!   `http_url`, the lab's media address `10.0.2.101:8080`, which the emulator forwards there.
 //! - The node reaches the API at `10.0.2.100:6385` (`[service_catalog] endpoint_override`, the
@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use sha2::Digest as _;
 
 use super::{Firmware, Lab, LabOptions, Proc, GUEST_API, GUEST_MEDIA, ILO_PASSWORD, ILO_USER};
+use crate::emulator::MediaServer;
 use crate::{bin, venv_bin};
 
 /// The product name that makes the emulator an iLO 5 (Redfish, Gen10).
@@ -45,39 +46,22 @@ pub const IRONIC_VERSION: &str = "39.0.0";
 /// kernel and ramdisk, the ESP image, the instance images).
 pub const PUBLISHED: &str = "lab";
 
-/// Ironic's HTTP root, served on loopback by `python3 -m http.server` from the venv.
+/// Ironic's HTTP root, served on loopback with the `Range` requests QEMU's curl driver makes
+/// for virtual media (Python's `http.server` answers them with the whole file).
 pub struct IronicHttp {
     /// The directory (`[deploy] http_root`).
     pub root: PathBuf,
     /// Its port on 127.0.0.1.
     pub port: u16,
-    _server: Proc,
+    _server: MediaServer,
 }
 
 impl IronicHttp {
-    /// Serves `root` (created) on a free loopback port; its log goes beside `root`.
+    /// Serves `root` (created) on a free loopback port.
     pub fn start(root: &Path) -> IronicHttp {
         std::fs::create_dir_all(root.join(PUBLISHED)).expect("Ironic's HTTP root");
-        let port = crate::free_port();
-        let log = root.with_extension("log");
-        let child = Command::new(venv_bin("python3"))
-            .args(["-m", "http.server", "--bind", "127.0.0.1", "--directory"])
-            .arg(root)
-            .arg(port.to_string())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("http server log"))
-            .spawn()
-            .expect("starting python3 -m http.server (fix: scripts/setup makes the venv)");
-        let server = Proc(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !crate::tcp_listening(port) {
-            assert!(
-                Instant::now() < deadline,
-                "python3 -m http.server did not listen on {port} within 30 s: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let server = MediaServer::start_dir(root);
+        let port = server.addr().port();
         IronicHttp {
             root: root.to_owned(),
             port,
@@ -100,6 +84,11 @@ impl Lab {
         self.ironic
             .as_ref()
             .expect("an Ironic lab (LabOptions.peer = Peer::Ironic)")
+    }
+
+    /// Ironic's HTTP root (`[deploy] http_root`).
+    pub fn ironic_http_root(&self) -> PathBuf {
+        self.ironic_http().root.clone()
     }
 
     /// Copies `from` into Ironic's HTTP root as `lab/NAME`; returns its host URL and SHA-256.
@@ -210,7 +199,7 @@ impl Lab {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let out =
-                self.baremetal(&["driver", "list", "-f", "value", "-c", "Supported driver(s)"]);
+                self.baremetal(&["driver", "list", "-f", "value", "-c", "name"]);
             if out.status.success() && String::from_utf8_lossy(&out.stdout).contains("redfish") {
                 break;
             }

@@ -791,7 +791,6 @@ impl Lab {
             (self.dir.path().join("emulator.log"), "emulator.log"),
             (self.dir.path().join("conductor.toml"), "conductor.toml"),
             (self.dir.path().join("ironic.conf"), "ironic.conf"),
-            (self.dir.path().join("ironic-http.log"), "ironic-http.log"),
         ] {
             let _ = std::fs::copy(from, out.join(to));
         }
