@@ -3,7 +3,7 @@
 //!
 //! # Design
 //! One tokio runtime runs three things: the command API ([`super::server`]) with the `standby`,
-//! `iscsi` and `clean` extensions, the heartbeat loop ([`super::heartbeat`]), and the wait for
+//! `iscsi`, `clean` and `image` extensions, the heartbeat loop ([`super::heartbeat`]), and the wait for
 //! `standby.power_off`. In order: bind the command API port (fail early if taken), generate the
 //! command API's certificate ([`super::tls`], Ironic's auto-TLS), negotiate the API version, look
 //! the node up by MAC (retried, bounded), pick the install disk (the lookup's
@@ -32,14 +32,17 @@ use serde_json::Value;
 use tokio::sync::Notify;
 use vmdeploy_shared::api::ipa::ApiVersion;
 use vmdeploy_shared::params::{AgentParams, MacAddr, RootDeviceHints};
+use vmdeploy_shared::partition::local_boot::GRUB_EFI_INITRAMFS_PATH;
 
 use super::clean::Clean;
 use super::client::ConductorClient;
 use super::heartbeat::{run_heartbeats, HeartbeatPlan, SharedProgress, DEFAULT_HEARTBEAT_TIMEOUT};
+use super::image::Image;
 use super::iscsi::Iscsi;
 use super::server::{self, CommandApi, CommandFuture, Executor, StartError};
 use super::standby::{DiskChoice, Standby};
 use crate::init::FinalAction;
+use crate::install::InstalledState;
 
 /// Everything the agent flow needs from `/init`.
 #[derive(Debug, Clone)]
@@ -203,15 +206,23 @@ async fn run_async(cfg: AgentModeConfig) -> anyhow::Result<FinalAction> {
         stop: Arc::new(Notify::new()),
         running: Arc::new(Mutex::new(None)),
     });
+    let installed = InstalledState::default();
     let dispatcher = Dispatcher {
         clean: Clean {
             disk: Arc::clone(&disk),
+        },
+        image: Image {
+            disk: Arc::clone(&disk),
+            installed: Arc::clone(&installed),
+            grub_efi: std::env::var_os("VMDEPLOY_GRUB_EFI")
+                .map_or_else(|| GRUB_EFI_INITRAMFS_PATH.into(), Into::into),
         },
         standby: Standby {
             disk,
             ca_pem: cfg.params.common.image_trust_pem(),
             progress: Arc::clone(&progress),
             power_off: Arc::clone(&power_off),
+            installed,
         },
         iscsi: Arc::clone(&iscsi),
         command_done: Arc::clone(&command_done),
@@ -265,6 +276,7 @@ async fn run_async(cfg: AgentModeConfig) -> anyhow::Result<FinalAction> {
 /// Routes commands to the extensions and asks for an early heartbeat when one finishes.
 struct Dispatcher {
     clean: Clean,
+    image: Image,
     standby: Standby,
     iscsi: Arc<Iscsi>,
     command_done: Arc<Notify>,
@@ -276,6 +288,7 @@ impl Executor for Dispatcher {
             "standby" => self.standby.start(cmd, params)?,
             "iscsi" => self.iscsi.start(cmd, params)?,
             "clean" => self.clean.start(cmd, params)?,
+            "image" => self.image.start(cmd, params)?,
             other => return Err(StartError::UnknownExtension(other.into())),
         };
         let done = Arc::clone(&self.command_done);

@@ -18,6 +18,7 @@ pub mod agent_mode;
 pub mod clean;
 pub mod client;
 pub mod heartbeat;
+pub mod image;
 pub mod iscsi;
 pub mod partitions;
 pub mod server;
