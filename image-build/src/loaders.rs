@@ -191,8 +191,8 @@ mod tests {
     fn the_local_boot_grub_is_small_and_reproducible() {
         let a = build_local_boot_grub(Path::new(GRUB_EFI_MODULE_DIR)).expect("grub-mkimage");
         assert!(a.starts_with(b"MZ"));
-        // Without `normal` it stays near 340 KB (~85 KB in the xz ramdisk).
-        assert!(a.len() < 400 << 10, "local-boot GRUB is {} bytes", a.len());
+        // Without `normal` it stays near 260 KB (~65 KB in the xz ramdisk).
+        assert!(a.len() < 300 << 10, "local-boot GRUB is {} bytes", a.len());
         let b = build_local_boot_grub(Path::new(GRUB_EFI_MODULE_DIR)).expect("again");
         assert_eq!(a, b, "grub-mkimage output differs between runs");
         // The embedded config is in the image as text.
