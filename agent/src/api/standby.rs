@@ -290,6 +290,68 @@ fn load_configdrive(value: &str, opts: &HttpOptions) -> anyhow::Result<Vec<u8>> 
 mod tests {
     use super::*;
 
+    fn standby(installed: InstalledState) -> Standby {
+        Standby {
+            disk: Arc::new(Err("no disk in this test".into())),
+            ca_pem: None,
+            progress: Arc::new(std::sync::Mutex::new(None)),
+            power_off: Arc::new(Notify::new()),
+            installed,
+        }
+    }
+
+    #[test]
+    fn a_partition_image_with_an_ephemeral_partition_is_refused_naming_the_field() {
+        let params = json!({"image_info": {
+            "id": "root.img", "urls": ["http://images.example/root.img"],
+            "os_hash_algo": "sha256", "os_hash_value": "a".repeat(64),
+            "image_type": "partition", "root_mb": 1024, "swap_mb": 0, "ephemeral_mb": 2048,
+            "ephemeral_format": "ext4", "preserve_ephemeral": false,
+            "deploy_boot_mode": "uefi", "boot_option": "local",
+        }});
+        match standby(InstalledState::default()).start("prepare_image", &params) {
+            Err(StartError::InvalidParams(msg)) => {
+                assert!(msg.contains("image_info.ephemeral_mb"), "{msg}")
+            }
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(_) => panic!("an ephemeral partition was accepted"),
+        }
+    }
+
+    #[tokio::test]
+    async fn get_partition_uuids_answers_the_recorded_write() {
+        use vmdeploy_shared::partition::{plan, LayoutRequest, SectorSize, TableKind};
+        let layout = plan(&LayoutRequest {
+            disk_bytes: 1 << 30,
+            sector_size: SectorSize::B512,
+            table: TableKind::Gpt,
+            efi_mib: 200,
+            ephemeral_mib: 0,
+            swap_mib: 0,
+            configdrive_bytes: 0,
+            root_mib: 100,
+            image_bytes: 0,
+            grow_root_to_image: false,
+        })
+        .expect("plan");
+        let installed = InstalledState::default();
+        *installed.lock().expect("lock") = Some(PartitionRecord {
+            disk: "/dev/vda".into(),
+            layout,
+            root_uuid: "7e57da7a-0000-4000-8000-000000000001".into(),
+            esp_uuid: Some("1234-ABCD".into()),
+        });
+        let fut = standby(installed)
+            .start("get_partition_uuids", &json!({}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let v = fut.await.unwrap_or_else(|e| panic!("{}", e.message));
+        // IPA's keys (partition_utils.work_on_disk), which Ironic's agent.py reads.
+        assert_eq!(v["root uuid"], "7e57da7a-0000-4000-8000-000000000001");
+        assert_eq!(v["efi system partition uuid"], "1234-ABCD");
+        assert_eq!(v["partitions"]["root"], "/dev/vda2");
+        assert_eq!(v["partitions"]["efi system partition"], "/dev/vda1");
+    }
+
     #[test]
     fn digest_from_image_info() {
         let v = json!({"os_hash_algo": "sha256", "os_hash_value": "a".repeat(64), "checksum": "b".repeat(32)});
