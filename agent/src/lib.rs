@@ -10,6 +10,7 @@ pub mod disk;
 pub mod floppy;
 pub mod http;
 pub mod init;
+pub mod install;
 pub mod logging;
 pub mod net;
 pub mod stream;

@@ -4,6 +4,7 @@
 //! ```text
 //! kernel      boot/vmlinuz-<release> from a Debian linux-image .deb      (crate::kernel_deb)
 //! initramfs   two cpio newc archives, each its own xz stream (CRC32): the agent as /init
+//!             and the GRUB EFI binary it installs for partition images' UEFI local boot
 //!             (x86 BCJ filter), then etc/vmdeploy/modules (the list the agent loads) and
 //!             the modules of DEFAULT_MODULES + --module with their dependencies from
 //!             modules.dep                                                 (crate::initramfs)
@@ -163,10 +164,14 @@ pub fn run(args: DeployIsoArgs) -> anyhow::Result<()> {
     let kernel = std::fs::read(&kernel_pkg.vmlinuz)
         .with_context(|| format!("reading {}", kernel_pkg.vmlinuz.display()))?;
 
+    let local_boot_grub =
+        crate::loaders::build_local_boot_grub(Path::new(crate::loaders::GRUB_EFI_MODULE_DIR))
+            .context("building the GRUB for partition images' local boot")?;
     let spec = InitramfsSpec {
         agent: args.agent.clone(),
         modules_dir: Some(kernel_pkg.modules_dir.clone()),
         modules: requests,
+        local_boot_grub: Some(local_boot_grub),
     };
     let plan = initramfs::plan_modules(&spec).context("choosing the modules")?;
     crate::module_strip::strip_modules(&plan).context("stripping the modules")?;

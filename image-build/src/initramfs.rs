@@ -8,6 +8,8 @@
 //! dev/ dev/console (c 5 1)      the kernel opens /dev/console for init's stdio before devtmpfs
 //! proc/ sys/ run/ tmp/          mount points (the agent creates missing ones too)
 //! init                          the agent, 0755
+//! usr/lib/vmdeploy/grub-x86_64.efi  GRUB for partition images' UEFI local boot (deploy ISO
+//!                               ramdisks; vmdeploy_shared::partition::local_boot), 0644
 //! etc/vmdeploy/modules          the module list (format: agent/src/init/modules.rs)
 //! lib/modules/<release>/kernel/...  the chosen modules and their dependencies
 //! ```
@@ -23,6 +25,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use flate2::write::GzEncoder;
 use vmdeploy_shared::cpio::CpioWriter;
+use vmdeploy_shared::partition::local_boot;
 
 use crate::kmod::ModuleIndex;
 
@@ -61,6 +64,11 @@ pub struct InitramfsSpec {
     pub modules_dir: Option<PathBuf>,
     /// The modules wanted; their dependencies are added.
     pub modules: Vec<ModuleRequest>,
+    /// The GRUB EFI binary `image.install_bootloader` puts in a partition image's ESP
+    /// ([`crate::loaders::build_local_boot_grub`]), stored at
+    /// `vmdeploy_shared::partition::local_boot::GRUB_EFI_INITRAMFS_PATH`; `None` leaves it out
+    /// (the agent then refuses UEFI local boot of partition images).
+    pub local_boot_grub: Option<Vec<u8>>,
 }
 
 /// What [`build`] wrote.
@@ -251,6 +259,15 @@ fn add_base<W: Write>(
         .len();
     cpio.file_from_reader("init", 0o755, len, agent)
         .context("adding init")?;
+    if let Some(grub) = &spec.local_boot_grub {
+        let path = local_boot::GRUB_EFI_INITRAMFS_PATH.trim_start_matches('/');
+        for dir in parents(path, dirs) {
+            cpio.dir(dir, 0o755)
+                .with_context(|| format!("adding {dir}"))?;
+        }
+        cpio.file(path, 0o644, grub)
+            .with_context(|| format!("adding {path}"))?;
+    }
     Ok(())
 }
 
@@ -334,6 +351,7 @@ mod tests {
                 agent,
                 modules_dir: Some(release),
                 modules: vec![ModuleRequest::parse("top  opt=1 x=2").expect("req")],
+                local_boot_grub: None,
             },
             &out,
         )
@@ -375,6 +393,7 @@ mod tests {
             agent,
             modules_dir: Some(release),
             modules: vec![ModuleRequest::parse("top").expect("req")],
+            local_boot_grub: Some(b"MZ local-boot GRUB".to_vec()),
         };
         let plan = plan_modules(&spec).expect("plan");
         let (xz, raw_len) = xz_ramdisk(&spec, &plan).expect("ramdisk");
@@ -388,6 +407,12 @@ mod tests {
         assert_eq!(text.matches("TRAILER!!!").count(), 2);
         let first_trailer = text.find("TRAILER!!!").expect("trailer");
         assert!(text.find("\x7fELF-agent").expect("agent") < first_trailer);
+        // The local-boot GRUB is in the agent's archive, at the path the agent reads.
+        let grub = text
+            .find("usr/lib/vmdeploy/grub-x86_64.efi\0")
+            .expect("GRUB entry");
+        assert!(grub < first_trailer);
+        assert!(text.contains("MZ local-boot GRUB"));
         assert!(text.find("TOP-MODULE").expect("module") > first_trailer);
         assert!(text.contains("etc/vmdeploy/modules\0"));
         // Both streams carry a CRC32 check (stream flags byte 7), which the kernel supports.
@@ -409,6 +434,7 @@ mod tests {
                 agent: dir.path().join("agent"),
                 modules_dir: Some(release),
                 modules: vec![ModuleRequest::parse("virtio_net").expect("req")],
+                local_boot_grub: None,
             },
             &dir.path().join("out"),
         )
@@ -425,6 +451,7 @@ mod tests {
                 agent: dir.path().join("no-such-agent"),
                 modules_dir: None,
                 modules: Vec::new(),
+                local_boot_grub: None,
             },
             &out,
         )

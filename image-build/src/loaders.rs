@@ -17,6 +17,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context as _};
 use vmdeploy_shared::iso::{self, BootLoaders};
+use vmdeploy_shared::partition::local_boot;
 
 /// Debian's isolinux boot image (package `isolinux`).
 pub const ISOLINUX_BIN: &str = "/usr/lib/ISOLINUX/isolinux.bin";
@@ -84,6 +85,34 @@ fn read_loader(path: &Path, package: &str) -> anyhow::Result<Vec<u8>> {
 /// `grub-mkimage -O x86_64-efi` with [`iso::GRUB_EARLY_CONFIG`] embedded and only
 /// [`iso::GRUB_EFI_MODULES`].
 pub fn build_grub_efi(module_dir: &Path) -> anyhow::Result<Vec<u8>> {
+    mkimage_efi(
+        module_dir,
+        iso::GRUB_PREFIX,
+        iso::GRUB_EARLY_CONFIG,
+        iso::GRUB_EFI_MODULES,
+    )
+}
+
+/// The GRUB the agent installs for a partition image's UEFI local boot
+/// (`vmdeploy_shared::partition::local_boot`): `grub-mkimage -O x86_64-efi -p /EFI/BOOT` with
+/// [`local_boot::GRUB_EMBEDDED_CONFIG`] and only [`local_boot::GRUB_EFI_MODULES`]. The deploy
+/// initramfs carries it at [`local_boot::GRUB_EFI_INITRAMFS_PATH`].
+pub fn build_local_boot_grub(module_dir: &Path) -> anyhow::Result<Vec<u8>> {
+    mkimage_efi(
+        module_dir,
+        local_boot::GRUB_EFI_PREFIX,
+        local_boot::GRUB_EMBEDDED_CONFIG,
+        local_boot::GRUB_EFI_MODULES,
+    )
+}
+
+/// `grub-mkimage -O x86_64-efi -p PREFIX -c CONFIG MODULES`.
+fn mkimage_efi(
+    module_dir: &Path,
+    prefix: &str,
+    config: &str,
+    modules: &[&str],
+) -> anyhow::Result<Vec<u8>> {
     if !module_dir.join("linux.mod").exists() {
         bail!(
             "GRUB's x86_64 EFI modules are missing from {}: install them with `apt-get install \
@@ -93,18 +122,17 @@ pub fn build_grub_efi(module_dir: &Path) -> anyhow::Result<Vec<u8>> {
     }
     let scratch = tempfile::tempdir().context("creating a scratch directory for grub-mkimage")?;
     let early = scratch.path().join("early.cfg");
-    std::fs::write(&early, iso::GRUB_EARLY_CONFIG)
-        .with_context(|| format!("writing {}", early.display()))?;
+    std::fs::write(&early, config).with_context(|| format!("writing {}", early.display()))?;
     let out: PathBuf = scratch.path().join("bootx64.efi");
     let result = Command::new("grub-mkimage")
-        .args(["-O", "x86_64-efi", "-p", iso::GRUB_PREFIX])
+        .args(["-O", "x86_64-efi", "-p", prefix])
         .arg("-d")
         .arg(module_dir)
         .arg("-c")
         .arg(&early)
         .arg("-o")
         .arg(&out)
-        .args(iso::GRUB_EFI_MODULES)
+        .args(modules)
         .output();
     let result = match result {
         Ok(r) => r,
@@ -157,6 +185,19 @@ mod tests {
         let b = build_grub_efi(Path::new(GRUB_EFI_MODULE_DIR)).expect("again");
         assert_eq!(a.grub_efi, b, "grub-mkimage output differs between runs");
         assert!(a.isolinux_bin.len() > 2048 && !a.ldlinux_c32.is_empty());
+    }
+
+    #[test]
+    fn the_local_boot_grub_is_small_and_reproducible() {
+        let a = build_local_boot_grub(Path::new(GRUB_EFI_MODULE_DIR)).expect("grub-mkimage");
+        assert!(a.starts_with(b"MZ"));
+        // Without `normal` it stays near 260 KB (~65 KB in the xz ramdisk).
+        assert!(a.len() < 300 << 10, "local-boot GRUB is {} bytes", a.len());
+        let b = build_local_boot_grub(Path::new(GRUB_EFI_MODULE_DIR)).expect("again");
+        assert_eq!(a, b, "grub-mkimage output differs between runs");
+        // The embedded config is in the image as text.
+        let text = String::from_utf8_lossy(&a);
+        assert!(text.contains("load_env -f ${prefix}/grubenv"));
     }
 
     #[test]

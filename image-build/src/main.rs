@@ -160,6 +160,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     agent,
                     modules_dir,
                     modules,
+                    // The pxe_ilo ramdisk: partition images are written by the conductor there.
+                    local_boot_grub: None,
                 },
                 &out,
             )

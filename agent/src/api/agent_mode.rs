@@ -3,7 +3,8 @@
 //!
 //! # Design
 //! One tokio runtime runs three things: the command API ([`super::server`]) with the `standby`,
-//! `deploy`, `iscsi`, `clean` and `log` extensions, the heartbeat loop ([`super::heartbeat`]), and the wait for
+//! `deploy`, `image`, `iscsi`, `clean` and `log` extensions, the heartbeat loop
+//! ([`super::heartbeat`]), and the wait for
 //! `standby.power_off`. In order: bind the command API port (fail early if taken), generate the
 //! command API's certificate ([`super::tls`], Ironic's auto-TLS), negotiate the API version, look
 //! the node up by MAC (retried, bounded), pick the install disk (the lookup's
@@ -32,16 +33,19 @@ use serde_json::Value;
 use tokio::sync::Notify;
 use vmdeploy_shared::api::ipa::ApiVersion;
 use vmdeploy_shared::params::{AgentParams, MacAddr, RootDeviceHints};
+use vmdeploy_shared::partition::local_boot::GRUB_EFI_INITRAMFS_PATH;
 
 use super::clean::Clean;
 use super::client::ConductorClient;
 use super::deploy::Deploy;
 use super::heartbeat::{run_heartbeats, HeartbeatPlan, SharedProgress, DEFAULT_HEARTBEAT_TIMEOUT};
+use super::image::Image;
 use super::iscsi::Iscsi;
 use super::log::Log;
 use super::server::{self, CommandApi, CommandFuture, Executor, StartError};
 use super::standby::{DiskChoice, Standby};
 use crate::init::FinalAction;
+use crate::install::InstalledState;
 
 /// Everything the agent flow needs from `/init`.
 #[derive(Debug, Clone)]
@@ -205,15 +209,23 @@ async fn run_async(cfg: AgentModeConfig) -> anyhow::Result<FinalAction> {
         stop: Arc::new(Notify::new()),
         running: Arc::new(Mutex::new(None)),
     });
+    let installed = InstalledState::default();
     let standby = Arc::new(Standby {
         disk: Arc::clone(&disk),
         ca_pem: cfg.params.common.image_trust_pem(),
         progress: Arc::clone(&progress),
         power_off: Arc::clone(&power_off),
+        installed: Arc::clone(&installed),
     });
     let dispatcher = Dispatcher {
         clean: Clean {
             disk: Arc::clone(&disk),
+        },
+        image: Image {
+            disk: Arc::clone(&disk),
+            installed,
+            grub_efi: std::env::var_os("VMDEPLOY_GRUB_EFI")
+                .map_or_else(|| GRUB_EFI_INITRAMFS_PATH.into(), Into::into),
         },
         deploy: Deploy {
             standby: Arc::clone(&standby),
@@ -274,6 +286,7 @@ async fn run_async(cfg: AgentModeConfig) -> anyhow::Result<FinalAction> {
 struct Dispatcher {
     clean: Clean,
     deploy: Deploy,
+    image: Image,
     standby: Arc<Standby>,
     iscsi: Arc<Iscsi>,
     log: Log,
@@ -287,6 +300,7 @@ impl Executor for Dispatcher {
             "iscsi" => self.iscsi.start(cmd, params)?,
             "clean" => self.clean.start(cmd, params)?,
             "deploy" => self.deploy.start(cmd, params)?,
+            "image" => self.image.start(cmd, params)?,
             "log" => self.log.start(cmd, params)?,
             other => return Err(StartError::UnknownExtension(other.into())),
         };

@@ -167,6 +167,7 @@ mod tests {
                 ca_pem: None,
                 progress: Arc::new(Mutex::new(None)),
                 power_off: Arc::new(Notify::new()),
+                installed: crate::install::InstalledState::default(),
             }),
             disk,
         }

@@ -19,6 +19,7 @@ pub mod clean;
 pub mod client;
 pub mod deploy;
 pub mod heartbeat;
+pub mod image;
 pub mod iscsi;
 pub mod log;
 pub mod partitions;

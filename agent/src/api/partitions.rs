@@ -118,6 +118,59 @@ fn read_gpt(disk: &Path) -> anyhow::Result<(String, Vec<Value>, Option<String>)>
         )))
 }
 
+/// The byte ranges (offset, length) of the EFI system partitions in `disk`'s table: GPT entries
+/// of the ESP type, or MBR entries of type 0xEF. `image.install_bootloader` looks for the ESP
+/// Ironic names among these when the agent did not lay the disk out itself (a restart).
+pub fn esp_extents(disk: &Path) -> anyhow::Result<Vec<(u64, u64)>> {
+    let mut file = File::open(disk).with_context(|| format!("opening {}", disk.display()))?;
+    let mut sector = [0u8; 512];
+    file.read_exact(&mut sector)
+        .with_context(|| format!("reading the first sector of {}", disk.display()))?;
+    let has_boot_signature = sector[510] == 0x55 && sector[511] == 0xAA;
+    if has_boot_signature && sector[446 + 4] == 0xEE {
+        for lb in [
+            gpt::disk::LogicalBlockSize::Lb512,
+            gpt::disk::LogicalBlockSize::Lb4096,
+        ] {
+            let Ok(table) = gpt::GptConfig::new()
+                .writable(false)
+                .logical_block_size(lb)
+                .open(disk)
+            else {
+                continue;
+            };
+            let bytes = u64::from(lb);
+            return Ok(table
+                .partitions()
+                .values()
+                .filter(|p| {
+                    p.is_used() && p.part_type_guid.guid.to_string().to_uppercase() == ESP_TYPE
+                })
+                .map(|p| {
+                    let sectors = p.last_lba.saturating_sub(p.first_lba) + 1;
+                    (p.first_lba * bytes, sectors * bytes)
+                })
+                .collect());
+        }
+        anyhow::bail!(
+            "the protective MBR of {} announces a GPT that cannot be read",
+            disk.display()
+        );
+    }
+    if !has_boot_signature {
+        return Ok(Vec::new());
+    }
+    file.seek(SeekFrom::Start(0))
+        .context("rewinding to the MBR")?;
+    let mbr = mbrman::MBR::read_from(&mut file, 512)
+        .with_context(|| format!("reading the MBR of {}", disk.display()))?;
+    Ok(mbr
+        .iter()
+        .filter(|(_, p)| p.is_used() && p.sys == 0xEF)
+        .map(|(_, p)| (u64::from(p.starting_lba) * 512, u64::from(p.sectors) * 512))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

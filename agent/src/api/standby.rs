@@ -1,11 +1,14 @@
 //! The `standby` extension: `prepare_image` streams `image_info` to the install disk with
-//! [`crate::stream`]; `get_partition_uuids` reads the written table; `sync` flushes;
+//! [`crate::stream`] (a partition image, `image_type=partition`, through [`crate::install`]);
+//! `get_partition_uuids` answers what the partition image write recorded, else reads the written
+//! table; `sync` flushes;
 //! `power_off` answers and then lets the agent flow end with [`crate::init::FinalAction::PowerOff`].
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 use vmdeploy_shared::api::ipa::{CommandError, IpaErrorKind};
@@ -14,6 +17,7 @@ use vmdeploy_shared::io::hash::{ExpectedDigest, HashAlgo, HashError};
 use super::heartbeat::{ProgressSlot, SharedProgress};
 use super::server::{CommandFuture, StartError};
 use crate::disk::Disk;
+use crate::install::{self, InstalledState, PartitionRecord};
 use crate::stream::progress::{ConsoleReporter, Progress};
 use crate::stream::source::{spawn_download, HttpOptions};
 use crate::stream::write_image_from;
@@ -34,6 +38,8 @@ pub struct Standby {
     pub progress: SharedProgress,
     /// Notified once `power_off` has run.
     pub power_off: Arc<Notify>,
+    /// What the last partition image write laid out (shared with the `image` extension).
+    pub installed: InstalledState,
 }
 
 /// The digest `image_info` asks for: `os_hash_algo` + `os_hash_value` first, else `checksum`
@@ -74,7 +80,15 @@ impl Standby {
             "prepare_image" => self.prepare_image(params),
             "get_partition_uuids" => {
                 let disk = Arc::clone(&self.disk);
+                let recorded = self
+                    .installed
+                    .lock()
+                    .ok()
+                    .and_then(|r| r.as_ref().map(PartitionRecord::to_ipa));
                 Ok(Box::pin(async move {
+                    if let Some(uuids) = recorded {
+                        return Ok(uuids);
+                    }
                     let path = require_disk(&disk)?;
                     let shown = path.display().to_string();
                     match tokio::task::spawn_blocking(move || {
@@ -138,11 +152,14 @@ impl Standby {
             .and_then(Value::as_str)
             .ok_or_else(|| StartError::InvalidParams("image_info.urls must list a URL".into()))?
             .to_owned();
-        if info.get("image_type").and_then(Value::as_str) == Some("partition") {
-            return Err(StartError::InvalidParams(
-                "partition images are not supported; vmdeploy writes whole-disk images".into(),
-            ));
-        }
+        let partition_job = if install::job::is_partition_image(info) {
+            Some(
+                install::job::job_from_image_info(info, params.get("configdrive"))
+                    .map_err(StartError::InvalidParams)?,
+            )
+        } else {
+            None
+        };
         let expected = expected_digest(info).map_err(StartError::InvalidParams)?;
         let Some(expected) = expected else {
             return Err(StartError::InvalidParams(
@@ -160,6 +177,7 @@ impl Standby {
             ..Default::default()
         };
         let slot = Arc::clone(&self.progress);
+        let installed = Arc::clone(&self.installed);
         Ok(Box::pin(async move {
             let disk = require_disk(&disk)?;
             let progress = Arc::new(Progress::default());
@@ -173,12 +191,35 @@ impl Standby {
             }
             let shown = disk.display().to_string();
             tracing::info!(%url, disk = %shown, digest = %expected, "prepare_image: writing");
+            if let Ok(mut r) = installed.lock() {
+                *r = None;
+            }
             let outcome = tokio::task::spawn_blocking(move || {
                 let _console =
                     ConsoleReporter::start(Arc::clone(&progress), CONSOLE_PROGRESS_EVERY);
+                let Some(job) = partition_job else {
+                    let writer = Arc::new(Disk::open(&disk)?);
+                    let source = spawn_download(&url, &opts, Arc::clone(&progress))?;
+                    return write_image_from(source, writer, Some(&expected), &progress)
+                        .map(|o| (o, None));
+                };
+                // Before the disk is touched: a config drive that cannot be had stops here.
+                let configdrive = job
+                    .configdrive
+                    .as_deref()
+                    .map(|value| load_configdrive(value, &opts))
+                    .transpose()?;
                 let writer = Arc::new(Disk::open(&disk)?);
                 let source = spawn_download(&url, &opts, Arc::clone(&progress))?;
-                write_image_from(source, writer, Some(&expected), &progress)
+                let (record, outcome) = install::write::write_partition_image(
+                    source,
+                    &writer,
+                    &job,
+                    configdrive.as_deref(),
+                    Some(&expected),
+                    &progress,
+                )?;
+                Ok((outcome, Some(record)))
             })
             .await;
             if let Ok(mut s) = slot.lock() {
@@ -187,13 +228,27 @@ impl Standby {
                 }
             }
             match outcome {
-                Ok(Ok(o)) => Ok(json!({
-                    "result": format!(
-                        "prepare_image: image ({id}) written to device {shown} ({} bytes, {})",
-                        o.image_len,
-                        o.digest.as_deref().unwrap_or("no digest")
-                    )
-                })),
+                Ok(Ok((o, record))) => {
+                    let uuids = match &record {
+                        Some(r) => format!(
+                            ", root_uuid={} efi_system_partition_uuid={}",
+                            r.root_uuid,
+                            r.esp_uuid.as_deref().unwrap_or("None")
+                        ),
+                        None => String::new(),
+                    };
+                    if let (Some(r), Ok(mut slot)) = (record, installed.lock()) {
+                        *slot = Some(r);
+                    }
+                    Ok(json!({
+                        "result": format!(
+                            "prepare_image: image ({id}) written to device {shown} ({} bytes, \
+                             {}){uuids}",
+                            o.image_len,
+                            o.digest.as_deref().unwrap_or("no digest")
+                        )
+                    }))
+                }
                 Ok(Err(e)) => {
                     let kind = if e.chain().any(|c| c.is::<HashError>()) {
                         IpaErrorKind::ImageChecksum
@@ -214,9 +269,90 @@ impl Standby {
     }
 }
 
+/// The config drive image of `value` (inline base64 of gzip, or an http(s) URL of that text),
+/// fetched with the image's HTTP options and decoded by the shared decoder.
+fn load_configdrive(value: &str, opts: &HttpOptions) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read as _;
+    use vmdeploy_shared::partition::configdrive::{decode, is_url, MAX_DOWNLOAD_BYTES};
+    if !is_url(value) {
+        return Ok(decode(value.as_bytes(), false)?);
+    }
+    let progress = Arc::new(Progress::default());
+    let mut body = Vec::new();
+    vmdeploy_shared::io::limit::LimitReader::new(
+        spawn_download(value.trim(), opts, progress)?,
+        MAX_DOWNLOAD_BYTES,
+    )
+    .read_to_end(&mut body)
+    .context("downloading the config drive")?;
+    Ok(decode(&body, true)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn standby(installed: InstalledState) -> Standby {
+        Standby {
+            disk: Arc::new(Err("no disk in this test".into())),
+            ca_pem: None,
+            progress: Arc::new(std::sync::Mutex::new(None)),
+            power_off: Arc::new(Notify::new()),
+            installed,
+        }
+    }
+
+    #[test]
+    fn a_partition_image_with_an_ephemeral_partition_is_refused_naming_the_field() {
+        let params = json!({"image_info": {
+            "id": "root.img", "urls": ["http://images.example/root.img"],
+            "os_hash_algo": "sha256", "os_hash_value": "a".repeat(64),
+            "image_type": "partition", "root_mb": 1024, "swap_mb": 0, "ephemeral_mb": 2048,
+            "ephemeral_format": "ext4", "preserve_ephemeral": false,
+            "deploy_boot_mode": "uefi", "boot_option": "local",
+        }});
+        match standby(InstalledState::default()).start("prepare_image", &params) {
+            Err(StartError::InvalidParams(msg)) => {
+                assert!(msg.contains("image_info.ephemeral_mb"), "{msg}")
+            }
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(_) => panic!("an ephemeral partition was accepted"),
+        }
+    }
+
+    #[tokio::test]
+    async fn get_partition_uuids_answers_the_recorded_write() {
+        use vmdeploy_shared::partition::{plan, LayoutRequest, SectorSize, TableKind};
+        let layout = plan(&LayoutRequest {
+            disk_bytes: 1 << 30,
+            sector_size: SectorSize::B512,
+            table: TableKind::Gpt,
+            efi_mib: 200,
+            ephemeral_mib: 0,
+            swap_mib: 0,
+            configdrive_bytes: 0,
+            root_mib: 100,
+            image_bytes: 0,
+            grow_root_to_image: false,
+        })
+        .expect("plan");
+        let installed = InstalledState::default();
+        *installed.lock().expect("lock") = Some(PartitionRecord {
+            disk: "/dev/vda".into(),
+            layout,
+            root_uuid: "7e57da7a-0000-4000-8000-000000000001".into(),
+            esp_uuid: Some("1234-ABCD".into()),
+        });
+        let fut = standby(installed)
+            .start("get_partition_uuids", &json!({}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let v = fut.await.unwrap_or_else(|e| panic!("{}", e.message));
+        // IPA's keys (partition_utils.work_on_disk), which Ironic's agent.py reads.
+        assert_eq!(v["root uuid"], "7e57da7a-0000-4000-8000-000000000001");
+        assert_eq!(v["efi system partition uuid"], "1234-ABCD");
+        assert_eq!(v["partitions"]["root"], "/dev/vda2");
+        assert_eq!(v["partitions"]["efi system partition"], "/dev/vda1");
+    }
 
     #[test]
     fn digest_from_image_info() {

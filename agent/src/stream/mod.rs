@@ -40,6 +40,9 @@ use vmdeploy_shared::io::BUFFER_SIZE;
 
 use crate::disk::sink::{self, ImageSink, SinkDone};
 use crate::disk::{Disk, HEAD_LEN};
+
+/// One MiB, for sizes in messages.
+const MIB: u64 = 1 << 20;
 use decompress::Compression;
 use progress::Progress;
 
@@ -117,6 +120,32 @@ impl Plan {
     }
 }
 
+/// A byte range of the disk an image is confined to (a partition image's root partition).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// Byte offset of the range on the disk (4 KiB-aligned).
+    pub offset: u64,
+    /// Length of the range in bytes.
+    pub len: u64,
+}
+
+/// Writes the raw image read from `source` into `window` of `disk`, verifying `expected` when
+/// given: the same chain as [`write_image_from`], its first MiB held back until verified and
+/// written at `window.offset`. A qcow2 image is refused (a partition image is written as the
+/// raw file system it is); an image longer than the window fails before anything is written
+/// when the server sent its length and it is not compressed, else at the window's end, with
+/// nothing written outside the window. On failure nothing is cleaned up: the caller, which
+/// owns the rest of the disk, does.
+pub fn write_into_window(
+    source: impl Read,
+    disk: &Arc<Disk>,
+    window: Window,
+    expected: Option<&ExpectedDigest>,
+    progress: &Progress,
+) -> anyhow::Result<WriteOutcome> {
+    write_verified(source, disk, Some(window), expected, progress)
+}
+
 /// Writes the image read from `source` to `disk`, verifying `expected` when given.
 ///
 /// On failure the first MiB of the disk is zeroed and the error says so; when zeroing fails too,
@@ -128,7 +157,7 @@ pub fn write_image_from(
     expected: Option<&ExpectedDigest>,
     progress: &Progress,
 ) -> anyhow::Result<WriteOutcome> {
-    let err = match write_verified(source, &disk, expected, progress) {
+    let err = match write_verified(source, &disk, None, expected, progress) {
         Ok(outcome) => return Ok(outcome),
         Err(err) => err,
     };
@@ -146,14 +175,19 @@ pub fn write_image_from(
 }
 
 /// The chain: peek the compression, decode, peek the format and [`Plan`], sink, drain, verify,
-/// commit.
+/// commit. With a `window`, the image goes into it instead of at offset 0 of the whole disk.
 fn write_verified(
     source: impl Read,
     disk: &Arc<Disk>,
+    window: Option<Window>,
     expected: Option<&ExpectedDigest>,
     progress: &Progress,
 ) -> anyhow::Result<WriteOutcome> {
-    let capacity = disk.capacity();
+    let capacity = match window {
+        Some(w) => Some(w.len),
+        None => disk.capacity(),
+    };
+    let offset = window.map_or(0, |w| w.offset);
     let mut magic = PeekReader::with_capacity(decompress::MAGIC_LEN, source);
     let compression = Compression::detect(
         magic
@@ -161,6 +195,19 @@ fn write_verified(
             .context("reading the image")?,
     );
     tracing::info!(?compression, "image stream started");
+    if let (Some(w), Compression::None) = (window, compression) {
+        // The response headers are in: an uncompressed image's size is its Content-Length.
+        let total = progress.download_total.load(Ordering::Relaxed);
+        if total > w.len {
+            bail!(
+                "the image is {total} bytes ({} MiB), larger than its partition of {} bytes \
+                 ({} MiB): nothing was written",
+                total.div_ceil(MIB),
+                w.len,
+                w.len / MIB
+            );
+        }
+    }
     let hasher = || expected.map(|d| Hasher::new(d.algo));
     let (chain_digest, sink_digest) = match compression {
         Compression::None => (None, hasher()),
@@ -175,9 +222,16 @@ fn write_verified(
             .peek(qcow2::HEADER_LEN)
             .with_context(|| format!("decoding the {compression:?} image"))?;
         let plan = Plan::choose(head, capacity)?;
+        if window.is_some() && plan != Plan::Raw {
+            bail!(
+                "the partition image is qcow2: this agent writes partition images as raw file \
+                 systems (optionally gzip, xz or zstd compressed); convert it with \
+                 `qemu-img convert -O raw`"
+            );
+        }
         let mut sink = ImageSink::new(
             Arc::clone(disk),
-            plan.base(),
+            offset + plan.base(),
             plan == Plan::Raw,
             Arc::clone(&progress.written),
             sink_digest,
@@ -187,6 +241,9 @@ fn write_verified(
             .with_context(|| match (plan, capacity) {
                 (Plan::Qcow2 { .. }, _) => {
                     "spooling the qcow2 image (it must fit behind its own virtual size)".to_owned()
+                }
+                (Plan::Raw, Some(cap)) if window.is_some() => {
+                    format!("streaming the image into its partition ({cap} bytes at byte {offset})")
                 }
                 (Plan::Raw, Some(cap)) => format!("streaming the image to the disk ({cap} bytes)"),
                 (Plan::Raw, None) => "streaming the image to the disk".to_owned(),
@@ -218,7 +275,7 @@ fn write_verified(
 
     let (format, image_len) = match plan {
         Plan::Raw => {
-            sink::write_head(disk, 0, &done.head).context("writing the first MiB")?;
+            sink::write_head(disk, offset, &done.head).context("writing the first MiB")?;
             (ImageFormat::Raw, done.len)
         }
         Plan::Qcow2 { spool } => {
@@ -230,7 +287,9 @@ fn write_verified(
     // qcow2, counts the spool too; once the head is down, the disk holds exactly the image.
     progress.written.store(image_len, Ordering::Relaxed);
     disk.sync().context("syncing the disk")?;
-    disk.reread_partition_table();
+    if window.is_none() {
+        disk.reread_partition_table();
+    }
     Ok(WriteOutcome {
         compression,
         format,

@@ -8,7 +8,10 @@
 //!                  p3 Linux root     24 MiB    ext4: /boot/vmlinuz, /boot/initrd.img,
 //!                                              /etc/vmdeploy-test-os
 //! disk.qcow2     the same disk as qcow2 (qemu-img convert)
-//! root.img       a partition image: ext4 (its own UUID) with /etc/vmdeploy-test-os
+//! root.img       a partition image: ext4 (its own UUID) with /boot/vmlinuz, /boot/initrd.img
+//!                (the same kernel and ramdisk as the disk's root) and /etc/vmdeploy-test-os:
+//!                boots locally once the agent's image.install_bootloader put GRUB in an ESP
+//!                (vmdeploy_shared::partition::local_boot), or by the kernel and ramdisk below
 //! kernel         the Debian kernel of the deploy ISO (same .deb)
 //! ramdisk        the test OS initramfs: busybox and a shell /init (see ramdisk.rs)
 //! manifest.json  names, UUIDs, sizes and SHA-256s (format in [`Manifest`])
@@ -55,11 +58,12 @@ pub const DISK_ROOT_UUID: &str = "7e57d15c-0000-4000-8000-000000000003";
 /// The file system UUID of the partition image.
 pub const PART_ROOT_UUID: &str = "7e57da7a-0000-4000-8000-000000000001";
 
-/// Size of the partition image (the root partition of an `iscsi_ilo` deploy must hold it).
-const PART_IMAGE_BYTES: u64 = 16 << 20;
+/// Size of the partition image (the root partition of an `iscsi_ilo` or agent deploy must hold
+/// it): the disk's root size, for the same files.
+const PART_IMAGE_BYTES: u64 = disk::ROOT_BYTES;
 
 /// Bumped whenever what a build writes changes for the same inputs: part of the stamp.
-const RECIPE: &str = "test-image 1";
+const RECIPE: &str = "test-image 2";
 
 /// The manifest and the other files, relative to DIR.
 pub const MANIFEST: &str = "manifest.json";
@@ -242,10 +246,14 @@ pub fn run(args: TestImageArgs) -> anyhow::Result<()> {
     let part_tree = scratch.join("part-root");
     ext4::stage(
         &part_tree,
-        &[(
-            "etc/vmdeploy-test-os",
-            ext4::Source::Bytes(format!("{MARKER_TEXT}\n").as_bytes()),
-        )],
+        &[
+            ("boot/vmlinuz", ext4::Source::File(&kernel_pkg.vmlinuz)),
+            ("boot/initrd.img", ext4::Source::Bytes(&ramdisk.bytes)),
+            (
+                "etc/vmdeploy-test-os",
+                ext4::Source::Bytes(format!("{MARKER_TEXT}\n").as_bytes()),
+            ),
+        ],
         epoch,
     )?;
     let part_path = args.out.join(PART_IMAGE);

@@ -82,6 +82,7 @@ pub fn build(
         agent: init,
         modules_dir: Some(kernel.modules_dir.clone()),
         modules: modules.to_vec(),
+        local_boot_grub: None,
     };
     let plan = initramfs::plan_modules(&spec).context("choosing the modules")?;
     crate::module_strip::strip_modules(&plan).context("stripping the modules")?;

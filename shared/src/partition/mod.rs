@@ -15,7 +15,12 @@
 //!   read-modify-write cycles; the caller writes these regions as they are instead;
 //! - [`swap_signature`]: the first page of a Linux swap area, as `mkswap -L swap1` writes it.
 //!
-//! The caller (the `iscsi_ilo` flow) opens the LUN and writes; nothing here does I/O.
+//! What to lay out comes from a [`PartitionJob`] ([`job`]), which both writers build from
+//! their own wire fields: the conductor's `iscsi_ilo` flow (over iSCSI) and the agent's
+//! `standby.prepare_image` (on its own disk). One implementation, two callers; each opens its
+//! disk and writes, nothing here does I/O. [`configdrive`] decodes the config drive both write,
+//! [`local_boot`] is the contract between the deploy ramdisk's GRUB and the agent that installs
+//! it for a partition image's local boot.
 //!
 //! # Limitations
 //! - MBR layouts are primary partitions only (at most 4); extended/logical partitions are not
@@ -24,13 +29,17 @@
 //! - Logical sectors of 512 or 4096 bytes only (what the `gpt` crate supports).
 //! - The GPT has the usual 128 entries; partition names are the role names.
 
+pub mod configdrive;
 mod error;
+pub mod job;
+pub mod local_boot;
 mod plan;
 mod render;
 mod swap;
 mod wipe;
 
 pub use error::PartitionError;
+pub use job::{FsFormat, JobError, JobSpec, PartitionJob, EFI_LABEL, EPHEMERAL_LABEL};
 pub use plan::plan;
 pub use render::{render, DiskIds, TableWrite, HEAD_REGION_LEN};
 pub use swap::{swap_signature, SWAP_LABEL, SWAP_PAGE_SIZE};

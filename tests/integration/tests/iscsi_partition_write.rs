@@ -159,7 +159,8 @@ fn job(extra: serde_json::Value, mode: BootMode) -> PartitionJob {
         m.extend(e);
     }
     let info = InstanceInfo::parse(info.as_object().expect("object")).expect("instance_info");
-    PartitionJob::from_info(&info, mode, false).expect("a partition job")
+    vmdeploy_conductor::deploy::iscsi::write::partition::job_from_info(&info, mode, false)
+        .expect("a partition job")
 }
 
 async fn write(

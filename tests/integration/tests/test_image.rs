@@ -168,17 +168,20 @@ fn the_images_are_what_the_manifest_says() {
     assert_eq!(blkid_uuid(&img.part_image), img.part_root_uuid);
     assert_ne!(img.disk_root_uuid, img.part_root_uuid);
 
-    // The root's files: the kernel and ramdisk that were shipped beside, and the marker file.
-    for (inside, want) in [
-        ("/boot/vmlinuz", img.kernel_sha256.clone()),
-        ("/boot/initrd.img", img.ramdisk_sha256.clone()),
-    ] {
-        let out = dir.join("dumped");
-        run(Command::new("debugfs")
-            .arg("-R")
-            .arg(format!("dump {inside} {}", out.display()))
-            .arg(&root));
-        assert_eq!(sha256(&out), want, "{inside} on the disk's root");
+    // Both roots' files: the kernel and ramdisk that were shipped beside (the partition image
+    // boots locally from them too), and the marker file.
+    for fs in [&root, &img.part_image] {
+        for (inside, want) in [
+            ("/boot/vmlinuz", img.kernel_sha256.clone()),
+            ("/boot/initrd.img", img.ramdisk_sha256.clone()),
+        ] {
+            let out = dir.join("dumped");
+            run(Command::new("debugfs")
+                .arg("-R")
+                .arg(format!("dump {inside} {}", out.display()))
+                .arg(fs));
+            assert_eq!(sha256(&out), want, "{inside} in {}", fs.display());
+        }
     }
     for fs in [&root, &img.part_image] {
         let text = run(Command::new("debugfs")

@@ -75,7 +75,7 @@ pub(super) async fn write_over_iscsi(
     let job = if whole_disk {
         write::DiskJob::WholeDisk
     } else {
-        write::DiskJob::Partition(write::PartitionJob::of(
+        write::DiskJob::Partition(write::partition::job_of(
             node,
             &instance,
             deployed_boot_mode(node)?,

@@ -19,84 +19,35 @@ use std::process::Command;
 
 use anyhow::{bail, Context};
 
-/// The label Ironic gives the ephemeral file system.
-pub const EPHEMERAL_LABEL: &str = "ephemeral0";
-/// The label Ironic gives the EFI system partition's file system.
-pub const EFI_LABEL: &str = "efi-part";
+pub use vmdeploy_shared::partition::{FsFormat, EFI_LABEL, EPHEMERAL_LABEL};
 
-/// A file system the conductor can make.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FsFormat {
-    /// ext2.
-    Ext2,
-    /// ext3.
-    Ext3,
-    /// ext4 (Ironic's default `ephemeral_format`).
-    Ext4,
-    /// XFS.
-    Xfs,
-    /// FAT (`mkfs.vfat`).
-    Vfat,
+/// The Debian package that has `format`'s mkfs.
+const fn package(format: FsFormat) -> &'static str {
+    match format {
+        FsFormat::Ext2 | FsFormat::Ext3 | FsFormat::Ext4 => "e2fsprogs",
+        FsFormat::Xfs => "xfsprogs",
+        FsFormat::Vfat => "dosfstools",
+    }
 }
 
-impl FsFormat {
-    /// Every format, in the order errors list them.
-    pub const ALL: [FsFormat; 5] = [
-        FsFormat::Ext2,
-        FsFormat::Ext3,
-        FsFormat::Ext4,
-        FsFormat::Xfs,
-        FsFormat::Vfat,
-    ];
-
-    /// The name as `ephemeral_format` and blkid's `TYPE` spell it.
-    pub const fn name(self) -> &'static str {
-        match self {
-            FsFormat::Ext2 => "ext2",
-            FsFormat::Ext3 => "ext3",
-            FsFormat::Ext4 => "ext4",
-            FsFormat::Xfs => "xfs",
-            FsFormat::Vfat => "vfat",
+/// The mkfs command for a `format` file system labelled `label` in `file` (see the module docs
+/// for the options that keep mkfs from relying on zeroes it did not write).
+fn mkfs_command(format: FsFormat, label: &str, file: &Path) -> Command {
+    let mut cmd = Command::new(format!("mkfs.{}", format.name()));
+    match format {
+        FsFormat::Ext2 | FsFormat::Ext3 | FsFormat::Ext4 => {
+            cmd.args(["-F", "-q", "-E", "nodiscard", "-L", label])
+                .env("UNIX_IO_NOZEROOUT", "1");
+        }
+        FsFormat::Xfs => {
+            cmd.args(["-q", "-f", "-K", "-L", label]);
+        }
+        FsFormat::Vfat => {
+            cmd.args(["-n", label]);
         }
     }
-
-    /// The format named `name` (case-insensitive; `fat`/`fat32` are vfat).
-    pub fn parse(name: &str) -> Option<FsFormat> {
-        let lower = name.trim().to_ascii_lowercase();
-        match lower.as_str() {
-            "fat" | "fat32" => Some(FsFormat::Vfat),
-            _ => FsFormat::ALL.into_iter().find(|f| f.name() == lower),
-        }
-    }
-
-    /// The Debian package that has the format's mkfs.
-    const fn package(self) -> &'static str {
-        match self {
-            FsFormat::Ext2 | FsFormat::Ext3 | FsFormat::Ext4 => "e2fsprogs",
-            FsFormat::Xfs => "xfsprogs",
-            FsFormat::Vfat => "dosfstools",
-        }
-    }
-
-    /// The mkfs command for a file system labelled `label` in `file` (see the module docs for
-    /// the options that keep mkfs from relying on zeroes it did not write).
-    fn command(self, label: &str, file: &Path) -> Command {
-        let mut cmd = Command::new(format!("mkfs.{}", self.name()));
-        match self {
-            FsFormat::Ext2 | FsFormat::Ext3 | FsFormat::Ext4 => {
-                cmd.args(["-F", "-q", "-E", "nodiscard", "-L", label])
-                    .env("UNIX_IO_NOZEROOUT", "1");
-            }
-            FsFormat::Xfs => {
-                cmd.args(["-q", "-f", "-K", "-L", label]);
-            }
-            FsFormat::Vfat => {
-                cmd.args(["-n", label]);
-            }
-        }
-        cmd.arg(file);
-        cmd
-    }
+    cmd.arg(file);
+    cmd
 }
 
 /// A file system made in a local file, removed (with its directory) on drop.
@@ -138,14 +89,14 @@ pub fn build(parent: &Path, format: FsFormat, label: &str, len: u64) -> anyhow::
                 built.path.display()
             )
         })?;
-    let mut cmd = format.command(label, &built.path);
+    let mut cmd = mkfs_command(format, label, &built.path);
     let out = match cmd.output() {
         Ok(out) => out,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
             "mkfs.{} is not installed on the conductor (Debian package {}), which a {} file \
              system needs",
             format.name(),
-            format.package(),
+            package(format),
             format.name()
         ),
         Err(e) => return Err(e).with_context(|| format!("running mkfs.{}", format.name())),

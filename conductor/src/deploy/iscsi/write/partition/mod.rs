@@ -1,5 +1,8 @@
 //! Partition images (DESIGN.md §5, ironic-protocols.md §2.3): wipe, partition table, root image,
-//! swap signature, ephemeral file system, config drive; the root UUID read back.
+//! swap signature, ephemeral file system, config drive; the root UUID read back. The job and its
+//! layout are `vmdeploy_shared::partition`'s ([`PartitionJob`]), which the agent's partition
+//! write uses too; this module parses `instance_info` into it ([`job_from_info`]) and writes
+//! over iSCSI.
 //!
 //! # Flow ([`write`])
 //! Everything that can fail without touching the disk runs first: the config drive is fetched
@@ -21,9 +24,9 @@
 use anyhow::{bail, Context};
 use vmdeploy_shared::fs_id::{self, FsKind, PROBE_LEN};
 use vmdeploy_shared::params::{BootMode, BootOption};
+pub use vmdeploy_shared::partition::PartitionJob;
 use vmdeploy_shared::partition::{
-    self, DiskIds, Layout, LayoutRequest, Role, SectorSize, TableKind, EFI_SYSTEM_PARTITION_MIB,
-    MIB, SWAP_LABEL,
+    self, DiskIds, JobError, JobSpec, Layout, Role, SectorSize, TableKind, MIB, SWAP_LABEL,
 };
 
 use super::{Written, WRITE_DEPTH};
@@ -38,139 +41,90 @@ pub mod existing;
 
 pub use ephemeral::FsFormat;
 
-/// The layout and contents a partition image deploy lays on the disk, from `instance_info`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PartitionJob {
-    /// The firmware the instance boots with.
-    pub boot_mode: BootMode,
-    /// MBR or GPT: MBR for BIOS, GPT for UEFI, unless `capabilities.disk_label` says.
-    pub table: TableKind,
-    /// Root partition in MiB (`root_gb` × 1024).
-    pub root_mib: u64,
-    /// Swap partition in MiB, 0 for none.
-    pub swap_mib: u64,
-    /// Ephemeral partition in MiB (`ephemeral_gb` × 1024), 0 for none.
-    pub ephemeral_mib: u64,
-    /// The ephemeral file system (`ephemeral_format`, default ext4).
-    pub ephemeral_format: FsFormat,
-    /// Keep the ephemeral partition: no wipe, no new table (the disk's must match), no mkfs.
-    pub preserve_ephemeral: bool,
-    /// `instance_info.configdrive`: base64 (of gzip) text or an http(s) URL.
-    pub configdrive: Option<String>,
-    /// An EFI system partition first (UEFI with local boot only, as Ironic).
-    pub efi_system_partition: bool,
+/// The job for `node`, whose instance info is `info` and boot mode `boot_mode`. Errors name
+/// the `instance_info` field at fault.
+pub fn job_of(
+    node: &Node,
+    info: &InstanceInfo,
+    boot_mode: BootMode,
+) -> anyhow::Result<PartitionJob> {
+    let whole_disk = info.is_whole_disk(&node.driver_internal_info);
+    if whole_disk {
+        bail!(
+            "node {}: the image is a whole-disk image, not a partition image",
+            node.uuid
+        );
+    }
+    let local = super::super::boot_option(info, false)? == BootOption::Local;
+    job_from_info(info, boot_mode, local)
 }
 
-impl PartitionJob {
-    /// The job for `node`, whose instance info is `info` and boot mode `boot_mode`. Errors
-    /// name the `instance_info` field at fault.
-    pub fn of(node: &Node, info: &InstanceInfo, boot_mode: BootMode) -> anyhow::Result<Self> {
-        let whole_disk = info.is_whole_disk(&node.driver_internal_info);
-        if whole_disk {
-            bail!(
-                "node {}: the image is a whole-disk image, not a partition image",
-                node.uuid
-            );
-        }
-        let local = super::super::boot_option(info, false)? == BootOption::Local;
-        Self::from_info(info, boot_mode, local)
-    }
-
-    /// [`PartitionJob::of`] without the node: `local_boot` is `boot_option=local`.
-    pub fn from_info(
-        info: &InstanceInfo,
-        boot_mode: BootMode,
-        local_boot: bool,
-    ) -> anyhow::Result<Self> {
-        let root_gb =
-            match info.root_gb {
-                None | Some(0) => bail!(
-                "instance_info.root_gb is {}: a partition image needs the root partition's size \
-                 in GiB (at least 1)",
-                if info.root_gb.is_none() { "missing" } else { "0" }
-            ),
-                Some(gb) => gb,
-            };
-        let gib_to_mib = |gb: u64, field: &str| {
-            gb.checked_mul(1024)
-                .with_context(|| format!("instance_info.{field} ({gb} GiB) is too large"))
-        };
-        let root_mib = gib_to_mib(root_gb, "root_gb")?;
-        let ephemeral_mib = gib_to_mib(info.ephemeral_gb, "ephemeral_gb")?;
-        let ephemeral_format = match info.ephemeral_format.as_deref() {
-            None => FsFormat::Ext4,
-            Some(name) => FsFormat::parse(name).with_context(|| {
-                format!(
-                    "instance_info.ephemeral_format is {name:?}: expected one of {}",
-                    FsFormat::ALL.map(FsFormat::name).join(", ")
-                )
-            })?,
-        };
-        if info.preserve_ephemeral && ephemeral_mib == 0 {
-            bail!(
-                "instance_info.preserve_ephemeral is true but ephemeral_gb is 0: there is no \
-                 ephemeral partition to preserve"
-            );
-        }
-        let table = match info.capabilities.get("disk_label") {
-            Some(l) if l.eq_ignore_ascii_case("gpt") => TableKind::Gpt,
-            Some(l) if l.eq_ignore_ascii_case("msdos") => TableKind::Mbr,
-            Some(other) => {
-                bail!("instance_info.capabilities.disk_label is {other:?}: expected msdos or gpt")
+/// [`job_of`] without the node: `local_boot` is `boot_option=local`. The fields are parsed
+/// here (GiB to MiB, `capabilities.disk_label`), the rules shared with the agent applied by
+/// [`PartitionJob::new`].
+pub fn job_from_info(
+    info: &InstanceInfo,
+    boot_mode: BootMode,
+    local_boot: bool,
+) -> anyhow::Result<PartitionJob> {
+    let root_gb =
+        match info.root_gb {
+            None | Some(0) => {
+                bail!(
+            "instance_info.root_gb is {}: a partition image needs the root partition's size \
+             in GiB (at least 1)",
+            if info.root_gb.is_none() { "missing" } else { "0" }
+        )
             }
-            None => match boot_mode {
-                BootMode::Uefi => TableKind::Gpt,
-                BootMode::Bios => TableKind::Mbr,
-            },
+            Some(gb) => gb,
         };
-        let configdrive = match &info.configdrive {
-            None => None,
-            Some(serde_json::Value::String(s)) => Some(s.clone()),
-            Some(_) => bail!(
-                "instance_info.configdrive is a JSON object: iscsi_ilo writes a ready config \
-                 drive image (base64 of gzip, or a URL), it does not build one"
-            ),
-        };
-        Ok(PartitionJob {
-            boot_mode,
-            table,
-            root_mib,
-            swap_mib: info.swap_mb,
-            ephemeral_mib,
-            ephemeral_format,
-            preserve_ephemeral: info.preserve_ephemeral,
-            configdrive,
-            efi_system_partition: boot_mode == BootMode::Uefi && local_boot,
-        })
-    }
-
-    /// The layout request for a disk of `disk_bytes` with `sector_size` sectors, an image of
-    /// `image_bytes` and a config drive of `configdrive_bytes`. An image larger than the root
-    /// partition is an error, not a larger partition.
-    pub fn request(
-        &self,
-        disk_bytes: u64,
-        sector_size: SectorSize,
-        image_bytes: u64,
-        configdrive_bytes: u64,
-    ) -> LayoutRequest {
-        LayoutRequest {
-            disk_bytes,
-            sector_size,
-            table: self.table,
-            efi_mib: if self.efi_system_partition {
-                EFI_SYSTEM_PARTITION_MIB
-            } else {
-                0
-            },
-            ephemeral_mib: self.ephemeral_mib,
-            swap_mib: self.swap_mib,
-            configdrive_bytes,
-            root_mib: self.root_mib,
-            image_bytes,
-            grow_root_to_image: false,
-        }
-    }
+    let gib_to_mib = |gb: u64, field: &str| {
+        gb.checked_mul(1024)
+            .with_context(|| format!("instance_info.{field} ({gb} GiB) is too large"))
+    };
+    let root_mib = gib_to_mib(root_gb, "root_gb")?;
+    let ephemeral_mib = gib_to_mib(info.ephemeral_gb, "ephemeral_gb")?;
+    let ephemeral_format = match info.ephemeral_format.as_deref() {
+        None => FsFormat::Ext4,
+        Some(name) => FsFormat::parse(name).with_context(|| {
+            format!(
+                "instance_info.ephemeral_format is {name:?}: expected one of {}",
+                FsFormat::names()
+            )
+        })?,
+    };
+    let disk_label = match info.capabilities.get("disk_label") {
+        None => None,
+        Some(l) => Some(TableKind::from_disk_label(l).with_context(|| {
+            format!("instance_info.capabilities.disk_label is {l:?}: expected msdos or gpt")
+        })?),
+    };
+    let configdrive = match &info.configdrive {
+        None => None,
+        Some(serde_json::Value::String(s)) => Some(s.clone()),
+        Some(_) => bail!(
+            "instance_info.configdrive is a JSON object: iscsi_ilo writes a ready config \
+             drive image (base64 of gzip, or a URL), it does not build one"
+        ),
+    };
+    PartitionJob::new(JobSpec {
+        boot_mode,
+        local_boot,
+        root_mib,
+        swap_mib: info.swap_mb,
+        ephemeral_mib,
+        ephemeral_format,
+        preserve_ephemeral: info.preserve_ephemeral,
+        disk_label,
+        configdrive,
+    })
+    .map_err(|e| match e {
+        JobError::PreserveWithoutEphemeral => anyhow::anyhow!(
+            "instance_info.preserve_ephemeral is true but ephemeral_gb is 0: there is no \
+             ephemeral partition to preserve"
+        ),
+        other => anyhow::anyhow!("instance_info.{other}"),
+    })
 }
 
 /// Lays out the disk and writes the partition image.

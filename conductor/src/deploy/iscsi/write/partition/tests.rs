@@ -1,8 +1,9 @@
-//! [`PartitionJob`] from `instance_info`: fields, defaults, and errors that name the field.
+//! [`job_from_info`]: [`PartitionJob`] from `instance_info`: fields, defaults, and errors that name the field.
 
 use serde_json::{json, Value};
 
 use super::*;
+use vmdeploy_shared::partition::EFI_SYSTEM_PARTITION_MIB;
 
 fn info(extra: Value) -> InstanceInfo {
     let mut map = json!({
@@ -18,7 +19,7 @@ fn info(extra: Value) -> InstanceInfo {
 }
 
 fn job(extra: Value, mode: BootMode) -> anyhow::Result<PartitionJob> {
-    PartitionJob::from_info(&info(extra), mode, false)
+    job_from_info(&info(extra), mode, false)
 }
 
 #[test]
@@ -73,7 +74,7 @@ fn every_field() {
 #[test]
 fn efi_partition_only_for_uefi_local_boot() {
     let i = info(json!({}));
-    let plan = |mode, local| PartitionJob::from_info(&i, mode, local).expect("job");
+    let plan = |mode, local| job_from_info(&i, mode, local).expect("job");
     assert!(plan(BootMode::Uefi, true).efi_system_partition);
     assert!(!plan(BootMode::Uefi, false).efi_system_partition);
     assert!(!plan(BootMode::Bios, true).efi_system_partition);
@@ -100,7 +101,7 @@ fn errors_name_the_field() {
     let mut i = info(json!({}));
     for root in [None, Some(0)] {
         i.root_gb = root;
-        let err = PartitionJob::from_info(&i, BootMode::Bios, false).expect_err("root_gb");
+        let err = job_from_info(&i, BootMode::Bios, false).expect_err("root_gb");
         assert!(err.to_string().contains("instance_info.root_gb"), "{err:#}");
     }
 }

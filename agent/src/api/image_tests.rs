@@ -1,0 +1,218 @@
+//! `image.install_bootloader` on a file-backed disk the partition writer laid out.
+
+use std::io::{Cursor, Read};
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+
+use super::*;
+use crate::disk::Disk;
+use crate::install::job::job_from_image_info;
+use crate::install::window::ByteWindow;
+use crate::install::write::write_partition_image;
+use crate::install::PartitionRecord;
+use crate::stream::progress::Progress;
+
+const MIB: u64 = 1 << 20;
+const ROOT_UUID: &str = "7e57da7a-0000-4000-8000-000000000001";
+const FAKE_GRUB: &[u8] = b"MZ\x90\x00 a stand-in GRUB EFI binary";
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    image: Image,
+    record: PartitionRecord,
+}
+
+/// A 400 MiB disk file with a UEFI partition layout (ESP + root), and the `image` extension
+/// over it; `remember` says whether the extension knows the write (else it scans the table).
+fn fixture(remember: bool) -> Fixture {
+    let dir = tempfile::Builder::new()
+        .prefix("vmdeploy-image-ext-test")
+        .tempdir_in("/var/tmp")
+        .expect("scratch dir");
+    let path = dir.path().join("disk.img");
+    std::fs::File::create(&path)
+        .and_then(|f| f.set_len(400 * MIB))
+        .expect("disk file");
+    let grub = dir.path().join("grub-x86_64.efi");
+    std::fs::write(&grub, FAKE_GRUB).expect("grub");
+
+    let mut root = vec![0u8; 2 * MIB as usize];
+    root[1024 + 56..1024 + 58].copy_from_slice(&0xEF53u16.to_le_bytes());
+    root[1024 + 104..1024 + 120].copy_from_slice(&[
+        0x7e, 0x57, 0xda, 0x7a, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, 0, 1,
+    ]);
+    let job = job_from_image_info(
+        &json!({"image_type": "partition", "root_mb": 32, "deploy_boot_mode": "uefi",
+                "boot_option": "local"}),
+        None,
+    )
+    .expect("job");
+    let disk = Arc::new(Disk::open(&path).expect("open"));
+    let (record, _) = write_partition_image(
+        Cursor::new(root),
+        &disk,
+        &job,
+        None,
+        None,
+        &Progress::default(),
+    )
+    .expect("written");
+    assert_eq!(record.root_uuid, ROOT_UUID);
+    let image = Image {
+        disk: Arc::new(Ok(path)),
+        installed: Arc::new(Mutex::new(remember.then(|| record.clone()))),
+        grub_efi: grub,
+    };
+    Fixture {
+        _dir: dir,
+        image,
+        record,
+    }
+}
+
+/// The files of `\EFI\BOOT` in the fixture's ESP.
+fn esp_file(f: &Fixture, name: &str) -> Vec<u8> {
+    let efi = f.record.layout.partition(Role::Efi).expect("esp");
+    let dev = std::fs::File::open(&f.record.disk).expect("open");
+    let mut window = ByteWindow::new(
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&f.record.disk)
+            .expect("open"),
+        efi.offset,
+        efi.len,
+    );
+    drop(dev);
+    let fs = fatfs::FileSystem::new(&mut window, fatfs::FsOptions::new()).expect("FAT");
+    let mut out = Vec::new();
+    fs.root_dir()
+        .open_file(&format!("EFI/BOOT/{name}"))
+        .expect(name)
+        .read_to_end(&mut out)
+        .expect(name);
+    out
+}
+
+/// Ironic's parameters (agent_client.py `install_bootloader`).
+fn ironic_params(esp: Option<&str>, mode: &str) -> Value {
+    json!({
+        "root_uuid": ROOT_UUID,
+        "efi_system_part_uuid": esp,
+        "prep_boot_part_uuid": null,
+        "target_boot_mode": mode,
+    })
+}
+
+async fn run(image: &Image, params: Value) -> Result<Value, CommandError> {
+    match image.start("install_bootloader", &params) {
+        Ok(fut) => fut.await,
+        Err(e) => panic!("refused to start: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn uefi_installs_grub_and_its_environment_in_the_esp() {
+    for remember in [true, false] {
+        let f = fixture(remember);
+        let esp_uuid = f.record.esp_uuid.clone().expect("an ESP");
+        let out = run(&f.image, ironic_params(Some(&esp_uuid), "uefi"))
+            .await
+            .expect("installed");
+        assert!(
+            out["result"]
+                .as_str()
+                .is_some_and(|r| r.contains(&esp_uuid)),
+            "{out}"
+        );
+        assert_eq!(esp_file(&f, "BOOTX64.EFI"), FAKE_GRUB);
+        let env = String::from_utf8(esp_file(&f, "grubenv")).expect("text");
+        assert!(
+            env.contains(&format!("\nvmdeploy_root_uuid={ROOT_UUID}\n")),
+            "{env}"
+        );
+        let cfg = String::from_utf8(esp_file(&f, "grub.cfg")).expect("text");
+        assert!(cfg.contains(&format!("--set=root {ROOT_UUID}\n")), "{cfg}");
+        assert!(
+            cfg.contains(&format!("root=UUID={ROOT_UUID} console=ttyS0,115200")),
+            "{cfg}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_esp_or_a_missing_grub_is_a_failed_command() {
+    let f = fixture(false);
+    let err = run(&f.image, ironic_params(Some("0000-0000"), "uefi"))
+        .await
+        .expect_err("no such ESP");
+    assert!(err
+        .message
+        .contains("no EFI system partition with the FAT volume id 0000-0000"));
+
+    let esp_uuid = f.record.esp_uuid.clone().expect("an ESP");
+    let image = Image {
+        grub_efi: "/nonexistent/grub-x86_64.efi".into(),
+        disk: Arc::clone(&f.image.disk),
+        installed: Arc::clone(&f.image.installed),
+    };
+    let err = run(&image, ironic_params(Some(&esp_uuid), "uefi"))
+        .await
+        .expect_err("no GRUB");
+    assert!(
+        err.message.contains("/nonexistent/grub-x86_64.efi"),
+        "{}",
+        err.message
+    );
+}
+
+#[tokio::test]
+async fn bios_is_refused_and_whole_disk_uefi_is_left_alone() {
+    let f = fixture(true);
+    let esp_uuid = f.record.esp_uuid.clone().expect("an ESP");
+    let err = run(&f.image, ironic_params(Some(&esp_uuid), "bios"))
+        .await
+        .expect_err("bios");
+    assert_eq!(err.message, BIOS_UNSUPPORTED);
+    assert!(err.message.contains("UEFI only"));
+    // The older format Ironic falls back to has no target_boot_mode: IPA's default, bios.
+    let err = run(
+        &f.image,
+        json!({"root_uuid": ROOT_UUID, "efi_system_part_uuid": esp_uuid}),
+    )
+    .await
+    .expect_err("no mode");
+    assert_eq!(err.message, BIOS_UNSUPPORTED);
+
+    let out = run(
+        &f.image,
+        json!({"root_uuid": "0x12345678", "efi_system_part_uuid": null,
+                                    "prep_boot_part_uuid": null, "target_boot_mode": "uefi"}),
+    )
+    .await
+    .expect("whole disk");
+    assert!(
+        out["result"]
+            .as_str()
+            .is_some_and(|r| r.contains("whole-disk")),
+        "{out}"
+    );
+
+    for bad in [
+        json!({"root_uuid": ROOT_UUID, "prep_boot_part_uuid": "x", "target_boot_mode": "uefi"}),
+        json!({"root_uuid": ROOT_UUID, "target_boot_mode": "efi"}),
+    ] {
+        assert!(
+            matches!(
+                f.image.start("install_bootloader", &bad),
+                Err(StartError::InvalidParams(_))
+            ),
+            "{bad}"
+        );
+    }
+    assert!(matches!(
+        f.image.start("install_grub", &json!({})),
+        Err(StartError::UnknownCommand(_))
+    ));
+}
