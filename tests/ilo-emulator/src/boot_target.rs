@@ -23,6 +23,10 @@
 //!   device path in `UefiTargetBootSourceOverride`, which names nothing here). They are accepted
 //!   and reported back; a boot with them finds nothing there and falls through to the boot order,
 //!   as a real server does with an empty device.
+//!
+//! The emulated machine has no setup, utilities, diagnostics or shell to run: a boot into one is
+//! recorded (`last_boot.device` RBSU for BiosSetup, none for the others) and the QEMU backend
+//! then runs the firmware's own boot order.
 
 use serde::Serialize;
 

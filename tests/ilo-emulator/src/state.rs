@@ -637,8 +637,10 @@ impl ServerState {
             match one {
                 OneTimeBoot::Device(d) => (Some(d), "one_time"),
                 OneTimeBoot::Embedded(_) => (None, "one_time"),
-                // A Redfish target the machine has no device for (an SD card, a UEFI device
-                // path): nothing there, the firmware falls through to the boot order.
+                // The UEFI shell is a firmware application like the EMB-* ones (no device); a
+                // device the machine does not have (an SD card, a UEFI device path) holds
+                // nothing, and the firmware falls through to the boot order.
+                OneTimeBoot::Redfish(t) if t.one_boot_only() => (t.device(), "one_time"),
                 OneTimeBoot::Redfish(t) => (t.device().or(first_in_order), "one_time"),
             }
         } else if let Some(vm) = boot_once {
