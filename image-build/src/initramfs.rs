@@ -304,10 +304,15 @@ fn add_modules<W: Write>(
 /// stream header names (lib/xz, XZ_DYNALLOC), and the agent must boot in 256 MiB.
 const MAX_XZ_DICT: u32 = 32 << 20;
 
+/// LZMA's longest match (xz's `nice=273`).
+const XZ_NICE_LEN_MAX: u32 = 273;
+/// The match-finder depth of xz's extreme presets.
+const XZ_EXTREME_DEPTH: i32 = 512;
+
 /// Compresses for the kernel's xz decoder: CRC32 check (the decoder has no CRC64 support;
 /// Documentation/staging/xz.rst asks for `--check=crc32`), optionally the x86 BCJ filter (for
 /// executables; CONFIG_XZ_DEC_X86=y in Debian's kernel), LZMA2 preset 9 with the dictionary no
-/// larger than the input needs.
+/// larger than the input needs, in its extreme variant (`-9e`).
 pub fn compress_xz(data: &[u8], x86_bcj: bool) -> anyhow::Result<Vec<u8>> {
     use lzma_rust2::{CheckType, FilterType, XzOptions, XzWriter};
     let mut options = XzOptions::with_preset(9);
@@ -321,6 +326,11 @@ pub fn compress_xz(data: &[u8], x86_bcj: bool) -> anyhow::Result<Vec<u8>> {
         .checked_next_power_of_two()
         .unwrap_or(MAX_XZ_DICT);
     options.lzma_options.dict_size = needed.min(MAX_XZ_DICT).min(options.lzma_options.dict_size);
+    // xz's "extreme" variant of preset 9 (`xz -9e`): the longest match length and a deeper
+    // match-finder search. Slower to compress (once, at build time), about 1 % smaller, and
+    // the decoder's work is the same: the ISO budget is what counts.
+    options.lzma_options.nice_len = XZ_NICE_LEN_MAX;
+    options.lzma_options.depth_limit = XZ_EXTREME_DEPTH;
     let mut xz = XzWriter::new(Vec::new(), options).context("starting the xz encoder")?;
     xz.write_all(data).context("compressing the ramdisk")?;
     xz.finish().context("finishing the xz stream")

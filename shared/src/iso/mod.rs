@@ -67,8 +67,6 @@ pub const GRUB_EFI_MODULES: &[&str] = &[
     "linux",
     "serial",
     "terminal",
-    "echo",
-    "test",
     "efi_gop",
 ];
 

@@ -27,6 +27,7 @@
 //!   ramdisk behind NAT must.
 
 use std::path::{Path, PathBuf};
+use std::os::unix::process::CommandExt as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -174,6 +175,8 @@ impl Lab {
             .arg("--config-file")
             .arg(&conf_path)
             .env("PATH", &path)
+            // Its own process group, so that the lab's end stops its workers too.
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("ironic log"))
             .spawn()

@@ -220,6 +220,14 @@ struct Proc(Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        // A child started as the leader of its own process group (Ironic, whose workers are
+        // its children) takes the whole group with it.
+        if let Ok(pid) = libc::pid_t::try_from(self.0.id()) {
+            // SAFETY: getpgid and kill take plain integers and touch no memory of ours.
+            if unsafe { libc::getpgid(pid) } == pid {
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+            }
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
