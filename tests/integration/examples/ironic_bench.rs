@@ -106,7 +106,10 @@ fn main() {
     stop.store(true, Ordering::Relaxed);
     let _ = watcher.join();
     let iso = iso_bytes.load(Ordering::Relaxed);
-    assert!(iso > 0, "no ISO showed under Ironic's HTTP root during the deploy");
+    assert!(
+        iso > 0,
+        "no ISO showed under Ironic's HTTP root during the deploy"
+    );
 
     println!("BENCH");
     println!("BENCH {:<52} {:>12}", "measure", "value");
@@ -115,7 +118,10 @@ fn main() {
         "virtual-media ISO Ironic built around our ramdisk",
         iso as f64 / (1024.0 * 1024.0)
     );
-    println!("BENCH {:<52} {:>10.1} s", "node deploy -> active", to_active);
+    println!(
+        "BENCH {:<52} {:>10.1} s",
+        "node deploy -> active", to_active
+    );
     println!(
         "BENCH {:<52} {:>10.1} s",
         "node deploy -> the test OS's marker", to_marker
@@ -124,6 +130,9 @@ fn main() {
         "BENCH {:<52} {:>8} KiB",
         "Ironic VmRSS idle (API + conductor, one process)", idle_rss
     );
-    println!("BENCH {:<52} {:>8} KiB", "Ironic VmRSS peak during the deploy", peak_rss);
+    println!(
+        "BENCH {:<52} {:>8} KiB",
+        "Ironic VmRSS peak during the deploy", peak_rss
+    );
     println!("BENCH load average after: {}", loadavg());
 }

@@ -54,4 +54,3 @@ impl Drop for RssSampler {
         self.stop.store(true, Ordering::Relaxed);
     }
 }
-

@@ -15,7 +15,7 @@
 //! - The node reaches the API at `10.0.2.100:6385` (`[service_catalog] endpoint_override`, the
 //!   `ipa-api-url` Ironic puts on the kernel command line), forwarded to Ironic's port.
 //! - Images are fetched by Ironic and served to the agent from `http_url`
-//!   (`[agent] image_download_source = http`): the node cannot reach the host's loopback where
+//!   (`[agent] image_download_source = local`): the node cannot reach the host's loopback where
 //!   the test publishes them, as a tenant network cannot reach a conductor's image store.
 //! - `mkisofs`: a link to `xorrisofs` in a directory put first on Ironic's `PATH`.
 //! - BIOS ISOs: Debian's `isolinux.bin` (`[DEFAULT] isolinux_bin`); UEFI ISOs: the EFI system
@@ -26,8 +26,8 @@
 //!   (`ipa-advertise-host`/`-port` in the node's `driver_info.kernel_append_params`), as a
 //!   ramdisk behind NAT must.
 
-use std::path::{Path, PathBuf};
 use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -201,8 +201,7 @@ impl Lab {
         // The conductor side registers a moment after the API listens: wait for the driver.
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let out =
-                self.baremetal(&["driver", "list", "-f", "value", "-c", "name"]);
+            let out = self.baremetal(&["driver", "list", "-f", "value", "-c", "name"]);
             if out.status.success() && String::from_utf8_lossy(&out.stdout).contains("redfish") {
                 break;
             }
@@ -354,7 +353,9 @@ external_http_url = http://127.0.0.1:{http_port}
 erase_devices_priority = 0
 
 [agent]
-image_download_source = http
+# Ironic fetches http images itself, converts them to raw if needed and serves them from
+# http_url: the node cannot reach the host's loopback where the test publishes them.
+image_download_source = local
 deploy_logs_collect = always
 deploy_logs_storage_backend = local
 deploy_logs_local_path = {deploy_logs}

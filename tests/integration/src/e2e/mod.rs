@@ -223,8 +223,9 @@ impl Drop for Proc {
         // A child started as the leader of its own process group (Ironic, whose workers are
         // its children) takes the whole group with it.
         if let Ok(pid) = libc::pid_t::try_from(self.0.id()) {
-            // SAFETY: getpgid and kill take plain integers and touch no memory of ours.
+            // SAFETY: getpgid takes a plain integer and touches no memory of ours.
             if unsafe { libc::getpgid(pid) } == pid {
+                // SAFETY: as above; the group is the child's own (it leads it).
                 unsafe { libc::kill(-pid, libc::SIGKILL) };
             }
         }
