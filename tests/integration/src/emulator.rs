@@ -199,6 +199,13 @@ fn serve_media(
                 }
             }
         }
+        // A client that uses this server as its HTTP proxy sends the absolute form
+        // (`GET http://host:port/path`): it is served by its path (the Ironic lab's conductor
+        // reaches the node's view of its HTTP root this way, e2e/ironic.rs).
+        let path = match path.strip_prefix("http://") {
+            Some(rest) => rest.find('/').map_or("/", |i| &rest[i..]).to_owned(),
+            None => path,
+        };
         let body = files
             .lock()
             .expect("media lock")

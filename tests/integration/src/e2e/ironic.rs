@@ -17,6 +17,9 @@
 //! - Images are fetched by Ironic and served to the agent from `http_url`
 //!   (`[agent] image_download_source = local`): the node cannot reach the host's loopback where
 //!   the test publishes them, as a tenant network cannot reach a conductor's image store.
+//! - Ironic checks the image URL it gives the agent with a HEAD request of its own, but the
+//!   host has no route to the node's `10.0.2.101`: Ironic's `http_proxy` is the HTTP root's
+//!   server, which serves proxy requests by their path.
 //! - `mkisofs`: a link to `xorrisofs` in a directory put first on Ironic's `PATH`.
 //! - BIOS ISOs: Debian's `isolinux.bin` (`[DEFAULT] isolinux_bin`); UEFI ISOs: the EFI system
 //!   partition image `vmdeploy-image-build esp` writes (`[conductor] bootloader`), whose GRUB
@@ -175,6 +178,17 @@ impl Lab {
             .arg("--config-file")
             .arg(&conf_path)
             .env("PATH", &path)
+            // Ironic checks the image URL it hands the agent (`http_url`, the node's view) with
+            // a HEAD request of its own; the host has no route to the node's network, so its
+            // HTTP traffic goes through the HTTP root's server, which answers proxy requests by
+            // their path, as a router between a conductor and its provisioning network would.
+            // Loopback (the BMC, the published images) goes direct.
+            .env("http_proxy", format!("http://127.0.0.1:{http_port}"))
+            .env("no_proxy", "127.0.0.1,localhost")
+            .env_remove("https_proxy")
+            .env_remove("HTTPS_PROXY")
+            .env_remove("HTTP_PROXY")
+            .env_remove("NO_PROXY")
             // Its own process group, so that the lab's end stops its workers too.
             .process_group(0)
             .stdout(Stdio::null())
