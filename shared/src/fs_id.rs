@@ -120,6 +120,37 @@ pub fn probe(bytes: &[u8]) -> Option<FsId> {
         .or_else(|| probe_vfat(bytes))
 }
 
+/// Why a partition's first bytes give no root file-system UUID.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RootFsError {
+    /// No file system recognised; the first bytes in hex.
+    #[error(
+        "the root partition holds no recognised file system (ext2/3/4, xfs, vfat, btrfs); its \
+         first bytes are {0}: is the image a partition image?"
+    )]
+    Unrecognised(String),
+    /// A swap signature.
+    #[error("the root partition holds a swap area, not a file system: the image is not a root file system")]
+    Swap,
+    /// A file system without a UUID.
+    #[error(
+        "the root partition's {0} file system has no UUID, which booting it needs (root=UUID=...)"
+    )]
+    NoUuid(&'static str),
+}
+
+/// The UUID of the root file system whose first bytes are `head` (a partition image just
+/// written, read back): what both the conductor (`iscsi_ilo`) and the agent record and boot by.
+pub fn root_fs_uuid(head: &[u8]) -> Result<String, RootFsError> {
+    let id = probe(head).ok_or_else(|| {
+        RootFsError::Unrecognised(head.iter().take(16).map(|b| format!("{b:02x}")).collect())
+    })?;
+    if id.kind == FsKind::Swap {
+        return Err(RootFsError::Swap);
+    }
+    id.uuid.ok_or(RootFsError::NoUuid(id.kind.as_str()))
+}
+
 /// `bytes[offset..offset + len]`, or `None` past the end.
 fn field(bytes: &[u8], offset: usize, len: usize) -> Option<&[u8]> {
     bytes.get(offset..offset.checked_add(len)?)

@@ -16,7 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use vmdeploy_shared::fs_id::{self, FsKind, PROBE_LEN};
+use vmdeploy_shared::fs_id::{self, PROBE_LEN};
 use vmdeploy_shared::io::hash::ExpectedDigest;
 use vmdeploy_shared::partition::{
     self, DiskIds, Layout, PartitionJob, Role, SectorSize, SWAP_LABEL,
@@ -176,26 +176,7 @@ fn read_root_uuid(disk: &Disk, offset: u64, len: u64) -> anyhow::Result<String> 
     let mut head = vec![0u8; PROBE_LEN.min(len as usize)];
     disk.read_at(&mut head, offset)
         .with_context(|| format!("reading the root partition's first bytes at byte {offset}"))?;
-    let id = fs_id::probe(&head).with_context(|| {
-        format!(
-            "the root partition holds no file system this agent recognises (ext2/3/4, xfs, vfat, \
-             btrfs); its first bytes are {}: is the image a partition image?",
-            head.iter()
-                .take(16)
-                .map(|b| format!("{b:02x}"))
-                .collect::<String>()
-        )
-    })?;
-    if id.kind == FsKind::Swap {
-        bail!("the root partition holds a swap area, not a file system: the image is not a root file system");
-    }
-    id.uuid.with_context(|| {
-        format!(
-            "the root partition's {} file system has no UUID, which local boot needs \
-             (root=UUID=...)",
-            id.kind.as_str()
-        )
-    })
+    Ok(fs_id::root_fs_uuid(&head)?)
 }
 
 /// Zeroes the disk's first MiB and the wiped regions at its end.

@@ -7,8 +7,9 @@
 //!   its HTTP root's `redfish/` while the deploy runs: Ironic deletes it afterwards);
 //! - `baremetal node deploy` → `active`, and → the test OS's marker (with the image's root
 //!   UUID) on the node's console;
-//! - Ironic's VmRSS (the one `ironic` process, API and conductor): idle before the deploy, and
-//!   peak, sampled every 100 ms during it.
+//! - Ironic's VmRSS (API and conductor in one service; its master process and any workers it
+//!   forks, summed over its process group): idle before the deploy, and peak, sampled every
+//!   100 ms during it.
 //!
 //! Output: `BENCH `-prefixed lines (the script shows those). Environment (set by the script):
 //! `VMDEPLOY_BIN_DIR` (the lab's binaries), `VMDEPLOY_VENV` (the venv with Ironic).
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use vmdeploy_integration_tests::e2e::ironic::IRONIC_VERSION;
 use vmdeploy_integration_tests::e2e::{Firmware, Lab, LabOptions, Peer};
-use vmdeploy_integration_tests::rss::{rss_kib, RssSampler};
+use vmdeploy_integration_tests::rss::{group_rss_kib, RssSampler};
 use vmdeploy_integration_tests::test_image;
 
 /// A whole deploy under TCG on a busy 2-core machine.
@@ -65,21 +66,9 @@ fn main() {
     );
     let node = lab.enroll_redfish("bench-ironic", Firmware::Bios);
     let disk = lab.publish("test-os.raw", &image.disk_raw);
-    lab.bm(&[
-        "node",
-        "set",
-        &node,
-        "--instance-info",
-        &format!("image_source={}", disk.url),
-        "--instance-info",
-        "image_disk_format=raw",
-        "--instance-info",
-        "image_os_hash_algo=sha256",
-        "--instance-info",
-        &format!("image_os_hash_value={}", disk.sha256),
-    ]);
+    lab.set_ironic_whole_disk_image(&node, &disk);
     let pid = lab.conductor_pid().expect("Ironic's pid");
-    let idle_rss = rss_kib(pid).expect("Ironic's VmRSS");
+    let idle_rss = group_rss_kib(pid).expect("Ironic's VmRSS");
 
     // The ISO Ironic builds lives in its HTTP root only while the deploy runs.
     let stop = Arc::new(AtomicBool::new(false));
@@ -94,7 +83,7 @@ fn main() {
             }
         })
     };
-    let sampler = RssSampler::start(pid);
+    let sampler = RssSampler::start_group(pid);
     let started = Instant::now();
     lab.bm(&["node", "deploy", &node]);
     let shown = lab.wait_state(&node, "active", DEPLOY_LIMIT);
@@ -128,7 +117,7 @@ fn main() {
     );
     println!(
         "BENCH {:<52} {:>8} KiB",
-        "Ironic VmRSS idle (API + conductor, one process)", idle_rss
+        "Ironic VmRSS idle (API + conductor, process group)", idle_rss
     );
     println!(
         "BENCH {:<52} {:>8} KiB",

@@ -66,19 +66,7 @@ fn ironic_39_deploys_a_whole_disk_image_with_our_agent_and_cleans_it_away() {
     let node = lab.enroll_redfish("ironic-wd", Firmware::Bios);
     let disk = lab.publish("test-os.raw", &image.disk_raw);
     assert_eq!(disk.sha256, image.disk_sha256, "the published image");
-    lab.bm(&[
-        "node",
-        "set",
-        &node,
-        "--instance-info",
-        &format!("image_source={}", disk.url),
-        "--instance-info",
-        "image_disk_format=raw",
-        "--instance-info",
-        "image_os_hash_algo=sha256",
-        "--instance-info",
-        &format!("image_os_hash_value={}", disk.sha256),
-    ]);
+    lab.set_ironic_whole_disk_image(&node, &disk);
     lab.bm(&["node", "deploy", &node]);
     let shown = lab.wait_state(&node, "active", DEPLOY_LIMIT);
     assert_deployed(&lab, &shown);

@@ -195,23 +195,13 @@ impl Lab {
             .stderr(std::fs::File::create(&log).expect("ironic log"))
             .spawn()
             .expect("starting ironic (fix: scripts/setup installs Ironic into the venv)");
-        let mut proc = Proc(child);
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while !crate::tcp_listening(self.api_port) {
-            if let Ok(Some(status)) = proc.0.try_wait() {
-                panic!(
-                    "ironic exited ({status}) before listening; its log:\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "ironic did not listen within 120 s; its log:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        self.conductor = Some(proc);
+        self.conductor = Some(super::wait_api(
+            Proc(child),
+            "ironic",
+            self.api_port,
+            &log,
+            120,
+        ));
         // The conductor side registers a moment after the API listens: wait for the driver.
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -277,16 +267,26 @@ impl Lab {
         ]);
         let uuid = uuid.trim().to_owned();
         self.bm(&["node", "set", &uuid, "--no-automated-clean"]);
-        let mac = self.emulator_state()["machine"]["mac"]
-            .as_str()
-            .expect("the emulator names the node's MAC")
-            .to_owned();
-        self.bm(&["port", "create", &mac, "--node", &uuid]);
-        self.bm(&["node", "manage", &uuid, "--wait", "180"]);
-        self.bm(&["node", "provide", &uuid, "--wait", "180"]);
-        let state = self.show(&uuid)["provision_state"].clone();
-        assert_eq!(state, "available", "after provide");
+        self.add_port_and_provide(&uuid);
         uuid
+    }
+
+    /// Sets the node's instance to the raw whole-disk image `image` Ironic fetches, checked by
+    /// its SHA-256.
+    pub fn set_ironic_whole_disk_image(&self, node: &str, image: &Published) {
+        self.bm(&[
+            "node",
+            "set",
+            node,
+            "--instance-info",
+            &format!("image_source={}", image.url),
+            "--instance-info",
+            "image_disk_format=raw",
+            "--instance-info",
+            "image_os_hash_algo=sha256",
+            "--instance-info",
+            &format!("image_os_hash_value={}", image.sha256),
+        ]);
     }
 
     /// Ironic's deploy logs (`[agent] deploy_logs_local_path`): the tarballs our agent's

@@ -436,23 +436,7 @@ impl Lab {
             .stderr(std::fs::File::create(&log).expect("conductor log"))
             .spawn()
             .expect("starting vmdeploy-conductor serve");
-        let mut proc = Proc(child);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !crate::tcp_listening(self.api_port) {
-            if let Ok(Some(status)) = proc.0.try_wait() {
-                panic!(
-                    "serve exited ({status}) before listening; its log:\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "serve did not listen within 60 s; its log:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        self.conductor = Some(proc);
+        self.conductor = Some(wait_api(Proc(child), "serve", self.api_port, &log, 60));
     }
 
     /// The emulated server's QEMU files (`disk.raw`, `serial.log`, `net-<run>.pcap`).
@@ -616,17 +600,22 @@ impl Lab {
     /// `available` (manage, provide); returns its UUID.
     pub fn enroll(&self, name: &str, driver: &str, firmware: Firmware) -> String {
         let uuid = self.create_node(name, driver, firmware);
-        // The agent looks its node up by the MACs of its NICs: the node's port.
+        self.add_port_and_provide(&uuid);
+        uuid
+    }
+
+    /// Gives the enrolled node `uuid` a port with the emulated server's MAC (the agent looks its
+    /// node up by the MACs of its NICs) and brings it to `available` (manage, provide).
+    pub fn add_port_and_provide(&self, uuid: &str) {
         let mac = self.emulator_state()["machine"]["mac"]
             .as_str()
             .expect("the emulator names the node's MAC")
             .to_owned();
-        self.bm(&["port", "create", &mac, "--node", &uuid]);
-        self.bm(&["node", "manage", &uuid, "--wait", "120"]);
-        self.bm(&["node", "provide", &uuid, "--wait", "120"]);
-        let state = self.show(&uuid)["provision_state"].clone();
+        self.bm(&["port", "create", &mac, "--node", uuid]);
+        self.bm(&["node", "manage", uuid, "--wait", "180"]);
+        self.bm(&["node", "provide", uuid, "--wait", "180"]);
+        let state = self.show(uuid)["provision_state"].clone();
         assert_eq!(state, "available", "after provide");
-        uuid
     }
 
     /// Creates a node of `driver` on the emulated iLO (`enroll` without the port and the
@@ -823,6 +812,27 @@ impl Drop for Lab {
         self.emulator.take();
         self.ironic.take();
     }
+}
+
+/// `proc` (`what`) once it listens on `port`, within `limit_secs`; panics with its `log` when it
+/// exits first or takes longer.
+fn wait_api(mut proc: Proc, what: &str, port: u16, log: &Path, limit_secs: u64) -> Proc {
+    let deadline = Instant::now() + Duration::from_secs(limit_secs);
+    while !crate::tcp_listening(port) {
+        if let Ok(Some(status)) = proc.0.try_wait() {
+            panic!(
+                "{what} exited ({status}) before listening; its log:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not listen within {limit_secs} s; its log:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    proc
 }
 
 /// The emulator's address once it is ready; kills it and panics with its log otherwise.

@@ -22,7 +22,7 @@
 //! the file system's zero pages, so they cost no disk time.
 
 use anyhow::{bail, Context};
-use vmdeploy_shared::fs_id::{self, FsKind, PROBE_LEN};
+use vmdeploy_shared::fs_id::{self, PROBE_LEN};
 use vmdeploy_shared::params::{BootMode, BootOption};
 pub use vmdeploy_shared::partition::PartitionJob;
 use vmdeploy_shared::partition::{
@@ -302,26 +302,7 @@ async fn read_at(session: &Session, offset: u64, len: usize) -> anyhow::Result<V
 async fn read_root_uuid(session: &Session, layout: &Layout) -> anyhow::Result<String> {
     let root = layout.root().context("the layout has no root partition")?;
     let head = read_at(session, root.offset, PROBE_LEN.min(root.len as usize)).await?;
-    let id = fs_id::probe(&head).with_context(|| {
-        format!(
-            "the root partition holds no file system this conductor recognises (ext2/3/4, xfs, \
-             vfat, btrfs); its first bytes are {}: is the image a partition image?",
-            head.iter()
-                .take(16)
-                .map(|b| format!("{b:02x}"))
-                .collect::<String>()
-        )
-    })?;
-    if id.kind == FsKind::Swap {
-        bail!("the root partition holds a swap area, not a file system: the image is not a root file system");
-    }
-    id.uuid.with_context(|| {
-        format!(
-            "the root partition's {} file system has no UUID, which the instance's boot needs \
-             (root=UUID=...)",
-            id.kind.as_str()
-        )
-    })
+    Ok(fs_id::root_fs_uuid(&head)?)
 }
 
 /// With `preserve_ephemeral`: the table on the disk must be `layout`'s.
