@@ -148,12 +148,22 @@ pub fn load_params(
     }
     let cmdline_names_a_deploy = cmd.get(params::keys::IPA_API_URL).is_some()
         || cmd.get(params::keys::DEPLOYMENT_KEY).is_some();
+    let search = FloppySearch {
+        attempts: if cmdline_names_a_deploy {
+            search.attempts.clamp(1, OPTIONAL_ATTEMPTS)
+        } else {
+            search.attempts
+        },
+        ..search.clone()
+    };
+    tracing::info!(
+        label = %search.label,
+        wait_secs = u64::from(search.attempts.saturating_sub(1)) * search.interval.as_secs(),
+        optional = cmdline_names_a_deploy,
+        "boot_method=vmedia: looking for the virtual floppy"
+    );
     let dev = if cmdline_names_a_deploy {
-        let short = FloppySearch {
-            attempts: search.attempts.clamp(1, OPTIONAL_ATTEMPTS),
-            ..search.clone()
-        };
-        match short.find() {
+        match search.find() {
             Ok(dev) => dev,
             Err(err) => {
                 tracing::info!(

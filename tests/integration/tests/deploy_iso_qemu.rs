@@ -106,11 +106,10 @@ fn cpio(raw: &[u8], dir: &Path, args: &[&str]) -> Vec<u8> {
     let mut n = 0;
     while let Some(start) = rest.iter().position(|&b| b != 0) {
         rest = &rest[start..];
-        let end = find(rest, b"TRAILER!!!\0")
-            .map(|at| (at + "TRAILER!!!\0".len()).div_ceil(4) * 4)
-            .unwrap_or_else(|| panic!("archive {n} has no trailer"));
+        let end =
+            archive_len(rest).unwrap_or_else(|| panic!("archive {n} is not a whole newc archive"));
         let part = dir.join(format!("archive-{n}.cpio"));
-        std::fs::write(&part, &rest[..end.min(rest.len())]).expect("writing an archive");
+        std::fs::write(&part, &rest[..end]).expect("writing an archive");
         let stdin = std::fs::File::open(&part).expect("opening an archive");
         out.extend(run(
             Command::new("cpio")
@@ -119,14 +118,33 @@ fn cpio(raw: &[u8], dir: &Path, args: &[&str]) -> Vec<u8> {
                 .stdin(stdin),
             "cpio",
         ));
-        rest = &rest[end.min(rest.len())..];
+        rest = &rest[end..];
         n += 1;
     }
     out
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+/// The length of the newc archive at the start of `a`, up to and with its `TRAILER!!!` entry,
+/// found by walking the entries' headers (a file may hold the trailer's name itself: GRUB's
+/// `linux` module does, and the ramdisk carries a GRUB).
+fn archive_len(a: &[u8]) -> Option<usize> {
+    let field = |at: usize, i: usize| -> Option<usize> {
+        let hex = a.get(at + 6 + 8 * i..at + 14 + 8 * i)?;
+        usize::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
+    };
+    let mut at = 0;
+    loop {
+        if a.get(at..at + 6)? != b"070701" {
+            return None;
+        }
+        let (file_size, name_size) = (field(at, 6)?, field(at, 11)?);
+        let name = a.get(at + 110..at + 110 + name_size.checked_sub(1)?)?;
+        let data = (at + 110 + name_size).div_ceil(4) * 4;
+        at = (data + file_size).div_ceil(4) * 4;
+        if name == b"TRAILER!!!" {
+            return Some(at.min(a.len()));
+        }
+    }
 }
 
 #[test]
@@ -205,7 +223,10 @@ fn deploy_iso_fits_the_budget_holds_the_modules_and_the_initramfs_it_reports() {
         assert_eq!(*got_params, params, "parameters of {name}");
     }
     let release = qemu::kernel().release;
-    let mut expected: BTreeSet<String> = ["init", "dev/console", "etc/vmdeploy/modules"]
+    // The agent, its console, the module list, and the GRUB image.install_bootloader installs.
+    let grub =
+        vmdeploy_shared::partition::local_boot::GRUB_EFI_INITRAMFS_PATH.trim_start_matches('/');
+    let mut expected: BTreeSet<String> = ["init", "dev/console", "etc/vmdeploy/modules", grub]
         .iter()
         .map(|s| s.to_string())
         .collect();
