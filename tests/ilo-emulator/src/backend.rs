@@ -23,6 +23,9 @@ use std::pin::Pin;
 
 use crate::state::{BootDevice, BootMode, VmDevice};
 
+pub mod scripted;
+pub use scripted::ScriptedMachine;
+
 /// A failure of the machine behind the iLO; reported to the client as an iLO error.
 #[derive(Debug, thiserror::Error)]
 #[error("backend failed while {action}: {reason}")]

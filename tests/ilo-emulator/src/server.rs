@@ -493,68 +493,12 @@ impl Server {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
     use std::time::Duration;
 
-    use tokio::sync::mpsc;
-
-    use crate::backend::{Backend, BackendFuture, MachineEvent, MachineEventKind, MachineEvents};
-    use crate::state::{BootDevice, BootMode, Power, VmDevice};
+    use crate::backend::{Backend, MachineEventKind, ScriptedMachine};
+    use crate::state::Power;
     use crate::{Emulator, EmulatorConfig};
-
-    /// A machine whose events the test sends; each power-on or reset is a new run.
-    struct EventBackend {
-        run: AtomicU64,
-        tx: mpsc::UnboundedSender<MachineEvent>,
-        rx: Mutex<Option<MachineEvents>>,
-        calls: Mutex<Vec<&'static str>>,
-    }
-
-    impl EventBackend {
-        fn call(&self, name: &'static str) -> BackendFuture<'_> {
-            if let Ok(mut c) = self.calls.lock() {
-                c.push(name);
-            }
-            if matches!(name, "power_on" | "reset") {
-                self.run.fetch_add(1, Ordering::SeqCst);
-            }
-            Box::pin(std::future::ready(Ok(())))
-        }
-    }
-
-    impl Backend for EventBackend {
-        fn power_on(&self) -> BackendFuture<'_> {
-            self.call("power_on")
-        }
-        fn power_off(&self) -> BackendFuture<'_> {
-            self.call("power_off")
-        }
-        fn reset(&self) -> BackendFuture<'_> {
-            self.call("reset")
-        }
-        fn set_boot_device(&self, _: Option<BootDevice>) -> BackendFuture<'_> {
-            Box::pin(std::future::ready(Ok(())))
-        }
-        fn attach_media<'a>(&'a self, _: VmDevice, _: &'a str) -> BackendFuture<'a> {
-            Box::pin(std::future::ready(Ok(())))
-        }
-        fn detach_media(&self, _: VmDevice) -> BackendFuture<'_> {
-            Box::pin(std::future::ready(Ok(())))
-        }
-        fn firmware_boot_mode(&self) -> BackendFuture<'_, Option<BootMode>> {
-            Box::pin(std::future::ready(Ok(None)))
-        }
-        fn set_firmware_boot_mode(&self, _: BootMode) -> BackendFuture<'_> {
-            Box::pin(std::future::ready(Ok(())))
-        }
-        fn take_events(&self) -> Option<MachineEvents> {
-            self.rx.lock().ok()?.take()
-        }
-        fn is_current(&self, generation: u64) -> bool {
-            self.run.load(Ordering::SeqCst) == generation
-        }
-    }
 
     async fn wait_for(
         server: &super::Server,
@@ -572,47 +516,29 @@ mod tests {
 
     #[tokio::test]
     async fn machine_events_drive_the_state_and_stale_ones_are_ignored() {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let backend = Arc::new(EventBackend {
-            run: AtomicU64::new(0),
-            tx,
-            rx: Mutex::new(Some(rx)),
-            calls: Mutex::new(Vec::new()),
-        });
+        let backend = Arc::new(ScriptedMachine::default());
         let mut config = EmulatorConfig::loopback();
         let b = backend.clone();
         config.backend = Arc::new(move |_| b.clone() as Arc<dyn Backend>);
         let emulator = Emulator::start(config).await.expect("starting");
         let server = emulator.server(0).expect("server 0").clone();
-        let event = |kind, generation| MachineEvent {
-            kind,
-            generation,
-            reason: "test".into(),
-        };
 
         server.power_on().await.expect("power on");
         // Run 1 reboots by itself: a new boot through the state machine (run 2).
-        backend
-            .tx
-            .send(event(MachineEventKind::GuestReset, 1))
-            .expect("send");
+        backend.send_event(MachineEventKind::GuestReset, 1);
         wait_for(&server, "the guest reboot", |s| s.boots == 2).await;
-        assert_eq!(backend.run.load(Ordering::SeqCst), 2);
+        assert_eq!(backend.run(), 2);
         // A power-off of the replaced run 1 changes nothing.
-        backend
-            .tx
-            .send(event(MachineEventKind::PoweredOff, 1))
-            .expect("send");
+        backend.send_event(MachineEventKind::PoweredOff, 1);
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(server.read(|s| s.power).await, Power::On);
         // The live run powers off: the server is off, as an iLO reports it.
-        backend
-            .tx
-            .send(event(MachineEventKind::PoweredOff, 2))
-            .expect("send");
+        backend.send_event(MachineEventKind::PoweredOff, 2);
         wait_for(&server, "the guest power-off", |s| s.power == Power::Off).await;
-        let calls = backend.calls.lock().map(|c| c.clone()).unwrap_or_default();
-        assert_eq!(calls, ["power_on", "reset", "power_off"]);
+        // Each boot (the power-on, the guest's reboot) sets the firmware and the boot device.
+        let boot = ["firmware Legacy", "boot_device Some(Hdd)"];
+        let expected = [&boot[..], &["power_on"], &boot, &["reset", "power_off"]].concat();
+        assert_eq!(backend.calls(), expected);
         emulator.shutdown().await;
     }
 }

@@ -498,72 +498,14 @@ async fn virtual_media_insert_reads_the_image_by_range() {
         .inserted());
 }
 
-/// Records every backend call, to check what the state machine asks of a machine (the contract
-/// the QEMU backend will implement).
-#[derive(Default)]
-struct RecordingBackend {
-    calls: std::sync::Mutex<Vec<String>>,
-}
-
-impl RecordingBackend {
-    fn log(&self, call: String) -> vmdeploy_ilo_emulator::backend::BackendFuture<'_> {
-        self.calls.lock().expect("not poisoned").push(call);
-        Box::pin(std::future::ready(Ok(())))
-    }
-    fn take(&self) -> Vec<String> {
-        std::mem::take(&mut *self.calls.lock().expect("not poisoned"))
-    }
-}
-
-impl vmdeploy_ilo_emulator::Backend for RecordingBackend {
-    fn power_on(&self) -> vmdeploy_ilo_emulator::backend::BackendFuture<'_> {
-        self.log("power_on".into())
-    }
-    fn power_off(&self) -> vmdeploy_ilo_emulator::backend::BackendFuture<'_> {
-        self.log("power_off".into())
-    }
-    fn reset(&self) -> vmdeploy_ilo_emulator::backend::BackendFuture<'_> {
-        self.log("reset".into())
-    }
-    fn set_boot_device(
-        &self,
-        device: Option<vmdeploy_ilo_emulator::BootDevice>,
-    ) -> vmdeploy_ilo_emulator::backend::BackendFuture<'_> {
-        self.log(format!("boot_device {device:?}"))
-    }
-    fn attach_media<'a>(
-        &'a self,
-        device: VmDevice,
-        url: &'a str,
-    ) -> vmdeploy_ilo_emulator::backend::BackendFuture<'a> {
-        self.log(format!("attach {device:?} {url}"))
-    }
-    fn detach_media(&self, device: VmDevice) -> vmdeploy_ilo_emulator::backend::BackendFuture<'_> {
-        self.log(format!("detach {device:?}"))
-    }
-    fn firmware_boot_mode(
-        &self,
-    ) -> vmdeploy_ilo_emulator::backend::BackendFuture<'_, Option<vmdeploy_ilo_emulator::BootMode>>
-    {
-        Box::pin(std::future::ready(Ok(Some(
-            vmdeploy_ilo_emulator::BootMode::Uefi,
-        ))))
-    }
-    fn set_firmware_boot_mode(
-        &self,
-        mode: vmdeploy_ilo_emulator::BootMode,
-    ) -> vmdeploy_ilo_emulator::backend::BackendFuture<'_> {
-        self.log(format!("firmware {mode:?}"))
-    }
-}
-
 #[tokio::test]
 async fn the_backend_is_told_what_each_transition_does() {
     use std::sync::Arc;
+    use vmdeploy_ilo_emulator::backend::ScriptedMachine;
     use vmdeploy_ilo_emulator::state::{VmBootAction, VmBootOption};
     use vmdeploy_ilo_emulator::{Backend, BootDevice, BootMode};
 
-    let backend = Arc::new(RecordingBackend::default());
+    let backend = Arc::new(ScriptedMachine::with_firmware(Some(BootMode::Uefi)));
     let mut config = EmulatorConfig::loopback();
     let b = backend.clone();
     config.backend = Arc::new(move |_| b.clone() as Arc<dyn Backend>);
@@ -583,7 +525,10 @@ async fn the_backend_is_told_what_each_transition_does() {
         .await
         .expect("insert");
     seen.recv().await.expect("range read");
-    assert!(backend.take().is_empty(), "insert alone connects nothing");
+    assert!(
+        backend.take_calls().is_empty(),
+        "insert alone connects nothing"
+    );
     server
         .set_vm_status(
             VmDevice::Cdrom,
@@ -598,7 +543,7 @@ async fn the_backend_is_told_what_each_transition_does() {
         .expect("pending");
     server.power_on().await.expect("power on");
     assert_eq!(
-        backend.take(),
+        backend.take_calls(),
         vec![
             "firmware Legacy".to_owned(),
             format!("attach Cdrom {url}"),
@@ -624,7 +569,7 @@ async fn the_backend_is_told_what_each_transition_does() {
     assert_eq!(last.media_read_error, None);
     server.power_off().await.expect("off");
     server.power_off().await.expect("off again is a no-op");
-    assert_eq!(backend.take(), vec!["power_off".to_owned()]);
+    assert_eq!(backend.take_calls(), vec!["power_off".to_owned()]);
 
     // A medium whose URL stopped answering: the boot records that it could not read it.
     server
