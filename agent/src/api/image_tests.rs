@@ -1,6 +1,6 @@
 //! `image.install_bootloader` on a file-backed disk the partition writer laid out.
 
-use std::io::{Cursor, Read};
+use std::io::Read;
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
@@ -9,9 +9,8 @@ use super::*;
 use crate::disk::Disk;
 use crate::install::job::job_from_image_info;
 use crate::install::window::ByteWindow;
-use crate::install::write::write_partition_image;
+use crate::install::write::write_from_memory;
 use crate::install::PartitionRecord;
-use crate::stream::progress::Progress;
 
 const MIB: u64 = 1 << 20;
 const ROOT_UUID: &str = "7e57da7a-0000-4000-8000-000000000001";
@@ -49,15 +48,7 @@ fn fixture(remember: bool) -> Fixture {
     )
     .expect("job");
     let disk = Arc::new(Disk::open(&path).expect("open"));
-    let (record, _) = write_partition_image(
-        Cursor::new(root),
-        &disk,
-        &job,
-        None,
-        None,
-        &Progress::default(),
-    )
-    .expect("written");
+    let (record, _) = write_from_memory(root, &disk, &job).expect("written");
     assert_eq!(record.root_uuid, ROOT_UUID);
     let image = Image {
         disk: Arc::new(Ok(path)),

@@ -202,6 +202,18 @@ pub fn partition_device(disk: &Path, number: u32) -> String {
     }
 }
 
+/// [`write_partition_image`] of a root held in memory, with no config drive and no checksum:
+/// the tests' way to lay out a disk.
+#[cfg(test)]
+pub(crate) fn write_from_memory(
+    root: Vec<u8>,
+    disk: &Arc<Disk>,
+    job: &PartitionJob,
+) -> anyhow::Result<(PartitionRecord, WriteOutcome)> {
+    let source = std::io::Cursor::new(root);
+    write_partition_image(source, disk, job, None, None, &Progress::default())
+}
+
 #[cfg(test)]
 #[path = "write_tests.rs"]
 mod tests;

@@ -151,15 +151,7 @@ fn bios_gets_an_mbr_and_no_esp() {
         job_from_image_info(&image_info(json!({"deploy_boot_mode": "bios"})), None).expect("job");
     assert_eq!(job.table, TableKind::Mbr);
     let (_dir, disk) = disk_file(128 * MIB);
-    let (record, _) = write_partition_image(
-        Cursor::new(image.clone()),
-        &disk,
-        &job,
-        None,
-        None,
-        &Progress::default(),
-    )
-    .expect("written");
+    let (record, _) = write_from_memory(image.clone(), &disk, &job).expect("written");
     let mut f = std::fs::File::open(disk.path()).expect("open");
     let mbr = mbrman::MBR::read_from(&mut f, 512).expect("an MBR");
     let used: Vec<_> = mbr.iter().filter(|(_, p)| p.is_used()).collect();
@@ -204,15 +196,8 @@ fn a_checksum_mismatch_leaves_no_table() {
 fn an_image_larger_than_the_root_partition_is_refused() {
     let job = job_from_image_info(&image_info(json!({"root_mb": 2})), None).expect("job");
     let (_dir, disk) = disk_file(512 * MIB);
-    let err = write_partition_image(
-        Cursor::new(root_image(2 * MIB as usize + 1)),
-        &disk,
-        &job,
-        None,
-        None,
-        &Progress::default(),
-    )
-    .expect_err("too large");
+    let err =
+        write_from_memory(root_image(2 * MIB as usize + 1), &disk, &job).expect_err("too large");
     assert!(
         format!("{err:#}").contains("larger than the limit"),
         "{err:#}"
@@ -229,15 +214,7 @@ fn a_root_without_a_file_system_is_an_error() {
     let job =
         job_from_image_info(&image_info(json!({"deploy_boot_mode": "bios"})), None).expect("job");
     let (_dir, disk) = disk_file(128 * MIB);
-    let err = write_partition_image(
-        Cursor::new(vec![7u8; 100_000]),
-        &disk,
-        &job,
-        None,
-        None,
-        &Progress::default(),
-    )
-    .expect_err("no fs");
+    let err = write_from_memory(vec![7u8; 100_000], &disk, &job).expect_err("no fs");
     assert!(
         format!("{err:#}").contains("is the image a partition image"),
         "{err:#}"

@@ -1,0 +1,342 @@
+//! The command API's tests: tokens, one command at a time, IPA's result shapes, waits, TLS.
+
+use super::*;
+
+/// `test.echo` returns its params after `test.gate` opens; `test.fail` fails.
+struct TestExec {
+    gate: Arc<tokio::sync::Notify>,
+}
+
+impl Executor for TestExec {
+    fn start(&self, ext: &str, cmd: &str, params: &Value) -> Result<CommandFuture, StartError> {
+        if ext != "test" {
+            return Err(StartError::UnknownExtension(ext.into()));
+        }
+        let params = params.clone();
+        let gate = Arc::clone(&self.gate);
+        match cmd {
+            "echo" => Ok(Box::pin(async move {
+                gate.notified().await;
+                Ok(serde_json::json!({ "result": params }))
+            })),
+            "fail" => Ok(Box::pin(async move {
+                Err(CommandError::new(
+                    IpaErrorKind::CommandExecution,
+                    "it failed",
+                ))
+            })),
+            "mismatch" => Ok(Box::pin(async move {
+                Err(CommandError::new(
+                    IpaErrorKind::CleanVersionMismatch,
+                    "versions differ",
+                ))
+            })),
+            other => Err(StartError::UnknownCommand(other.into())),
+        }
+    }
+}
+
+async fn call(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> (u16, Value) {
+    let client = crate::http::build_client(&Default::default()).expect("client");
+    let url = format!("http://{addr}{path}");
+    let req = match method {
+        "POST" => client.post(&url).body(body.unwrap_or("").to_owned()),
+        _ => client.get(&url),
+    };
+    let resp = req.send().await.expect("request");
+    let status = resp.status().as_u16();
+    let v = resp.json::<Value>().await.unwrap_or(Value::Null);
+    (status, v)
+}
+
+/// A command API on loopback, plain HTTP, whose `test.echo` commands wait for `gate`.
+struct TestApi {
+    addr: std::net::SocketAddr,
+    gate: Arc<tokio::sync::Notify>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl TestApi {
+    async fn start(token: &str) -> TestApi {
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let api = CommandApi::new(
+            Some(Secret::new(token)),
+            Arc::new(TestExec {
+                gate: Arc::clone(&gate),
+            }),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, api, async move {
+            let _ = stop_rx.await;
+        }));
+        TestApi {
+            addr,
+            gate,
+            stop,
+            server,
+        }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        self.server.await.expect("join").expect("serve");
+    }
+}
+
+/// The top-level keys of a JSON object, sorted.
+fn sorted_keys(v: &Value) -> Vec<&str> {
+    let mut keys: Vec<&str> = v
+        .as_object()
+        .expect("object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    keys
+}
+
+/// IPA's `CommandResult` on the wire, as reference/ironic-protocols.md lists it: five fields,
+/// no `command_params` (they would hold the node).
+const IPA_COMMAND_RESULT_KEYS: [&str; 5] = [
+    "command_error",
+    "command_name",
+    "command_result",
+    "command_status",
+    "id",
+];
+
+#[tokio::test]
+async fn token_busy_and_command_results() {
+    let api = TestApi::start("s3cret-token").await;
+    let (addr, gate) = (api.addr, Arc::clone(&api.gate));
+
+    let (s, v) = call(addr, "GET", "/v1/commands", None).await;
+    assert_eq!(s, 401);
+    assert_eq!(v["faultstring"], "Token invalid.");
+    let (s, _) = call(addr, "GET", "/v1/commands?agent_token=wrong", None).await;
+    assert_eq!(s, 401);
+
+    let q = "?agent_token=s3cret-token";
+    let (s, v) = call(
+        addr,
+        "POST",
+        &format!("/v1/commands/{q}"),
+        Some(r#"{"name":"test.echo","params":{"a":1}}"#),
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert_eq!(v["command_status"], "RUNNING");
+    assert_eq!(v["command_name"], "echo");
+    let id = v["id"].as_str().expect("id").to_owned();
+
+    let (s, v) = call(
+        addr,
+        "POST",
+        &format!("/v1/commands{q}"),
+        Some(r#"{"name":"test.fail","params":{}}"#),
+    )
+    .await;
+    assert_eq!(s, 409, "busy: {v}");
+    // Ironic's agent client matches 409 or "agent is busy" in the faultstring.
+    assert_eq!(v["faultstring"], "Agent is busy: executing command echo");
+    // IPA's CommandResult has five fields: no command_params (they hold the node).
+    let (_, v) = call(addr, "GET", &format!("/v1/commands/{id}{q}"), None).await;
+    assert_eq!(sorted_keys(&v), IPA_COMMAND_RESULT_KEYS);
+
+    gate.notify_one();
+    let mut done = Value::Null;
+    for _ in 0..100 {
+        let (s, v) = call(addr, "GET", &format!("/v1/commands/{id}{q}"), None).await;
+        assert_eq!(s, 200);
+        if v["command_status"] != "RUNNING" {
+            done = v;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(done["command_status"], "SUCCEEDED");
+    assert_eq!(done["command_result"]["result"]["a"], 1);
+
+    let (s, v) = call(
+        addr,
+        "POST",
+        &format!("/v1/commands{q}&wait=true"),
+        Some(r#"{"name":"test.fail","params":{}}"#),
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert_eq!(v["command_status"], "FAILED");
+    assert_eq!(v["command_error"]["message"], "it failed");
+    assert_eq!(v["command_error"]["type"], "CommandExecutionError");
+
+    let (s, _) = call(
+        addr,
+        "POST",
+        &format!("/v1/commands{q}"),
+        Some(r#"{"name":"nope.x","params":{}}"#),
+    )
+    .await;
+    assert_eq!(s, 404);
+    let (s, _) = call(
+        addr,
+        "POST",
+        &format!("/v1/commands{q}"),
+        Some(r#"{"name":"test.nope","params":{}}"#),
+    )
+    .await;
+    assert_eq!(s, 400);
+    let (s, _) = call(
+        addr,
+        "POST",
+        &format!("/v1/commands{q}"),
+        Some(r#"{"name":"nodot","params":{}}"#),
+    )
+    .await;
+    assert_eq!(s, 400);
+    let (s, _) = call(addr, "POST", &format!("/v1/commands{q}"), Some("not json")).await;
+    assert_eq!(s, 400);
+    // IPA's run_command wants `params`, an object.
+    for body in [
+        r#"{"name":"test.echo"}"#,
+        r#"{"name":"test.echo","params":[1]}"#,
+    ] {
+        let (s, v) = call(addr, "POST", &format!("/v1/commands{q}"), Some(body)).await;
+        assert_eq!(s, 400, "{body}: {v}");
+        assert_eq!(v["faultcode"], "Client");
+    }
+
+    let (s, v) = call(addr, "GET", &format!("/v1/commands{q}"), None).await;
+    assert_eq!(s, 200);
+    let list = v["commands"].as_array().expect("list");
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[0]["id"], id.as_str());
+
+    api.stop().await;
+}
+
+#[tokio::test]
+async fn wait_on_get_and_post_and_the_version_mismatch_status() {
+    let api = TestApi::start("tok").await;
+    let (addr, gate) = (api.addr, Arc::clone(&api.gate));
+    // Ironic's agent client: POST {agent_url}/v1/commands/?wait=false&agent_token=...
+    let (s, v) = call(
+        addr,
+        "POST",
+        "/v1/commands/?wait=false&agent_token=tok",
+        Some(r#"{"name":"test.echo","params":{"x":2}}"#),
+    )
+    .await;
+    assert_eq!((s, v["command_status"].as_str()), (200, Some("RUNNING")));
+    let id = v["id"].as_str().expect("id").to_owned();
+    // GET of one command with ?wait=true (IPA joins it; any case of "true") holds the
+    // answer until the command ends; IPA's routes also answer without the /v1 prefix.
+    let waiter = tokio::spawn(async move {
+        call(
+            addr,
+            "GET",
+            &format!("/commands/{id}?wait=True&agent_token=tok"),
+            None,
+        )
+        .await
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(
+        !waiter.is_finished(),
+        "GET ?wait=True answered before the command ended"
+    );
+    gate.notify_one();
+    let (s, v) = tokio::time::timeout(std::time::Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiting GET answers once the command ends")
+        .expect("join");
+    assert_eq!(s, 200);
+    assert_eq!(v["command_status"], "SUCCEEDED");
+    assert_eq!(v["command_result"]["result"]["x"], 2);
+    // A version mismatch ends CLEAN_VERSION_MISMATCH (Ironic restarts on it), not FAILED,
+    // with IPA's VersionMismatch error.
+    let (s, v) = call(
+        addr,
+        "POST",
+        "/v1/commands/?wait=TRUE&agent_token=tok",
+        Some(r#"{"name":"test.mismatch","params":{}}"#),
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert_eq!(v["command_status"], "CLEAN_VERSION_MISMATCH");
+    assert_eq!(v["command_error"]["type"], "VersionMismatch");
+    assert_eq!(v["command_error"]["code"], 409);
+    let (s, v) = call(
+        addr,
+        "GET",
+        "/v1/commands/nope?wait=true&agent_token=tok",
+        None,
+    )
+    .await;
+    assert_eq!(s, 404, "{v}");
+    let (s, v) = call(addr, "GET", "/commands/?agent_token=tok", None).await;
+    assert_eq!(s, 200);
+    assert_eq!(v["commands"].as_array().map(Vec::len), Some(2));
+    api.stop().await;
+}
+
+#[tokio::test]
+async fn https_with_the_boot_certificate_and_only_it() {
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let api = CommandApi::new(Some(Secret::new("tok")), Arc::new(TestExec { gate }));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let cert = crate::api::tls::generate(addr.ip()).expect("certificate");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve_with(
+        listener,
+        api,
+        Some(Arc::clone(&cert.server_config)),
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
+    let client = |pem: &str| {
+        crate::http::build_client(&crate::http::HttpOptions {
+            ca_pem: Some(pem.as_bytes().to_vec()),
+            ..Default::default()
+        })
+        .expect("client")
+    };
+    let url = format!("https://{addr}/v1/commands/?agent_token=tok");
+    let resp = client(&cert.cert_pem)
+        .get(&url)
+        .send()
+        .await
+        .expect("pinned certificate accepted");
+    assert_eq!(resp.status(), 200);
+    let other = crate::api::tls::generate(addr.ip()).expect("another certificate");
+    let err = client(&other.cert_pem)
+        .get(&url)
+        .send()
+        .await
+        .expect_err("another certificate for the same address is refused");
+    assert!(
+        crate::http::is_tls_error(&err),
+        "{}",
+        crate::http::error_chain(&err)
+    );
+    let err = crate::http::build_client(&Default::default())
+        .expect("client")
+        .get(format!("http://{addr}/v1/commands/?agent_token=tok"))
+        .send()
+        .await;
+    assert!(
+        err.as_ref().map_or(true, |r| r.status() != 200),
+        "plain HTTP is not served on the TLS port: {err:?}"
+    );
+    let _ = stop_tx.send(());
+    server.await.expect("join").expect("serve");
+}
