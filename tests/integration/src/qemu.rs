@@ -286,6 +286,33 @@ impl Drop for Qemu {
     }
 }
 
+/// OVMF's code, as Debian's `ovmf` package installs it (4 MiB flash layout).
+pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
+/// The template of OVMF's variable store; every boot gets its own copy.
+pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+
+/// The arguments of a q35 machine with OVMF: the code read-only and a fresh copy of the variable
+/// store in `scratch`. Fails with the fix when OVMF is not installed.
+pub fn ovmf_q35_args(scratch: &Path) -> Vec<String> {
+    for f in [OVMF_CODE, OVMF_VARS] {
+        assert!(
+            Path::new(f).exists(),
+            "{f} is missing: apt-get install ovmf (scripts/setup does)"
+        );
+    }
+    let vars = scratch.join("OVMF_VARS_4M.fd");
+    std::fs::copy(OVMF_VARS, &vars)
+        .unwrap_or_else(|e| panic!("copying {OVMF_VARS} to {}: {e}", vars.display()));
+    vec![
+        "-machine".into(),
+        "q35".into(),
+        "-drive".into(),
+        format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"),
+        "-drive".into(),
+        format!("if=pflash,format=raw,unit=1,file={}", vars.display()),
+    ]
+}
+
 /// Whether process `pid` still runs; a zombie (exited, not yet reaped by its parent) counts as
 /// gone. Tests use it to check that no QEMU an emulator started is left behind.
 pub fn alive(pid: u32) -> bool {

@@ -24,15 +24,13 @@ use vmdeploy_agent::stream::progress::Progress;
 use vmdeploy_conductor::deploy::iscsi::write::partition::job_from_info;
 use vmdeploy_conductor::node::instance_info::InstanceInfo;
 use vmdeploy_integration_tests::lock::ResourceLock;
-use vmdeploy_integration_tests::qemu::Qemu;
+use vmdeploy_integration_tests::qemu::{self, Qemu};
 use vmdeploy_integration_tests::test_image;
 use vmdeploy_shared::params::BootMode;
 use vmdeploy_shared::partition::{local_boot, plan, SectorSize};
 
 const MIB: u64 = 1 << 20;
 const BOOT_LIMIT: Duration = Duration::from_secs(240);
-const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
-const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
 
 #[test]
 fn the_conductor_and_the_agent_build_the_same_job_and_layout() {
@@ -103,16 +101,12 @@ fn local_boot_grub(dir: &Path) -> PathBuf {
 #[test]
 fn an_agent_written_partition_image_boots_locally_under_ovmf() {
     let img = test_image::ensure();
-    for f in [OVMF_CODE, OVMF_VARS] {
-        assert!(
-            Path::new(f).exists(),
-            "{f} is missing: apt-get install ovmf"
-        );
-    }
     let dir = tempfile::Builder::new()
         .prefix("vmdeploy-agent-partition")
         .tempdir_in("/var/tmp")
         .expect("scratch dir");
+    // OVMF is checked (and its variables copied) before the long part.
+    let ovmf = qemu::ovmf_q35_args(dir.path());
     let disk_path = dir.path().join("disk.img");
     std::fs::File::create(&disk_path)
         .and_then(|f| f.set_len(512 * MIB))
@@ -172,20 +166,13 @@ fn an_agent_written_partition_image_boots_locally_under_ovmf() {
     );
 
     let _one = ResourceLock::acquire("test-image-qemu");
-    let vars = dir.path().join("OVMF_VARS_4M.fd");
-    std::fs::copy(OVMF_VARS, &vars).expect("copying the OVMF variables template");
-    let args: Vec<String> = vec![
-        "-machine".into(),
-        "q35".into(),
+    let mut args = ovmf;
+    args.extend([
         "-nic".into(),
         "none".into(),
         "-drive".into(),
-        format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"),
-        "-drive".into(),
-        format!("if=pflash,format=raw,unit=1,file={}", vars.display()),
-        "-drive".into(),
         format!("if=virtio,file={},format=raw", disk_path.display()),
-    ];
+    ]);
     let log = dir.path().join("ovmf-partition.serial.log");
     let mut qemu = Qemu::start(&args, &log);
     let line = qemu.wait_for(BOOT_LIMIT, |l| l.contains("VMDEPLOY-TEST-OS "));

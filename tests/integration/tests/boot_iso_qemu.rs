@@ -20,8 +20,6 @@ use vmdeploy_integration_tests::qemu::{self, Qemu};
 
 /// TCG on two busy cores: generous (DESIGN.md §11 says 120–180 s).
 const BOOT_LIMIT: Duration = Duration::from_secs(180);
-const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
-const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
 
 struct Booted {
     dir: tempfile::TempDir,
@@ -139,31 +137,11 @@ fn seabios_boots_the_iso_in_256_mib() {
     );
 }
 
-/// A fresh copy of the OVMF variables and the pflash arguments for them.
-fn ovmf_args(dir: &Path) -> Vec<String> {
-    for f in [OVMF_CODE, OVMF_VARS] {
-        assert!(
-            Path::new(f).exists(),
-            "{f} is missing: apt-get install ovmf (scripts/setup does)"
-        );
-    }
-    let vars = dir.join("OVMF_VARS_4M.fd");
-    std::fs::copy(OVMF_VARS, &vars).expect("copying the OVMF variables");
-    vec![
-        "-machine".into(),
-        "q35".into(),
-        "-drive".into(),
-        format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"),
-        "-drive".into(),
-        format!("if=pflash,format=raw,unit=1,file={}", vars.display()),
-    ]
-}
-
 #[test]
 fn ovmf_boots_the_iso_through_grub() {
     let marker = "ISOUEFIMARK";
     let b = boot_iso(marker);
-    let mut args = ovmf_args(b.dir.path());
+    let mut args = qemu::ovmf_q35_args(b.dir.path());
     args.extend(
         [
             "-nic",

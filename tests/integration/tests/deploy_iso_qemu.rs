@@ -34,8 +34,6 @@ const MAX_ISO_BYTES: u64 = 12 << 20;
 const BOOT_LIMIT: Duration = Duration::from_secs(180);
 /// The slirp address the guest reaches the stand-in at (a `guestfwd`, nothing else is reachable).
 const API_ADDR: &str = "10.0.2.100:8080";
-const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
-const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
 
 /// Modules the default ISO must carry (image-build's DEFAULT_MODULES), with their parameters.
 const EXPECTED_MODULES: &[&str] = &[
@@ -360,17 +358,7 @@ fn boot_to_pass_deploy_info(iso: &Path, firmware: Firmware, memory_mib: u32) -> 
             "e1000"
         }
         Firmware::Uefi => {
-            let vars = dir.path().join("OVMF_VARS.fd");
-            std::fs::copy(OVMF_VARS, &vars)
-                .unwrap_or_else(|e| panic!("copying {OVMF_VARS}: {e}; fix: apt-get install ovmf"));
-            args.extend([
-                "-machine".into(),
-                "q35".into(),
-                "-drive".into(),
-                format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"),
-                "-drive".into(),
-                format!("if=pflash,format=raw,unit=1,file={}", vars.display()),
-            ]);
+            args.extend(qemu::ovmf_q35_args(dir.path()));
             "virtio-net-pci"
         }
     };

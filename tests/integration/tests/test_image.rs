@@ -17,19 +17,17 @@
 //! `vmdeploy-image-build`.
 
 use std::io::Read as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
 use vmdeploy_integration_tests::lock::ResourceLock;
-use vmdeploy_integration_tests::qemu::Qemu;
+use vmdeploy_integration_tests::qemu::{self, Qemu};
 use vmdeploy_integration_tests::test_image::{self, TestImage};
 
 /// TCG on two busy cores: generous (DESIGN.md §11 says 120–180 s).
 const BOOT_LIMIT: Duration = Duration::from_secs(180);
-const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
-const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
 const FAILED_PREFIX: &str = "VMDEPLOY-TEST-OS failed: ";
 
 fn sha256(path: &Path) -> String {
@@ -317,26 +315,10 @@ fn the_raw_disk_boots_under_seabios() {
 #[test]
 fn the_qcow2_disk_boots_under_ovmf() {
     let img = test_image::ensure();
-    for f in [OVMF_CODE, OVMF_VARS] {
-        assert!(
-            Path::new(f).exists(),
-            "{f} is missing: apt-get install ovmf (scripts/setup does)"
-        );
-    }
     let _one = ResourceLock::acquire("test-image-qemu");
     let dir = tempfile::tempdir().expect("scratch dir");
-    let vars: PathBuf = dir.path().join("OVMF_VARS_4M.fd");
-    std::fs::copy(OVMF_VARS, &vars).expect("copying the OVMF variables template");
-    let mut args: Vec<String> = vec![
-        "-machine".into(),
-        "q35".into(),
-        "-nic".into(),
-        "none".into(),
-        "-drive".into(),
-        format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"),
-        "-drive".into(),
-        format!("if=pflash,format=raw,unit=1,file={}", vars.display()),
-    ];
+    let mut args = qemu::ovmf_q35_args(dir.path());
+    args.extend(["-nic", "none"].map(String::from));
     args.extend(disk_arg(&img.disk_qcow2, "qcow2"));
     let (mut qemu, line) = boot("ovmf-qcow2", &args, dir.path());
     expect_marker(&img, &qemu, &line, &img.disk_root_uuid);

@@ -226,46 +226,27 @@ impl Lab {
         let iso = crate::deploy_iso::deploy_iso_build();
         let kernel = self.publish("deploy.kernel", &iso.kernel);
         let ramdisk = self.publish("deploy.initramfs", &iso.initramfs);
-        let append = format!(
-            "console=ttyS0,115200 ipa-advertise-host=127.0.0.1 ipa-advertise-port={}",
-            self.forwards[&9999]
-        );
-        let capabilities = format!("capabilities=boot_mode:{}", firmware.capability());
-        let uuid = self.bm(&[
-            "node",
-            "create",
-            "--driver",
-            "redfish",
-            "--name",
+        let driver_info = [
+            format!("redfish_address=https://{}", self.ilo),
+            "redfish_system_id=/redfish/v1/Systems/1".to_owned(),
+            format!("redfish_username={ILO_USER}"),
+            format!("redfish_password={ILO_PASSWORD}"),
+            format!("redfish_verify_ca={}", self.ilo_cert.display()),
+            format!("deploy_kernel={}", kernel.url),
+            format!("deploy_ramdisk={}", ramdisk.url),
+        ];
+        let interfaces = [
+            ("--boot-interface", "redfish-virtual-media"),
+            ("--deploy-interface", "direct"),
+        ];
+        let uuid = self.node_create(
             name,
-            "--boot-interface",
-            "redfish-virtual-media",
-            "--deploy-interface",
-            "direct",
-            "--driver-info",
-            &format!("redfish_address=https://{}", self.ilo),
-            "--driver-info",
-            "redfish_system_id=/redfish/v1/Systems/1",
-            "--driver-info",
-            &format!("redfish_username={ILO_USER}"),
-            "--driver-info",
-            &format!("redfish_password={ILO_PASSWORD}"),
-            "--driver-info",
-            &format!("redfish_verify_ca={}", self.ilo_cert.display()),
-            "--driver-info",
-            &format!("deploy_kernel={}", kernel.url),
-            "--driver-info",
-            &format!("deploy_ramdisk={}", ramdisk.url),
-            "--driver-info",
-            &format!("kernel_append_params={append}"),
-            "--property",
-            &capabilities,
-            "-f",
-            "value",
-            "-c",
-            "uuid",
-        ]);
-        let uuid = uuid.trim().to_owned();
+            "redfish",
+            &interfaces,
+            &driver_info,
+            "console=ttyS0,115200 ",
+            firmware,
+        );
         self.bm(&["node", "set", &uuid, "--no-automated-clean"]);
         self.add_port_and_provide(&uuid);
         uuid

@@ -622,40 +622,49 @@ impl Lab {
     /// moves to `available`); returns its UUID.
     pub fn create_node(&self, name: &str, driver: &str, firmware: Firmware) -> String {
         let port = self.ilo.rsplit_once(':').map(|(_, p)| p).unwrap_or("443");
+        let driver_info = [
+            "ilo_address=127.0.0.1".to_owned(),
+            format!("client_port={port}"),
+            format!("ilo_username={ILO_USER}"),
+            format!("ilo_password={ILO_PASSWORD}"),
+            format!("ilo_verify_ca={}", self.ilo_cert.display()),
+            format!("ilo_deploy_iso={}", self.media.url("/deploy.iso")),
+        ];
+        self.node_create(name, driver, &[], &driver_info, "", firmware)
+    }
+
+    /// `baremetal node create`: a node `name` of `driver` with the `interfaces` (`--boot-interface`
+    /// and the like, with their values), `driver_info` (`key=value`), the boot mode capability of
+    /// `firmware`, and kernel parameters that start with `append` and end with the agent's address
+    /// as the conductor reaches it through QEMU's NAT. Returns its UUID.
+    pub(crate) fn node_create(
+        &self,
+        name: &str,
+        driver: &str,
+        interfaces: &[(&str, &str)],
+        driver_info: &[String],
+        append: &str,
+        firmware: Firmware,
+    ) -> String {
         let append = format!(
-            "ipa-advertise-host=127.0.0.1 ipa-advertise-port={}",
+            "{append}ipa-advertise-host=127.0.0.1 ipa-advertise-port={}",
             self.forwards[&9999]
         );
+        let mut args: Vec<String> = ["node", "create", "--driver", driver, "--name", name]
+            .map(str::to_owned)
+            .to_vec();
+        for (flag, value) in interfaces {
+            args.extend([(*flag).to_owned(), (*value).to_owned()]);
+        }
+        let append_info = format!("kernel_append_params={append}");
+        for info in driver_info.iter().chain([&append_info]) {
+            args.extend(["--driver-info".to_owned(), info.clone()]);
+        }
         let capabilities = format!("capabilities=boot_mode:{}", firmware.capability());
-        let uuid = self.bm(&[
-            "node",
-            "create",
-            "--driver",
-            driver,
-            "--name",
-            name,
-            "--driver-info",
-            "ilo_address=127.0.0.1",
-            "--driver-info",
-            &format!("client_port={port}"),
-            "--driver-info",
-            &format!("ilo_username={ILO_USER}"),
-            "--driver-info",
-            &format!("ilo_password={ILO_PASSWORD}"),
-            "--driver-info",
-            &format!("ilo_verify_ca={}", self.ilo_cert.display()),
-            "--driver-info",
-            &format!("ilo_deploy_iso={}", self.media.url("/deploy.iso")),
-            "--driver-info",
-            &format!("kernel_append_params={append}"),
-            "--property",
-            &capabilities,
-            "-f",
-            "value",
-            "-c",
-            "uuid",
-        ]);
-        uuid.trim().to_owned()
+        args.extend(["--property".to_owned(), capabilities]);
+        args.extend(["-f", "value", "-c", "uuid"].map(str::to_owned));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.bm(&args).trim().to_owned()
     }
 
     /// `node deploy` of a partition image with the iSCSI drivers, to `active` without an error
