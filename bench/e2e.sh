@@ -33,28 +33,12 @@ PROFILE="${PROFILE:-dev}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 case "$RUNS" in '' | *[!0-9]* | 0) echo "RUNS=$RUNS: a positive number" >&2; exit 64 ;; esac
 
-for tool in qemu-system-x86_64:qemu-system-x86 socat:socat curl:curl; do
-  command -v "${tool%%:*}" >/dev/null || { echo "${tool%%:*} missing: apt-get install ${tool#*:}" >&2; exit 1; }
-done
+# shellcheck source=bench/lab.sh
+. "$ROOT/bench/lab.sh"
+need_tools qemu-system-x86_64:qemu-system-x86 socat:socat curl:curl
 
-if [ "${BUILD:-1}" = 1 ]; then
-  (cd "$ROOT" && cargo build --profile "$PROFILE" -p vmdeploy-conductor -p vmdeploy-ilo-emulator \
-    -p vmdeploy-image-build --bins)
-  (cd "$ROOT" && cargo build --profile "$PROFILE" -p vmdeploy-integration-tests --example e2e_bench)
-fi
-bindir="$TARGET_DIR/$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")"
-for b in vmdeploy-conductor ilo-emulator vmdeploy-image-build examples/e2e_bench; do
-  [ -x "$bindir/$b" ] || { echo "$bindir/$b missing (run without BUILD=0)" >&2; exit 1; }
-done
+LAB_BINS=(vmdeploy-conductor ilo-emulator vmdeploy-image-build)
+lab_build e2e_bench vmdeploy-conductor vmdeploy-ilo-emulator vmdeploy-image-build
 
 echo "e2e bench: $RUNS runs, $PROFILE build of the lab's binaries; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-out="$(mktemp /var/tmp/vmdeploy-e2e-bench.XXXXXX)"
-trap 'rm -f "$out"' EXIT
-# The BENCH lines as they come (a run takes minutes); the whole output is kept for a failure.
-if ! (cd "$ROOT" && VMDEPLOY_BIN_DIR="$bindir" VMDEPLOY_BENCH_RUNS="$RUNS" \
-  RUST_LOG="${RUST_LOG:-warn}" "$bindir/examples/e2e_bench") 2>&1 | tee "$out" \
-  | grep --line-buffered '^BENCH' | sed -u 's/^BENCH \{0,1\}//'; then
-  echo "the measurement failed; its output:" >&2
-  tail -n 60 "$out" >&2
-  exit 1
-fi
+run_lab_example e2e_bench VMDEPLOY_BENCH_RUNS="$RUNS"

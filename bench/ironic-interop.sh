@@ -24,27 +24,13 @@ PROFILE="${PROFILE:-dev}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 VENV="${VMDEPLOY_VENV:-$ROOT/.venv}"
 
-for tool in qemu-system-x86_64:qemu-system-x86 xorrisofs:xorriso curl:curl; do
-  command -v "${tool%%:*}" >/dev/null || { echo "${tool%%:*} missing: apt-get install ${tool#*:}" >&2; exit 1; }
-done
+# shellcheck source=bench/lab.sh
+. "$ROOT/bench/lab.sh"
+need_tools qemu-system-x86_64:qemu-system-x86 xorrisofs:xorriso curl:curl
 [ -x "$VENV/bin/ironic" ] || { echo "$VENV/bin/ironic missing: run scripts/setup" >&2; exit 1; }
 
-if [ "${BUILD:-1}" = 1 ]; then
-  (cd "$ROOT" && cargo build --profile "$PROFILE" -p vmdeploy-ilo-emulator -p vmdeploy-image-build --bins)
-  (cd "$ROOT" && cargo build --profile "$PROFILE" -p vmdeploy-integration-tests --example ironic_bench)
-fi
-bindir="$TARGET_DIR/$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")"
-for b in ilo-emulator vmdeploy-image-build examples/ironic_bench; do
-  [ -x "$bindir/$b" ] || { echo "$bindir/$b missing (run without BUILD=0)" >&2; exit 1; }
-done
+LAB_BINS=(ilo-emulator vmdeploy-image-build)
+lab_build ironic_bench vmdeploy-ilo-emulator vmdeploy-image-build
 
 echo "Ironic interop bench: $("$VENV/bin/python" -c 'import importlib.metadata as m; print("ironic", m.version("ironic"))'); load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-out="$(mktemp /var/tmp/vmdeploy-ironic-bench.XXXXXX)"
-trap 'rm -f "$out"' EXIT
-if ! (cd "$ROOT" && VMDEPLOY_BIN_DIR="$bindir" VMDEPLOY_VENV="$VENV" \
-  RUST_LOG="${RUST_LOG:-warn}" "$bindir/examples/ironic_bench") 2>&1 | tee "$out" \
-  | grep --line-buffered '^BENCH' | sed -u 's/^BENCH \{0,1\}//'; then
-  echo "the measurement failed; its output:" >&2
-  tail -n 60 "$out" >&2
-  exit 1
-fi
+run_lab_example ironic_bench VMDEPLOY_VENV="$VENV"
