@@ -110,31 +110,44 @@ pub fn decode(data: &[u8], raw_allowed: bool) -> Result<Vec<u8>, ConfigDriveErro
     Ok(image)
 }
 
-#[cfg(test)]
-mod tests {
+/// Config drives made up for tests, here and in the conductor (feature `test-support`).
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support {
     use std::io::Write as _;
 
-    use proptest::prelude::*;
+    use base64::Engine as _;
 
-    use super::*;
+    use super::{ISO9660_MAGIC, ISO9660_MAGIC_OFFSET};
 
-    /// A stand-in ISO 9660 image: the volume descriptor magic where readers look for it.
-    fn iso(len: usize) -> Vec<u8> {
-        let mut image = vec![0u8; len.max(ISO9660_MAGIC_OFFSET + 5)];
+    /// A stand-in ISO 9660 image of `len` bytes (at least the magic's end): the volume
+    /// descriptor magic where readers look for it.
+    pub fn iso(len: usize) -> Vec<u8> {
+        let mut image = vec![0u8; len.max(ISO9660_MAGIC_OFFSET + ISO9660_MAGIC.len())];
         image[ISO9660_MAGIC_OFFSET - 1] = 1;
-        image[ISO9660_MAGIC_OFFSET..ISO9660_MAGIC_OFFSET + 5].copy_from_slice(ISO9660_MAGIC);
+        image[ISO9660_MAGIC_OFFSET..ISO9660_MAGIC_OFFSET + ISO9660_MAGIC.len()]
+            .copy_from_slice(ISO9660_MAGIC);
         image
     }
 
-    fn gzip(data: &[u8]) -> Vec<u8> {
+    /// `data` gzipped, in memory.
+    pub fn gzip(data: &[u8]) -> Vec<u8> {
         let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         enc.write_all(data).expect("gzip in memory");
         enc.finish().expect("gzip in memory")
     }
 
-    fn b64(data: &[u8]) -> String {
+    /// `data` in standard base64.
+    pub fn b64(data: &[u8]) -> String {
         base64::engine::general_purpose::STANDARD.encode(data)
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::test_support::{b64, gzip, iso};
+    use super::*;
 
     #[test]
     fn ironic_form_plain_base64_and_line_breaks() {

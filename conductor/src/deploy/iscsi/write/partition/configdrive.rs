@@ -63,32 +63,9 @@ async fn fetch(url: &str) -> Result<Vec<u8>, ConfigDriveError> {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write as _;
-
-    use base64::Engine as _;
+    use vmdeploy_shared::partition::configdrive::test_support::{b64, gzip, iso};
 
     use super::*;
-
-    /// Where ISO 9660 readers look for `CD001` (sector 16 of 2048 bytes, after the type byte).
-    const ISO_MAGIC_AT: usize = 16 * 2048 + 1;
-
-    /// A stand-in ISO 9660 image: the volume descriptor magic where readers look for it.
-    fn iso(len: usize) -> Vec<u8> {
-        let mut image = vec![0u8; len.max(ISO_MAGIC_AT + 5)];
-        image[ISO_MAGIC_AT - 1] = 1;
-        image[ISO_MAGIC_AT..ISO_MAGIC_AT + 5].copy_from_slice(b"CD001");
-        image
-    }
-
-    fn gzip(data: &[u8]) -> Vec<u8> {
-        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        enc.write_all(data).expect("gzip in memory");
-        enc.finish().expect("gzip in memory")
-    }
-
-    fn b64(data: &[u8]) -> String {
-        base64::engine::general_purpose::STANDARD.encode(data)
-    }
 
     /// A one-request HTTP server on loopback answering `status` with `body`; its URL.
     async fn serve_once(status: &'static str, body: Vec<u8>) -> String {
