@@ -153,10 +153,16 @@ impl Standby {
             .ok_or_else(|| StartError::InvalidParams("image_info.urls must list a URL".into()))?
             .to_owned();
         let partition_job = if install::job::is_partition_image(info) {
-            Some(
-                install::job::job_from_image_info(info, params.get("configdrive"))
-                    .map_err(StartError::InvalidParams)?,
-            )
+            let job = install::job::job_from_image_info(info, params.get("configdrive"))
+                .map_err(StartError::InvalidParams)?;
+            // Refused before the disk is touched: the write could not be made bootable.
+            let bios = job.boot_mode == vmdeploy_shared::params::BootMode::Bios;
+            if bios && install::job::local_boot(info).map_err(StartError::InvalidParams)? {
+                return Err(StartError::InvalidParams(
+                    install::job::BIOS_LOCAL_BOOT_UNSUPPORTED.into(),
+                ));
+            }
+            Some(job)
         } else {
             None
         };
@@ -302,21 +308,40 @@ mod tests {
         }
     }
 
+    /// Partition deploys this agent cannot finish are refused when the command starts, before
+    /// the disk is touched (the disk here does not even exist).
     #[test]
-    fn a_partition_image_with_an_ephemeral_partition_is_refused_naming_the_field() {
-        let params = json!({"image_info": {
-            "id": "root.img", "urls": ["http://images.example/root.img"],
-            "os_hash_algo": "sha256", "os_hash_value": "a".repeat(64),
-            "image_type": "partition", "root_mb": 1024, "swap_mb": 0, "ephemeral_mb": 2048,
-            "ephemeral_format": "ext4", "preserve_ephemeral": false,
-            "deploy_boot_mode": "uefi", "boot_option": "local",
-        }});
-        match standby(InstalledState::default()).start("prepare_image", &params) {
-            Err(StartError::InvalidParams(msg)) => {
-                assert!(msg.contains("image_info.ephemeral_mb"), "{msg}")
+    fn unfinishable_partition_deploys_are_refused_before_writing() {
+        let cases = [
+            (json!({"ephemeral_mb": 2048}), "image_info.ephemeral_mb"),
+            (
+                json!({"deploy_boot_mode": "bios"}),
+                install::job::BIOS_LOCAL_BOOT_UNSUPPORTED,
+            ),
+            (
+                json!({"deploy_boot_mode": "bios", "boot_option": "LOCAL"}),
+                "BIOS mode",
+            ),
+        ];
+        for (extra, expected) in cases {
+            let mut info = json!({
+                "id": "root.img", "urls": ["http://images.example/root.img"],
+                "os_hash_algo": "sha256", "os_hash_value": "a".repeat(64),
+                "image_type": "partition", "root_mb": 1024, "swap_mb": 0, "ephemeral_mb": 0,
+                "ephemeral_format": "ext4", "preserve_ephemeral": false,
+                "deploy_boot_mode": "uefi", "boot_option": "local",
+            });
+            if let (Some(m), Value::Object(e)) = (info.as_object_mut(), extra.clone()) {
+                m.extend(e);
             }
-            Err(e) => panic!("unexpected error {e}"),
-            Ok(_) => panic!("an ephemeral partition was accepted"),
+            let params = json!({ "image_info": info });
+            match standby(InstalledState::default()).start("prepare_image", &params) {
+                Err(StartError::InvalidParams(msg)) => {
+                    assert!(msg.contains(expected), "{extra}: {msg}")
+                }
+                Err(e) => panic!("{extra}: unexpected error {e}"),
+                Ok(_) => panic!("{extra}: accepted"),
+            }
         }
     }
 

@@ -42,6 +42,19 @@ fn text<'a>(info: &'a Value, field: &str) -> Result<Option<&'a str>, String> {
     }
 }
 
+/// Whether the instance boots from its disk: Ironic 39 sends `boot_option: local` (netboot of
+/// partition images is gone); anything else boots from the network or a ramdisk, which needs no
+/// boot partition.
+pub fn local_boot(info: &Value) -> Result<bool, String> {
+    Ok(text(info, "boot_option")?.is_none_or(|o| o.eq_ignore_ascii_case("local")))
+}
+
+/// Why a partition image with local boot in BIOS mode is refused before anything is written.
+pub const BIOS_LOCAL_BOOT_UNSUPPORTED: &str = "image_info: a partition image with local boot in \
+     BIOS mode (deploy_boot_mode bios): this agent installs boot loaders for UEFI only, so the \
+     disk would not boot; nothing was written. Set the node's boot_mode to uefi, or deploy a \
+     whole-disk image";
+
 /// The job of `info`; `configdrive` is the command's own `configdrive` parameter, which wins
 /// over `image_info.configdrive` (Ironic sends both, the same). Errors name the field.
 ///
@@ -96,9 +109,7 @@ pub fn job_from_image_info(
             format!("image_info.deploy_boot_mode is {mode:?}: expected bios or uefi")
         })?,
     };
-    // Ironic 39 sends `local` (netboot of partition images is gone); anything else boots from
-    // the network or a ramdisk, which needs no boot partition.
-    let local_boot = text(info, "boot_option")?.is_none_or(|o| o.eq_ignore_ascii_case("local"));
+    let local_boot = local_boot(info)?;
     let disk_label = match text(info, "disk_label")? {
         None => None,
         Some(l) => Some(

@@ -13,7 +13,9 @@
 //! - No ephemeral partition (`ephemeral_mb > 0` is refused: making its file system needs an
 //!   `mkfs` the deploy ramdisk does not carry), hence no `preserve_ephemeral`.
 //! - The root image must be raw (compressed or not); qcow2 partition images are refused.
-//! - BIOS local boot of a partition image is not built (`image.install_bootloader` says so).
+//! - BIOS local boot of a partition image is not built: `standby.prepare_image` refuses such a
+//!   job before writing ([`job::BIOS_LOCAL_BOOT_UNSUPPORTED`]), and `image.install_bootloader`
+//!   with `target_boot_mode=bios` says so too.
 
 pub mod esp;
 pub mod job;
