@@ -74,7 +74,12 @@ async fn a_guest_power_off_reads_off_on_the_next_read() {
     // The emulator cleaned up the stopped machine once, as an iLO-side power-off would.
     assert_eq!(
         machine.calls(),
-        ["firmware Legacy", "boot_device Some(Hdd)", "power_on", "power_off"]
+        [
+            "firmware Legacy",
+            "boot_device Some(Hdd)",
+            "power_on",
+            "power_off"
+        ]
     );
 
     // Powered on again, it is a new run that runs until the guest powers off again.

@@ -66,7 +66,7 @@ fn main() {
     );
     let node = lab.enroll_redfish("bench-ironic", Firmware::Bios);
     let disk = lab.publish("test-os.raw", &image.disk_raw);
-    lab.set_ironic_whole_disk_image(&node, &disk);
+    lab.set_ironic_whole_disk_image(&node, &disk, "local");
     let pid = lab.conductor_pid().expect("Ironic's pid");
     let idle_rss = group_rss_kib(pid).expect("Ironic's VmRSS");
 

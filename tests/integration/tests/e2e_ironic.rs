@@ -6,8 +6,10 @@
 //! no floppy; our agent looks the node up, heartbeats over TLS, runs the deploy steps Ironic
 //! asks for, and the test OS boots from the node's disk.
 //!
-//! - Whole-disk image (BIOS): `active`, the test OS's marker with the image's root UUID on the
-//!   console; then undeploy with automated cleaning (`erase_devices_metadata`) → `available`,
+//! - Whole-disk image (BIOS): first an image that changes under its URL after Ironic checked
+//!   it, which our agent's own checksum catches (`deploy failed` with the agent's reason in the node's history,
+//!   nothing bootable left); then the image as it should be: `active`, the test OS's marker
+//!   with the image's root UUID on the console; then undeploy with automated cleaning (`erase_devices_metadata`) → `available`,
 //!   nothing left on the disk for `blkid` to find.
 //! - Partition image with local boot (UEFI): the agent lays the partitions out, writes the root
 //!   file system and, on Ironic's `image.install_bootloader`, a boot loader on the EFI system
@@ -66,7 +68,44 @@ fn ironic_39_deploys_a_whole_disk_image_with_our_agent_and_cleans_it_away() {
     let node = lab.enroll_redfish("ironic-wd", Firmware::Bios);
     let disk = lab.publish("test-os.raw", &image.disk_raw);
     assert_eq!(disk.sha256, image.disk_sha256, "the published image");
-    lab.set_ironic_whole_disk_image(&node, &disk);
+
+    // First a bad image. It changes under its URL after Ironic read and checked it (Ironic 39
+    // checks a checksum itself; with `image_download_source=http` the agent fetches the image
+    // again): the agent's own check fails the deploy, Ironic records the agent's reason, and
+    // the disk is left with nothing to boot.
+    lab.set_ironic_whole_disk_image(&node, &disk, "http");
+    lab.bm(&["node", "deploy", &node]);
+    lab.wait_state(&node, "wait call-back", DEPLOY_LIMIT);
+    let mut changed = std::fs::read(&image.disk_raw).expect("reading the test image");
+    let middle = changed.len() / 2;
+    changed[middle..middle + 4096]
+        .iter_mut()
+        .for_each(|b| *b ^= 0x5a);
+    let changed_path = lab.dir().join("changed.raw");
+    std::fs::write(&changed_path, &changed).expect("writing the changed image");
+    assert_ne!(
+        lab.publish("test-os.raw", &changed_path).sha256,
+        disk.sha256
+    );
+    lab.wait_state(&node, "deploy failed", DEPLOY_LIMIT);
+    let errors = lab.history_errors(&node);
+    let says = [
+        "image checksum mismatch",
+        disk.sha256.as_str(),
+        "first MiB of the disk was zeroed",
+    ];
+    assert!(
+        errors.iter().any(|e| says.iter().all(|s| e.contains(s))),
+        "no error event of the node says {says:?}: {errors:#?}"
+    );
+    checks::assert_nothing_bootable(&lab, "a failed image write");
+
+    // The good image again, fetched and served by Ironic: a deploy from `deploy failed`.
+    assert_eq!(
+        lab.publish("test-os.raw", &image.disk_raw).sha256,
+        disk.sha256
+    );
+    lab.set_ironic_whole_disk_image(&node, &disk, "local");
     lab.bm(&["node", "deploy", &node]);
     let shown = lab.wait_state(&node, "active", DEPLOY_LIMIT);
     assert_deployed(&lab, &shown);

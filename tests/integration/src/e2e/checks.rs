@@ -12,15 +12,11 @@ fn zero(bytes: &[u8]) -> bool {
     bytes.iter().all(|&b| b == 0)
 }
 
-/// After automated cleaning, with the node off: `erase_devices_metadata` left no partition
-/// table and no file-system signature on the node's disk (`blkid -p` finds nothing, the first
-/// MiB is zero, the root file system's ext4 magic is gone from where the image put it).
-pub fn assert_metadata_erased(lab: &Lab, image: &TestImage) {
+/// The node's disk has nothing a firmware or `blkid -p` would find at its start: no partition
+/// table, no file-system signature, the first MiB zero. `what` says after what, for the
+/// failure message. Returns the disk's bytes.
+pub fn assert_nothing_bootable(lab: &Lab, what: &str) -> Vec<u8> {
     let state = lab.emulator_state();
-    assert_eq!(
-        state["power"], "OFF",
-        "cleaning ends with the node off: {state}"
-    );
     let disk = std::path::PathBuf::from(
         state["machine"]["disk"]
             .as_str()
@@ -34,14 +30,27 @@ pub fn assert_metadata_erased(lab: &Lab, image: &TestImage) {
     assert_eq!(
         probe.status.code(),
         Some(2),
-        "blkid -p still finds something on the cleaned disk: {}",
+        "blkid -p still finds something on the disk after {what}: {}",
         String::from_utf8_lossy(&probe.stdout)
     );
     let bytes = read(&disk);
     assert!(
         zero(&bytes[..1 << 20]),
-        "the cleaned disk's first MiB is not zero"
+        "the disk's first MiB is not zero after {what}"
     );
+    bytes
+}
+
+/// After automated cleaning, with the node off: `erase_devices_metadata` left no partition
+/// table and no file-system signature on the node's disk ([`assert_nothing_bootable`]), and the
+/// root file system's ext4 magic is gone from where the image put it.
+pub fn assert_metadata_erased(lab: &Lab, image: &TestImage) {
+    let state = lab.emulator_state();
+    assert_eq!(
+        state["power"], "OFF",
+        "cleaning ends with the node off: {state}"
+    );
+    let bytes = assert_nothing_bootable(lab, "cleaning");
     // The test image's root partition (ext4) and where its superblock magic was.
     let image_bytes = read(&image.disk_raw);
     let magic_at = (0..4)

@@ -79,6 +79,8 @@ impl IronicHttp {
 pub struct Published {
     /// `http://127.0.0.1:PORT/lab/NAME`.
     pub url: String,
+    /// The same file as the node reaches it (`http_url`), and Ironic too, through its proxy.
+    pub node_url: String,
     /// Its SHA-256, hex.
     pub sha256: String,
 }
@@ -104,6 +106,7 @@ impl Lab {
         let bytes = std::fs::read(&to).expect("reading back a published file");
         Published {
             url: format!("http://127.0.0.1:{}/{PUBLISHED}/{name}", http.port),
+            node_url: format!("http://{GUEST_MEDIA}/{PUBLISHED}/{name}"),
             sha256: hex::encode(sha2::Sha256::digest(&bytes)),
         }
     }
@@ -252,15 +255,23 @@ impl Lab {
         uuid
     }
 
-    /// Sets the node's instance to the raw whole-disk image `image` Ironic fetches, checked by
-    /// its SHA-256.
-    pub fn set_ironic_whole_disk_image(&self, node: &str, image: &Published) {
+    /// Sets the node's instance to the raw whole-disk image `image`, checked by its SHA-256,
+    /// with `download` as its `image_download_source`: `local`, Ironic fetches it and serves
+    /// its copy to the agent; `http`, the agent fetches it from the source itself (Ironic still
+    /// reads it first, to check it).
+    pub fn set_ironic_whole_disk_image(&self, node: &str, image: &Published, download: &str) {
+        let source = match download {
+            "http" => &image.node_url,
+            _ => &image.url,
+        };
         self.bm(&[
             "node",
             "set",
             node,
             "--instance-info",
-            &format!("image_source={}", image.url),
+            &format!("image_download_source={download}"),
+            "--instance-info",
+            &format!("image_source={source}"),
             "--instance-info",
             "image_disk_format=raw",
             "--instance-info",

@@ -715,6 +715,22 @@ impl Lab {
         }
     }
 
+    /// The node's error events (`baremetal node history list`), oldest first. Ironic records a
+    /// failure there; its `last_error` can be gone by the time the node reads `deploy failed`
+    /// (the clean-up's power-off clears it while the node still waits for its agent).
+    pub fn history_errors(&self, node: &str) -> Vec<String> {
+        let text = self.bm(&["node", "history", "list", node, "--long", "-f", "json"]);
+        let events: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("node history is not JSON ({e}): {text}"));
+        events
+            .as_array()
+            .unwrap_or_else(|| panic!("node history is not a list: {text}"))
+            .iter()
+            .filter(|e| e["severity"] == "ERROR")
+            .filter_map(|e| e["event"].as_str().map(str::to_owned))
+            .collect()
+    }
+
     /// `GET /_emulator/state` of the server.
     pub fn emulator_state(&self) -> Value {
         let text = self.curl("/_emulator/state");
