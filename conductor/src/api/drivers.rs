@@ -16,84 +16,8 @@ use super::error::ApiError;
 use super::version::Ctx;
 use super::State;
 
-/// One driver and the interfaces a node of it gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Driver {
-    /// Its name.
-    pub name: &'static str,
-    /// `classic` (a Kilo driver) or `dynamic` (a hardware type), as Ironic ≥ 1.30 lists them.
-    pub kind: &'static str,
-    /// Boot interface.
-    pub boot: &'static str,
-    /// Deploy interface.
-    pub deploy: &'static str,
-    /// Management interface.
-    pub management: &'static str,
-    /// Power interface.
-    pub power: &'static str,
-    /// Vendor interface (`pass_deploy_info` and friends).
-    pub vendor: &'static str,
-}
-
-/// The drivers this conductor serves.
-pub(super) const DRIVERS: &[Driver] = &[
-    Driver {
-        name: "agent_ilo",
-        kind: "classic",
-        boot: "ilo-virtual-media",
-        deploy: "direct",
-        management: "ilo",
-        power: "ilo",
-        vendor: "ilo",
-    },
-    Driver {
-        name: "iscsi_ilo",
-        kind: "classic",
-        boot: "ilo-virtual-media",
-        deploy: "iscsi",
-        management: "ilo",
-        power: "ilo",
-        vendor: "ilo",
-    },
-    Driver {
-        name: "pxe_ilo",
-        kind: "classic",
-        boot: "pxe",
-        deploy: "iscsi",
-        management: "ilo",
-        power: "ilo",
-        vendor: "ilo",
-    },
-    Driver {
-        name: "ilo",
-        kind: "dynamic",
-        boot: "ilo-virtual-media",
-        deploy: "direct",
-        management: "ilo",
-        power: "ilo",
-        vendor: "ilo",
-    },
-    Driver {
-        name: "redfish",
-        kind: "dynamic",
-        boot: "redfish-virtual-media",
-        deploy: "direct",
-        management: "redfish",
-        power: "redfish",
-        vendor: "redfish",
-    },
-];
-
-/// The driver called `name`.
-pub(super) fn find(name: &str) -> Option<&'static Driver> {
-    DRIVERS.iter().find(|d| d.name == name)
-}
-
-/// The interfaces of a node of `driver` (a stored node whose driver left the table keeps
-/// rendering, with `agent_ilo`'s).
-pub(super) fn interfaces(driver: &str) -> &'static Driver {
-    find(driver).unwrap_or(&DRIVERS[0])
-}
+use crate::node::hardware_type::HARDWARE_TYPES as DRIVERS;
+pub(super) use crate::node::hardware_type::{find, HardwareType as Driver};
 
 /// 400 unless `name` is a driver served here (Ironic's `NoValidHost` wording).
 pub(super) fn check(name: &str) -> Result<(), ApiError> {
@@ -129,28 +53,25 @@ fn driver_json(driver: &Driver, ctx: &Ctx, host: &str, detail: bool) -> Value {
     if ctx.at_least(30) {
         out.insert("type".into(), json!(driver.kind));
         if detail {
-            let interfaces: [(&str, &str); 13] = [
-                ("bios", "no-bios"),
+            // Each interface type with the values a node of this driver may take, the default
+            // first (the firmware interface came after 1.73: not shown).
+            let interfaces: [(&str, &[&str]); 12] = [
+                ("bios", &["no-bios"]),
                 ("boot", driver.boot),
-                ("console", "no-console"),
+                ("console", &["no-console"]),
                 ("deploy", driver.deploy),
-                ("inspect", "no-inspect"),
-                ("management", driver.management),
-                ("network", "noop"),
-                ("power", driver.power),
-                ("raid", "no-raid"),
-                ("rescue", "no-rescue"),
-                ("storage", "noop"),
-                ("vendor", driver.vendor),
-                ("firmware", "no-firmware"),
+                ("inspect", &["no-inspect"]),
+                ("management", &[driver.management]),
+                ("network", &["noop"]),
+                ("power", &[driver.power]),
+                ("raid", &["no-raid"]),
+                ("rescue", &["no-rescue"]),
+                ("storage", &["noop"]),
+                ("vendor", &[driver.vendor]),
             ];
-            for (kind, value) in interfaces {
-                // The firmware interface came after 1.73: not shown.
-                if kind == "firmware" {
-                    continue;
-                }
-                out.insert(format!("default_{kind}_interface"), json!(value));
-                out.insert(format!("enabled_{kind}_interfaces"), json!([value]));
+            for (kind, values) in interfaces {
+                out.insert(format!("default_{kind}_interface"), json!(values[0]));
+                out.insert(format!("enabled_{kind}_interfaces"), json!(values));
             }
         }
     }

@@ -22,6 +22,7 @@ use super::patch::{self, Rules};
 use super::render::{self, Select};
 use super::version::Ctx;
 use super::{drivers, State};
+use crate::node::hardware_type::{InterfaceError, NodeInterfaces};
 use crate::states::ProvisionState;
 use crate::store::{Node, NodeFilter, NodeIdent};
 
@@ -36,7 +37,12 @@ const WRITABLE: &[&str] = &[
     "instance_uuid",
     "maintenance",
     "network_data",
+    "boot_interface",
+    "deploy_interface",
 ];
+
+/// The interface fields a node may choose (API ≥ 1.31), each checked against its driver.
+const CHOSEN_INTERFACES: [&str; 2] = ["boot_interface", "deploy_interface"];
 
 /// Longest logical name (Ironic's column is 255 characters).
 const MAX_NAME: usize = 255;
@@ -120,6 +126,9 @@ pub(super) async fn create(
     if ctx.at_least(5) {
         known.push("name");
     }
+    if ctx.at_least(31) {
+        known.extend(CHOSEN_INTERFACES);
+    }
     if ctx.at_least(66) {
         known.push("network_data");
     }
@@ -149,6 +158,9 @@ pub(super) async fn create(
     node.extra = body::opt_object(&obj, "extra")?.unwrap_or_default();
     node.network_data = body::opt_object(&obj, "network_data")?.unwrap_or_default();
     node.instance_uuid = check_instance_uuid(body::opt_str(&obj, "instance_uuid")?)?;
+    node.boot_interface = body::opt_str(&obj, "boot_interface")?;
+    node.deploy_interface = body::opt_str(&obj, "deploy_interface")?;
+    check_interfaces(&node)?;
     let store = state.manager.store();
     store.create_node(&node).await?;
     let node = store.node(&NodeIdent::Uuid(uuid)).await?;
@@ -311,7 +323,8 @@ pub(super) async fn update(
     let result = async {
         let mut document = render::node_document(&reserved, &ctx, conductor(&state));
         patch::apply(&mut document, &ops)?;
-        let updated = node_from_document(reserved.clone(), &document)?;
+        let touched: Vec<&str> = ops.iter().map(|op| op.root()).collect();
+        let updated = node_from_document(reserved.clone(), &document, &touched)?;
         store.update_node(&updated).await?;
         Ok::<_, ApiError>(())
     }
@@ -328,8 +341,25 @@ pub(super) async fn update(
     )))
 }
 
-/// Reads the writable fields back from a patched document, checking their types.
-fn node_from_document(mut node: Node, document: &Value) -> Result<Node, ApiError> {
+/// 400 unless the node's driver offers the interfaces it chose and a flow runs them together
+/// (Ironic's `IncompatibleInterface` wording).
+fn check_interfaces(node: &Node) -> Result<(), ApiError> {
+    match NodeInterfaces::of(node) {
+        // A driver this conductor does not serve is refused (or, on a stored node, kept) by
+        // the driver check, not here.
+        Ok(_) | Err(InterfaceError::UnknownDriver(_)) => Ok(()),
+        Err(e) => Err(ApiError::bad_request(e.to_string())),
+    }
+}
+
+/// Reads the writable fields back from a patched document, checking their types. `touched`
+/// are the fields the patch names: an interface it leaves alone is kept, or reset to the new
+/// driver's default when the driver changes (as Ironic resets them).
+fn node_from_document(
+    mut node: Node,
+    document: &Value,
+    touched: &[&str],
+) -> Result<Node, ApiError> {
     let empty = Map::new();
     let obj = document.as_object().unwrap_or(&empty);
     if obj.contains_key("name") {
@@ -341,10 +371,25 @@ fn node_from_document(mut node: Node, document: &Value) -> Result<Node, ApiError
     let driver = body::opt_str(obj, "driver")?.ok_or_else(|| {
         ApiError::bad_request("Invalid value for field \"driver\": a node needs a driver.")
     })?;
-    if driver != node.driver {
+    let driver_changed = driver != node.driver;
+    if driver_changed {
         drivers::check(&driver)?;
         node.driver = driver;
     }
+    for field in CHOSEN_INTERFACES {
+        let chosen = if touched.contains(&field) {
+            body::opt_str(obj, field)?
+        } else if driver_changed {
+            None
+        } else {
+            continue;
+        };
+        match field {
+            "boot_interface" => node.boot_interface = chosen,
+            _ => node.deploy_interface = chosen,
+        }
+    }
+    check_interfaces(&node)?;
     node.driver_info = body::opt_object(obj, "driver_info")?.unwrap_or_default();
     node.properties = body::opt_object(obj, "properties")?.unwrap_or_default();
     node.instance_info = body::opt_object(obj, "instance_info")?.unwrap_or_default();

@@ -5,7 +5,8 @@
 //! # Design
 //! A field this conductor has nothing behind (chassis, conductor groups, traits, ...) is rendered
 //! with the value Ironic shows for "not set", so a client sees the shape of the version it
-//! negotiated; interfaces come from the driver table (`drivers`).
+//! negotiated; interfaces are the node's own
+//! (`crate::node::hardware_type`).
 
 use axum::http::{header::LOCATION, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -14,10 +15,10 @@ use serde_json::{json, Map, Value};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
-use super::drivers;
 use super::error::ApiError;
 use super::mask::mask_secrets;
 use super::version::Ctx;
+use crate::node::hardware_type::{self, NodeInterfaces};
 use crate::states::ProvisionState;
 use crate::store::{Node, Port};
 
@@ -49,10 +50,18 @@ fn links(ctx: &Ctx, kind: &str, id: &str) -> Value {
     ])
 }
 
+/// The interfaces a node shows: the ones it runs; a stored node whose driver or choice this
+/// conductor no longer offers keeps rendering, with its driver's (else `agent_ilo`'s) defaults.
+fn shown_interfaces(node: &Node) -> NodeInterfaces {
+    NodeInterfaces::of(node)
+        .or_else(|_| hardware_type::resolve(&node.driver, None, None))
+        .unwrap_or_else(|_| NodeInterfaces::defaults(&hardware_type::HARDWARE_TYPES[0]))
+}
+
 /// Every node field at `ctx.version`, with its value, in Ironic's order of introduction.
 fn node_fields(node: &Node, ctx: &Ctx, conductor: &str) -> Vec<(&'static str, Value)> {
     let id = node.uuid.to_string();
-    let iface = drivers::interfaces(&node.driver);
+    let iface = shown_interfaces(node);
     // 1.1 showed `available` as NOSTATE (null); 1.2 renamed it (reference §5.1).
     let provision_state = if !ctx.at_least(2) && node.provision_state == ProvisionState::Available {
         Value::Null
@@ -123,10 +132,14 @@ fn node_fields(node: &Node, ctx: &Ctx, conductor: &str) -> Vec<(&'static str, Va
         (31, "console_interface", json!("no-console")),
         (31, "deploy_interface", json!(iface.deploy)),
         (31, "inspect_interface", json!("no-inspect")),
-        (31, "management_interface", json!(iface.management)),
-        (31, "power_interface", json!(iface.power)),
+        (
+            31,
+            "management_interface",
+            json!(iface.hardware_type.management),
+        ),
+        (31, "power_interface", json!(iface.hardware_type.power)),
         (31, "raid_interface", json!("no-raid")),
-        (31, "vendor_interface", json!(iface.vendor)),
+        (31, "vendor_interface", json!(iface.hardware_type.vendor)),
         (33, "storage_interface", json!("noop")),
         (37, "traits", json!([])),
         (38, "rescue_interface", json!("no-rescue")),

@@ -967,6 +967,156 @@ mod drivers {
     }
 }
 
+mod interfaces {
+    use super::*;
+
+    async fn create(router: &axum::Router, body: Value) -> Reply {
+        call(router, Method::POST, "/v1/nodes", Some(body)).await
+    }
+
+    #[tokio::test]
+    async fn drivers_list_every_interface_a_node_may_take_default_first() {
+        let (router, _store) = app();
+        let reply = call(&router, Method::GET, "/v1/drivers/ilo", None).await;
+        assert_eq!(reply.json["default_boot_interface"], "ilo-virtual-media");
+        assert_eq!(
+            reply.json["enabled_boot_interfaces"],
+            json!(["ilo-virtual-media", "ilo-pxe"])
+        );
+        assert_eq!(
+            reply.json["enabled_deploy_interfaces"],
+            json!(["direct", "iscsi"])
+        );
+        let reply = call(&router, Method::GET, "/v1/drivers/agent_ilo", None).await;
+        assert_eq!(reply.json["enabled_deploy_interfaces"], json!(["direct"]));
+        assert_eq!(reply.json["default_management_interface"], "ilo");
+        let reply = call(&router, Method::GET, "/v1/drivers/pxe_ilo", None).await;
+        assert_eq!(reply.json["default_boot_interface"], "pxe");
+        assert_eq!(reply.json["default_deploy_interface"], "iscsi");
+    }
+
+    #[tokio::test]
+    async fn node_set_takes_an_offered_interface_and_refuses_one_the_driver_lacks() {
+        let (router, store) = app();
+        let reply = create(
+            &router,
+            json!({"driver": "redfish", "name": "rf", "driver_info": {}}),
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.json);
+        assert_eq!(reply.json["boot_interface"], "redfish-virtual-media");
+        assert_eq!(reply.json["deploy_interface"], "direct");
+        assert_eq!(reply.json["power_interface"], "redfish");
+
+        let set =
+            |value: &str| json!([{"op": "replace", "path": "/deploy_interface", "value": value}]);
+        let reply = call(&router, Method::PATCH, "/v1/nodes/rf", Some(set("iscsi"))).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.json);
+        assert_eq!(reply.json["deploy_interface"], "iscsi");
+        let stored = store
+            .node(&NodeIdent::Name("rf".into()))
+            .await
+            .expect("stored");
+        assert_eq!(stored.deploy_interface.as_deref(), Some("iscsi"));
+
+        let reply = call(&router, Method::PATCH, "/v1/nodes/rf", Some(set("ansible"))).await;
+        assert_fault(
+            &reply,
+            StatusCode::BAD_REQUEST,
+            "deploy interface implementation 'ansible' is not supported by hardware type redfish",
+        );
+        let stored = store
+            .node(&NodeIdent::Name("rf".into()))
+            .await
+            .expect("stored");
+        assert_eq!(
+            stored.deploy_interface.as_deref(),
+            Some("iscsi"),
+            "nothing lost"
+        );
+
+        // Removing the choice goes back to the driver's default.
+        let reply = call(
+            &router,
+            Method::PATCH,
+            "/v1/nodes/rf",
+            Some(json!([{"op": "remove", "path": "/deploy_interface"}])),
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.json);
+        assert_eq!(reply.json["deploy_interface"], "direct");
+        let stored = store
+            .node(&NodeIdent::Name("rf".into()))
+            .await
+            .expect("stored");
+        assert_eq!(stored.deploy_interface, None);
+    }
+
+    #[tokio::test]
+    async fn a_fixed_driver_refuses_another_interface_at_create_and_a_new_driver_resets_them() {
+        let (router, store) = app();
+        let reply = create(
+            &router,
+            json!({"driver": "agent_ilo", "deploy_interface": "iscsi", "driver_info": driver_info()}),
+        )
+        .await;
+        assert_fault(
+            &reply,
+            StatusCode::BAD_REQUEST,
+            "'iscsi' is not supported by hardware type agent_ilo",
+        );
+        let reply = create(
+            &router,
+            json!({"driver": "ilo", "name": "hw", "boot_interface": "ilo-pxe",
+                   "deploy_interface": "iscsi", "driver_info": driver_info()}),
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.json);
+        assert_eq!(reply.json["boot_interface"], "ilo-pxe");
+        // A pair no flow runs is refused.
+        let reply = call(
+            &router,
+            Method::PATCH,
+            "/v1/nodes/hw",
+            Some(json!([{"op": "replace", "path": "/deploy_interface", "value": "direct"}])),
+        )
+        .await;
+        assert_fault(
+            &reply,
+            StatusCode::BAD_REQUEST,
+            "needs a virtual-media boot",
+        );
+        // Another driver: the choices that were not patched go back to its defaults.
+        let reply = call(
+            &router,
+            Method::PATCH,
+            "/v1/nodes/hw",
+            Some(json!([{"op": "replace", "path": "/driver", "value": "iscsi_ilo"}])),
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.json);
+        assert_eq!(reply.json["boot_interface"], "ilo-virtual-media");
+        let stored = store
+            .node(&NodeIdent::Name("hw".into()))
+            .await
+            .expect("stored");
+        assert_eq!(
+            (stored.boot_interface, stored.deploy_interface),
+            (None, None)
+        );
+        // Before 1.31 the fields do not exist.
+        let reply = call_raw(
+            &router,
+            Method::POST,
+            "/v1/nodes",
+            Some("1.30"),
+            Some(br#"{"driver": "ilo", "deploy_interface": "iscsi"}"#.to_vec()),
+        )
+        .await;
+        assert_fault(&reply, StatusCode::BAD_REQUEST, "deploy_interface");
+    }
+}
+
 mod ramdisk {
     use super::*;
 

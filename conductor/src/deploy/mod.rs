@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use crate::manager::HeartbeatRequest;
 use crate::node::driver_info::IloDefaults;
+use crate::node::hardware_type::{BootMethod, DeployMethod, NodeInterfaces};
 use crate::objects::ObjectStore;
 use crate::store::{Node, Store};
 
@@ -26,12 +27,6 @@ pub mod image;
 pub mod iscsi;
 pub mod pxe;
 pub mod vmedia;
-
-/// Driver names deployed by [`agent::AgentDeploy`]: `agent_ilo`, and the modern hardware types
-/// whose default deploy is the agent's over virtual media (`ilo`, `ilo5` with
-/// `ilo-virtual-media` boot; `redfish` with `redfish-virtual-media`, its BMC reached over
-/// Redfish).
-pub const AGENT_DRIVERS: [&str; 4] = ["agent_ilo", "ilo", "ilo5", "redfish"];
 
 /// Settings of the flows (the `[deploy]` table of the configuration).
 #[derive(Debug, Clone)]
@@ -217,16 +212,20 @@ fn bail_no_cleaning(node: &Node) -> anyhow::Result<()> {
     )
 }
 
-/// The deploy interface of a driver name (`agent_ilo`, and its hardware-type aliases), or
-/// `None` when this conductor has no flow for it yet.
-pub fn for_driver(driver: &str, context: Arc<DeployContext>) -> Option<Arc<dyn DeployInterface>> {
-    if AGENT_DRIVERS.contains(&driver) {
-        Some(Arc::new(agent::AgentDeploy::new(context)))
-    } else if iscsi::ISCSI_DRIVERS.contains(&driver) {
-        Some(Arc::new(iscsi::IscsiDeploy::new(context)))
-    } else if pxe::PXE_DRIVERS.contains(&driver) {
-        Some(Arc::new(pxe::PxeDeploy::new(context)))
-    } else {
-        None
-    }
+/// The flow that runs the node's boot and deploy interfaces (`crate::node::hardware_type`), or
+/// `None` when its driver is not served here or no flow runs that pair.
+pub fn for_node(node: &Node, context: Arc<DeployContext>) -> Option<Arc<dyn DeployInterface>> {
+    let interfaces = NodeInterfaces::of(node).ok()?;
+    let flow: Arc<dyn DeployInterface> =
+        match (interfaces.boot_method(), interfaces.deploy_method()) {
+            (BootMethod::VirtualMedia, DeployMethod::Agent) => {
+                Arc::new(agent::AgentDeploy::new(context))
+            }
+            (BootMethod::VirtualMedia, DeployMethod::Iscsi) => {
+                Arc::new(iscsi::IscsiDeploy::new(context))
+            }
+            (BootMethod::Network, DeployMethod::Iscsi) => Arc::new(pxe::PxeDeploy::new(context)),
+            (BootMethod::Network, DeployMethod::Agent) => return None,
+        };
+    Some(flow)
 }

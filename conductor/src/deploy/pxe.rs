@@ -42,8 +42,6 @@ use crate::netboot::Netboot;
 use crate::node::instance_info::InstanceInfo;
 use crate::store::Node;
 
-/// Driver names deployed by [`PxeDeploy`].
-pub const PXE_DRIVERS: [&str; 1] = ["pxe_ilo"];
 /// `driver_info` key of the deploy kernel (Ironic's).
 pub const DEPLOY_KERNEL_FIELD: &str = "pxe_deploy_kernel";
 /// `driver_info` key of the deploy ramdisk (Ironic's).

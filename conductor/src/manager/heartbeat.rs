@@ -214,11 +214,8 @@ pub(crate) async fn heartbeat(
         reservation.release().await;
         return written.map_err(Into::into);
     }
-    let Some(flow) = core.flow_for(&node.driver) else {
-        let message = format!(
-            "node {} uses driver \"{}\", which has no deploy interface on this conductor",
-            node.uuid, node.driver
-        );
+    let Some(flow) = core.flow_for(&node) else {
+        let message = crate::node::hardware_type::no_flow_reason(&node);
         fail_deploy(core, &mut node, None, message).await;
         reservation.release().await;
         return Ok(());
@@ -267,10 +264,10 @@ async fn clean(
     reservation: tasks::Reservation,
     heartbeat: HeartbeatRequest,
 ) -> Result<(), ManagerError> {
-    let Some(flow) = core.flow_for(&node.driver) else {
+    let Some(flow) = core.flow_for(&node) else {
         let message = format!(
-            "Cleaning of node {} failed: driver \"{}\" has no deploy interface on this conductor",
-            node.uuid, node.driver
+            "Cleaning failed: {}",
+            crate::node::hardware_type::no_flow_reason(&node)
         );
         fail_clean(core, &mut node, None, message).await;
         reservation.release().await;

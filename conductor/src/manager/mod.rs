@@ -30,7 +30,7 @@ use uuid::Uuid;
 use crate::deploy::{DeployContext, DeployInterface};
 use crate::objects::ObjectStore;
 use crate::states::{NodePower, ProvisionState, ProvisionVerb};
-use crate::store::{NodeIdent, Store, StoreError};
+use crate::store::{Node, NodeIdent, Store, StoreError};
 
 mod bmc;
 mod heartbeat;
@@ -138,9 +138,9 @@ fn node_span(node: &NodeIdent) -> tracing::Span {
     tracing::info_span!("node", node = %node)
 }
 
-/// Finds the deploy interface of a driver name; [`crate::deploy::for_driver`] unless replaced
-/// (tests replace it with a scripted flow).
-pub type DeployResolver = Arc<dyn Fn(&str) -> Option<Arc<dyn DeployInterface>> + Send + Sync>;
+/// Finds the flow of a node; [`crate::deploy::for_node`] unless replaced (tests replace it with
+/// a scripted flow).
+pub type DeployResolver = Arc<dyn Fn(&Node) -> Option<Arc<dyn DeployInterface>> + Send + Sync>;
 
 /// The manager: the store, the object store and the flows, behind one handle the API shares.
 pub struct Manager {
@@ -162,14 +162,14 @@ impl Core {
         &self.deploy.store
     }
 
-    /// The deploy interface of the node's driver, or `None` when this conductor has none.
-    fn flow_for(&self, driver: &str) -> Option<Arc<dyn DeployInterface>> {
+    /// The flow of the node's boot and deploy interfaces, or `None` when this conductor has none.
+    fn flow_for(&self, node: &Node) -> Option<Arc<dyn DeployInterface>> {
         let resolver = match self.resolver.read() {
             Ok(guard) => guard.clone(),
             // A panic while replacing the resolver leaves the old one, which is still valid.
             Err(poisoned) => poisoned.into_inner().clone(),
         };
-        resolver(driver)
+        resolver(node)
     }
 
     /// The node's UUID from an API identifier.
@@ -186,7 +186,7 @@ impl Manager {
     pub fn new(deploy: Arc<DeployContext>, config: ManagerConfig) -> Manager {
         let context = deploy.clone();
         let resolver: DeployResolver =
-            Arc::new(move |driver: &str| crate::deploy::for_driver(driver, context.clone()));
+            Arc::new(move |node: &Node| crate::deploy::for_node(node, context.clone()));
         Manager {
             core: Arc::new(Core {
                 deploy,
@@ -197,7 +197,7 @@ impl Manager {
         }
     }
 
-    /// Replaces how deploy interfaces are found for a driver name (tests use a scripted flow).
+    /// Replaces how a node's flow is found (tests use a scripted flow).
     pub fn set_deploy_resolver(&self, resolver: DeployResolver) {
         match self.core.resolver.write() {
             Ok(mut guard) => *guard = resolver,

@@ -71,7 +71,7 @@ pub(crate) async fn pass_deploy_info(
         return Err(not_waiting(&node));
     }
     let Some(flow) = core
-        .flow_for(&node.driver)
+        .flow_for(&node)
         .filter(|flow| flow.takes_pass_deploy_info())
     else {
         return Err(ManagerError::Invalid(format!(

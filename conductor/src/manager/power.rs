@@ -120,7 +120,7 @@ async fn prepare_instance_boot(
                 == PowerState::Off
         }
     };
-    let Some(flow) = core.flow_for(&node.driver).filter(|_| boots) else {
+    let Some(flow) = core.flow_for(node).filter(|_| boots) else {
         return Ok(());
     };
     flow.prepare_instance_boot(node).await.map_err(|e| {

@@ -16,6 +16,7 @@ use serde_json::Value;
 use super::tasks::{self, apply, move_to};
 use super::{bmc, Core, ManagerError};
 use crate::deploy::{DeployInterface, DeployStep};
+use crate::node::hardware_type;
 use crate::states::{Event, NodePower, ProvisionState, ProvisionVerb};
 use crate::store::{Node, NodeIdent};
 
@@ -117,13 +118,8 @@ fn start(
             state: from,
         })?;
     let flow = || {
-        core.flow_for(&node.driver).ok_or_else(|| {
-            ManagerError::Invalid(format!(
-                "node {} uses driver \"{}\", which has no deploy interface on this conductor \
-                 (agent_ilo has one)",
-                node.uuid, node.driver
-            ))
-        })
+        core.flow_for(node)
+            .ok_or_else(|| ManagerError::Invalid(hardware_type::no_flow_reason(node)))
     };
     let work = match verb {
         ProvisionVerb::Manage if from == ProvisionState::Enroll => Work::Verify,
@@ -202,12 +198,11 @@ async fn run_provide(core: &Core, mut node: Node) {
         }
         return;
     }
-    let Some(flow) = core.flow_for(&node.driver) else {
+    let Some(flow) = core.flow_for(&node) else {
         let message = format!(
-            "Cleaning of node {} failed: driver \"{}\" has no deploy interface on this conductor \
-             to clean with; turn deploy.automated_clean off or change the driver, then manage \
-             and provide the node",
-            node.uuid, node.driver
+            "Cleaning failed: {}; turn deploy.automated_clean off or change the driver, then \
+             manage and provide the node",
+            hardware_type::no_flow_reason(&node)
         );
         fail_clean(core, &mut node, None, message).await;
         return;

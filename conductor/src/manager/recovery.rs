@@ -91,13 +91,13 @@ async fn recover_node(core: &Core, mut node: Node) {
     tracing::warn!("{message}");
     match state {
         ProvisionState::Deploying => {
-            let flow = core.flow_for(&node.driver);
+            let flow = core.flow_for(&node);
             fail_deploy(core, &mut node, flow.as_ref(), message).await;
         }
         ProvisionState::Deleting => {
             apply(&mut node, Event::Fail);
             node.last_error = Some(message);
-            let flow = core.flow_for(&node.driver);
+            let flow = core.flow_for(&node);
             if let Some(flow) = flow {
                 flow.clean_up(&mut node).await;
             }
@@ -108,7 +108,7 @@ async fn recover_node(core: &Core, mut node: Node) {
         // Cleaning may have left the agent ramdisk booted from virtual media: cleaned up and
         // powered off as after any failed cleaning.
         ProvisionState::Cleaning => {
-            let flow = core.flow_for(&node.driver);
+            let flow = core.flow_for(&node);
             fail_clean(core, &mut node, flow.as_ref(), message).await;
         }
         ProvisionState::Verifying => {

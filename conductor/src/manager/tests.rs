@@ -214,8 +214,8 @@ impl Harness {
         let manager = Arc::new(Manager::new(context, config));
         let flow = Arc::new(ScriptedFlow::default());
         let for_resolver = flow.clone();
-        manager.set_deploy_resolver(Arc::new(move |driver: &str| {
-            (driver == "agent_ilo").then(|| for_resolver.clone() as Arc<dyn DeployInterface>)
+        manager.set_deploy_resolver(Arc::new(move |node: &Node| {
+            (node.driver == "agent_ilo").then(|| for_resolver.clone() as Arc<dyn DeployInterface>)
         }));
         Harness {
             manager,

@@ -80,7 +80,7 @@ async fn check_state(core: &Arc<Core>, state: ProvisionState) {
         if expired(&node, timeout) {
             // Ironic's words first (operators search for them), then what to check: a refused
             // heartbeat (wrong token) leaves no trace on the node, so the message names it.
-            let flow = core.flow_for(&node.driver);
+            let flow = core.flow_for(&node);
             let cleaning = node.provision_state == ProvisionState::CleanWait;
             let awaited = match &flow {
                 Some(f) if f.takes_pass_deploy_info() && !cleaning => {

@@ -42,12 +42,9 @@ pub(crate) async fn validate(
         .map_err(|e| e.to_string());
     lines.insert("power".to_string(), line(bmc_check.clone()));
     lines.insert("management".to_string(), line(bmc_check));
-    let deploy_check = match core.flow_for(&node.driver) {
+    let deploy_check = match core.flow_for(&node) {
         Some(flow) => flow.validate(&node).await.map_err(|e| format!("{e:#}")),
-        None => Err(format!(
-            "driver \"{}\" has no deploy interface on this conductor (agent_ilo has one)",
-            node.driver
-        )),
+        None => Err(crate::node::hardware_type::no_flow_reason(&node)),
     };
     lines.insert("deploy".to_string(), line(deploy_check.clone()));
     lines.insert("boot".to_string(), line(deploy_check));

@@ -35,6 +35,11 @@ pub struct Node {
     pub name: Option<String>,
     /// `agent_ilo`, `iscsi_ilo`, `pxe_ilo`, or a hardware type alias (`ilo`, `redfish`).
     pub driver: String,
+    /// The boot interface the operator chose (`None`: the driver's default; see
+    /// [`crate::node::hardware_type`]).
+    pub boot_interface: Option<String>,
+    /// The deploy interface the operator chose (`None`: the driver's default).
+    pub deploy_interface: Option<String>,
     /// BMC address and credentials, deploy ISO (`ilo_*`, `client_*`).
     pub driver_info: JsonObject,
     /// Conductor-private state of the flows (agent URL, token, progress); hidden below 1.3.
@@ -82,6 +87,8 @@ impl Node {
             uuid,
             name: None,
             driver: driver.into(),
+            boot_interface: None,
+            deploy_interface: None,
             driver_info: JsonObject::new(),
             driver_internal_info: JsonObject::new(),
             properties: JsonObject::new(),

@@ -31,6 +31,7 @@ pub fn full_node(name: &str) -> Node {
     node.maintenance_reason = Some("fan".into());
     node.last_error = Some("it broke".into());
     node.console_enabled = false;
+    node.deploy_interface = Some("direct".into());
     node
 }
 

@@ -29,8 +29,9 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use vmdeploy_conductor::deploy::agent::AgentDeploy;
-use vmdeploy_conductor::deploy::{DeployConfig, DeployContext, DeployInterface, AGENT_DRIVERS};
+use vmdeploy_conductor::deploy::{DeployConfig, DeployContext, DeployInterface};
 use vmdeploy_conductor::manager::{HeartbeatRequest, Manager, ManagerConfig, ManagerError};
+use vmdeploy_conductor::node::hardware_type::{DeployMethod, NodeInterfaces};
 use vmdeploy_conductor::objects::builtin::{BuiltinConfig, BuiltinStore};
 use vmdeploy_conductor::objects::ObjectStore;
 use vmdeploy_conductor::states::ProvisionState;
@@ -510,7 +511,7 @@ impl Conductor {
             config,
             None,
             None,
-            &AGENT_DRIVERS,
+            DeployMethod::Agent,
             flow,
             false,
         )
@@ -532,7 +533,7 @@ impl Conductor {
             config,
             None,
             None,
-            &AGENT_DRIVERS,
+            DeployMethod::Agent,
             agent_flow,
             true,
         )
@@ -578,7 +579,7 @@ impl Conductor {
             config,
             Some(images),
             boot_isos,
-            &vmdeploy_conductor::deploy::iscsi::ISCSI_DRIVERS,
+            DeployMethod::Iscsi,
             iscsi,
             false,
         )
@@ -594,7 +595,7 @@ impl Conductor {
         config: DeployConfig,
         images: Option<Arc<vmdeploy_conductor::image_cache::ImageCache>>,
         boot_isos: Option<Arc<vmdeploy_conductor::deploy::boot_iso::BootIsos>>,
-        drivers: &'static [&'static str],
+        deploy_method: DeployMethod,
         flow: fn(Arc<DeployContext>) -> Arc<dyn DeployInterface>,
         automated_clean: bool,
     ) -> Conductor {
@@ -617,8 +618,11 @@ impl Conductor {
             },
         ));
         let flow = flow(context);
-        manager.set_deploy_resolver(Arc::new(move |driver: &str| {
-            drivers.contains(&driver).then(|| Arc::clone(&flow))
+        // The test's flow runs every node whose deploy interface is the one it stands for.
+        manager.set_deploy_resolver(Arc::new(move |node: &Node| {
+            NodeInterfaces::of(node)
+                .is_ok_and(|i| i.deploy_method() == deploy_method)
+                .then(|| Arc::clone(&flow))
         }));
         let (stop, shutdown) = watch::channel(false);
         manager

@@ -222,6 +222,27 @@ fn baremetal_cli_drives_the_conductor() {
         .filter_map(|d| d["name"].as_str())
         .collect();
     assert!(names.contains(&"agent_ilo"), "{drivers}");
+    // A driver is a composition of interfaces; the hardware types offer a choice.
+    let agent_ilo = json(&["driver", "show", "agent_ilo"]);
+    assert_eq!(
+        agent_ilo["default_boot_interface"], "ilo-virtual-media",
+        "{agent_ilo}"
+    );
+    assert_eq!(
+        agent_ilo["default_deploy_interface"], "direct",
+        "{agent_ilo}"
+    );
+    // The CLI prints a list of interfaces as one comma-separated string.
+    assert_eq!(
+        agent_ilo["enabled_deploy_interfaces"], "direct",
+        "{agent_ilo}"
+    );
+    let ilo = json(&["driver", "show", "ilo"]);
+    assert_eq!(ilo["enabled_deploy_interfaces"], "direct, iscsi", "{ilo}");
+    assert_eq!(
+        ilo["enabled_boot_interfaces"], "ilo-virtual-media, ilo-pxe",
+        "{ilo}"
+    );
 
     // Node create with driver_info; the password never comes back.
     let deploy_iso = media.url("/deploy.iso");
@@ -273,6 +294,29 @@ fn baremetal_cli_drives_the_conductor() {
         assert_eq!(shown["driver_info"]["ilo_address"], "127.0.0.1");
         assert!(!shown.to_string().contains(ILO_PASSWORD), "{shown}");
     }
+    let shown = show("cli-node");
+    for (field, want) in [
+        ("boot_interface", "ilo-virtual-media"),
+        ("deploy_interface", "direct"),
+        ("management_interface", "ilo"),
+        ("power_interface", "ilo"),
+    ] {
+        assert_eq!(shown[field], want, "{field}: {shown}");
+    }
+    // An interface the driver lacks is refused with Ironic's words, and nothing changes.
+    let out = baremetal(&["node", "set", "cli-node", "--deploy-interface", "iscsi"]);
+    assert!(
+        !out.status.success(),
+        "agent_ilo took the iscsi deploy interface"
+    );
+    assert!(
+        text(&out.stderr).contains(
+            "deploy interface implementation 'iscsi' is not supported by hardware type agent_ilo"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(show("cli-node")["deploy_interface"], "direct");
     let out = baremetal(&["node", "show", "no-such-node"]);
     assert!(!out.status.success());
     assert!(

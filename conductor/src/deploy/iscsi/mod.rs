@@ -45,8 +45,6 @@ use crate::manager::HeartbeatRequest;
 use crate::node::instance_info::InstanceInfo;
 use crate::store::Node;
 
-/// Driver names deployed by [`IscsiDeploy`].
-pub const ISCSI_DRIVERS: [&str; 1] = ["iscsi_ilo"];
 /// The LUN the ramdisk serves the disk as (Ironic's deploy ramdisk: LUN 1).
 const DISK_LUN: u16 = 1;
 /// `driver_internal_info` key of the written disk's identifier (Ironic's name).

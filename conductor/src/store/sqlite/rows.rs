@@ -15,7 +15,8 @@ use crate::store::{JsonObject, Node, Port, StoreError};
 pub(super) const NODE_COLUMNS: &str = "uuid, name, driver, driver_info, driver_internal_info, \
      properties, instance_info, extra, network_data, instance_uuid, provision_state, \
      target_provision_state, provision_updated_at, power_state, target_power_state, maintenance, \
-     maintenance_reason, last_error, reservation, console_enabled, created_at, updated_at";
+     maintenance_reason, last_error, reservation, console_enabled, created_at, updated_at, \
+     boot_interface, deploy_interface";
 
 /// The port columns every read selects, in the order [`port_from_row`] reads them.
 pub(super) const PORT_COLUMNS: &str =
@@ -23,7 +24,7 @@ pub(super) const PORT_COLUMNS: &str =
 
 /// The columns [`node_values`] fills, in its order: every field but `reservation`,
 /// `created_at` and `updated_at`, which only their own statements write.
-pub(super) const NODE_WRITABLE: [&str; 19] = [
+pub(super) const NODE_WRITABLE: [&str; 21] = [
     "name",
     "driver",
     "driver_info",
@@ -42,6 +43,8 @@ pub(super) const NODE_WRITABLE: [&str; 19] = [
     "maintenance_reason",
     "last_error",
     "console_enabled",
+    "boot_interface",
+    "deploy_interface",
     "uuid",
 ];
 
@@ -66,6 +69,8 @@ pub(super) fn node_values(node: &Node) -> Result<Vec<Value>, StoreError> {
         opt_text(node.maintenance_reason.clone()),
         opt_text(node.last_error.clone()),
         Value::Integer(i64::from(node.console_enabled)),
+        opt_text(node.boot_interface.clone()),
+        opt_text(node.deploy_interface.clone()),
         Value::Text(node.uuid.to_string()),
     ])
 }
@@ -76,6 +81,8 @@ pub(super) fn node_from_row(row: &Row<'_>) -> rusqlite::Result<Node> {
         uuid: parsed::<Uuid>(row, 0)?,
         name: row.get(1)?,
         driver: row.get(2)?,
+        boot_interface: row.get(22)?,
+        deploy_interface: row.get(23)?,
         driver_info: json_from(row, 3)?,
         driver_internal_info: json_from(row, 4)?,
         properties: json_from(row, 5)?,

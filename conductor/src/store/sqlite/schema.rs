@@ -14,7 +14,7 @@ use time::OffsetDateTime;
 use crate::store::StoreError;
 
 /// The numbered steps, oldest first; versions are 1, 2, 3... without gaps.
-pub(super) const MIGRATIONS: &[(i64, &str)] = &[(1, V1_NODES_PORTS)];
+pub(super) const MIGRATIONS: &[(i64, &str)] = &[(1, V1_NODES_PORTS), (2, V2_NODE_INTERFACES)];
 
 /// The newest schema version this code knows.
 pub(super) fn latest_version() -> i64 {
@@ -64,6 +64,13 @@ CREATE TABLE ports (
     updated_at TEXT
 );
 CREATE INDEX ports_node_uuid ON ports (node_uuid);
+";
+
+/// The boot and deploy interfaces an operator chose for a node; NULL keeps the driver's
+/// default, so existing nodes keep running the flows they ran.
+const V2_NODE_INTERFACES: &str = "
+ALTER TABLE nodes ADD COLUMN boot_interface TEXT;
+ALTER TABLE nodes ADD COLUMN deploy_interface TEXT;
 ";
 
 /// Brings the schema up to [`latest_version`]; refuses a database newer than that.

@@ -237,6 +237,7 @@ prop_compose! {
         target_power_state in power(),
         flags in (any::<bool>(), any::<bool>()),
         texts in (prop::option::of(odd_string()), prop::option::of(odd_string())),
+        interfaces in (prop::option::of(odd_string()), prop::option::of(odd_string())),
     ) -> Node {
         let mut objects = objects.into_iter();
         let mut next = move || objects.next().unwrap_or_default();
@@ -244,6 +245,8 @@ prop_compose! {
             uuid: Uuid::new_v4(),
             name,
             driver,
+            boot_interface: interfaces.0,
+            deploy_interface: interfaces.1,
             driver_info: next(),
             driver_internal_info: next(),
             properties: next(),
@@ -453,4 +456,43 @@ async fn two_stores_on_one_file_agree_on_the_lock() {
         let seen = b.node(&NodeIdent::Uuid(node.uuid)).await.expect("reading");
         assert_eq!(seen.reservation.as_deref(), Some(winner));
     }
+}
+
+#[tokio::test]
+async fn a_version_1_database_keeps_its_nodes_on_their_drivers_default_interfaces() {
+    let dir = TempDir::new().expect("temp dir");
+    let path = db_path(&dir);
+    let uuid = Uuid::new_v4();
+    {
+        let parent = path.parent().expect("the state directory");
+        std::fs::create_dir_all(parent).expect("state directory");
+        let raw = Connection::open(&path).expect("raw open");
+        raw.execute_batch(
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL);",
+        )
+        .expect("migrations table");
+        raw.execute_batch(MIGRATIONS[0].1).expect("version 1");
+        raw.execute(
+            "INSERT INTO schema_migrations (version, applied_at) VALUES (1, 'then')",
+            [],
+        )
+        .expect("version row");
+        raw.execute(
+            "INSERT INTO nodes (uuid, driver, driver_info, driver_internal_info, properties, \
+             instance_info, extra, network_data, provision_state, created_at) \
+             VALUES (?1, 'iscsi_ilo', '{}', '{}', '{}', '{}', '{}', '{}', 'available', \
+             '2026-01-01T00:00:00Z')",
+            [uuid.to_string()],
+        )
+        .expect("a version 1 node");
+    }
+    let store = SqliteStore::open(&path).expect("upgrading");
+    let node = store
+        .node(&NodeIdent::Uuid(uuid))
+        .await
+        .expect("the old node");
+    assert_eq!(node.boot_interface, None);
+    assert_eq!(node.deploy_interface, None);
+    let interfaces = crate::node::hardware_type::NodeInterfaces::of(&node).expect("resolves");
+    assert_eq!(interfaces.deploy, "iscsi");
 }
