@@ -5,12 +5,12 @@
 //! # Design
 //! One reqwest client per agent (a management client of `crate::net::https`), trusting only
 //! the pinned certificate ([`Trust::Pinned`]: no system roots, so no public CA can vouch for
-//! an impostor); the name in
-//! `callback_url` (an IP address) must be in the certificate's subject alternative names. A
-//! plain `http://` URL is refused unless the configuration allows it, and an `https://` one
-//! without a certificate to pin is refused always. Every call carries the agent token as the
-//! `agent_token` query parameter, as Ironic's agent client does (the agent answers 401 "Token
-//! invalid." otherwise), follows no redirect, and is bounded by the endpoint's timeout.
+//! an impostor); the name in `callback_url` (an IP address) must be in the certificate's
+//! subject alternative names. A plain `http://` URL is refused unless the configuration
+//! allows it, and an `https://` one without a certificate to pin is refused always. Every call
+//! carries the agent token as the `agent_token` query parameter, as Ironic's agent client does
+//! (the agent answers 401 "Token invalid." otherwise), follows no redirect, and is bounded by
+//! the endpoint's timeout.
 //!
 //! A connection that could not be opened (refused, unreachable; not a TLS refusal) is retried
 //! a bounded number of times with a doubling pause: the request never left, so even a `POST`

@@ -369,3 +369,26 @@ fn check_head(url: &str, head: &[u8], limit: u64) -> Result<ImageFormat, ImageCa
     }
     Ok(format)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Extra CA text holding no certificate used to be accepted and trust nothing extra, so a
+    /// `swift://` temp URL on the built-in store failed later with an unknown issuer.
+    #[test]
+    fn extra_ca_text_without_a_certificate_is_refused() {
+        let policy = FetchPolicy {
+            extra_ca_pem: Some("not a certificate".to_owned()),
+            ..FetchPolicy::default()
+        };
+        let err = build_client(&policy).expect_err("nothing to trust");
+        let text = format!("{err:#}");
+        assert!(
+            text.contains("extra CA certificates holds no PEM certificate"),
+            "{text}"
+        );
+        let none = FetchPolicy::default();
+        build_client(&none).expect("the system's roots alone");
+    }
+}
