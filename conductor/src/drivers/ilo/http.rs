@@ -31,7 +31,8 @@ const MAX_IDLE_PER_BMC: usize = 2;
 
 /// Builds the HTTP client for one BMC: a management client (no proxy: BMCs sit on management
 /// networks; no redirect: Redfish redirects, iLO 5's 308 for a missing trailing slash, are
-/// followed by the Redfish client itself, once, with the same method and body, reference §3.2).
+/// followed by the Redfish client itself, once, with the same method and body,
+/// docs/ilo-management.md §3.2).
 pub fn build_client(tls: &TlsVerify, timeout: Duration) -> Result<reqwest::Client, DriverError> {
     ClientSpec::management(Trust::from(tls), timeout)
         .max_idle_per_host(MAX_IDLE_PER_BMC)

@@ -48,8 +48,8 @@ pub struct SwiftConfig {
     pub auth: SwiftAuth,
     /// The temp URL key to set when the account has none; `None` generates one.
     pub temp_url_key: Option<Secret>,
-    /// How Swift's and Keystone's TLS certificates are checked (DESIGN.md §7: against the
-    /// system's roots unless configured otherwise).
+    /// How Swift's and Keystone's TLS certificates are checked (docs/architecture.md §7:
+    /// against the system's roots unless configured otherwise).
     pub tls: TlsVerify,
     /// Connect timeout and the longest wait for any read (not for a whole upload).
     pub timeout: Duration,
