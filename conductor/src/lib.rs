@@ -17,6 +17,8 @@ pub mod initiator;
 pub mod logging;
 /// Carries out API requests on nodes: tasks, reservations, background duties.
 pub mod manager;
+/// What the network clients share: the HTTPS client builder and the retry policy.
+pub mod net;
 /// The network boot service of `pxe_ilo`: TFTP, HTTP, per-node boot configuration.
 pub mod netboot;
 /// Typed views of a node's JSON fields.

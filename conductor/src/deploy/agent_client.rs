@@ -3,13 +3,14 @@
 //! sent in its heartbeat (`agent_verify_ca`, DESIGN.md §7).
 //!
 //! # Design
-//! One reqwest client per agent (rustls with ring), trusting only the pinned certificate
-//! (`tls_certs_only`: no system roots, so no public CA can vouch for an impostor); the name in
-//! `callback_url` (an IP address) must be in the certificate's subject alternative names. A
-//! plain `http://` URL is refused unless the configuration allows it, and an `https://` one
-//! without a certificate to pin is refused always. Every call carries the agent token as the
-//! `agent_token` query parameter, as Ironic's agent client does (the agent answers 401 "Token
-//! invalid." otherwise), follows no redirect, and is bounded by the endpoint's timeout.
+//! One reqwest client per agent (a management client of `crate::net::https`), trusting only
+//! the pinned certificate ([`Trust::Pinned`]: no system roots, so no public CA can vouch for
+//! an impostor); the name in `callback_url` (an IP address) must be in the certificate's
+//! subject alternative names. A plain `http://` URL is refused unless the configuration
+//! allows it, and an `https://` one without a certificate to pin is refused always. Every call
+//! carries the agent token as the `agent_token` query parameter, as Ironic's agent client does
+//! (the agent answers 401 "Token invalid." otherwise), follows no redirect, and is bounded by
+//! the endpoint's timeout.
 //!
 //! A connection that could not be opened (refused, unreachable; not a TLS refusal) is retried
 //! a bounded number of times with a doubling pause: the request never left, so even a `POST`
@@ -26,11 +27,15 @@ use serde_json::{json, Value};
 use vmdeploy_shared::api::ipa::{CommandList, CommandResult, CommandStatus, Fault};
 use vmdeploy_shared::secret::Secret;
 
-/// Attempts for a call whose connection cannot be opened, the first included.
-pub const CONNECT_ATTEMPTS: u32 = 3;
+use crate::net::https::{ClientSpec, PemCertificates, Trust};
+use crate::net::retry::{RetryError, RetryPolicy};
 
-/// Pause before the second attempt; doubled for each further one.
-pub const CONNECT_BACKOFF: Duration = Duration::from_millis(500);
+/// Retries of a call whose connection cannot be opened: 3 attempts in all, 0.5 s then 1 s
+/// apart.
+pub const CONNECT_RETRY: RetryPolicy = RetryPolicy::new(3, Duration::from_millis(500));
+
+/// Idle connections kept per agent: calls to one agent are sequential.
+const MAX_IDLE_PER_AGENT: usize = 1;
 
 /// Largest answer read from an agent: a command list holds at most 64 results of a few KiB.
 pub const MAX_REPLY_BYTES: usize = 4 * 1024 * 1024;
@@ -144,8 +149,7 @@ pub struct AgentClient {
     http: reqwest::Client,
     token: Secret,
     timeout: Duration,
-    attempts: u32,
-    backoff: Duration,
+    connect_retry: RetryPolicy,
 }
 
 /// How to reach an agent.
@@ -180,18 +184,10 @@ impl AgentClient {
         if base.query().is_some() || base.fragment().is_some() || base.path() != "/" {
             return Err(refuse("callback_url must be scheme://host:port only".into()).into());
         }
-        // The ring provider: the workspace builds reqwest with `rustls-no-provider`. A second
-        // install fails harmlessly.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let builder = reqwest::Client::builder()
-            // An agent never redirects; following one would carry the token elsewhere.
-            .redirect(reqwest::redirect::Policy::none())
-            // Agents sit on the provisioning network, never behind an internet proxy.
-            .no_proxy()
-            .connect_timeout(endpoint.timeout.min(Duration::from_secs(15)))
-            .timeout(endpoint.timeout)
-            .pool_max_idle_per_host(1);
-        let builder = match base.scheme() {
+        // An agent never redirects (following one would carry the token elsewhere), and it
+        // sits on the provisioning network, never behind an internet proxy: a management
+        // client.
+        let trust = match base.scheme() {
             "https" => {
                 let Some(pem) = endpoint.pinned_cert_pem.as_deref() else {
                     return Err(refuse(
@@ -201,18 +197,11 @@ impl AgentClient {
                     )
                     .into());
                 };
-                let certs = reqwest::Certificate::from_pem_bundle(pem.as_bytes()).map_err(|e| {
-                    refuse(format!("agent_verify_ca is not a PEM certificate: {e}"))
-                })?;
-                if certs.is_empty() {
-                    return Err(refuse("agent_verify_ca holds no PEM certificate".into()).into());
-                }
-                builder.tls_certs_only(certs).https_only(true)
+                Trust::Pinned(PemCertificates::new("agent_verify_ca", pem))
             }
             "http" if endpoint.allow_plain_http => {
                 tracing::warn!(agent = %agent, "talking plain HTTP to the agent (allowed by the configuration)");
-                // No TLS is used, so no trust store is needed (the conductor's host may have none).
-                builder.tls_certs_only(std::iter::empty::<reqwest::Certificate>())
+                Trust::PlainHttp
             }
             "http" => {
                 return Err(refuse(
@@ -229,25 +218,24 @@ impl AgentClient {
                 .into())
             }
         };
-        let http = builder
+        let http = ClientSpec::management(trust, endpoint.timeout)
+            .max_idle_per_host(MAX_IDLE_PER_AGENT)
             .build()
-            .map_err(|e| refuse(format!("building the HTTPS client: {}", e.without_url())))?;
+            .map_err(|e| refuse(e.to_string()))?;
         Ok(AgentClient {
             callback_url: agent,
             base,
             http,
             token: endpoint.agent_token.clone(),
             timeout: endpoint.timeout,
-            attempts: CONNECT_ATTEMPTS,
-            backoff: CONNECT_BACKOFF,
+            connect_retry: CONNECT_RETRY,
         })
     }
 
     /// The same client with another retry policy for connections that cannot be opened
     /// (`attempts` in all, at least 1; the pause before the second, doubled after).
     pub fn with_connect_retries(mut self, attempts: u32, backoff: Duration) -> AgentClient {
-        self.attempts = attempts.max(1);
-        self.backoff = backoff;
+        self.connect_retry = RetryPolicy::new(attempts, backoff);
         self
     }
 
@@ -387,27 +375,35 @@ impl AgentClient {
         command: &str,
         make: impl Fn() -> reqwest::RequestBuilder,
     ) -> Result<bytes::Bytes, AgentClientError> {
-        let mut pause = self.backoff;
-        let mut attempt = 1;
-        let response = loop {
-            match make().send().await {
-                Ok(r) => break r,
-                Err(e) => {
-                    let e = e.without_url();
-                    let err = self.transport_error(command, &e);
-                    let retry = matches!(err, AgentClientError::Connection { .. })
-                        && e.is_connect()
-                        && attempt < self.attempts;
-                    if !retry {
-                        return Err(err);
-                    }
-                    tracing::warn!(agent = %self.callback_url, command, attempt, error = %err, "cannot connect to the agent, retrying");
-                    tokio::time::sleep(pause).await;
-                    pause *= 2;
-                    attempt += 1;
+        // Only a connection that could not be opened is retried: the request never left.
+        let response = self
+            .connect_retry
+            .run(
+                |e: &reqwest::Error| {
+                    e.is_connect()
+                        && matches!(
+                            self.transport_error(command, e),
+                            AgentClientError::Connection { .. }
+                        )
+                },
+                |r| {
+                    let error = self.transport_error(command, r.error);
+                    tracing::warn!(agent = %self.callback_url, command, attempt = r.failed, %error, "cannot connect to the agent, retrying");
+                },
+                |_| async { make().send().await.map_err(|e| e.without_url()) },
+            )
+            .await
+            .map_err(|e| match e {
+                RetryError::Permanent { error, .. } | RetryError::Exhausted { last: error, .. } => {
+                    self.transport_error(command, &error)
                 }
-            }
-        };
+                // CONNECT_RETRY has no deadline; each call is bounded by the client's timeout.
+                RetryError::DeadlineExceeded { .. } => AgentClientError::Timeout {
+                    agent: self.callback_url.clone(),
+                    command: command.to_owned(),
+                    seconds: self.timeout.as_secs_f64(),
+                },
+            })?;
         let status = response.status();
         let body = self.read_body(command, response).await?;
         if status == reqwest::StatusCode::OK {
@@ -488,7 +484,7 @@ mod tests {
 
     /// A self-signed certificate for 127.0.0.1, as the agent makes at boot.
     fn cert() -> (String, Arc<rustls::ServerConfig>) {
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        crate::net::https::install_crypto_provider();
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
         params
             .subject_alt_names

@@ -27,6 +27,8 @@ use vmdeploy_shared::io::hash::{HashAlgo, Hasher};
 use super::format::{self, ImageFormat, HEADER_LEN};
 use super::sparse::SparseWriter;
 use super::ImageCacheError;
+use crate::net::https::{ClientSpec, PemCertificates, Trust};
+use crate::net::retry::RetryPolicy;
 
 /// Chunks in flight between the reader and the writer: with hyper's chunks of up to ~400 KiB a
 /// few MiB at most, enough to keep both sides busy.
@@ -74,29 +76,32 @@ impl Default for FetchPolicy {
     }
 }
 
-/// The HTTP client of the cache.
-pub fn build_client(policy: &FetchPolicy) -> Result<reqwest::Client, ImageCacheError> {
-    crate::drivers::ilo::http::install_crypto_provider();
-    let mut builder = reqwest::Client::builder()
-        .connect_timeout(policy.connect_timeout)
-        .read_timeout(policy.read_timeout);
-    if let Some(pem) = &policy.extra_ca_pem {
-        let certs = reqwest::Certificate::from_pem_bundle(pem.as_bytes()).map_err(|e| {
-            ImageCacheError::io(
-                "parsing the image cache's extra CA certificates",
-                std::io::Error::other(e.to_string()),
-            )
-        })?;
-        for cert in certs {
-            builder = builder.add_root_certificate(cert);
-        }
+impl FetchPolicy {
+    /// The retries of one download: `attempts`, `retry_delay` doubled, no overall deadline
+    /// (a large image on a slow link may take long; the read timeout catches a stall).
+    pub fn retry(&self) -> RetryPolicy {
+        RetryPolicy::new(self.attempts, self.retry_delay)
     }
-    builder.build().map_err(|e| {
-        ImageCacheError::io(
-            "building the image cache's HTTP client",
-            std::io::Error::other(e.to_string()),
-        )
-    })
+}
+
+/// The HTTP client of the cache: a transfer client trusting the system's roots and
+/// [`FetchPolicy::extra_ca_pem`].
+pub fn build_client(policy: &FetchPolicy) -> Result<reqwest::Client, ImageCacheError> {
+    let trust = match &policy.extra_ca_pem {
+        Some(pem) => Trust::SystemAnd(PemCertificates::new(
+            "the image cache's extra CA certificates",
+            pem.clone(),
+        )),
+        None => Trust::System,
+    };
+    ClientSpec::transfer(trust, policy.connect_timeout, policy.read_timeout)
+        .build()
+        .map_err(|e| {
+            ImageCacheError::io(
+                "building the image cache's HTTP client",
+                std::io::Error::other(e),
+            )
+        })
 }
 
 /// How the reading side ended.
@@ -177,29 +182,41 @@ async fn feed_http(
     url: &str,
     tx: &mpsc::Sender<Msg>,
 ) -> Result<Fed, ImageCacheError> {
-    let attempts = policy.attempts.max(1);
-    let mut delay = policy.retry_delay;
-    let mut last = String::new();
-    for attempt in 1..=attempts {
-        if attempt > 1 {
-            let shown = super::error::shown_url(url);
-            tracing::warn!(url = %shown, attempt, reason = %last, "retrying the image download");
-            tokio::time::sleep(delay).await;
-            delay = delay.saturating_mul(2);
-            if tx.send(Msg::Restart).await.is_err() {
-                return Ok(Fed::WriterGone);
-            }
+    let retry = policy.retry();
+    let outcome = retry
+        .run(
+            |failure| matches!(failure, Attempt::Retry(_)),
+            |r| {
+                if let Attempt::Retry(reason) = r.error {
+                    let shown = super::error::shown_url(url);
+                    tracing::warn!(url = %shown, attempt = r.failed + 1, %reason, "retrying the image download");
+                }
+            },
+            |n| async move {
+                // Every later attempt starts the image over.
+                if n > 1 && tx.send(Msg::Restart).await.is_err() {
+                    return Ok(Fed::WriterGone);
+                }
+                http_attempt(client, url, tx).await
+            },
+        )
+        .await;
+    outcome.map_err(|e| {
+        let attempts = e.attempts();
+        match e.into_last() {
+            Some(Attempt::Fail(e)) => e,
+            Some(Attempt::Retry(reason)) => ImageCacheError::Fetch {
+                url: url.to_owned(),
+                attempts,
+                reason,
+            },
+            // The policy has no deadline.
+            None => ImageCacheError::Fetch {
+                url: url.to_owned(),
+                attempts,
+                reason: "no answer".to_owned(),
+            },
         }
-        match http_attempt(client, url, tx).await {
-            Ok(fed) => return Ok(fed),
-            Err(Attempt::Fail(e)) => return Err(e),
-            Err(Attempt::Retry(reason)) => last = reason,
-        }
-    }
-    Err(ImageCacheError::Fetch {
-        url: url.to_owned(),
-        attempts,
-        reason: last,
     })
 }
 
@@ -351,4 +368,27 @@ fn check_head(url: &str, head: &[u8], limit: u64) -> Result<ImageFormat, ImageCa
         });
     }
     Ok(format)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Extra CA text holding no certificate used to be accepted and trust nothing extra, so a
+    /// `swift://` temp URL on the built-in store failed later with an unknown issuer.
+    #[test]
+    fn extra_ca_text_without_a_certificate_is_refused() {
+        let policy = FetchPolicy {
+            extra_ca_pem: Some("not a certificate".to_owned()),
+            ..FetchPolicy::default()
+        };
+        let err = build_client(&policy).expect_err("nothing to trust");
+        let text = format!("{err:#}");
+        assert!(
+            text.contains("extra CA certificates holds no PEM certificate"),
+            "{text}"
+        );
+        let none = FetchPolicy::default();
+        build_client(&none).expect("the system's roots alone");
+    }
 }

@@ -162,7 +162,7 @@ mod tests {
         let server = tokio::spawn(serve(listener, root, async {
             let _ = stopped.await;
         }));
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        crate::net::https::install_crypto_provider();
         let client = reqwest::Client::new();
         let url = |p: &str| format!("http://{addr}{p}");
         let got = client.get(url("/n/k")).send().await.expect("get");

@@ -605,6 +605,7 @@ async fn open_object_store(
     cert: Option<CertifiedKey>,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<Arc<dyn ObjectStore>> {
+    use crate::net::https::TlsVerify;
     use crate::objects::builtin::{BuiltinConfig, BuiltinStore};
     use crate::objects::swift::{SwiftAuth, SwiftConfig, SwiftStore};
     use vmdeploy_shared::secret::Secret;
@@ -664,11 +665,11 @@ async fn open_object_store(
             };
             let mut config = SwiftConfig::new(auth);
             config.temp_url_key = swift.temp_url_key.clone();
-            match &swift.verify_ca {
-                Some(config::VerifyCa::Enabled(false)) => config.verify_tls = false,
-                Some(config::VerifyCa::File(path)) => config.ca_file = Some(path.clone()),
-                _ => {}
-            }
+            config.tls = match &swift.verify_ca {
+                Some(config::VerifyCa::Enabled(false)) => TlsVerify::Insecure,
+                Some(config::VerifyCa::File(path)) => TlsVerify::CaFile(path.clone()),
+                Some(config::VerifyCa::Enabled(true)) | None => TlsVerify::System,
+            };
             if let Some(seconds) = swift.timeout {
                 config.timeout = Duration::from_secs(seconds);
             }

@@ -80,11 +80,8 @@ impl CertifiedKey {
     }
 }
 
-/// Installs rustls' ring provider once per process (the workspace builds rustls without a
-/// default provider).
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
+/// Installs rustls' ring provider once per process: the same one the clients use.
+pub use crate::net::https::install_crypto_provider;
 
 /// Loads an operator's certificate chain and key; `ca` (else the chain's last certificate) is
 /// what the ramdisk will trust.

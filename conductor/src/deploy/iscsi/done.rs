@@ -14,6 +14,8 @@ use std::time::Duration;
 use anyhow::bail;
 use tokio::io::AsyncWriteExt;
 
+use crate::net::retry::RetryPolicy;
+
 /// How `done` is sent ([`DonePolicy::default`]: Ironic's wait, bounded tries).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DonePolicy {
@@ -23,6 +25,13 @@ pub struct DonePolicy {
     pub retry_interval: Duration,
     /// Time allowed for one try: connect and send.
     pub timeout: Duration,
+}
+
+impl DonePolicy {
+    /// The tries as a retry policy: a fixed interval (the cap is the first pause).
+    pub fn retry(&self) -> RetryPolicy {
+        RetryPolicy::new(self.attempts, self.retry_interval).capped_at(self.retry_interval)
+    }
 }
 
 impl Default for DonePolicy {
@@ -41,35 +50,47 @@ impl Default for DonePolicy {
 /// (ironic-protocols.md §2.4), tried as `policy` says.
 pub async fn notify_done(address: IpAddr, port: u16, policy: &DonePolicy) -> anyhow::Result<()> {
     let target = SocketAddr::new(address, port);
-    let attempts = policy.attempts.max(1);
-    let mut last = String::new();
-    for attempt in 1..=attempts {
-        let sent = tokio::time::timeout(policy.timeout, async {
-            let mut stream = tokio::net::TcpStream::connect(target).await?;
-            stream.write_all(b"done").await?;
-            stream.shutdown().await
-        })
+    let retry = policy.retry();
+    let attempts = retry.max_attempts();
+    let outcome = retry
+        .run(
+            // Whatever failed, nothing was done yet: the ramdisk acts on a complete "done".
+            |_| true,
+            |_| {},
+            |attempt| async move {
+                let sent = tokio::time::timeout(policy.timeout, async {
+                    let mut stream = tokio::net::TcpStream::connect(target).await?;
+                    stream.write_all(b"done").await?;
+                    stream.shutdown().await
+                })
+                .await;
+                let failure = match sent {
+                    Ok(Ok(())) => {
+                        tracing::info!(%target, attempt, "done sent to the ramdisk");
+                        return Ok(());
+                    }
+                    Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                        "connection refused (nothing listens for done)".to_string()
+                    }
+                    Ok(Err(e)) => e.to_string(),
+                    Err(_) => format!("no answer within {:?}", policy.timeout),
+                };
+                // Every failure is logged, the last one too.
+                tracing::warn!(%target, attempt, attempts, error = %failure, "telling the ramdisk done failed");
+                Err(failure)
+            },
+        )
         .await;
-        last = match sent {
-            Ok(Ok(())) => {
-                tracing::info!(%target, attempt, "done sent to the ramdisk");
-                return Ok(());
-            }
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                "connection refused (nothing listens for done)".to_string()
-            }
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("no answer within {:?}", policy.timeout),
-        };
-        tracing::warn!(%target, attempt, attempts, error = %last, "telling the ramdisk done failed");
-        if attempt < attempts {
-            tokio::time::sleep(policy.retry_interval).await;
+    match outcome {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let last = e.into_last().unwrap_or_default();
+            bail!(
+                "the ramdisk at {target} did not take \"done\" after {attempts} attempts {:?} apart: {last}",
+                policy.retry_interval
+            )
         }
     }
-    bail!(
-        "the ramdisk at {target} did not take \"done\" after {attempts} attempts {:?} apart: {last}",
-        policy.retry_interval
-    )
 }
 
 #[cfg(test)]

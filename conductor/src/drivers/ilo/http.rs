@@ -1,5 +1,6 @@
-//! HTTPS plumbing both iLO clients share: the TLS policy, the reqwest client, the deadline and
-//! retry loop, and the mapping of transport failures to [`DriverError`].
+//! HTTPS plumbing both iLO clients share: the BMC's client (made by [`crate::net::https`]), the
+//! deadline and which failures are retried (run by [`crate::net::retry`]), and the mapping of
+//! transport failures to [`DriverError`].
 //!
 //! # Design
 //! `client_timeout` (DESIGN.md §3) bounds a whole operation, retries included: an iLO that never
@@ -10,87 +11,33 @@
 //! unknown.
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use crate::drivers::DriverError;
+use crate::net::https::{ClientSpec, Trust};
+use crate::net::retry::RetryError;
 
+pub use crate::net::https::TlsVerify;
+pub use crate::net::retry::RetryPolicy;
 pub use vmdeploy_shared::error::chain as error_chain;
 
-/// How the BMC's certificate is checked (`ilo_verify_ca`, DESIGN.md §3 and §7).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum TlsVerify {
-    /// Verify against the system's trust store (the default).
-    #[default]
-    System,
-    /// Verify against the CA certificates in this PEM file only.
-    CaFile(PathBuf),
-    /// Do not verify (`--insecure`, `ilo_verify_ca: false`). iLOs ship self-signed certificates,
-    /// so operators need this; it is never the default.
-    Insecure,
-}
+/// Retries of a BMC's transient failures unless the node says otherwise: 4 attempts, 0.5 s
+/// then 1 s then 2 s apart (all within `client_timeout`, which [`with_retries`] adds as the
+/// deadline).
+pub const DEFAULT_RETRY: RetryPolicy = RetryPolicy::new(4, Duration::from_millis(500));
 
-/// Retries of transient failures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Attempts in all, the first included.
-    pub attempts: u32,
-    /// Back-off before the second attempt; doubled each time.
-    pub initial_backoff: Duration,
-}
+/// Idle connections kept per BMC: a BMC serves few sessions at once.
+const MAX_IDLE_PER_BMC: usize = 2;
 
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        Self {
-            attempts: 4,
-            initial_backoff: Duration::from_millis(500),
-        }
-    }
-}
-
-/// Installs rustls' ring provider once per process: the workspace builds reqwest with
-/// `rustls-no-provider` (root Cargo.toml). A second install fails harmlessly.
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-/// Builds the HTTP client for one BMC.
+/// Builds the HTTP client for one BMC: a management client (no proxy: BMCs sit on management
+/// networks; no redirect: Redfish redirects, iLO 5's 308 for a missing trailing slash, are
+/// followed by the Redfish client itself, once, with the same method and body,
+/// docs/ilo-management.md §3.2).
 pub fn build_client(tls: &TlsVerify, timeout: Duration) -> Result<reqwest::Client, DriverError> {
-    install_crypto_provider();
-    let mut builder = reqwest::Client::builder()
-        // Redfish redirects (iLO 5's 308 for a missing trailing slash) are followed by the
-        // Redfish client itself, once, with the same method and body (reference §3.2).
-        .redirect(reqwest::redirect::Policy::none())
-        // BMCs sit on management networks; an HTTP(S)_PROXY meant for the internet must not
-        // capture them.
-        .no_proxy()
-        .connect_timeout(timeout.min(Duration::from_secs(15)))
-        .timeout(timeout)
-        .pool_max_idle_per_host(2);
-    match tls {
-        TlsVerify::System => {}
-        TlsVerify::CaFile(path) => {
-            let pem = std::fs::read(path).map_err(|e| {
-                DriverError::InvalidRequest(format!("reading CA file {}: {e}", path.display()))
-            })?;
-            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
-                DriverError::InvalidRequest(format!("parsing CA file {}: {e}", path.display()))
-            })?;
-            if certs.is_empty() {
-                return Err(DriverError::InvalidRequest(format!(
-                    "CA file {} holds no PEM certificate",
-                    path.display()
-                )));
-            }
-            builder = builder.tls_certs_only(certs);
-        }
-        TlsVerify::Insecure => builder = builder.danger_accept_invalid_certs(true),
-    }
-    builder
+    ClientSpec::management(Trust::from(tls), timeout)
+        .max_idle_per_host(MAX_IDLE_PER_BMC)
         .build()
-        .map_err(|e| DriverError::InvalidRequest(format!("building the HTTPS client: {e}")))
+        .map_err(|e| DriverError::InvalidRequest(e.to_string()))
 }
 
 /// The TLS failure behind `err`, if the TLS layer refused the session (an unverified or
@@ -169,6 +116,7 @@ pub async fn read_body(
 }
 
 /// Runs `attempt` until it succeeds, fails for good, or the deadline `timeout` from now passes.
+/// Only transient failures are retried, and not a timed-out attempt (see the module's Design).
 pub async fn with_retries<T, F, Fut>(
     url: &str,
     timeout: Duration,
@@ -179,35 +127,25 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, DriverError>>,
 {
-    let deadline = Instant::now() + timeout;
-    let mut backoff = retry.initial_backoff;
-    let mut tries = 1;
-    loop {
-        let outcome = match tokio::time::timeout_at(deadline, attempt()).await {
-            Ok(outcome) => outcome,
-            Err(_) => {
-                return Err(DriverError::Timeout {
-                    url: url.to_string(),
-                    seconds: timeout.as_secs_f64(),
-                })
+    retry
+        .with_deadline(timeout)
+        .run(
+            |err: &DriverError| err.is_transient() && !matches!(err, DriverError::Timeout { .. }),
+            |r| {
+                tracing::warn!(%url, attempt = r.failed, error = %r.error, "transient BMC failure, retrying");
+            },
+            |_| attempt(),
+        )
+        .await
+        .map_err(|e| match e {
+            RetryError::Permanent { error, .. } | RetryError::Exhausted { last: error, .. } => {
+                error
             }
-        };
-        match outcome {
-            Ok(value) => return Ok(value),
-            Err(err)
-                if err.is_transient()
-                    && !matches!(err, DriverError::Timeout { .. })
-                    && tries < retry.attempts
-                    && Instant::now() + backoff < deadline =>
-            {
-                tracing::warn!(%url, attempt = tries, error = %err, "transient BMC failure, retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = backoff.saturating_mul(2);
-                tries += 1;
-            }
-            Err(err) => return Err(err),
-        }
-    }
+            RetryError::DeadlineExceeded { .. } => DriverError::Timeout {
+                url: url.to_string(),
+                seconds: timeout.as_secs_f64(),
+            },
+        })
 }
 
 #[cfg(test)]
@@ -218,10 +156,7 @@ mod tests {
     #[tokio::test]
     async fn retries_transient_then_succeeds() {
         let calls = AtomicU32::new(0);
-        let policy = RetryPolicy {
-            attempts: 3,
-            initial_backoff: Duration::from_millis(1),
-        };
+        let policy = RetryPolicy::new(3, Duration::from_millis(1));
         let r = with_retries("u", Duration::from_secs(5), policy, || async {
             if calls.fetch_add(1, Ordering::SeqCst) < 2 {
                 Err(DriverError::HttpStatus {
@@ -241,17 +176,12 @@ mod tests {
     #[tokio::test]
     async fn permanent_errors_are_not_retried() {
         let calls = AtomicU32::new(0);
-        let r: Result<(), _> = with_retries(
-            "u",
-            Duration::from_secs(5),
-            RetryPolicy::default(),
-            || async {
-                calls.fetch_add(1, Ordering::SeqCst);
-                Err(DriverError::LoginFailed {
-                    message: "Login failed.".into(),
-                })
-            },
-        )
+        let r: Result<(), _> = with_retries("u", Duration::from_secs(5), DEFAULT_RETRY, || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err(DriverError::LoginFailed {
+                message: "Login failed.".into(),
+            })
+        })
         .await;
         assert!(matches!(r, Err(DriverError::LoginFailed { .. })));
         assert_eq!(calls.load(Ordering::SeqCst), 1);
@@ -260,16 +190,12 @@ mod tests {
     #[tokio::test]
     async fn deadline_bounds_a_hanging_attempt() {
         let start = std::time::Instant::now();
-        let r: Result<(), _> = with_retries(
-            "u",
-            Duration::from_millis(200),
-            RetryPolicy::default(),
-            || async {
+        let r: Result<(), _> =
+            with_retries("u", Duration::from_millis(200), DEFAULT_RETRY, || async {
                 tokio::time::sleep(Duration::from_secs(30)).await;
                 Ok(())
-            },
-        )
-        .await;
+            })
+            .await;
         assert!(matches!(r, Err(DriverError::Timeout { .. })));
         assert!(start.elapsed() < Duration::from_secs(2));
     }

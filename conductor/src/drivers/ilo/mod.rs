@@ -103,7 +103,7 @@ impl IloConfig {
             tls: TlsVerify::System,
             timeout: Duration::from_secs(DEFAULT_TIMEOUT_SECS),
             protocol: Protocol::Auto,
-            retry: RetryPolicy::default(),
+            retry: http::DEFAULT_RETRY,
         }
     }
 

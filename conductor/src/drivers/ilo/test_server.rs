@@ -92,7 +92,7 @@ impl Drop for TestServer {
 impl TestServer {
     /// Starts a server with `handler`.
     pub async fn start(handler: impl Fn(&Request) -> Reply + Send + Sync + 'static) -> Self {
-        crate::drivers::ilo::http::install_crypto_provider();
+        crate::net::https::install_crypto_provider();
         let key = rcgen::generate_simple_self_signed(vec![
             "127.0.0.1".to_string(),
             "localhost".to_string(),

@@ -6,8 +6,8 @@
 //! [`SwiftClient::request`] returns every answer that is not a 401 or a 5xx to the caller,
 //! which decides what a 404 or a 409 means for its operation. A 401 drops the cached token
 //! and authenticates again, once per attempt (Swift answers 401 to an expired token). After
-//! [`ATTEMPTS`] failed attempts the error is [`ObjectError::Unavailable`] and names the URL,
-//! so an operator sees which endpoint did not answer.
+//! [`RETRY`]'s attempts fail the error is [`ObjectError::Unavailable`] and names the URL, so
+//! an operator sees which endpoint did not answer.
 //!
 //! # Limitations
 //! A request is retried whole: a 1 GiB ISO whose upload fails near the end is sent again from
@@ -24,12 +24,11 @@ use tokio::io::AsyncReadExt as _;
 use tokio::sync::Mutex;
 
 use super::auth::{authenticate, Session, SwiftAuth};
+use crate::net::retry::RetryPolicy;
 use crate::objects::ObjectError;
 
-/// Attempts per request, the first included.
-pub const ATTEMPTS: u32 = 3;
-/// Back-off before the second attempt; doubled after each.
-pub const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
+/// Retries of a request: 3 attempts in all, 0.25 s then 0.5 s apart.
+pub const RETRY: RetryPolicy = RetryPolicy::new(3, Duration::from_millis(250));
 /// Read size when streaming a file body.
 const FILE_CHUNK: usize = 256 * 1024;
 
@@ -149,25 +148,28 @@ impl SwiftClient {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, Failure>>,
     {
-        let mut backoff = INITIAL_BACKOFF;
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            match attempt().await {
-                Ok(v) => return Ok(v),
-                Err(Failure::Final(e)) => return Err(e),
-                Err(Failure::Transient(message)) if tries >= ATTEMPTS => {
-                    return Err(ObjectError::Unavailable(format!(
-                        "{message} (after {tries} attempts)"
-                    )))
+        let outcome = RETRY
+            .run(
+                |failure| matches!(failure, Failure::Transient(_)),
+                |r| {
+                    if let Failure::Transient(message) = r.error {
+                        tracing::debug!(%message, backoff = ?r.pause, "Swift request failed, retrying");
+                    }
+                },
+                |_| attempt(),
+            )
+            .await;
+        outcome.map_err(|e| {
+            let attempts = e.attempts();
+            match e.into_last() {
+                Some(Failure::Final(e)) => e,
+                Some(Failure::Transient(message)) => {
+                    ObjectError::Unavailable(format!("{message} (after {attempts} attempts)"))
                 }
-                Err(Failure::Transient(message)) => {
-                    tracing::debug!(%message, ?backoff, "Swift request failed, retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff *= 2;
-                }
+                // RETRY has no deadline.
+                None => ObjectError::Unavailable(format!("no answer (after {attempts} attempts)")),
             }
-        }
+        })
     }
 
     /// Sends `method` to `target` with `headers` and `payload`, retrying as the module says.

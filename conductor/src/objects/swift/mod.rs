@@ -21,7 +21,6 @@ pub mod auth;
 pub mod client;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
@@ -33,6 +32,7 @@ use vmdeploy_shared::tempurl::{self, TempUrlDigest, TempUrlKey};
 pub use self::auth::SwiftAuth;
 use self::client::{Payload, SwiftClient, Target};
 use super::{ObjectBody, ObjectError, ObjectInfo, ObjectPath, ObjectStore, PutOptions};
+use crate::net::https::{ClientSpec, TlsVerify, Trust};
 
 /// Per-request timeout when none is configured.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -48,10 +48,9 @@ pub struct SwiftConfig {
     pub auth: SwiftAuth,
     /// The temp URL key to set when the account has none; `None` generates one.
     pub temp_url_key: Option<Secret>,
-    /// Verify Swift's and Keystone's TLS certificates (DESIGN.md §7: on unless turned off).
-    pub verify_tls: bool,
-    /// Trust only the CA certificates in this PEM file (instead of the system's).
-    pub ca_file: Option<PathBuf>,
+    /// How Swift's and Keystone's TLS certificates are checked (docs/architecture.md §7:
+    /// against the system's roots unless configured otherwise).
+    pub tls: TlsVerify,
     /// Connect timeout and the longest wait for any read (not for a whole upload).
     pub timeout: Duration,
 }
@@ -63,8 +62,7 @@ impl SwiftConfig {
         SwiftConfig {
             auth,
             temp_url_key: None,
-            verify_tls: true,
-            ca_file: None,
+            tls: TlsVerify::System,
             timeout: DEFAULT_TIMEOUT,
         }
     }
@@ -79,34 +77,12 @@ pub struct SwiftStore {
 }
 
 fn build_http(config: &SwiftConfig) -> Result<reqwest::Client, ObjectError> {
-    crate::drivers::ilo::http::install_crypto_provider();
-    let mut builder = reqwest::Client::builder()
-        .connect_timeout(config.timeout)
-        // A read timeout rather than a total one: an ISO upload may take longer than any
-        // sensible request timeout, a stalled connection may not.
-        .read_timeout(config.timeout)
-        .redirect(reqwest::redirect::Policy::none());
-    if let Some(path) = &config.ca_file {
-        let pem = std::fs::read(path).map_err(|e| {
-            ObjectError::Other(format!("reading the Swift CA file {}: {e}", path.display()))
-        })?;
-        let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
-            ObjectError::Other(format!("parsing the Swift CA file {}: {e}", path.display()))
-        })?;
-        if certs.is_empty() {
-            return Err(ObjectError::Other(format!(
-                "the Swift CA file {} holds no PEM certificate",
-                path.display()
-            )));
-        }
-        builder = builder.tls_certs_only(certs);
-    }
-    if !config.verify_tls {
-        builder = builder.danger_accept_invalid_certs(true);
-    }
-    builder
+    // A read timeout rather than a total one: an ISO upload may take longer than any sensible
+    // request timeout, a stalled connection may not. No redirect is expected from Swift.
+    ClientSpec::transfer(Trust::from(&config.tls), config.timeout, config.timeout)
+        .no_redirects()
         .build()
-        .map_err(|e| ObjectError::Other(format!("building the Swift HTTP client: {e}")))
+        .map_err(|e| ObjectError::Other(format!("the Swift HTTPS client: {e}")))
 }
 
 fn header_value(value: &str, what: &str) -> Result<HeaderValue, ObjectError> {

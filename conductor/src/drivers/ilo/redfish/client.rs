@@ -467,10 +467,7 @@ mod tests {
         c.tls = TlsVerify::CaFile(server.cert_path.clone());
         c.timeout = Duration::from_secs(5);
         c.protocol = Protocol::Redfish;
-        c.retry = RetryPolicy {
-            attempts: 2,
-            initial_backoff: Duration::from_millis(10),
-        };
+        c.retry = RetryPolicy::new(2, Duration::from_millis(10));
         c
     }
 

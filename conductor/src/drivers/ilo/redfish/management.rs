@@ -536,10 +536,7 @@ mod tests {
         c.tls = TlsVerify::CaFile(server.cert_path.clone());
         c.timeout = Duration::from_secs(5);
         c.protocol = Protocol::Redfish;
-        c.retry = RetryPolicy {
-            attempts: 1,
-            initial_backoff: Duration::from_millis(1),
-        };
+        c.retry = RetryPolicy::new(1, Duration::from_millis(1));
         let client = RedfishClient::new(&c).expect("client");
         client
             .insert_vmedia(VmediaDevice::Cdrom, "http://10.0.0.1/boot.iso")

@@ -104,10 +104,7 @@ mod tests {
         c.tls = TlsVerify::CaFile(server.cert_path.clone());
         c.timeout = timeout;
         c.protocol = Protocol::Ribcl;
-        c.retry = RetryPolicy {
-            attempts: 3,
-            initial_backoff: Duration::from_millis(20),
-        };
+        c.retry = RetryPolicy::new(3, Duration::from_millis(20));
         c
     }
 
@@ -311,10 +308,7 @@ mod tests {
         };
         let mut c = IloConfig::new(format!("127.0.0.1:{port}"), "u", Secret::new("p"));
         c.timeout = Duration::from_secs(3);
-        c.retry = RetryPolicy {
-            attempts: 2,
-            initial_backoff: Duration::from_millis(10),
-        };
+        c.retry = RetryPolicy::new(2, Duration::from_millis(10));
         let err = RibclClient::new(&c)
             .expect("client")
             .power_state()
