@@ -322,8 +322,8 @@ pub fn choose_disk(
     dev_dir: &Path,
 ) -> anyhow::Result<PathBuf> {
     let from_node = match properties.get("root_device") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(hints_from_json(v).context("reading the node's root_device hints")?),
+        None => None,
+        Some(v) => RootDeviceHints::from_json(v).context("reading the node's root_device hints")?,
     };
     let hints = from_node.or_else(|| params.common.root_device.clone());
     // Loop devices are never install disks, unless a `name` hint names one (tests on loop
@@ -341,51 +341,6 @@ pub fn choose_disk(
         (!list.is_empty()).then_some(list.as_str()),
     )?;
     Ok(chosen.path.clone())
-}
-
-/// Ironic's `root_device` property (a JSON object) as [`RootDeviceHints`]. Plain values only:
-/// an operator expression (`>= 10`, `s== x`, `<in> a b`) or an unknown hint is an error, since
-/// guessing could pick the wrong disk.
-pub fn hints_from_json(v: &Value) -> anyhow::Result<RootDeviceHints> {
-    let Some(obj) = v.as_object() else {
-        bail!("root_device must be an object, found {v}");
-    };
-    let mut hints = RootDeviceHints::default();
-    for (key, value) in obj {
-        let text = match value {
-            Value::String(s) => s.trim().to_owned(),
-            Value::Number(n) => n.to_string(),
-            other => bail!("root_device hint {key:?} has an unsupported value {other}"),
-        };
-        if text.is_empty() {
-            bail!("root_device hint {key:?} is empty");
-        }
-        if ["<", ">", "=", "!", "s==", "s!=", "<in>", "<or>"]
-            .iter()
-            .any(|op| text.starts_with(op))
-        {
-            bail!("root_device hint {key:?} uses an operator ({text:?}); only plain values are supported");
-        }
-        match key.as_str() {
-            "size" => {
-                hints.size_gib = Some(text.parse().with_context(|| {
-                    format!("root_device size must be whole GiB, found {text:?}")
-                })?)
-            }
-            "model" => hints.model = Some(text.to_lowercase()),
-            "vendor" => hints.vendor = Some(text.to_lowercase()),
-            "serial" => hints.serial = Some(text.to_lowercase()),
-            "wwn" => hints.wwn = Some(text.to_lowercase()),
-            "name" => hints.name = Some(text),
-            other => bail!(
-                "unsupported root_device hint {other:?} (supported: size, model, vendor, serial, wwn, name)"
-            ),
-        }
-    }
-    if hints == RootDeviceHints::default() {
-        bail!("root_device has no hints");
-    }
-    Ok(hints)
 }
 
 #[cfg(test)]
@@ -407,22 +362,6 @@ mod tests {
             format!("{err:#}").contains("ipa-enable-auto-tls"),
             "{err:#}"
         );
-    }
-
-    #[test]
-    fn node_hints_parse() {
-        let h =
-            hints_from_json(&json!({"name": "/dev/sda", "size": 100, "model": "LOGICAL VOLUME"}))
-                .expect("hints");
-        assert_eq!(h.name.as_deref(), Some("/dev/sda"));
-        assert_eq!(h.size_gib, Some(100));
-        assert_eq!(h.model.as_deref(), Some("logical volume"));
-        assert!(hints_from_json(&json!({"size": ">= 10"})).is_err());
-        assert!(hints_from_json(&json!({"rotational": true})).is_err());
-        assert!(hints_from_json(&json!({"hctl": "1:0:0:0"})).is_err());
-        assert!(hints_from_json(&json!({})).is_err());
-        assert!(hints_from_json(&json!("sda")).is_err());
-        assert!(hints_from_json(&json!({"size": "ten"})).is_err());
     }
 
     fn fake_disk(root: &Path, name: &str, gib: u64) {
@@ -449,6 +388,13 @@ mod tests {
             choose_disk(&none, &params, sys.path(), dev).expect("floppy hints"),
             PathBuf::from("/dev/sda")
         );
+        // An empty object is no hints, as in Ironic: the floppy's apply.
+        let empty = json!({"root_device": {}});
+        assert_eq!(
+            choose_disk(empty.as_object().expect("obj"), &params, sys.path(), dev)
+                .expect("floppy hints"),
+            PathBuf::from("/dev/sda")
+        );
         let node = json!({"root_device": {"size": 20}});
         let node = node.as_object().expect("object");
         assert_eq!(
@@ -461,6 +407,10 @@ mod tests {
                 .expect("loop by name"),
             PathBuf::from("/dev/loop3")
         );
+        let operator = json!({"root_device": {"size": ">= 10"}});
+        let err = choose_disk(operator.as_object().expect("obj"), &params, sys.path(), dev)
+            .expect_err("operator");
+        assert!(format!("{err:#}").contains("operator \">=\""), "{err:#}");
         let missing = json!({"root_device": {"serial": "nope"}});
         let err = choose_disk(missing.as_object().expect("obj"), &params, sys.path(), dev)
             .expect_err("no match");

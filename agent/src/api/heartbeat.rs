@@ -92,10 +92,9 @@ pub type SharedProgress = Arc<Mutex<Option<ProgressSlot>>>;
 /// The progress of `slot` as sent in a heartbeat.
 pub fn progress_of(slot: &ProgressSlot, now: Instant) -> WriteProgress {
     let written = slot.progress.written.load(Ordering::Relaxed);
-    let total = match slot.progress.download_total.load(Ordering::Relaxed) {
-        0 => None,
-        t => Some(t),
-    };
+    // Against the raw image's size, not the download's: a qcow2 or compressed download is
+    // smaller than the image it becomes.
+    let total = slot.progress.image_total();
     let end = slot.ended.unwrap_or(now);
     let secs = end.saturating_duration_since(slot.started).as_secs_f64();
     let rate = if secs > 0.0 {
@@ -225,7 +224,7 @@ mod tests {
     fn progress_encoding() {
         let progress = Arc::new(Progress::default());
         progress.written.store(50 << 20, Ordering::Relaxed);
-        progress.download_total.store(100 << 20, Ordering::Relaxed);
+        progress.image_total.store(100 << 20, Ordering::Relaxed);
         let started = Instant::now();
         let slot = ProgressSlot {
             progress: Arc::clone(&progress),
@@ -245,7 +244,7 @@ mod tests {
                 5u64 << 20
             )
         );
-        progress.download_total.store(0, Ordering::Relaxed);
+        progress.image_total.store(0, Ordering::Relaxed);
         let ended = ProgressSlot {
             ended: Some(started + Duration::from_secs(5)),
             ..slot

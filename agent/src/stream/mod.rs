@@ -37,6 +37,7 @@ use vmdeploy_shared::io::hash::{ExpectedDigest, HashReader, Hasher};
 use vmdeploy_shared::io::limit::LimitReader;
 use vmdeploy_shared::io::peek::PeekReader;
 use vmdeploy_shared::io::BUFFER_SIZE;
+use vmdeploy_shared::qcow2::{self as qcow2_header, Qcow2Header};
 
 use crate::disk::sink::{self, ImageSink, SinkDone};
 use crate::disk::{Disk, HEAD_LEN};
@@ -79,16 +80,18 @@ pub enum Plan {
     Qcow2 {
         /// Disk offset of the spool.
         spool: u64,
+        /// Size of the raw image the conversion writes.
+        virtual_size: u64,
     },
 }
 
 impl Plan {
     /// The plan for an image starting with `head` on a disk of `capacity` bytes (`None`: a file).
     pub fn choose(head: &[u8], capacity: Option<u64>) -> anyhow::Result<Plan> {
-        if !qcow2::is_qcow2(head) {
+        if !qcow2_header::is_qcow2(head) {
             return Ok(Plan::Raw);
         }
-        let header = qcow2::parse_header(head)?;
+        let header = Qcow2Header::parse(head)?;
         let spool = qcow2::spool_offset(&header)?;
         if let Some(cap) = capacity {
             if cap < spool + HEAD_LEN as u64 {
@@ -103,14 +106,17 @@ impl Plan {
             spool,
             "qcow2 image: spooling beyond its end"
         );
-        Ok(Plan::Qcow2 { spool })
+        Ok(Plan::Qcow2 {
+            spool,
+            virtual_size: header.virtual_size,
+        })
     }
 
     /// Where the sink starts writing.
     fn base(self) -> u64 {
         match self {
             Plan::Raw => 0,
-            Plan::Qcow2 { spool } => spool,
+            Plan::Qcow2 { spool, .. } => spool,
         }
     }
 
@@ -219,7 +225,7 @@ fn write_verified(
     let (plan, done) = {
         let mut image = PeekReader::with_capacity(BUFFER_SIZE, compression.decoder(&mut download));
         let head = image
-            .peek(qcow2::HEADER_LEN)
+            .peek(qcow2_header::HEADER_LEN)
             .with_context(|| format!("decoding the {compression:?} image"))?;
         let plan = Plan::choose(head, capacity)?;
         if window.is_some() && plan != Plan::Raw {
@@ -229,11 +235,26 @@ fn write_verified(
                  `qemu-img convert -O raw`"
             );
         }
+        // What heartbeats report `written` against: the raw image's size, when known before
+        // the end. A compressed raw stream's size is known only once it has been decoded.
+        let image_total = match plan {
+            Plan::Qcow2 { virtual_size, .. } => virtual_size,
+            Plan::Raw if compression == Compression::None => {
+                progress.download_total.load(Ordering::Relaxed)
+            }
+            Plan::Raw => 0,
+        };
+        progress.image_total.store(image_total, Ordering::Relaxed);
+        // A qcow2 download is not the image yet: its bytes count as spooled, not written.
+        let counter = match plan {
+            Plan::Raw => &progress.written,
+            Plan::Qcow2 { .. } => &progress.spooled,
+        };
         let mut sink = ImageSink::new(
             Arc::clone(disk),
             offset + plan.base(),
             plan == Plan::Raw,
-            Arc::clone(&progress.written),
+            Arc::clone(counter),
             sink_digest,
         )
         .context("starting the disk writer")?;
@@ -278,13 +299,14 @@ fn write_verified(
             sink::write_head(disk, offset, &done.head).context("writing the first MiB")?;
             (ImageFormat::Raw, done.len)
         }
-        Plan::Qcow2 { spool } => {
+        Plan::Qcow2 { spool, .. } => {
             let size = convert_spool(disk, spool, done.len, capacity, progress)?;
             (ImageFormat::Qcow2, size)
         }
     };
-    // The sinks count the blocks as they go, which leaves out the held-back first MiB and, for
-    // qcow2, counts the spool too; once the head is down, the disk holds exactly the image.
+    // The sinks count the blocks as they go, which leaves out the held-back first MiB; once the
+    // head is down, the disk holds exactly the image, and its size is known whatever the format.
+    progress.image_total.store(image_len, Ordering::Relaxed);
     progress.written.store(image_len, Ordering::Relaxed);
     disk.sync().context("syncing the disk")?;
     if window.is_none() {
@@ -563,25 +585,147 @@ mod tests {
 
     #[test]
     fn the_plan_comes_from_the_header() {
-        let mut qcow = vec![0u8; qcow2::HEADER_LEN];
-        qcow[..4].copy_from_slice(&qcow2::MAGIC);
-        qcow[4..8].copy_from_slice(&3u32.to_be_bytes());
-        qcow[24..32].copy_from_slice(&(10 * HEAD_LEN as u64 + 1).to_be_bytes());
+        let virtual_size = 10 * HEAD_LEN as u64 + 1;
+        let qcow = Qcow2Header {
+            version: 3,
+            virtual_size,
+        }
+        .to_bytes();
         let spool = 11 * HEAD_LEN as u64;
         assert_eq!(Plan::choose(b"raw bytes", Some(1)).expect("raw"), Plan::Raw);
         assert_eq!(Plan::choose(&[], None).expect("empty"), Plan::Raw);
         assert_eq!(
             Plan::choose(&qcow, None).expect("a file grows"),
-            Plan::Qcow2 { spool }
+            Plan::Qcow2 {
+                spool,
+                virtual_size
+            }
         );
         assert_eq!(
             Plan::choose(&qcow, Some(spool + HEAD_LEN as u64)).expect("fits"),
-            Plan::Qcow2 { spool }
+            Plan::Qcow2 {
+                spool,
+                virtual_size
+            }
         );
         let err = Plan::choose(&qcow, Some(spool + HEAD_LEN as u64 - 1)).expect_err("no room");
         assert!(err.to_string().contains("does not fit the disk"), "{err}");
-        assert_eq!(Plan::Qcow2 { spool }.room(Some(spool + 5)), 5);
+        assert_eq!(
+            Plan::Qcow2 {
+                spool,
+                virtual_size
+            }
+            .room(Some(spool + 5)),
+            5
+        );
         assert_eq!(Plan::Raw.room(None), u64::MAX);
+    }
+
+    /// A qcow2 file made by `qemu-img` from `raw` (its virtual size is `raw.len()`).
+    fn qemu_img_qcow2(dir: &std::path::Path, raw: &[u8]) -> Vec<u8> {
+        let src = dir.join("src.raw");
+        let dst = dir.join("src.qcow2");
+        std::fs::write(&src, raw).expect("raw source");
+        let out = std::process::Command::new("qemu-img")
+            .args(["convert", "-f", "raw", "-O", "qcow2"])
+            .arg(&src)
+            .arg(&dst)
+            .output()
+            .expect("qemu-img runs (install qemu-utils, or run scripts/setup)");
+        assert!(out.status.success(), "qemu-img convert: {out:?}");
+        std::fs::read(&dst).expect("qcow2 file")
+    }
+
+    /// Runs `write_image_from` while sampling the heartbeat's progress every millisecond, as
+    /// the heartbeat loop would; the outcome, every sample, and the last one.
+    fn write_sampling_progress(
+        download: Vec<u8>,
+        disk: Arc<Disk>,
+    ) -> (
+        WriteOutcome,
+        Vec<vmdeploy_shared::api::ipa::WriteProgress>,
+        vmdeploy_shared::api::ipa::WriteProgress,
+    ) {
+        use crate::api::heartbeat::{progress_of, ProgressSlot};
+        use std::sync::atomic::AtomicBool;
+        use std::time::{Duration, Instant};
+        let progress = Arc::new(Progress::default());
+        // What the HTTP sources store once the response headers are in (Content-Length).
+        progress
+            .download_total
+            .store(download.len() as u64, Ordering::Relaxed);
+        let slot = ProgressSlot {
+            progress: Arc::clone(&progress),
+            started: Instant::now(),
+            ended: None,
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let sampler = {
+            let (slot, stop) = (slot.clone(), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut seen = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    seen.push(progress_of(&slot, Instant::now()));
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                seen
+            })
+        };
+        let out = write_image_from(Cursor::new(download), disk, None, &progress);
+        stop.store(true, Ordering::Relaxed);
+        let seen = sampler.join().expect("sampler thread");
+        let last = progress_of(&slot, Instant::now());
+        (out.expect("written"), seen, last)
+    }
+
+    #[test]
+    fn qcow2_progress_is_against_the_virtual_size_and_never_past_100_percent() {
+        // 8 MiB virtual, 3 MiB of data: the qcow2 file is much smaller than the image.
+        let virtual_size = 8 * HEAD_LEN;
+        let mut raw = vec![0u8; virtual_size];
+        for (i, b) in raw[..3 * HEAD_LEN].iter_mut().enumerate() {
+            *b = (i % 251) as u8 | 1;
+        }
+        let (dir, disk) = disk_file(16 * HEAD_LEN);
+        let qcow = qemu_img_qcow2(dir.path(), &raw);
+        assert!(qcow.len() < virtual_size / 2, "{} bytes", qcow.len());
+        let (out, seen, last) = write_sampling_progress(qcow, Arc::clone(&disk));
+        assert_eq!(out.format, ImageFormat::Qcow2);
+        assert_eq!(out.image_len, virtual_size as u64);
+        let back = std::fs::read(disk.path()).expect("read back");
+        assert!(back[..virtual_size] == raw[..], "the disk holds the image");
+        assert_eq!(last.total, Some(virtual_size as u64), "{last:?}");
+        assert_eq!(last.written, virtual_size as u64, "{last:?}");
+        for p in &seen {
+            assert!(p.total.is_none_or(|t| p.written <= t), "past 100%: {p:?}");
+        }
+    }
+
+    #[test]
+    fn compressed_raw_progress_never_claims_the_download_size_as_the_image_size() {
+        let image: Vec<u8> = (0..4 * HEAD_LEN).map(|i| (i % 13) as u8).collect();
+        let packed = gzip(&image);
+        let (_dir, disk) = disk_file(5 * HEAD_LEN);
+        let (out, seen, last) = write_sampling_progress(packed, Arc::clone(&disk));
+        assert_eq!(out.image_len, image.len() as u64);
+        // The raw size of a compressed stream is known only at its end.
+        assert_eq!(last.written, image.len() as u64, "{last:?}");
+        assert_eq!(last.total, Some(image.len() as u64), "{last:?}");
+        for p in seen.iter().chain([&last]) {
+            assert!(p.total.is_none_or(|t| p.written <= t), "past 100%: {p:?}");
+        }
+    }
+
+    #[test]
+    fn raw_progress_is_against_the_download_size() {
+        let image: Vec<u8> = (0..3 * HEAD_LEN + 99).map(|i| (i % 7) as u8).collect();
+        let (_dir, disk) = disk_file(4 * HEAD_LEN);
+        let (_, seen, last) = write_sampling_progress(image.clone(), Arc::clone(&disk));
+        assert_eq!(last.total, Some(image.len() as u64), "{last:?}");
+        assert_eq!(last.written, image.len() as u64, "{last:?}");
+        for p in &seen {
+            assert!(p.total.is_none_or(|t| p.written <= t), "past 100%: {p:?}");
+        }
     }
 
     #[test]

@@ -12,8 +12,15 @@ pub struct Progress {
     pub downloaded: AtomicU64,
     /// Size of the download when the server said it (Content-Length), else 0.
     pub download_total: AtomicU64,
-    /// Bytes written to the disk.
+    /// Bytes of the raw image written to the disk. A qcow2 download spooled to the disk before
+    /// its conversion is not counted here (it is not the image yet), but in `spooled`.
     pub written: Arc<AtomicU64>,
+    /// Size of the raw image being written when known, else 0: the download's size for an
+    /// uncompressed raw image, the virtual size for a qcow2 image, and for a compressed raw
+    /// image only once its stream has ended. `written` never passes it.
+    pub image_total: AtomicU64,
+    /// Bytes of a qcow2 download spooled to the disk.
+    pub spooled: Arc<AtomicU64>,
     started: Instant,
 }
 
@@ -23,26 +30,45 @@ impl Default for Progress {
             downloaded: AtomicU64::new(0),
             download_total: AtomicU64::new(0),
             written: Arc::new(AtomicU64::new(0)),
+            image_total: AtomicU64::new(0),
+            spooled: Arc::new(AtomicU64::new(0)),
             started: Instant::now(),
         }
     }
 }
 
 impl Progress {
-    /// One console line: written bytes, download progress against its total, and the rate.
+    /// The raw image's size when known (see `image_total`).
+    pub fn image_total(&self) -> Option<u64> {
+        match self.image_total.load(Ordering::Relaxed) {
+            0 => None,
+            t => Some(t),
+        }
+    }
+
+    /// One console line: written bytes against the image's size, download progress against its
+    /// total, and the rate.
     pub fn line(&self) -> String {
         const MIB: f64 = 1024.0 * 1024.0;
+        let mib = |total: Option<u64>| match total {
+            Some(t) => format!("{:.1} MiB", t as f64 / MIB),
+            None => "unknown size".to_owned(),
+        };
         let written = self.written.load(Ordering::Relaxed) as f64 / MIB;
         let down = self.downloaded.load(Ordering::Relaxed) as f64 / MIB;
-        let total = self.download_total.load(Ordering::Relaxed);
+        let download_total = match self.download_total.load(Ordering::Relaxed) {
+            0 => None,
+            t => Some(t),
+        };
         let secs = self.started.elapsed().as_secs_f64().max(0.001);
-        let total = if total > 0 {
-            format!("{:.1} MiB", total as f64 / MIB)
-        } else {
-            "unknown size".to_owned()
+        let spooled = match self.spooled.load(Ordering::Relaxed) {
+            0 => String::new(),
+            s => format!(", qcow2 spooled {:.1} MiB", s as f64 / MIB),
         };
         format!(
-            "written {written:.1} MiB, downloaded {down:.1} MiB of {total}, {:.1} MiB/s",
+            "written {written:.1} MiB of {}{spooled}, downloaded {down:.1} MiB of {}, {:.1} MiB/s",
+            mib(self.image_total()),
+            mib(download_total),
             written / secs
         )
     }

@@ -11,8 +11,9 @@
 //! so nothing later mistakes the leftover for an image.
 //!
 //! # Limitations
-//! The disk must hold virtual size + qcow2 file size. Backing files are refused (a deploy image
-//! must be self-contained); zstd-compressed clusters are refused by imago.
+//! The disk must hold virtual size + qcow2 file size. Backing files are refused by the header
+//! reader, [`vmdeploy_shared::qcow2`] (a deploy image must be self-contained); zstd-compressed
+//! clusters are refused by imago.
 
 use std::fmt;
 use std::fs::File;
@@ -20,59 +21,13 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use imago::io_buffers::{IoVector, IoVectorMut};
 use imago::storage::drivers::CommonStorageHelper;
 use imago::{DenyImplicitOpenGate, FormatAccess, FormatDriverBuilder, Storage};
+use vmdeploy_shared::qcow2::Qcow2Header;
 
 use crate::disk::HEAD_LEN;
-
-/// qcow2 magic: `QFI\xfb` (qcow2 spec, header offset 0).
-pub const MAGIC: [u8; 4] = [b'Q', b'F', b'I', 0xfb];
-
-/// Header bytes needed to read the fields below.
-pub const HEADER_LEN: usize = 32;
-
-const VERSION_OFFSET: usize = 4;
-const BACKING_FILE_OFFSET_OFFSET: usize = 8;
-const SIZE_OFFSET: usize = 24;
-
-/// The header fields the spool plan needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Qcow2Header {
-    /// Guest-visible size in bytes.
-    pub virtual_size: u64,
-}
-
-/// Whether `head` starts with the qcow2 magic.
-pub fn is_qcow2(head: &[u8]) -> bool {
-    head.starts_with(&MAGIC)
-}
-
-fn be_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes(b[at..at + 4].try_into().expect("4-byte slice"))
-}
-
-fn be_u64(b: &[u8], at: usize) -> u64 {
-    u64::from_be_bytes(b[at..at + 8].try_into().expect("8-byte slice"))
-}
-
-/// Reads the header fields; refuses versions other than 2 and 3 and images with a backing file.
-pub fn parse_header(head: &[u8]) -> anyhow::Result<Qcow2Header> {
-    if head.len() < HEADER_LEN || !is_qcow2(head) {
-        bail!("not a qcow2 header ({} bytes)", head.len());
-    }
-    let version = be_u32(head, VERSION_OFFSET);
-    if !(2..=3).contains(&version) {
-        bail!("unsupported qcow2 version {version}");
-    }
-    if be_u64(head, BACKING_FILE_OFFSET_OFFSET) != 0 {
-        bail!("qcow2 images with a backing file cannot be deployed");
-    }
-    Ok(Qcow2Header {
-        virtual_size: be_u64(head, SIZE_OFFSET),
-    })
-}
 
 /// Where the qcow2 file is spooled: its virtual size rounded up to 1 MiB.
 pub fn spool_offset(h: &Qcow2Header) -> anyhow::Result<u64> {
@@ -196,27 +151,19 @@ pub fn convert(region: DiskRegion, out: &mut impl io::Write) -> anyhow::Result<u
 mod tests {
     use super::*;
 
-    fn header(version: u32, backing: u64, size: u64) -> Vec<u8> {
-        let mut h = vec![0u8; HEADER_LEN];
-        h[..4].copy_from_slice(&MAGIC);
-        h[4..8].copy_from_slice(&version.to_be_bytes());
-        h[8..16].copy_from_slice(&backing.to_be_bytes());
-        h[24..32].copy_from_slice(&size.to_be_bytes());
-        h
+    fn header(virtual_size: u64) -> Qcow2Header {
+        Qcow2Header {
+            version: 3,
+            virtual_size,
+        }
     }
 
     #[test]
-    fn header_checks_and_spool_offset() {
-        let h = parse_header(&header(3, 0, 10 * 1024 * 1024 + 1)).expect("valid");
-        assert_eq!(spool_offset(&h).expect("fits"), 11 * 1024 * 1024);
-        let h = parse_header(&header(2, 0, 4 * 1024 * 1024)).expect("valid");
-        assert_eq!(spool_offset(&h).expect("fits"), 4 * 1024 * 1024);
-        assert!(parse_header(&header(1, 0, 1)).is_err());
-        assert!(parse_header(&header(3, 4096, 1)).is_err());
-        assert!(parse_header(&header(3, 0, 1)[..20]).is_err());
-        assert!(spool_offset(&Qcow2Header {
-            virtual_size: u64::MAX
-        })
-        .is_err());
+    fn spool_offset_is_the_virtual_size_rounded_up_to_a_mib() {
+        let mib = HEAD_LEN as u64;
+        assert_eq!(spool_offset(&header(10 * mib + 1)).expect("fits"), 11 * mib);
+        assert_eq!(spool_offset(&header(4 * mib)).expect("fits"), 4 * mib);
+        assert_eq!(spool_offset(&header(0)).expect("fits"), 0);
+        assert!(spool_offset(&header(u64::MAX)).is_err());
     }
 }

@@ -80,7 +80,8 @@ fn ramdisk_params(node: &Node, ports: &[Port], config: &DeployConfig) -> anyhow:
     }
     set(keys::IPA_DRIVER_NAME, &node.driver)?;
     set(keys::BOOT_METHOD, "vmedia")?;
-    if let Some(hints) = root_device_hints(&node.properties)? {
+    let hints = node.properties.get("root_device").unwrap_or(&Value::Null);
+    if let Some(hints) = RootDeviceHints::from_json(hints).context("properties.root_device")? {
         set(keys::ROOT_DEVICE, &hints.render())?;
     }
     if let Some(port) = ports.iter().find(|p| p.pxe_enabled) {
@@ -236,53 +237,6 @@ pub fn build_image(params: &Params) -> anyhow::Result<Vec<u8>> {
     let text = params.render().context("rendering parameters.txt")?;
     fat::build_floppy(FLOPPY_LABEL, &[(PARAMS_FILE, text.as_bytes())])
         .context("writing the floppy image")
-}
-
-/// `properties.root_device` (Ironic's hint object, e.g. `{"size": 100, "serial": "S1"}`) as
-/// the floppy's hints; `None` when absent. Operators (`>=`, `s==`) are not supported: the agent
-/// matches plain values, so they are refused rather than passed on to match nothing.
-fn root_device_hints(properties: &JsonObject) -> anyhow::Result<Option<RootDeviceHints>> {
-    let Some(raw) = properties.get("root_device") else {
-        return Ok(None);
-    };
-    let obj = match raw {
-        Value::Null => return Ok(None),
-        Value::Object(o) if o.is_empty() => return Ok(None),
-        Value::Object(o) => o,
-        other => bail!("properties.root_device must be an object of hints, found {other}"),
-    };
-    let mut hints = RootDeviceHints::default();
-    for (key, value) in obj {
-        let field = format!("properties.root_device.{key}");
-        let text = match value {
-            Value::String(s) => s.trim().to_owned(),
-            Value::Number(n) => n.to_string(),
-            other => bail!("{field} must be a string or a number, found {other}"),
-        };
-        if text.is_empty() {
-            bail!("{field} is empty");
-        }
-        if text.starts_with(['<', '>', '=', '!']) || text.starts_with("s==") || text.contains(' ') {
-            bail!(
-                "{field} {text:?}: hint operators and spaces are not supported, give a plain value"
-            );
-        }
-        match key.as_str() {
-            "size" => {
-                hints.size_gib =
-                    Some(text.parse().with_context(|| {
-                        format!("{field} {text:?} is not a whole number of GiB")
-                    })?)
-            }
-            "model" => hints.model = Some(text.to_lowercase()),
-            "vendor" => hints.vendor = Some(text.to_lowercase()),
-            "serial" => hints.serial = Some(text.to_lowercase()),
-            "wwn" => hints.wwn = Some(text.to_lowercase()),
-            "name" => hints.name = Some(text),
-            _ => bail!("{field}: unknown hint (known: size, model, vendor, serial, wwn, name)"),
-        }
-    }
-    Ok(Some(hints))
 }
 
 /// The static network of a DHCP-less deploy.
@@ -590,13 +544,16 @@ mod tests {
         let token = Secret::new("x".repeat(43));
         node.properties = obj(json!({"root_device": {"colour": "red"}}));
         let err = agent_params(&node, &[], &config(None), &token).expect_err("unknown hint");
-        assert!(
-            format!("{err:#}").contains("properties.root_device.colour"),
-            "{err:#}"
-        );
+        let msg = format!("{err:#}");
+        assert!(msg.contains("properties.root_device"), "{msg}");
+        assert!(msg.contains("colour: unknown hint"), "{msg}");
         node.properties = obj(json!({"root_device": {"size": ">= 100"}}));
         let err = agent_params(&node, &[], &config(None), &token).expect_err("operator");
-        assert!(format!("{err:#}").contains("operators"), "{err:#}");
+        assert!(format!("{err:#}").contains("operator \">=\""), "{err:#}");
+        // The same rules as the agent's: spaces inside a value and Ironic's equality operator.
+        node.properties = obj(json!({"root_device": {"model": "s== LOGICAL VOLUME"}}));
+        let params = agent_params(&node, &[], &config(None), &token).expect("model hint");
+        assert_eq!(params.get("root_device"), Some("model=logical%20volume"));
         node.properties = JsonObject::new();
         node.network_data = obj(
             json!({"networks": [{"type": "ipv4", "ip_address": "10.0.0.5",

@@ -17,17 +17,13 @@ use std::path::Path;
 
 use imago::{DenyImplicitOpenGate, FormatAccess, FormatDriverBuilder};
 use serde::{Deserialize, Serialize};
+use vmdeploy_shared::qcow2::{self, Qcow2Header};
 
 use super::sparse::SparseWriter;
 use super::ImageCacheError;
 
-/// qcow2 magic: `QFI\xfb` (qcow2 spec, header offset 0).
-pub const QCOW2_MAGIC: [u8; 4] = [b'Q', b'F', b'I', 0xfb];
-/// Header bytes the checks below read.
-pub const HEADER_LEN: usize = 32;
-const VERSION_OFFSET: usize = 4;
-const BACKING_FILE_OFFSET_OFFSET: usize = 8;
-const SIZE_OFFSET: usize = 24;
+/// Header bytes [`detect`] reads to tell a qcow2 image's virtual size.
+pub const HEADER_LEN: usize = qcow2::HEADER_LEN;
 
 /// Formats that are not disk images we can write, by magic: refused, not cached as raw.
 const REFUSED: &[(&[u8], &str)] = &[
@@ -58,36 +54,14 @@ pub fn detect(url: &str, head: &[u8]) -> Result<(ImageFormat, Option<u64>), Imag
         url: url.to_owned(),
         reason,
     };
-    if head.starts_with(&QCOW2_MAGIC) {
-        if head.len() < HEADER_LEN {
-            return Err(unsupported(format!(
-                "qcow2 header cut short ({} bytes)",
-                head.len()
-            )));
-        }
-        let version = be_u32(head, VERSION_OFFSET);
-        if !(2..=3).contains(&version) {
-            return Err(unsupported(format!("qcow2 version {version}")));
-        }
-        if be_u64(head, BACKING_FILE_OFFSET_OFFSET) != 0 {
-            return Err(unsupported(
-                "qcow2 with a backing file (flatten it with qemu-img convert)".into(),
-            ));
-        }
-        return Ok((ImageFormat::Qcow2, Some(be_u64(head, SIZE_OFFSET))));
+    if qcow2::is_qcow2(head) {
+        let header = Qcow2Header::parse(head).map_err(|e| unsupported(e.to_string()))?;
+        return Ok((ImageFormat::Qcow2, Some(header.virtual_size)));
     }
     if let Some((_, name)) = REFUSED.iter().find(|(magic, _)| head.starts_with(magic)) {
         return Err(unsupported((*name).to_owned()));
     }
     Ok((ImageFormat::Raw, None))
-}
-
-fn be_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes(b[at..at + 4].try_into().expect("4-byte slice"))
-}
-
-fn be_u64(b: &[u8], at: usize) -> u64 {
-    u64::from_be_bytes(b[at..at + 8].try_into().expect("8-byte slice"))
 }
 
 /// Converts the qcow2 file `src` into the new raw file `dst` (sparse) and returns the raw size.
@@ -138,11 +112,13 @@ mod tests {
     use super::*;
 
     fn qcow2_header(version: u32, backing: u64, size: u64) -> Vec<u8> {
-        let mut h = vec![0u8; HEADER_LEN];
-        h[..4].copy_from_slice(&QCOW2_MAGIC);
-        h[4..8].copy_from_slice(&version.to_be_bytes());
+        let mut h = Qcow2Header {
+            version,
+            virtual_size: size,
+        }
+        .to_bytes()
+        .to_vec();
         h[8..16].copy_from_slice(&backing.to_be_bytes());
-        h[24..32].copy_from_slice(&size.to_be_bytes());
         h
     }
 

@@ -235,9 +235,11 @@ impl Heartbeat {
 /// with `key=value` fields so the vmdeploy conductor can parse it back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriteProgress {
-    /// Bytes written to the disk so far.
+    /// Bytes of the raw image written to the disk so far (never more than `total`).
     pub written: u64,
-    /// Size of the download when known (Content-Length).
+    /// Size of the raw image when known: the download's size for an uncompressed raw image,
+    /// the virtual size for a qcow2 image (not the qcow2 file's size); a compressed raw image's
+    /// size is known only when its stream has ended.
     pub total: Option<u64>,
     /// Average write rate so far, bytes per second.
     pub rate: u64,
