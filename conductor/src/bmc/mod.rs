@@ -28,7 +28,7 @@ use crate::drivers::{
     virtual_media_licensed, DriverError, Inventory, Management, Power, VirtualMedia,
     VmediaBootOption,
 };
-use crate::node::driver_info::{BmcDriverInfo, BmcKeys, IloDefaults};
+use crate::node::driver_info::{BmcDriverInfo, BmcKeys, DriverInfoError, IloDefaults};
 use crate::states::NodePower;
 use crate::store::{JsonObject, Node};
 
@@ -66,8 +66,8 @@ impl Bmc {
     /// remembered in `driver_internal_info`; a new probe's answer is written there (the caller
     /// saves the node).
     pub async fn connect(node: &mut Node, defaults: &IloDefaults) -> Result<Bmc, BmcError> {
-        let bmc = Bmc::connect_read_only(node, defaults).await?;
-        if Bmc::settings(node, defaults)?.config.protocol == Protocol::Auto {
+        let (bmc, probed) = Bmc::open(node, defaults).await?;
+        if probed {
             node.driver_internal_info.insert(
                 PROTOCOL_KEY.into(),
                 json!({"address": bmc.address, "protocol": bmc.client.protocol().to_string()}),
@@ -79,26 +79,35 @@ impl Bmc {
     /// [`Bmc::connect`] for a caller that does not save the node: a remembered protocol is
     /// used, a new probe's answer is not kept.
     pub async fn connect_read_only(node: &Node, defaults: &IloDefaults) -> Result<Bmc, BmcError> {
+        Ok(Bmc::open(node, defaults).await?.0)
+    }
+
+    /// The client, and whether the protocol was probed for (not named, not remembered).
+    async fn open(node: &Node, defaults: &IloDefaults) -> Result<(Bmc, bool), BmcError> {
         let BmcDriverInfo { mut config, keys } = Bmc::settings(node, defaults)?;
+        // Checked by the parse already; an error here would name the address key all the same.
         let address = config.base_url().map_err(|e| BmcError::Settings {
-            error: crate::node::driver_info::DriverInfoError::Invalid {
+            error: DriverInfoError::Invalid {
                 field: keys.address,
                 reason: e.to_string(),
             },
         })?;
+        let mut probed = false;
         if config.protocol == Protocol::Auto {
-            if let Some(known) = remembered(&node.driver_internal_info, &address) {
-                config.protocol = known;
+            match remembered(&node.driver_internal_info, &address) {
+                Some(known) => config.protocol = known,
+                None => probed = true,
             }
         }
         let client = IloClient::connect(&config)
             .await
             .map_err(|error| failed(&keys, &address, "connecting", error))?;
-        Ok(Bmc {
+        let bmc = Bmc {
             client,
             keys,
             address,
-        })
+        };
+        Ok((bmc, probed))
     }
 
     /// Connects and reads the power state: the check that `driver_info` reaches the BMC with

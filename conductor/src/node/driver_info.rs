@@ -1,6 +1,6 @@
-//! A node's `driver_info` for the iLO drivers (DESIGN.md §3), read and checked once, above the
-//! BMC clients: the API validates with it, the flows build their [`IloClient`] from its
-//! [`IloConfig`], and the clients never see JSON.
+//! A node's `driver_info` for the iLO drivers (DESIGN.md §3) and for Ironic's `redfish` hardware
+//! type (its `redfish_*` keys), read and checked once, above the BMC clients: `crate::bmc`
+//! builds its [`IloClient`] from the [`IloConfig`] read here, and the clients never see JSON.
 //!
 //! # Design
 //! Ironic stores `driver_info` loosely typed: numbers often arrive as strings (`"443"`), and
