@@ -5,6 +5,8 @@
 
 /// The Ironic-compatible REST API.
 pub mod api;
+/// One node's BMC, built from its `driver_info`: the only way the manager and the flows reach it.
+pub mod bmc;
 /// The deploy flows and the virtual-media boot steps they share.
 pub mod deploy;
 /// Power, management, virtual media and inventory interfaces, the iLO clients, the `ilo` CLI.

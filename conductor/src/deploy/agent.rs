@@ -24,10 +24,10 @@ use vmdeploy_shared::api::ipa::{CommandResult, CommandStatus, WriteProgress};
 use vmdeploy_shared::secret::Secret;
 
 use super::agent_client::{AgentClient, AgentEndpoint};
-use super::bmc::{Bmc, PowerState};
 use super::image;
 use super::vmedia::{self, AGENT_TOKEN_KEY};
 use super::{DeployContext, DeployInterface, DeployStep};
+use crate::bmc::{Bmc, PowerState};
 use crate::manager::HeartbeatRequest;
 use crate::store::{JsonObject, Node};
 

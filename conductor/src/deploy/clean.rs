@@ -42,9 +42,9 @@ use super::agent::{
     agent_client, agent_failure, clear_agent_fields, power_off_through_agent, record_heartbeat,
 };
 use super::agent_client::AgentClient;
-use super::bmc::Bmc;
 use super::vmedia::{self, Ramdisk};
 use super::DeployContext;
+use crate::bmc::Bmc;
 use crate::manager::HeartbeatRequest;
 use crate::store::{JsonObject, Node};
 

@@ -19,7 +19,6 @@ use crate::store::{Node, Store};
 
 pub mod agent;
 pub mod agent_client;
-mod bmc;
 pub mod boot_iso;
 pub mod clean;
 pub mod floppy;

@@ -32,10 +32,10 @@ use serde_json::Value;
 use vmdeploy_shared::api::ValidPassDeployInfo;
 use vmdeploy_shared::params::{keys, BootOption};
 
-use super::bmc::{Bmc, BootMode};
 use super::image::{self, ImageRef};
 use super::iscsi::{self, BOOT_OPTION_KEY, ROOT_UUID_KEY};
 use super::{floppy, vmedia, DeployContext, DeployInterface, DeployStep};
+use crate::bmc::{Bmc, BootMode};
 use crate::netboot::config::Mac;
 use crate::netboot::files::BootFiles;
 use crate::netboot::Netboot;
@@ -285,10 +285,10 @@ impl DeployInterface for PxeDeploy {
         vmedia::requested_boot_mode(node)?;
         self.macs(node).await?;
         // No licence check: power, boot device and boot mode need none.
-        let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
+        let bmc = Bmc::connect_read_only(node, &self.ctx.config.ilo_defaults).await?;
         bmc.power_state()
             .await
-            .context("checking the iLO credentials")?;
+            .context("checking the BMC credentials")?;
         image::check(
             self.ctx.objects.as_ref(),
             "instance_info/image_source",

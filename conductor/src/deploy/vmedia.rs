@@ -15,9 +15,9 @@ use anyhow::{bail, Context};
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::bmc::{Bmc, BootMode, VmediaDevice};
 use super::image::{self, ImageRef};
 use super::{floppy, DeployContext};
+use crate::bmc::{Bmc, BootMode, VmediaDevice};
 use crate::objects::{ObjectBody, ObjectPath, PutOptions};
 use crate::store::{JsonObject, Node};
 
@@ -67,10 +67,10 @@ pub(super) async fn validate_node(ctx: &DeployContext, node: &Node) -> anyhow::R
     let image = image::any_instance_image(&node.instance_info)?;
     let (iso_field, iso) = deploy_iso(node)?;
     requested_boot_mode(node)?;
-    let bmc = Bmc::connect(node, &ctx.config.ilo_defaults).await?;
+    let bmc = Bmc::connect_read_only(node, &ctx.config.ilo_defaults).await?;
     bmc.power_state()
         .await
-        .context("checking the iLO credentials")?;
+        .context("checking the BMC credentials")?;
     let (licensed, licences) = bmc.vmedia_licensed().await?;
     if !licensed {
         bail!(
@@ -203,8 +203,8 @@ pub(super) async fn prepare(
 }
 
 /// `err` as text with every temp URL signature masked.
-fn without_signatures(err: anyhow::Error) -> anyhow::Error {
-    anyhow::anyhow!(super::agent::mask_temp_url_signatures(&format!("{err:#}")))
+fn without_signatures(err: crate::bmc::BmcError) -> anyhow::Error {
+    anyhow::anyhow!(super::agent::mask_temp_url_signatures(&err.to_string()))
 }
 
 /// Ejects both media, deletes the floppy object and wipes the token. Never fails; `bmc` is

@@ -8,8 +8,8 @@
 use std::sync::Arc;
 
 use super::tasks;
-use super::{bmc, BootDeviceReading, Core, ManagerError};
-use crate::drivers::{BootDevice, Management};
+use super::{BootDeviceReading, Core, ManagerError};
+use crate::bmc::{Bmc, BootDevice};
 use crate::states::ProvisionState;
 use crate::store::NodeIdent;
 
@@ -75,13 +75,8 @@ pub(crate) async fn set_boot_device(
     })?;
     let (node, reservation) = tasks::reserve(core, ident).await?;
     let outcome = async {
-        let client = bmc::connect(core, &node).await?;
-        let result = if persistent {
-            client.set_persistent_boot(&wanted).await
-        } else {
-            client.set_one_time_boot(&wanted).await
-        };
-        result.map_err(|e| bmc::failed(&node, &e))
+        let bmc = Bmc::connect_read_only(&node, &core.deploy.config.ilo_defaults).await?;
+        Ok(bmc.set_boot_device(&wanted, persistent).await?)
     }
     .await;
     reservation.release().await;
@@ -101,21 +96,14 @@ pub(crate) async fn boot_device(
     ident: &NodeIdent,
 ) -> Result<BootDeviceReading, ManagerError> {
     let node = core.store().node(ident).await?;
-    let client = bmc::connect(core, &node).await?;
-    if let Some(once) = client
-        .one_time_boot()
-        .await
-        .map_err(|e| bmc::failed(&node, &e))?
-    {
+    let bmc = Bmc::connect_read_only(&node, &core.deploy.config.ilo_defaults).await?;
+    if let Some(once) = bmc.one_time_boot().await? {
         return Ok(BootDeviceReading {
             boot_device: ironic_name(&once).map(str::to_string),
             persistent: Some(false),
         });
     }
-    let order = client
-        .persistent_boot()
-        .await
-        .map_err(|e| bmc::failed(&node, &e))?;
+    let order = bmc.persistent_boot().await?;
     Ok(BootDeviceReading {
         boot_device: order.first().and_then(ironic_name).map(str::to_string),
         persistent: Some(true),

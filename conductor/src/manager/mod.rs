@@ -16,7 +16,7 @@
 //! One file per duty: `tasks` (reservation guard and the registry `drain` waits on), `power`,
 //! `provision`, `heartbeat` (lookup and heartbeat of the ramdisk), `management` (boot device,
 //! maintenance, delete), `validate`, and the background `sync`, `timeouts` and `recovery`.
-//! Every BMC access goes through `bmc`, one function.
+//! Every BMC access goes through [`crate::bmc::Bmc`].
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -32,7 +32,6 @@ use crate::objects::ObjectStore;
 use crate::states::{NodePower, ProvisionState, ProvisionVerb};
 use crate::store::{Node, NodeIdent, Store, StoreError};
 
-mod bmc;
 mod heartbeat;
 mod management;
 mod pass_deploy_info;
@@ -89,6 +88,17 @@ pub enum ManagerError {
     /// The driver or the flow failed while the caller waited (500), in operator words.
     #[error("{0}")]
     Failed(String),
+}
+
+impl From<crate::bmc::BmcError> for ManagerError {
+    /// A `driver_info` that does not say how to reach the BMC is the operator's to fix (400);
+    /// a BMC that failed is a failure (500). Both keep the BMC layer's words.
+    fn from(err: crate::bmc::BmcError) -> Self {
+        match err {
+            crate::bmc::BmcError::Settings { .. } => ManagerError::Invalid(err.to_string()),
+            other => ManagerError::Failed(other.to_string()),
+        }
+    }
 }
 
 /// One interface's line of `GET /v1/nodes/{node}/validate`.

@@ -15,16 +15,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::tasks;
-use super::{bmc, Core, ManagerError};
-use crate::drivers::ilo::IloClient;
-use crate::drivers::{Power, PowerAction, PowerState};
+use super::{Core, ManagerError};
+use crate::bmc::{Bmc, BmcError, PowerAction, PowerState};
+use crate::drivers::DriverError;
 use crate::states::{NodePower, ProvisionState};
 use crate::store::{Node, NodeIdent};
 
 /// How long a power change may take (Ironic's `[conductor]power_state_change_timeout`).
 pub(crate) const POWER_STATE_CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
-/// How often the BMC is read while waiting for a power change.
-const POLL_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Reserves the node, records the target and starts the power task.
 pub(crate) async fn set_power_state(
@@ -41,9 +39,9 @@ pub(crate) async fn set_power_state(
     let (mut node, reservation) = tasks::reserve(core, ident).await?;
     // Refuse what cannot work before touching the node: a driver_info the BMC client cannot
     // use is the operator's to fix (400), not a task failure.
-    if let Err(err) = bmc::config(core, &node) {
+    if let Err(err) = Bmc::settings(&node, &core.deploy.config.ilo_defaults) {
         reservation.release().await;
-        return Err(err);
+        return Err(err.into());
     }
     node.target_power_state = Some(target);
     node.last_error = None;
@@ -61,12 +59,14 @@ pub(crate) async fn set_power_state(
 /// The power task: act, wait, record.
 async fn run(core: &Core, mut node: Node, target: NodePower, timeout: Option<Duration>) {
     let limit = timeout.unwrap_or(POWER_STATE_CHANGE_TIMEOUT);
-    let outcome = match bmc::connect(core, &node).await {
-        Ok(client) => match prepare_instance_boot(core, &mut node, &client, target).await {
-            Ok(()) => change(&node, &client, target, limit).await,
+    // One connection for the whole action, the read after a failure included.
+    let bmc = Bmc::connect(&mut node, &core.deploy.config.ilo_defaults).await;
+    let outcome = match &bmc {
+        Ok(bmc) => match prepare_instance_boot(core, &mut node, bmc, target).await {
+            Ok(()) => change(bmc, target, limit).await,
             Err(err) => Err(err),
         },
-        Err(err) => Err(err),
+        Err(err) => Err(ManagerError::Failed(err.to_string())),
     };
     // Whatever happened, show the state the BMC reports now (or keep the last known one).
     node.target_power_state = None;
@@ -82,8 +82,10 @@ async fn run(core: &Core, mut node: Node, target: NodePower, timeout: Option<Dur
                 node.uuid
             );
             tracing::error!("{message}");
-            if let Ok(now) = bmc::read_power(core, &node).await {
-                node.power_state = Some(now);
+            if let Ok(bmc) = &bmc {
+                if let Ok(now) = bmc.node_power().await {
+                    node.power_state = Some(now);
+                }
             }
             node.last_error = Some(message);
         }
@@ -102,7 +104,7 @@ async fn run(core: &Core, mut node: Node, target: NodePower, timeout: Option<Dur
 async fn prepare_instance_boot(
     core: &Core,
     node: &mut Node,
-    client: &IloClient,
+    bmc: &Bmc,
     target: NodePower,
 ) -> Result<(), ManagerError> {
     if node.provision_state != ProvisionState::Active {
@@ -112,13 +114,7 @@ async fn prepare_instance_boot(
         NodePower::Off | NodePower::SoftPowerOff => false,
         NodePower::Rebooting | NodePower::SoftRebooting => true,
         // Powering on a host that is on boots nothing.
-        NodePower::On => {
-            client
-                .power_state()
-                .await
-                .map_err(|e| bmc::failed(node, &e))?
-                == PowerState::Off
-        }
+        NodePower::On => bmc.power_state().await? == PowerState::Off,
     };
     let Some(flow) = core.flow_for(node).filter(|_| boots) else {
         return Ok(());
@@ -133,27 +129,30 @@ async fn prepare_instance_boot(
 
 /// Carries out one power request and returns the state reached.
 pub(crate) async fn change(
-    node: &Node,
-    client: &IloClient,
+    bmc: &Bmc,
     target: NodePower,
     limit: Duration,
 ) -> Result<NodePower, ManagerError> {
     let deadline = Instant::now() + limit;
-    let now = client
-        .power_state()
-        .await
-        .map_err(|e| bmc::failed(node, &e))?;
+    let now = bmc.power_state().await?;
     let act = |action: PowerAction| async move {
-        client
-            .set_power(action)
+        bmc.set_power(action)
             .await
-            .map(|_| ())
+            .map_err(|e| match e.driver_error() {
+                Some(DriverError::NotSupported { .. }) => ManagerError::Failed(format!(
+                "the BMC does not support \"{target}\" ({e}); use \"power off\" or \"rebooting\""
+            )),
+                _ => e.into(),
+            })
+    };
+    let wait = |want: PowerState| async move {
+        bmc.wait_power(want, deadline, limit)
+            .await
             .map_err(|e| match e {
-                crate::drivers::DriverError::NotSupported { .. } => ManagerError::Failed(format!(
-                    "the BMC does not support \"{target}\" ({}); use \"power off\" or \"rebooting\"",
-                    bmc::describe(&e)
+                BmcError::PowerTimeout { .. } => ManagerError::Failed(format!(
+                    "{e}; check the server, or retry with a longer timeout"
                 )),
-                other => bmc::failed(node, &other),
+                other => other.into(),
             })
     };
     match (target, now) {
@@ -161,56 +160,29 @@ pub(crate) async fn change(
         | (NodePower::Off | NodePower::SoftPowerOff, PowerState::Off) => {}
         (NodePower::On | NodePower::Rebooting | NodePower::SoftRebooting, PowerState::Off) => {
             act(PowerAction::On).await?;
-            wait_for(node, client, PowerState::On, deadline, limit).await?;
+            wait(PowerState::On).await?;
         }
         (NodePower::Off, PowerState::On) => {
             act(PowerAction::HoldButton).await?;
-            wait_for(node, client, PowerState::Off, deadline, limit).await?;
+            wait(PowerState::Off).await?;
         }
         (NodePower::Rebooting, PowerState::On) => {
             act(PowerAction::Reset).await?;
-            wait_for(node, client, PowerState::On, deadline, limit).await?;
+            wait(PowerState::On).await?;
         }
         (NodePower::SoftPowerOff, PowerState::On) => {
             act(PowerAction::PressButton).await?;
-            wait_for(node, client, PowerState::Off, deadline, limit).await?;
+            wait(PowerState::Off).await?;
         }
         (NodePower::SoftRebooting, PowerState::On) => {
             act(PowerAction::PressButton).await?;
-            wait_for(node, client, PowerState::Off, deadline, limit).await?;
+            wait(PowerState::Off).await?;
             act(PowerAction::On).await?;
-            wait_for(node, client, PowerState::On, deadline, limit).await?;
+            wait(PowerState::On).await?;
         }
     }
     Ok(match target {
         NodePower::Off | NodePower::SoftPowerOff => NodePower::Off,
         NodePower::On | NodePower::Rebooting | NodePower::SoftRebooting => NodePower::On,
     })
-}
-
-/// Polls until the BMC reports `want`, or fails at `deadline`.
-async fn wait_for(
-    node: &Node,
-    client: &IloClient,
-    want: PowerState,
-    deadline: Instant,
-    limit: Duration,
-) -> Result<(), ManagerError> {
-    loop {
-        let now = client
-            .power_state()
-            .await
-            .map_err(|e| bmc::failed(node, &e))?;
-        if now == want {
-            return Ok(());
-        }
-        if Instant::now() + POLL_INTERVAL > deadline {
-            return Err(ManagerError::Failed(format!(
-                "the BMC still reports power {now} after {} s (wanted {want}); check the \
-                 server, or retry with a longer timeout",
-                limit.as_secs()
-            )));
-        }
-        tokio::time::sleep(POLL_INTERVAL).await;
-    }
 }

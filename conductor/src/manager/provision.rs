@@ -14,7 +14,8 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::tasks::{self, apply, move_to};
-use super::{bmc, Core, ManagerError};
+use super::{Core, ManagerError};
+use crate::bmc::Bmc;
 use crate::deploy::{DeployInterface, DeployStep};
 use crate::node::hardware_type;
 use crate::states::{Event, NodePower, ProvisionState, ProvisionVerb};
@@ -165,7 +166,7 @@ fn start(
 
 /// `manage` from `enroll`: the credentials work when the BMC answers a power-state read.
 async fn run_verify(core: &Core, mut node: Node) {
-    match bmc::read_power(core, &node).await {
+    match Bmc::read_power(&mut node, &core.deploy.config.ilo_defaults).await {
         Ok(power) => {
             node.power_state = Some(power);
             apply(&mut node, Event::Done);
@@ -377,7 +378,11 @@ pub(crate) async fn clean_up_after_failure(
     if let Some(flow) = flow {
         flow.clean_up(node).await;
     }
-    match bmc::power_off(core, node).await {
+    let powered_off = match Bmc::connect(node, &core.deploy.config.ilo_defaults).await {
+        Ok(bmc) => bmc.power_off().await,
+        Err(err) => Err(err),
+    };
+    match powered_off {
         Ok(()) => node.power_state = Some(NodePower::Off),
         Err(err) => {
             tracing::warn!(error = %err, "could not power the node off after the failure");

@@ -10,7 +10,8 @@
 use std::sync::Arc;
 
 use super::tasks;
-use super::{bmc, Core};
+use super::Core;
+use crate::bmc::{Bmc, PROTOCOL_KEY};
 use crate::states::ProvisionState;
 use crate::store::{NodeFilter, StoreError};
 
@@ -60,7 +61,10 @@ pub(crate) async fn sync_once(core: &Arc<Core>) {
                 continue;
             }
         };
-        match bmc::read_power(core, &node).await {
+        let known_protocol = node.driver_internal_info.get(PROTOCOL_KEY).cloned();
+        let read = Bmc::read_power(&mut node, &core.deploy.config.ilo_defaults).await;
+        let learned = node.driver_internal_info.get(PROTOCOL_KEY) != known_protocol.as_ref();
+        match read {
             Ok(power) if node.power_state != Some(power) => {
                 tracing::warn!(
                     node = %node.uuid,
@@ -73,7 +77,14 @@ pub(crate) async fn sync_once(core: &Arc<Core>) {
                     tasks::log_store_error(&err, "the synced power state");
                 }
             }
-            Ok(_) => {}
+            Ok(_) => {
+                // The protocol an `auto` probe chose, kept so the next pass does not ask again.
+                if learned {
+                    if let Err(err) = core.store().update_node(&node).await {
+                        tasks::log_store_error(&err, "the BMC protocol chosen");
+                    }
+                }
+            }
             Err(err) => {
                 tracing::warn!(node = %node.uuid, error = %err, "power sync: could not read the power state");
             }

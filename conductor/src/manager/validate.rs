@@ -10,7 +10,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{bmc, Core, InterfaceValidation, ManagerError};
+use super::{Core, InterfaceValidation, ManagerError};
+use crate::bmc::Bmc;
 use crate::store::NodeIdent;
 
 /// Interfaces this conductor does not have.
@@ -36,10 +37,11 @@ pub(crate) async fn validate(
 ) -> Result<BTreeMap<String, InterfaceValidation>, ManagerError> {
     let node = core.store().node(ident).await?;
     let mut lines = BTreeMap::new();
-    let bmc_check = bmc::read_power(core, &node)
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string());
+    let bmc_check = match Bmc::connect_read_only(&node, &core.deploy.config.ilo_defaults).await {
+        Ok(bmc) => bmc.power_state().await.map(|_| ()),
+        Err(err) => Err(err),
+    }
+    .map_err(|e| e.to_string());
     lines.insert("power".to_string(), line(bmc_check.clone()));
     lines.insert("management".to_string(), line(bmc_check));
     let deploy_check = match core.flow_for(&node) {

@@ -1,6 +1,6 @@
-//! A node's `driver_info` for the iLO drivers (DESIGN.md §3), read and checked once, above the
-//! BMC clients: the API validates with it, the flows build their [`IloClient`] from its
-//! [`IloConfig`], and the clients never see JSON.
+//! A node's `driver_info` for the iLO drivers (DESIGN.md §3) and for Ironic's `redfish` hardware
+//! type (its `redfish_*` keys), read and checked once, above the BMC clients: `crate::bmc`
+//! builds its [`IloClient`] from the [`IloConfig`] read here, and the clients never see JSON.
 //!
 //! # Design
 //! Ironic stores `driver_info` loosely typed: numbers often arrive as strings (`"443"`), and
@@ -40,6 +40,157 @@ pub mod keys {
     pub const CONSOLE_PORT: &str = "console_port";
     /// `ribcl`, `redfish` or `auto`.
     pub const PROTOCOL: &str = "ilo_protocol";
+}
+
+/// `driver_info` keys of Ironic's `redfish` hardware type, taken unchanged from Ironic.
+pub mod redfish_keys {
+    /// The BMC's URL: `https://HOST[:PORT]`, or `HOST[:PORT]` (https is assumed).
+    pub const ADDRESS: &str = "redfish_address";
+    /// Login name.
+    pub const USERNAME: &str = "redfish_username";
+    /// Password.
+    pub const PASSWORD: &str = "redfish_password";
+    /// `true`, `false`, or the path of a CA bundle.
+    pub const VERIFY_CA: &str = "redfish_verify_ca";
+    /// The path of the ComputerSystem to drive (`/redfish/v1/Systems/1`); optional when the
+    /// BMC has one system.
+    pub const SYSTEM_ID: &str = "redfish_system_id";
+}
+
+/// The `driver_info` keys a node's BMC settings were read from, for messages that tell the
+/// operator which key to fix: an iLO node's `ilo_*` keys or a `redfish` node's `redfish_*` ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BmcKeys {
+    /// What the BMC is called in messages (`iLO`, `Redfish BMC`).
+    pub bmc: &'static str,
+    /// The address key.
+    pub address: &'static str,
+    /// The key of the port, when the address does not carry it.
+    pub port: Option<&'static str>,
+    /// The login name key.
+    pub username: &'static str,
+    /// The password key.
+    pub password: &'static str,
+    /// The certificate-check key.
+    pub verify_ca: &'static str,
+    /// The key naming the Redfish system, where there is one.
+    pub system_id: Option<&'static str>,
+}
+
+impl BmcKeys {
+    /// The iLO drivers' keys.
+    pub const ILO: BmcKeys = BmcKeys {
+        bmc: "iLO",
+        address: keys::ADDRESS,
+        port: Some(keys::CLIENT_PORT),
+        username: keys::USERNAME,
+        password: keys::PASSWORD,
+        verify_ca: keys::VERIFY_CA,
+        system_id: None,
+    };
+    /// The `redfish` hardware type's keys.
+    pub const REDFISH: BmcKeys = BmcKeys {
+        bmc: "Redfish BMC",
+        address: redfish_keys::ADDRESS,
+        port: None,
+        username: redfish_keys::USERNAME,
+        password: redfish_keys::PASSWORD,
+        verify_ca: redfish_keys::VERIFY_CA,
+        system_id: Some(redfish_keys::SYSTEM_ID),
+    };
+}
+
+/// A node's BMC settings, read from the keys of its driver: what [`IloClient::connect`] takes
+/// and the keys they came from.
+///
+/// [`IloClient::connect`]: crate::drivers::ilo::IloClient::connect
+#[derive(Debug, Clone)]
+pub struct BmcDriverInfo {
+    /// How to reach and log in to the BMC.
+    pub config: IloConfig,
+    /// The keys it was read from.
+    pub keys: BmcKeys,
+}
+
+impl BmcDriverInfo {
+    /// Reads the BMC settings of a node of `driver`. A `redfish` node is read from Ironic's
+    /// `redfish_*` keys and spoken to over Redfish; one enrolled with `ilo_*` keys instead
+    /// (before this conductor read Ironic's) is read from those, over Redfish unless
+    /// `ilo_protocol` says otherwise. Every other driver is an iLO one: `ilo_*` keys.
+    pub fn parse(
+        driver: &str,
+        driver_info: &Map<String, Value>,
+        defaults: &IloDefaults,
+    ) -> Result<Self, DriverInfoError> {
+        let has = |key: &str| driver_info.get(key).is_some_and(|v| !v.is_null());
+        if driver != "redfish" {
+            return Ok(Self {
+                config: IloDriverInfo::parse(driver_info, defaults)?.config,
+                keys: BmcKeys::ILO,
+            });
+        }
+        if has(keys::ADDRESS) && !has(redfish_keys::ADDRESS) {
+            let mut config = IloDriverInfo::parse(driver_info, defaults)?.config;
+            if !has(keys::PROTOCOL) {
+                config.protocol = Protocol::Redfish;
+            }
+            return Ok(Self {
+                config,
+                keys: BmcKeys::ILO,
+            });
+        }
+        Ok(Self {
+            config: redfish_config(driver_info, defaults)?,
+            keys: BmcKeys::REDFISH,
+        })
+    }
+}
+
+/// The client settings of a `redfish` node from Ironic's `redfish_*` keys. The port is the
+/// address's own or https's (443): a URL names its port, so `client_port` is not read.
+fn redfish_config(
+    driver_info: &Map<String, Value>,
+    defaults: &IloDefaults,
+) -> Result<IloConfig, DriverInfoError> {
+    let get = |key: &str| driver_info.get(key).filter(|v| !v.is_null());
+    let address = address(
+        redfish_keys::ADDRESS,
+        get(redfish_keys::ADDRESS).ok_or(DriverInfoError::Missing {
+            field: redfish_keys::ADDRESS,
+        })?,
+    )?;
+    let username = text(redfish_keys::USERNAME, get(redfish_keys::USERNAME))?;
+    let password = Secret::new(text(redfish_keys::PASSWORD, get(redfish_keys::PASSWORD))?);
+    let mut config = IloConfig::new(address, username, password);
+    config.protocol = Protocol::Redfish;
+    config.timeout = match get(keys::CLIENT_TIMEOUT) {
+        Some(v) => timeout(keys::CLIENT_TIMEOUT, v)?,
+        None => defaults.timeout,
+    };
+    config.tls = match get(redfish_keys::VERIFY_CA) {
+        Some(v) => verify_ca(redfish_keys::VERIFY_CA, v)?,
+        None => defaults.verify.clone(),
+    };
+    config.redfish_system = get(redfish_keys::SYSTEM_ID)
+        .map(|v| system_id(redfish_keys::SYSTEM_ID, v))
+        .transpose()?;
+    config.base_url().map_err(|e| match e {
+        DriverError::InvalidRequest(reason) => invalid(redfish_keys::ADDRESS, reason),
+        other => invalid(redfish_keys::ADDRESS, other.to_string()),
+    })?;
+    Ok(config)
+}
+
+/// A Redfish system's path (`/redfish/v1/Systems/1`), as Ironic's `redfish_system_id` holds it.
+fn system_id(field: &'static str, value: &Value) -> Result<String, DriverInfoError> {
+    let path = text(field, Some(value))?.trim().to_string();
+    if !path.starts_with('/') || path.contains("://") || path.contains(char::is_whitespace) {
+        return Err(invalid(
+            field,
+            format!("{path:?} is not a system's path: expected one like /redfish/v1/Systems/1"),
+        ));
+    }
+    Ok(path)
 }
 
 /// The conductor's defaults for what a node leaves out (its `[ilo]` configuration).
@@ -267,7 +418,7 @@ fn address(field: &'static str, value: &Value) -> Result<String, DriverInfoError
     if !scheme.eq_ignore_ascii_case("https") {
         return Err(invalid(
             field,
-            format!("scheme {scheme:?} is not supported: iLOs are reached over https (give HOST or HOST:PORT)"),
+            format!("scheme {scheme:?} is not supported: the BMC is reached over https (give HOST or HOST:PORT)"),
         ));
     }
     let host = rest.strip_suffix('/').unwrap_or(rest);

@@ -9,7 +9,9 @@
 //! The UUID must be the one the image was built with: the right disk booted, not a stale one.
 //! The BIOS node is then undeployed with automated cleaning on: the agent boots again and
 //! erases the disk's partition metadata (`erase_devices_metadata`), the node is `available`
-//! with nothing left for `blkid` to find on the disk, and it deploys and boots again.
+//! with nothing left for `blkid` to find on the disk, and it deploys and boots again. After
+//! the UEFI deploy, a `redfish` node enrolled on the same server with Ironic's `redfish_*` keys
+//! is managed, provided, validated and its power read.
 //!
 //! One QEMU at a time (the `heavy` test group); a failing test leaves the node's console and the
 //! logs in `target/e2e-artifacts/<test>/`.
@@ -17,7 +19,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use vmdeploy_integration_tests::e2e::{checks, Firmware, Lab, LabOptions};
+use vmdeploy_integration_tests::e2e::{checks, Firmware, Lab, LabOptions, ILO_PASSWORD, ILO_USER};
 use vmdeploy_integration_tests::test_image::{self, TestImage};
 
 /// Deploy ISO boot, image write and the final boot under TCG on a busy 2-core machine.
@@ -49,11 +51,64 @@ fn assert_deployed(lab: &Lab, node: &Value) {
     }
 }
 
+/// A second node on the same emulated server, enrolled as a user of Ironic's `redfish`
+/// hardware type would: `--driver redfish` with only Ironic's `redfish_*` keys (the address a
+/// URL, the system by its path, the CA file as `redfish_verify_ca`). It is managed (its
+/// credentials checked over Redfish), provided, validated and its power read, with no boot of
+/// its own: the server is the deployed node's, on.
+fn enroll_a_redfish_node_beside(lab: &Lab) {
+    let driver_info = [
+        format!("redfish_address=https://{}", lab.ilo),
+        "redfish_system_id=/redfish/v1/Systems/1".to_owned(),
+        format!("redfish_username={ILO_USER}"),
+        format!("redfish_password={ILO_PASSWORD}"),
+        format!("redfish_verify_ca={}", lab.ilo_cert.display()),
+    ];
+    let mut args = vec![
+        "node",
+        "create",
+        "--driver",
+        "redfish",
+        "--name",
+        "e2e-redfish",
+    ];
+    for info in &driver_info {
+        args.extend(["--driver-info", info.as_str()]);
+    }
+    args.extend(["-f", "value", "-c", "uuid"]);
+    let node = lab.bm(&args).trim().to_owned();
+    assert_eq!(lab.show(&node)["provision_state"], "enroll");
+
+    lab.bm(&["node", "manage", &node, "--wait", "180"]);
+    let shown = lab.show(&node);
+    assert_eq!(shown["provision_state"], "manageable", "{shown}");
+    assert_eq!(shown["last_error"], Value::Null, "{shown}");
+    lab.bm(&["node", "provide", &node, "--wait", "180"]);
+    let shown = lab.show(&node);
+    assert_eq!(shown["provision_state"], "available", "{shown}");
+    assert_eq!(shown["power_state"], "power on", "{shown}");
+
+    let validate = lab.bm(&["node", "validate", &node, "-f", "json"]);
+    let rows: Value = serde_json::from_str(&validate).expect("validate JSON");
+    for interface in ["power", "management"] {
+        let row = rows
+            .as_array()
+            .and_then(|rows| rows.iter().find(|r| r["Interface"] == interface))
+            .unwrap_or_else(|| panic!("no {interface} row: {validate}"));
+        assert_eq!(row["Result"], true, "{interface}: {validate}");
+    }
+    // A power read through the API, then the node goes again.
+    let power = lab.bm(&["node", "show", &node, "-f", "value", "-c", "power_state"]);
+    assert_eq!(power.trim(), "power on");
+    lab.bm(&["node", "delete", &node]);
+}
+
 /// Which checks follow the first deploy.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Then {
-    /// None.
-    Stop,
+    /// A `redfish` node enrolled on the same server with Ironic's keys
+    /// ([`enroll_a_redfish_node_beside`]).
+    EnrollRedfishToo,
     /// Undeploy with automated cleaning, then deploy the node again.
     CleanAndDeployAgain,
 }
@@ -95,8 +150,9 @@ fn deploy_and_boot(firmware: Firmware, qcow2: bool, name: &str, then: Then) {
         progress["written"].as_u64().is_some_and(|w| w > 0),
         "deploy_progress in driver_internal_info: {shown}"
     );
-    if then == Then::Stop {
-        return;
+    match then {
+        Then::EnrollRedfishToo => return enroll_a_redfish_node_beside(&lab),
+        Then::CleanAndDeployAgain => {}
     }
 
     // Undeploy with automated cleaning: the agent boots again and erases the disk's metadata
@@ -145,7 +201,14 @@ fn agent_ilo_deploys_the_raw_test_os_in_bios_cleans_it_away_and_deploys_it_again
     );
 }
 
+/// The qcow2 image in UEFI, then a `redfish` node enrolled with Ironic's keys on the same
+/// server goes to `available`.
 #[test]
 fn agent_ilo_deploys_the_qcow2_test_os_and_it_boots_in_uefi() {
-    deploy_and_boot(Firmware::Uefi, true, "agent_ilo_qcow2_uefi", Then::Stop);
+    deploy_and_boot(
+        Firmware::Uefi,
+        true,
+        "agent_ilo_qcow2_uefi",
+        Then::EnrollRedfishToo,
+    );
 }

@@ -36,9 +36,9 @@ use vmdeploy_shared::api::ValidPassDeployInfo;
 use vmdeploy_shared::io::hash::ExpectedDigest;
 use vmdeploy_shared::params::{BootMode, BootOption};
 
-use super::bmc::Bmc;
 use super::vmedia::{self, Ramdisk};
 use super::{image, DeployContext, DeployInterface, DeployStep};
+use crate::bmc::Bmc;
 use crate::image_cache::ImageSource;
 use crate::initiator::{Session, SessionConfig};
 use crate::manager::HeartbeatRequest;

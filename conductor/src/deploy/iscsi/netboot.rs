@@ -35,10 +35,10 @@ use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::super::bmc::{Bmc, VmediaDevice};
 use super::super::boot_iso::{self, BootIsoKey, BootIsoSource, BootIsos};
 use super::super::image::{self, ImageRef};
 use super::super::DeployContext;
+use crate::bmc::{Bmc, VmediaDevice};
 use crate::image_cache::FetchPolicy;
 use crate::node::instance_info::InstanceInfo;
 use crate::objects::ObjectPath;
@@ -259,7 +259,7 @@ async fn attach(ctx: &DeployContext, bmc: &Bmc, iso: &NodeBootIso) -> anyhow::Re
     .await
     .context("a URL for the boot ISO")?;
     bmc.insert(VmediaDevice::Cdrom, &url).await?;
-    bmc.boot_from_cd().await
+    Ok(bmc.boot_from_cd().await?)
 }
 
 /// Before the API powers on or reboots an active netboot node: attach its boot ISO again

@@ -90,6 +90,9 @@ pub struct IloConfig {
     pub protocol: Protocol,
     /// Retries of transient failures.
     pub retry: RetryPolicy,
+    /// The Redfish ComputerSystem to drive, by path (`redfish_system_id`); `None`: the first
+    /// member of the Systems collection.
+    pub redfish_system: Option<String>,
 }
 
 impl IloConfig {
@@ -104,6 +107,7 @@ impl IloConfig {
             timeout: Duration::from_secs(DEFAULT_TIMEOUT_SECS),
             protocol: Protocol::Auto,
             retry: http::DEFAULT_RETRY,
+            redfish_system: None,
         }
     }
 

@@ -86,6 +86,8 @@ pub struct RedfishClient {
     retry: RetryPolicy,
     auth: Arc<tokio::sync::Mutex<Auth>>,
     layout: Arc<tokio::sync::OnceCell<Layout>>,
+    /// The system asked for by path (`redfish_system_id`), else the collection's first.
+    system: Option<String>,
 }
 
 impl RedfishClient {
@@ -100,6 +102,7 @@ impl RedfishClient {
             retry: config.retry,
             auth: Arc::default(),
             layout: Arc::default(),
+            system: config.redfish_system.clone(),
         })
     }
 
@@ -378,8 +381,14 @@ impl RedfishClient {
                     })
                 };
                 let systems = link(&root, "Systems").unwrap_or("/redfish/v1/Systems/");
-                let system_uri = first(self.get(systems).await?, "Systems")?;
-                let system = self.get(&system_uri).await?;
+                let (system_uri, system) = match &self.system {
+                    Some(path) => (path.clone(), self.chosen_system(systems, path).await?),
+                    None => {
+                        let uri = first(self.get(systems).await?, "Systems")?;
+                        let system = self.get(&uri).await?;
+                        (uri, system)
+                    }
+                };
                 let manager = match link_at(
                     &system,
                     &[
@@ -415,6 +424,24 @@ impl RedfishClient {
                 })
             })
             .await
+    }
+
+    /// The system the node names (`redfish_system_id`). A path the BMC does not know is
+    /// refused with the paths it does know, so the operator can pick the right one.
+    async fn chosen_system(&self, systems: &str, path: &str) -> Result<Value, DriverError> {
+        match self.get(path).await {
+            Ok(system) => Ok(system),
+            Err(DriverError::HttpStatus { status: 404, .. }) => {
+                let known = match self.get(systems).await {
+                    Ok(collection) => members(&collection).join(", "),
+                    Err(e) => format!("(the Systems collection could not be read: {e})"),
+                };
+                Err(DriverError::InvalidRequest(format!(
+                    "the BMC has no system {path}; its systems: {known}"
+                )))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// The VirtualMedia member serving `device`: (URI, resource). The collection is the
@@ -625,6 +652,55 @@ mod tests {
         .await;
         let client = RedfishClient::new(&config(&server)).expect("client");
         assert_eq!(client.power_state().await.expect("state"), PowerState::On);
+    }
+
+    /// A BMC with two systems: `redfish_system_id` picks one, the first member is the
+    /// default, and an unknown path is refused with the paths there are.
+    #[tokio::test]
+    async fn the_system_is_the_one_the_node_names() {
+        let server = TestServer::start(|req| match req.path.as_str() {
+            "/redfish/v1/" => json_reply(
+                200,
+                json!({"Systems": {"@odata.id": "/redfish/v1/Systems/"}}),
+                vec![],
+            ),
+            "/redfish/v1/Systems/" => json_reply(
+                200,
+                json!({"Members": [{"@odata.id": "/redfish/v1/Systems/blade1/"},
+                                   {"@odata.id": "/redfish/v1/Systems/blade2/"}]}),
+                vec![],
+            ),
+            "/redfish/v1/Systems/blade1/" => json_reply(200, json!({"PowerState": "Off"}), vec![]),
+            "/redfish/v1/Systems/blade2/" => json_reply(200, json!({"PowerState": "On"}), vec![]),
+            _ => json_reply(
+                404,
+                json!({"error": {"message": "no such resource"}}),
+                vec![],
+            ),
+        })
+        .await;
+        let state = |system: Option<&str>| {
+            let mut c = config(&server);
+            c.redfish_system = system.map(str::to_string);
+            async move { RedfishClient::new(&c).expect("client").power_state().await }
+        };
+        assert_eq!(state(None).await.expect("first"), PowerState::Off);
+        assert_eq!(
+            state(Some("/redfish/v1/Systems/blade2/"))
+                .await
+                .expect("named"),
+            PowerState::On
+        );
+        let err = state(Some("/redfish/v1/Systems/blade3/"))
+            .await
+            .expect_err("unknown system");
+        let text = err.to_string();
+        assert!(matches!(err, DriverError::InvalidRequest(_)), "{text}");
+        assert!(
+            text.contains("/redfish/v1/Systems/blade3/")
+                && text.contains("/redfish/v1/Systems/blade1/, /redfish/v1/Systems/blade2/"),
+            "{text}"
+        );
     }
 
     #[tokio::test]

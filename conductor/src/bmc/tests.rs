@@ -1,0 +1,235 @@
+//! The BMC layer: settings per driver, the protocol memory, and messages that name the node's
+//! own keys.
+
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::*;
+use crate::drivers::ilo::ribcl::codec::samples::reply_with;
+use crate::drivers::ilo::test_server::{Reply, TestServer};
+use crate::drivers::ilo::TlsVerify;
+use crate::states::ProvisionState;
+
+fn node(driver: &str, info: Value) -> Node {
+    let mut node = Node::new(Uuid::new_v4(), driver, ProvisionState::Manageable);
+    node.driver_info = info.as_object().expect("an object").clone();
+    node
+}
+
+fn settings(driver: &str, info: Value) -> Result<BmcDriverInfo, BmcError> {
+    Bmc::settings(&node(driver, info), &IloDefaults::default())
+}
+
+#[test]
+fn a_redfish_node_is_read_from_ironics_redfish_keys() {
+    let read = settings(
+        "redfish",
+        json!({"redfish_address": "https://10.0.0.9:8443/", "redfish_username": "u",
+               "redfish_password": "p", "redfish_verify_ca": false,
+               "redfish_system_id": "/redfish/v1/Systems/blade2"}),
+    )
+    .expect("readable");
+    assert_eq!(read.keys, BmcKeys::REDFISH);
+    let config = read.config;
+    assert_eq!(config.base_url().expect("url"), "https://10.0.0.9:8443");
+    assert_eq!(config.protocol, Protocol::Redfish);
+    assert_eq!(config.username, "u");
+    assert_eq!(config.tls, TlsVerify::Insecure);
+    assert_eq!(
+        config.redfish_system.as_deref(),
+        Some("/redfish/v1/Systems/blade2")
+    );
+
+    // Ironic's defaults: https and its port when the URL has none; the system is optional;
+    // redfish_verify_ca as a boolean in a string or a CA file.
+    for (verify, want) in [
+        (json!("True"), TlsVerify::System),
+        (json!("false"), TlsVerify::Insecure),
+        (
+            json!("/etc/vmdeploy/bmc-ca.pem"),
+            TlsVerify::CaFile("/etc/vmdeploy/bmc-ca.pem".into()),
+        ),
+    ] {
+        let config = settings(
+            "redfish",
+            json!({"redfish_address": "bmc.example", "redfish_username": "u",
+                   "redfish_password": "p", "redfish_verify_ca": verify}),
+        )
+        .expect("readable")
+        .config;
+        assert_eq!(config.base_url().expect("url"), "https://bmc.example:443");
+        assert_eq!(config.redfish_system, None);
+        assert_eq!(config.tls, want);
+    }
+}
+
+#[test]
+fn a_bad_redfish_driver_info_names_the_redfish_key() {
+    let base = json!({"redfish_address": "https://10.0.0.9", "redfish_username": "u",
+                      "redfish_password": "p"});
+    let with = |key: &str, value: Value| {
+        let mut info = base.clone();
+        info[key] = value;
+        info
+    };
+    let without = |key: &str| {
+        let mut info = base.clone();
+        info.as_object_mut().expect("object").remove(key);
+        info
+    };
+    let cases = [
+        (without("redfish_address"), "redfish_address"),
+        (without("redfish_password"), "redfish_password"),
+        (
+            with("redfish_address", json!("http://10.0.0.9")),
+            "redfish_address",
+        ),
+        (
+            with("redfish_address", json!("https://")),
+            "redfish_address",
+        ),
+        (with("redfish_verify_ca", json!(7)), "redfish_verify_ca"),
+        (
+            with("redfish_system_id", json!("Systems/1")),
+            "redfish_system_id",
+        ),
+        (with("redfish_system_id", json!(1)), "redfish_system_id"),
+    ];
+    for (info, key) in cases {
+        let err = settings("redfish", info.clone()).expect_err("refused");
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("driver_info.{key}")),
+            "{info}: {text}"
+        );
+        assert!(!text.contains("ilo_"), "{info}: {text}");
+    }
+}
+
+#[test]
+fn which_keys_a_node_is_read_from() {
+    let ilo = json!({"ilo_address": "10.0.0.5", "ilo_username": "u", "ilo_password": "p"});
+    // An iLO driver reads ilo_* keys and probes for the protocol.
+    let read = settings("agent_ilo", ilo.clone()).expect("ilo keys");
+    assert_eq!(read.keys, BmcKeys::ILO);
+    assert_eq!(read.config.protocol, Protocol::Auto);
+    // A redfish node enrolled with ilo_* keys keeps working, over Redfish.
+    let read = settings("redfish", ilo.clone()).expect("ilo keys on redfish");
+    assert_eq!(read.keys, BmcKeys::ILO);
+    assert_eq!(read.config.protocol, Protocol::Redfish);
+    // An iLO driver given only redfish_* keys is told about its own keys.
+    let err = settings(
+        "iscsi_ilo",
+        json!({"redfish_address": "10.0.0.5", "redfish_username": "u", "redfish_password": "p"}),
+    )
+    .expect_err("no ilo_address");
+    assert!(err.to_string().contains("driver_info.ilo_address"), "{err}");
+    // A redfish node with neither is asked for Ironic's key.
+    let err = settings("redfish", json!({})).expect_err("nothing");
+    assert!(
+        err.to_string().contains("driver_info.redfish_address"),
+        "{err}"
+    );
+}
+
+/// An iLO 4 that answers the `auto` probe (GET_PRODUCT_NAME) and power reads.
+async fn ilo4() -> TestServer {
+    TestServer::start(|req| {
+        if req.body.contains("GET_PRODUCT_NAME") {
+            Reply::ok(reply_with(
+                "<GET_PRODUCT_NAME><PRODUCT_NAME VALUE=\"ProLiant DL380p Gen8\"/></GET_PRODUCT_NAME>",
+            ))
+        } else {
+            Reply::ok(reply_with("<GET_HOST_POWER HOST_POWER=\"ON\"/>"))
+        }
+    })
+    .await
+}
+
+fn probes(server: &TestServer) -> usize {
+    server
+        .requests()
+        .iter()
+        .filter(|r| r.body.contains("GET_PRODUCT_NAME"))
+        .count()
+}
+
+#[tokio::test]
+async fn an_auto_probe_is_made_once_and_remembered_in_driver_internal_info() {
+    let server = ilo4().await;
+    let mut node = node(
+        "agent_ilo",
+        json!({"ilo_address": server.address, "ilo_username": "u", "ilo_password": "p",
+               "ilo_verify_ca": server.cert_path, "client_timeout": 5}),
+    );
+    let defaults = IloDefaults::default();
+    let bmc = Bmc::connect(&mut node, &defaults).await.expect("connects");
+    assert_eq!(bmc.power_state().await.expect("power"), PowerState::On);
+    assert_eq!(probes(&server), 1);
+    let address = format!("https://{}", server.address);
+    assert_eq!(
+        node.driver_internal_info[PROTOCOL_KEY],
+        json!({"address": address, "protocol": "ribcl"})
+    );
+    // Later tasks connect without asking again.
+    for _ in 0..3 {
+        let bmc = Bmc::connect(&mut node, &defaults).await.expect("connects");
+        assert_eq!(bmc.power_state().await.expect("power"), PowerState::On);
+    }
+    let bmc = Bmc::connect_read_only(&node, &defaults)
+        .await
+        .expect("connects");
+    assert_eq!(bmc.power_state().await.expect("power"), PowerState::On);
+    assert_eq!(probes(&server), 1, "the remembered choice is used");
+
+    // A choice remembered for another address is not used; an explicit protocol is not
+    // remembered.
+    assert_eq!(
+        remembered(&node.driver_internal_info, "https://10.9.9.9:443"),
+        None
+    );
+    assert_eq!(
+        remembered(&node.driver_internal_info, &address),
+        Some(Protocol::Ribcl)
+    );
+    let mut explicit = node.clone();
+    explicit.driver_internal_info.clear();
+    explicit
+        .driver_info
+        .insert("ilo_protocol".into(), json!("ribcl"));
+    Bmc::connect(&mut explicit, &defaults)
+        .await
+        .expect("connects");
+    assert!(!explicit.driver_internal_info.contains_key(PROTOCOL_KEY));
+    assert_eq!(probes(&server), 1);
+}
+
+#[tokio::test]
+async fn a_failed_step_names_the_bmc_the_step_and_the_nodes_keys() {
+    let server = TestServer::start(|_| Reply::status(401, "")).await;
+    let mut node = node(
+        "redfish",
+        json!({"redfish_address": format!("https://{}", server.address),
+               "redfish_username": "u", "redfish_password": "s3cret",
+               "redfish_verify_ca": server.cert_path, "client_timeout": 5}),
+    );
+    let bmc = Bmc::connect(&mut node, &IloDefaults::default())
+        .await
+        .expect("nothing is sent yet");
+    let err = bmc.power_state().await.expect_err("refused");
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "Redfish BMC https://{}: reading the power state: ",
+            server.address
+        )),
+        "{text}"
+    );
+    assert!(err.driver_error().is_some(), "{err:?}");
+    assert!(!text.contains("s3cret"), "{text}");
+    assert!(!text.contains("ilo_"), "{text}");
+    assert!(
+        text.contains("check redfish_username and redfish_password"),
+        "{text}"
+    );
+}
