@@ -16,6 +16,7 @@ pub mod iscsi;
 pub mod iso;
 pub mod params;
 pub mod partition;
+pub mod redact;
 pub mod secret;
 pub mod tempurl;
 pub mod tftp;

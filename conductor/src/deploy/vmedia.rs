@@ -204,7 +204,7 @@ pub(super) async fn prepare(
 
 /// `err` as text with every temp URL signature masked.
 fn without_signatures(err: anyhow::Error) -> anyhow::Error {
-    anyhow::anyhow!(super::agent::mask_temp_url_signatures(&format!("{err:#}")))
+    anyhow::anyhow!(vmdeploy_shared::redact::signatures(&format!("{err:#}")).into_owned())
 }
 
 /// Ejects both media, deletes the floppy object and wipes the token. Never fails; `bmc` is

@@ -52,8 +52,9 @@ fn assert_deployed(lab: &Lab, node: &Value) {
 /// Which checks follow the first deploy.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Then {
-    /// None.
-    Stop,
+    /// With debug logging on everywhere and the image behind a temp URL: no secret the deploy
+    /// issued shows in a log, an API response or a state file.
+    CheckNoSecretLeaked,
     /// Undeploy with automated cleaning, then deploy the node again.
     CleanAndDeployAgain,
 }
@@ -65,17 +66,29 @@ fn deploy_and_boot(firmware: Firmware, qcow2: bool, name: &str, then: Then) {
     } else {
         (&image.disk_raw, "raw", image.disk_sha256.clone())
     };
-    let media_path = format!("/test-os.{format}");
+    let watched = then == Then::CheckNoSecretLeaked;
+    // A watched deploy's image is a Swift temp URL, as an operator hands one over: the media
+    // server serves it by its whole path, query included.
+    let media_path = if watched {
+        format!(
+            "/test-os.{format}?temp_url_sig={}&temp_url_expires=4102444800",
+            test_signature()
+        )
+    } else {
+        format!("/test-os.{format}")
+    };
     let lab = Lab::start(
         name,
         LabOptions {
             media: vec![(media_path.clone(), read(file))],
             automated_clean: then == Then::CleanAndDeployAgain,
+            debug_logging: watched,
             ..Default::default()
         },
     );
     let node = lab.enroll("e2e-node", "agent_ilo", firmware);
     set_image(&lab, &node, &media_path, format, &sha);
+    let watch = watched.then(|| lab.watch_secrets(&node));
     let marker = image.marker(&image.disk_root_uuid);
     assert_eq!(
         lab.console_count(&marker),
@@ -95,7 +108,22 @@ fn deploy_and_boot(firmware: Firmware, qcow2: bool, name: &str, then: Then) {
         progress["written"].as_u64().is_some_and(|w| w > 0),
         "deploy_progress in driver_internal_info: {shown}"
     );
-    if then == Then::Stop {
+    if let Some(watch) = watch {
+        let mut issued = watch.finish();
+        issued.add_signatures_of(&media_path);
+        assert!(
+            issued.floppies_read > 0 && !issued.agent_tokens.is_empty(),
+            "the watch saw no floppy and no agent token: {} media URL(s), {} floppies",
+            issued.media_urls.len(),
+            issued.floppies_read
+        );
+        assert!(
+            issued.signatures.len() >= 2,
+            "the floppy's and the image's signatures"
+        );
+        checks::assert_no_secret_leaked(&lab, &node, &issued);
+    }
+    if then != Then::CleanAndDeployAgain {
         return;
     }
 
@@ -145,7 +173,24 @@ fn agent_ilo_deploys_the_raw_test_os_in_bios_cleans_it_away_and_deploys_it_again
     );
 }
 
+/// The qcow2 deploy is also the agent deploy watched for leaked secrets, with debug logging
+/// on everywhere (the "no secret is logged" test, agent side).
 #[test]
 fn agent_ilo_deploys_the_qcow2_test_os_and_it_boots_in_uefi() {
-    deploy_and_boot(Firmware::Uefi, true, "agent_ilo_qcow2_uefi", Then::Stop);
+    deploy_and_boot(
+        Firmware::Uefi,
+        true,
+        "agent_ilo_qcow2_uefi",
+        Then::CheckNoSecretLeaked,
+    );
+}
+
+/// A signature for the image's temp URL, new for each run (its value only has to be unique:
+/// the media server does not check it).
+fn test_signature() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("{nanos:032x}{:08x}", std::process::id())
 }
