@@ -8,15 +8,20 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::time::FormatTime;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{reload, Registry};
 
 static UPTIME_CLOCK: AtomicBool = AtomicBool::new(false);
+
+/// The level filter of the installed subscriber, when it came from the default (no `RUST_LOG`):
+/// [`enable_debug`] raises it once the deploy parameters ask for it.
+static DEFAULT_FILTER: OnceLock<reload::Handle<Targets, Registry>> = OnceLock::new();
 
 /// Sets up `tracing` output; `RUST_LOG` (`debug`, `vmdeploy_agent=debug,info`; as PID 1 it comes
 /// from the kernel command line) overrides the default `info` level.
@@ -25,14 +30,19 @@ static UPTIME_CLOCK: AtomicBool = AtomicBool::new(false);
 /// static agent, which the deploy ISO's 12 MiB budget spends on NIC drivers instead. A `RUST_LOG`
 /// that does not parse is reported on stderr and the default applies.
 pub fn init() {
-    let filter = match std::env::var("RUST_LOG") {
-        Ok(spec) => spec.parse::<Targets>().unwrap_or_else(|err| {
-            eprintln!("vmdeploy-agent: ignoring RUST_LOG={spec:?}: {err}");
-            default_filter()
-        }),
-        Err(_) => default_filter(),
+    let (filter, from_default) = match std::env::var("RUST_LOG") {
+        Ok(spec) => match spec.parse::<Targets>() {
+            Ok(filter) => (filter, false),
+            Err(err) => {
+                eprintln!("vmdeploy-agent: ignoring RUST_LOG={spec:?}: {err}");
+                (default_filter(), true)
+            }
+        },
+        Err(_) => (default_filter(), true),
     };
-    let _ = tracing_subscriber::registry()
+    let (filter, handle) = reload::Layer::new(filter);
+    let installed = tracing_subscriber::registry()
+        .with(filter)
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
@@ -45,8 +55,23 @@ pub fn init() {
                 .with_ansi(false)
                 .with_timer(AgentTime),
         )
-        .with(filter)
         .try_init();
+    if installed.is_ok() && from_default {
+        let _ = DEFAULT_FILTER.set(handle);
+    }
+}
+
+/// Logs at `debug` from now on: the deploy parameters hold `ipa-debug=1` (IPA's switch, on the
+/// floppy through `driver_info.kernel_append_params`, where `RUST_LOG` cannot go: the kernel
+/// hands only its own command line to init's environment). An explicit `RUST_LOG` wins.
+/// Returns whether the level changed.
+pub fn enable_debug() -> bool {
+    let Some(handle) = DEFAULT_FILTER.get() else {
+        return false;
+    };
+    handle
+        .reload(Targets::new().with_default(LevelFilter::DEBUG))
+        .is_ok()
 }
 
 /// How much of the log is kept in memory: the tail of a deploy with a few thousand lines.

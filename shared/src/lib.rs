@@ -17,6 +17,7 @@ pub mod iso;
 pub mod params;
 pub mod partition;
 pub mod qcow2;
+pub mod redact;
 pub mod secret;
 pub mod tempurl;
 pub mod tftp;

@@ -10,8 +10,8 @@
 //! source that cannot be read is named in `errors.txt` instead of failing the command.
 //!
 //! Secrets never leave: every text is masked before it goes in (the agent token and any other
-//! given secret wherever it appears, and the value after any key that names a token, password
-//! or secret, such as `ipa-agent-token=` on the command line, which dmesg repeats). The tarball
+//! given secret wherever it appears, the value after any key that names a secret, such as
+//! `ipa-agent-token=` on the command line, which dmesg repeats, and every temp URL signature). The tarball
 //! is written with [`vmdeploy_shared::ustar`] and compressed with `flate2`.
 
 use std::path::{Path, PathBuf};
@@ -20,16 +20,11 @@ use anyhow::Context;
 use base64::Engine as _;
 use serde_json::{json, Value};
 use vmdeploy_shared::api::ipa::{CommandError, IpaErrorKind};
+use vmdeploy_shared::redact;
 use vmdeploy_shared::secret::Secret;
 use vmdeploy_shared::ustar::TarWriter;
 
 use super::server::{CommandFuture, StartError};
-
-/// What replaces a secret in the bundle.
-pub const MASK: &str = "***";
-
-/// Words that make the key before `=` or `:` a secret's name (lowercase).
-const SECRET_WORDS: [&str; 4] = ["token", "password", "passwd", "secret"];
 
 /// The `log` extension.
 pub struct Log {
@@ -151,77 +146,12 @@ fn read_kernel_log() -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// `text` with every given secret and every value after a secret-naming key replaced by
-/// [`MASK`].
+/// `text` with every given secret, every value after a key that names a secret and every temp
+/// URL signature masked ([`vmdeploy_shared::redact::text`]: the rules the conductor's API and
+/// logs follow).
 pub fn mask(text: &str, secrets: &[Secret]) -> String {
-    let mut out = text.to_owned();
-    for s in secrets {
-        let s = s.expose();
-        if !s.is_empty() {
-            out = out.replace(s.as_str(), MASK);
-        }
-    }
-    mask_keyed_values(&out)
-}
-
-/// Masks the value after `<...token...>=`, `<...password...>: "..."` and the like: the key is
-/// a run of `[A-Za-z0-9_.-]` holding a [`SECRET_WORDS`] word, then an optional quote, spaces,
-/// `=` or `:`, spaces and an optional quote; the value runs to a space, quote, `,`, `;`, `&`,
-/// `}` or the end of the line.
-fn mask_keyed_values(text: &str) -> String {
-    let bytes = text.as_bytes();
-    // Same byte positions as `text` (ASCII case only), compared as bytes: `text` may hold
-    // multi-byte characters, where slicing a str would panic.
-    let lower = text.to_ascii_lowercase().into_bytes();
-    let is_key = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.');
-    let is_end =
-        |b: u8| b.is_ascii_whitespace() || matches!(b, b'"' | b'\'' | b',' | b';' | b'&' | b'}');
-    let mut out = String::with_capacity(text.len());
-    let mut copied = 0;
-    let mut i = 0;
-    while i < bytes.len() {
-        let Some(word) = SECRET_WORDS
-            .iter()
-            .find(|w| lower[i..].starts_with(w.as_bytes()))
-        else {
-            i += 1;
-            continue;
-        };
-        // The rest of the key, then the separator.
-        let mut j = i + word.len();
-        while j < bytes.len() && is_key(bytes[j]) {
-            j += 1;
-        }
-        if j < bytes.len() && matches!(bytes[j], b'"' | b'\'') {
-            j += 1;
-        }
-        while j < bytes.len() && bytes[j] == b' ' {
-            j += 1;
-        }
-        if j >= bytes.len() || !matches!(bytes[j], b'=' | b':') {
-            i += word.len();
-            continue;
-        }
-        j += 1;
-        while j < bytes.len() && bytes[j] == b' ' {
-            j += 1;
-        }
-        if j < bytes.len() && matches!(bytes[j], b'"' | b'\'') {
-            j += 1;
-        }
-        let start = j;
-        while j < bytes.len() && !is_end(bytes[j]) {
-            j += 1;
-        }
-        if j > start {
-            out.push_str(&text[copied..start]);
-            out.push_str(MASK);
-            copied = j;
-        }
-        i = j.max(i + 1);
-    }
-    out.push_str(&text[copied..]);
-    out
+    let known: Vec<&str> = secrets.iter().map(|s| s.expose().as_str()).collect();
+    redact::text(text, &known)
 }
 
 #[cfg(test)]
@@ -262,7 +192,7 @@ mod tests {
                        console=ttyS0";
         let masked = mask(cmdline, std::slice::from_ref(&token));
         assert!(!masked.contains("Zq8sP3"), "{masked}");
-        assert!(masked.contains("ipa-agent-token=***"), "{masked}");
+        assert!(masked.contains("ipa-agent-token=******"), "{masked}");
         assert!(
             masked.contains("ipa-api-url=http://10.0.2.2:6385"),
             "{masked}"
@@ -274,20 +204,24 @@ mod tests {
         for (input, want) in [
             (
                 r#"{"agent_token": "abc123", "x": 1}"#,
-                r#"{"agent_token": "***", "x": 1}"#,
+                r#"{"agent_token": "******", "x": 1}"#,
             ),
             (
                 "GET /v1/commands?agent_token=abc&wait=true",
-                "GET /v1/commands?agent_token=***&wait=true",
+                "GET /v1/commands?agent_token=******&wait=true",
             ),
             (
                 "image_server_password: hunter2\n",
-                "image_server_password: ***\n",
+                "image_server_password: ******\n",
             ),
             ("Token invalid.", "Token invalid."),
             ("no secrets here", "no secrets here"),
             ("token=", "token="),
-            ("ünïcode password=gëheim ö", "ünïcode password=*** ö"),
+            ("ünïcode password=gëheim ö", "ünïcode password=****** ö"),
+            (
+                "GET http://h/o?temp_url_sig=ab12&temp_url_expires=1 failed",
+                "GET http://h/o?temp_url_sig=******&temp_url_expires=****** failed",
+            ),
         ] {
             assert_eq!(mask(input, &[]), want, "{input}");
         }
@@ -337,7 +271,7 @@ mod tests {
         assert!(get("vmdeploy-agent.log").contains("log bundle test line"));
         assert_eq!(
             get("cmdline"),
-            "console=ttyS0 ipa-agent-token=*** ipa-debug=1\n"
+            "console=ttyS0 ipa-agent-token=****** ipa-debug=1\n"
         );
         assert!(get("partitions").starts_with("major minor"));
         assert!(get("agent-version").starts_with("vmdeploy-agent "));

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 use vmdeploy_shared::api::ipa::{CommandError, IpaErrorKind};
 use vmdeploy_shared::io::hash::{ExpectedDigest, HashAlgo, HashError};
+use vmdeploy_shared::redact::Url;
 
 use super::heartbeat::{ProgressSlot, SharedProgress};
 use super::server::{CommandFuture, StartError};
@@ -196,7 +197,7 @@ impl Standby {
                 });
             }
             let shown = disk.display().to_string();
-            tracing::info!(%url, disk = %shown, digest = %expected, "prepare_image: writing");
+            tracing::info!(url = %Url(&url), disk = %shown, digest = %expected, "prepare_image: writing");
             if let Ok(mut r) = installed.lock() {
                 *r = None;
             }
@@ -306,6 +307,33 @@ mod tests {
             power_off: Arc::new(Notify::new()),
             installed,
         }
+    }
+
+    /// The image URL is logged with its temp URL signature masked: a signature is a bearer
+    /// credential for the image (the README's security promise: no secret is logged).
+    #[tokio::test]
+    async fn prepare_image_logs_no_temp_url_signature() {
+        crate::logging::init();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let disk = dir.path().join("disk");
+        std::fs::write(&disk, [0u8; 4096]).expect("disk file");
+        let mut standby = standby(InstalledState::default());
+        standby.disk = Arc::new(Ok(disk));
+        let sig = "5eb1c0de0123456789abcdef0123456789abcdef";
+        let url = format!("ftp://images.example/root.img?temp_url_sig={sig}&temp_url_expires=9");
+        let params = json!({"image_info": {
+            "id": "root.img", "urls": [url],
+            "os_hash_algo": "sha256", "os_hash_value": "a".repeat(64),
+        }});
+        let write = standby
+            .start("prepare_image", &params)
+            .unwrap_or_else(|e| panic!("started: {e}"));
+        let err = write.await.expect_err("no such scheme");
+        let log = String::from_utf8_lossy(&crate::logging::recent()).into_owned();
+        assert!(log.contains("prepare_image: writing"), "{log}");
+        assert!(log.contains("temp_url_sig=******"), "{log}");
+        assert!(!log.contains(sig), "the log shows the signature: {log}");
+        assert!(!err.message.contains(sig), "{}", err.message);
     }
 
     /// Partition deploys this agent cannot finish are refused when the command starts, before

@@ -197,6 +197,12 @@ fn deploy(args: &RunArgs, pid1: bool) -> anyhow::Result<FinalAction> {
     // 2. Parameters. Nobody to report to yet: the console is all there is.
     let loaded =
         load_params(args).context("cannot read the deploy parameters; nobody to report to")?;
+    let debug = loaded.params.get(vmdeploy_shared::params::keys::IPA_DEBUG);
+    let asked =
+        debug.is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true"));
+    if asked && crate::logging::enable_debug() {
+        tracing::debug!("debug logging on (ipa-debug)");
+    }
     let mode = match Mode::from_params(&loaded.params) {
         Ok(m) => m,
         Err(err) => {

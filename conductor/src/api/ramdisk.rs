@@ -14,6 +14,7 @@ use axum::extract::{Path, Query};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use serde_json::Value;
+use vmdeploy_shared::secret::Secret;
 
 use super::body::{self, cut, JsonBody};
 use super::error::ApiError;
@@ -117,7 +118,7 @@ pub(super) fn parse_heartbeat(ctx: &Ctx, body: Value) -> Result<HeartbeatRequest
     }
     Ok(HeartbeatRequest {
         callback_url,
-        agent_token: body::opt_str(&obj, "agent_token")?,
+        agent_token: body::opt_str(&obj, "agent_token")?.map(Secret::new),
         agent_version: body::opt_str(&obj, "agent_version")?,
         agent_verify_ca: body::opt_str(&obj, "agent_verify_ca")?,
         agent_status_message: body::opt_str(&obj, "agent_status_message")?,
@@ -220,7 +221,11 @@ mod tests {
                           "agent_status": "start", "agent_status_message": "written 1"});
         let hb = parse_heartbeat(&ctx(72), full.clone()).expect("1.72 takes every field");
         assert_eq!(hb.callback_url, "https://10.0.0.5:9999");
-        assert_eq!(hb.agent_token.as_deref(), Some("t"));
+        assert_eq!(hb.agent_token, Some(Secret::new("t")));
+        assert!(
+            !format!("{hb:?}").contains("\"t\""),
+            "the token is masked in Debug: {hb:?}"
+        );
         assert_eq!(hb.agent_verify_ca.as_deref(), Some("PEM"));
         assert_eq!(hb.agent_status_message.as_deref(), Some("written 1"));
         let e = parse_heartbeat(&ctx(68), full).expect_err("1.68 has no agent_status");

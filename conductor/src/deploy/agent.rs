@@ -104,7 +104,7 @@ impl AgentDeploy {
         }
         node.driver_internal_info
             .insert(STEP_KEY.into(), json!("prepare_image"));
-        tracing::info!(node = %node.uuid, image = %image.source_text, "agent writing the image");
+        tracing::info!(node = %node.uuid, image = %vmdeploy_shared::redact::Url(&image.source_text), "agent writing the image");
         Ok(())
     }
 
@@ -385,25 +385,7 @@ pub(super) fn agent_failure(what: &str, result: &CommandResult) -> String {
             result.command_status
         ),
     };
-    mask_temp_url_signatures(&text)
-}
-
-/// `text` with the value of every `temp_url_sig=` replaced by `******`.
-pub(super) fn mask_temp_url_signatures(text: &str) -> String {
-    const KEY: &str = "temp_url_sig=";
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find(KEY) {
-        let (head, tail) = rest.split_at(at + KEY.len());
-        out.push_str(head);
-        out.push_str(vmdeploy_shared::secret::MASK);
-        let end = tail
-            .find(|c: char| c == '&' || c == '"' || c == '\'' || c == ')' || c.is_whitespace())
-            .unwrap_or(tail.len());
-        rest = &tail[end..];
-    }
-    out.push_str(rest);
-    out
+    vmdeploy_shared::redact::signatures(&text).into_owned()
 }
 
 /// Forgets the agent: its URL, certificate, token and the deploy step.

@@ -204,7 +204,7 @@ pub(super) async fn prepare(
 
 /// `err` as text with every temp URL signature masked.
 fn without_signatures(err: crate::bmc::BmcError) -> anyhow::Error {
-    anyhow::anyhow!(super::agent::mask_temp_url_signatures(&err.to_string()))
+    anyhow::anyhow!(vmdeploy_shared::redact::signatures(&err.to_string()).into_owned())
 }
 
 /// Ejects both media, deletes the floppy object and wipes the token. Never fails; `bmc` is

@@ -91,15 +91,10 @@ pub enum ImageCacheError {
     },
 }
 
-/// `url` without its query and fragment: a temp URL's query is its signature, a credential that
-/// must not reach logs or a node's `last_error`. The `?…` says something was cut.
+/// `url` as logs and a node's `last_error` show it: a temp URL's signature is a credential, and
+/// is masked ([`vmdeploy_shared::redact::signatures`]); the rest says which object failed.
 pub fn shown_url(url: &str) -> String {
-    let end = url.find(['?', '#']).unwrap_or(url.len());
-    if url[end..].starts_with('?') {
-        format!("{}?…", &url[..end])
-    } else {
-        url[..end].to_owned()
-    }
+    vmdeploy_shared::redact::signatures(url).into_owned()
 }
 
 impl ImageCacheError {
@@ -137,10 +132,10 @@ mod tests {
         let cases = [
             (
                 "https://s/v1/AUTH_a/c/o?temp_url_sig=abc&temp_url_expires=1",
-                "https://s/v1/AUTH_a/c/o?…",
+                "https://s/v1/AUTH_a/c/o?temp_url_sig=******&temp_url_expires=1",
             ),
             ("http://h/img.qcow2", "http://h/img.qcow2"),
-            ("http://h/img#frag", "http://h/img"),
+            ("http://h/img#frag", "http://h/img#frag"),
             ("file:///srv/img.raw", "file:///srv/img.raw"),
         ];
         for (url, shown) in cases {

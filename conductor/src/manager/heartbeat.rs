@@ -26,13 +26,13 @@ use super::tasks::{self, apply};
 use super::{Core, HeartbeatRequest, LookupReply, ManagerError};
 use crate::states::{Event, ProvisionState};
 use crate::store::{Node, NodeIdent, PortFilter, StoreError};
+use vmdeploy_shared::redact::MASK;
+use vmdeploy_shared::secret::Secret;
 
 /// Where the flow keeps the agent token (Ironic's key).
 pub(crate) const AGENT_TOKEN_KEY: &str = "agent_secret_token";
 /// How often the agent must heartbeat at least (Ironic's `[api]ramdisk_heartbeat_timeout`).
 pub(crate) const HEARTBEAT_TIMEOUT_SECS: u64 = 300;
-/// What replaces a secret in what the ramdisk sees.
-const MASK: &str = "******";
 
 /// States in which a ramdisk runs and may look its node up (Ironic's `restrict_lookup`, the
 /// ones this conductor has).
@@ -116,42 +116,21 @@ pub(crate) async fn lookup(
     })
 }
 
-/// A JSON object with tokens, passwords and config drives replaced by `******`, at any depth.
+/// A JSON object with its secrets masked, at any depth ([`vmdeploy_shared::redact::json`]: the
+/// API's rule, so the ramdisk sees no more than an operator does).
 fn masked(object: &Map<String, Value>) -> Value {
-    fn secret_key(key: &str) -> bool {
-        let k = key.to_ascii_lowercase();
-        k.contains("password") || k.contains("token") || k == "configdrive" || k.contains("secret")
-    }
-    fn walk(value: &Value) -> Value {
-        match value {
-            Value::Object(map) => Value::Object(
-                map.iter()
-                    .map(|(k, v)| {
-                        let v = if secret_key(k) && !v.is_null() {
-                            Value::String(MASK.into())
-                        } else {
-                            walk(v)
-                        };
-                        (k.clone(), v)
-                    })
-                    .collect(),
-            ),
-            Value::Array(items) => Value::Array(items.iter().map(walk).collect()),
-            other => other.clone(),
-        }
-    }
-    walk(&Value::Object(object.clone()))
+    vmdeploy_shared::redact::json_map(object)
 }
 
 /// Whether `given` is the node's stored token, compared in constant time.
-fn token_matches(node: &Node, given: Option<&str>) -> bool {
+fn token_matches(node: &Node, given: Option<&Secret>) -> bool {
     let stored = node
         .driver_internal_info
         .get(AGENT_TOKEN_KEY)
         .and_then(Value::as_str);
     match (stored, given) {
         (Some(stored), Some(given)) if !stored.is_empty() => {
-            bool::from(stored.as_bytes().ct_eq(given.as_bytes()))
+            bool::from(stored.as_bytes().ct_eq(given.expose().as_bytes()))
         }
         _ => false,
     }
@@ -196,7 +175,7 @@ pub(crate) async fn heartbeat(
     // A node that waits for its ramdisk always has a token; elsewhere a heartbeat without one
     // is only recorded (a stray agent), as long as the node holds no token to check against.
     if (has_token || node.provision_state.is_waiting())
-        && !token_matches(&node, heartbeat.agent_token.as_deref())
+        && !token_matches(&node, heartbeat.agent_token.as_ref())
     {
         tracing::warn!(node = %node.uuid, "heartbeat refused: invalid or missing agent token");
         return Err(ManagerError::Forbidden(
@@ -306,6 +285,25 @@ async fn clean(
 #[cfg(test)]
 mod unit {
     use super::*;
+
+    #[test]
+    fn the_token_must_match_the_stored_one() {
+        let mut node = Node::new(Uuid::new_v4(), "agent_ilo", ProvisionState::WaitCallBack);
+        let token = Secret::new("tok-0123456789");
+        assert!(!token_matches(&node, Some(&token)), "no stored token");
+        node.driver_internal_info
+            .insert(AGENT_TOKEN_KEY.into(), json!("tok-0123456789"));
+        assert!(token_matches(&node, Some(&token)));
+        assert!(!token_matches(&node, Some(&Secret::new("tok-0123456788"))));
+        assert!(!token_matches(&node, Some(&Secret::new("tok"))));
+        assert!(!token_matches(&node, None));
+        node.driver_internal_info
+            .insert(AGENT_TOKEN_KEY.into(), json!(""));
+        assert!(
+            !token_matches(&node, Some(&Secret::new(""))),
+            "an empty token is none"
+        );
+    }
 
     #[test]
     fn masks_at_any_depth() {

@@ -26,6 +26,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tracing::Instrument;
 use uuid::Uuid;
+use vmdeploy_shared::secret::Secret;
 
 use crate::deploy::{DeployContext, DeployInterface};
 use crate::objects::ObjectStore;
@@ -124,8 +125,8 @@ pub struct BootDeviceReading {
 pub struct HeartbeatRequest {
     /// Where the agent's command API listens (`https://ip:9999`).
     pub callback_url: String,
-    /// The agent token from the floppy.
-    pub agent_token: Option<String>,
+    /// The agent token from the floppy: masked in `Debug`, compared in constant time.
+    pub agent_token: Option<Secret>,
     /// The agent's version string.
     pub agent_version: Option<String>,
     /// The agent's self-signed certificate (PEM) to pin for calls to it (`agent_verify_ca`).

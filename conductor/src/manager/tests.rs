@@ -294,7 +294,7 @@ fn id(uuid: Uuid) -> NodeIdent {
 fn heartbeat(token: Option<&str>) -> HeartbeatRequest {
     HeartbeatRequest {
         callback_url: "https://127.0.0.1:9999".into(),
-        agent_token: token.map(str::to_string),
+        agent_token: token.map(vmdeploy_shared::secret::Secret::from),
         agent_version: Some("10.0.0".into()),
         agent_verify_ca: None,
         agent_status_message: None,

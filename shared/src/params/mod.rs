@@ -60,6 +60,8 @@ pub mod keys {
     pub const IPA_API_URL: &str = "ipa-api-url";
     /// Pre-generated agent token (IPA).
     pub const IPA_AGENT_TOKEN: &str = "ipa-agent-token";
+    /// `1` (or `true`): the ramdisk logs at debug level (IPA's `ipa-debug`).
+    pub const IPA_DEBUG: &str = "ipa-debug";
     /// Driver name (informational).
     pub const IPA_DRIVER_NAME: &str = "ipa-driver-name";
     /// Whether the agent serves its command API over HTTPS with a certificate it generates at

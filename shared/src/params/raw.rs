@@ -27,11 +27,8 @@ impl fmt::Debug for Params {
     }
 }
 
-/// Keys whose values must never be logged.
-pub fn is_secret_key(key: &str) -> bool {
-    let k = key.to_ascii_lowercase();
-    k.contains("key") || k.contains("token") || k.contains("secret") || k.contains("password")
-}
+/// Keys whose values must never be logged: the one list of [`crate::redact`].
+pub use crate::redact::is_secret_key;
 
 fn check_key(key: &str) -> Result<(), ParamsError> {
     if key.is_empty()

@@ -151,7 +151,7 @@ fn main() -> std::process::ExitCode {
         }
     };
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(|| RedactingStderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -300,5 +300,23 @@ async fn wait_for_signal() -> anyhow::Result<()> {
     tokio::select! {
         r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C"),
         _ = term.recv() => Ok(()),
+    }
+}
+
+/// Standard error with every temp URL signature masked: the emulator logs the media URLs it is
+/// given (and structs holding them) as an iLO would show them, and a signature in a log is a
+/// credential for the object behind it. tracing writes each event with one `write_all`.
+struct RedactingStderr;
+
+impl std::io::Write for RedactingStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        let masked = vmdeploy_shared::redact::signatures(&text);
+        std::io::stderr().write_all(masked.as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
     }
 }

@@ -6,6 +6,7 @@
 //! fails on iLO (the exact iLO message is not known; see README "Fidelity").
 
 use std::time::Duration;
+use vmdeploy_shared::redact::Url;
 
 /// How much the probe reads: the first four 512-byte sectors.
 const PROBE_BYTES: u64 = 2048;
@@ -111,7 +112,7 @@ impl MediaFetcher {
         if read == 0 || size == Some(0) {
             return Err(MediaFetchError::Empty(url.to_owned()));
         }
-        tracing::debug!(url, status, read, ?size, "virtual media range read");
+        tracing::debug!(url = %Url(url), status, read, ?size, "virtual media range read");
         Ok(size)
     }
 }

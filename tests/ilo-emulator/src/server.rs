@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
+use vmdeploy_shared::redact::Url;
 
 use crate::backend::{Backend, BackendError, MachineEvent, MachineEventKind, MachineEvents};
 use crate::config::ServerConfig;
@@ -211,7 +212,7 @@ impl Server {
         if let Some(url) = state.last_boot.as_ref().and_then(|b| b.media_url.clone()) {
             let error = self.fetcher.probe(&url).await.err().map(|e| e.to_string());
             if let Some(e) = &error {
-                tracing::warn!(server = self.index, url, error = %e, "boot medium unreadable");
+                tracing::warn!(server = self.index, url = %Url(&url), error = %Url(e), "boot medium unreadable");
             }
             if let Some(record) = state.last_boot.as_mut() {
                 record.media_read_error = error;
@@ -438,7 +439,7 @@ impl Server {
         if !vm.connected {
             vm.connected = true;
             self.backend.attach_media(device, &url).await?;
-            tracing::info!(server = self.index, ?device, url, "virtual media connected");
+            tracing::info!(server = self.index, ?device, url = %Url(&url), "virtual media connected");
         }
         Ok(())
     }

@@ -413,7 +413,7 @@ async fn heartbeat(
     let s = |k: &str| body.get(k).and_then(Value::as_str).map(str::to_owned);
     let request = HeartbeatRequest {
         callback_url: s("callback_url").unwrap_or_default(),
-        agent_token: s("agent_token"),
+        agent_token: s("agent_token").map(vmdeploy_shared::secret::Secret::new),
         agent_version: s("agent_version"),
         agent_verify_ca: s("agent_verify_ca"),
         agent_status_message: s("agent_status_message"),

@@ -106,9 +106,10 @@ fn enroll_a_redfish_node_beside(lab: &Lab) {
 /// Which checks follow the first deploy.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Then {
-    /// A `redfish` node enrolled on the same server with Ironic's keys
-    /// ([`enroll_a_redfish_node_beside`]).
-    EnrollRedfishToo,
+    /// With debug logging on everywhere and the image behind a temp URL: no secret the deploy
+    /// issued shows in a log, an API response or a state file; then a `redfish` node enrolled
+    /// on the same server with Ironic's keys ([`enroll_a_redfish_node_beside`]).
+    CheckNoSecretLeakedThenEnrollRedfish,
     /// Undeploy with automated cleaning, then deploy the node again.
     CleanAndDeployAgain,
 }
@@ -120,17 +121,29 @@ fn deploy_and_boot(firmware: Firmware, qcow2: bool, name: &str, then: Then) {
     } else {
         (&image.disk_raw, "raw", image.disk_sha256.clone())
     };
-    let media_path = format!("/test-os.{format}");
+    let watched = then == Then::CheckNoSecretLeakedThenEnrollRedfish;
+    // A watched deploy's image is a Swift temp URL, as an operator hands one over: the media
+    // server serves it by its whole path, query included.
+    let media_path = if watched {
+        format!(
+            "/test-os.{format}?temp_url_sig={}&temp_url_expires=4102444800",
+            test_signature()
+        )
+    } else {
+        format!("/test-os.{format}")
+    };
     let lab = Lab::start(
         name,
         LabOptions {
             media: vec![(media_path.clone(), read(file))],
             automated_clean: then == Then::CleanAndDeployAgain,
+            debug_logging: watched,
             ..Default::default()
         },
     );
     let node = lab.enroll("e2e-node", "agent_ilo", firmware);
     set_image(&lab, &node, &media_path, format, &sha);
+    let watch = watched.then(|| lab.watch_secrets(&node));
     let marker = image.marker(&image.disk_root_uuid);
     assert_eq!(
         lab.console_count(&marker),
@@ -150,9 +163,28 @@ fn deploy_and_boot(firmware: Firmware, qcow2: bool, name: &str, then: Then) {
         progress["written"].as_u64().is_some_and(|w| w > 0),
         "deploy_progress in driver_internal_info: {shown}"
     );
-    match then {
-        Then::EnrollRedfishToo => return enroll_a_redfish_node_beside(&lab),
-        Then::CleanAndDeployAgain => {}
+    // Progress is against the image's own size (a qcow2's virtual size), never past 100%.
+    if let (Some(written), Some(total)) = (progress["written"].as_u64(), progress["total"].as_u64())
+    {
+        assert!(written <= total, "progress past 100%: {progress}");
+    }
+    if let Some(watch) = watch {
+        let mut issued = watch.finish();
+        issued.add_signatures_of(&media_path);
+        assert!(
+            issued.floppies_read > 0 && !issued.agent_tokens.is_empty(),
+            "the watch saw no floppy and no agent token: {} media URL(s), {} floppies",
+            issued.media_urls.len(),
+            issued.floppies_read
+        );
+        assert!(
+            issued.signatures.len() >= 2,
+            "the floppy's and the image's signatures"
+        );
+        checks::assert_no_secret_leaked(&lab, &node, &issued);
+    }
+    if then == Then::CheckNoSecretLeakedThenEnrollRedfish {
+        return enroll_a_redfish_node_beside(&lab);
     }
 
     // Undeploy with automated cleaning: the agent boots again and erases the disk's metadata
@@ -201,14 +233,25 @@ fn agent_ilo_deploys_the_raw_test_os_in_bios_cleans_it_away_and_deploys_it_again
     );
 }
 
-/// The qcow2 image in UEFI, then a `redfish` node enrolled with Ironic's keys on the same
-/// server goes to `available`.
+/// The qcow2 image in UEFI, watched for leaked secrets with debug logging on everywhere (the
+/// "no secret is logged" test, agent side); then a `redfish` node enrolled with Ironic's keys on
+/// the same server goes to `available`.
 #[test]
 fn agent_ilo_deploys_the_qcow2_test_os_and_it_boots_in_uefi() {
     deploy_and_boot(
         Firmware::Uefi,
         true,
         "agent_ilo_qcow2_uefi",
-        Then::EnrollRedfishToo,
+        Then::CheckNoSecretLeakedThenEnrollRedfish,
     );
+}
+
+/// A signature for the image's temp URL, new for each run (its value only has to be unique:
+/// the media server does not check it).
+fn test_signature() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("{nanos:032x}{:08x}", std::process::id())
 }

@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use vmdeploy_integration_tests::e2e::{partition_media, Firmware, Lab, LabOptions};
+use vmdeploy_integration_tests::e2e::{checks, partition_media, Firmware, Lab, LabOptions};
 use vmdeploy_integration_tests::test_image::{self, TestImage};
 
 /// Deploy ISO boot, the iSCSI write, the boot ISO build and the final boot under TCG.
@@ -25,18 +25,22 @@ const DEPLOY_LIMIT: Duration = Duration::from_secs(420);
 /// The boot ISO's loader and the test OS's kernel after a power-on.
 const OS_BOOT_LIMIT: Duration = Duration::from_secs(180);
 
-fn netboot_deploy_and_reboot(firmware: Firmware, name: &str) {
+/// `watched`: with debug logging on everywhere, no secret the deploy and the reboot issued
+/// shows in a log, an API response or a state file.
+fn netboot_deploy_and_reboot(firmware: Firmware, name: &str, watched: bool) {
     let image: TestImage = test_image::ensure();
     let lab = Lab::start(
         name,
         LabOptions {
             media: partition_media(&image),
+            debug_logging: watched,
             ..Default::default()
         },
     );
     let node = lab.enroll("e2e-iscsi", "iscsi_ilo", firmware);
     lab.set_partition_image(&node, &image);
     let marker = image.marker(&image.part_root_uuid);
+    let watch = watched.then(|| lab.watch_secrets(&node));
 
     lab.deploy_to_netboot(&node, DEPLOY_LIMIT);
     lab.wait_console(&marker, 1, OS_BOOT_LIMIT);
@@ -65,14 +69,33 @@ fn netboot_deploy_and_reboot(firmware: Firmware, name: &str) {
         "the reboot re-attached the ISO with a fresh temp URL"
     );
     assert_eq!(lab.show(&node)["provision_state"], "active");
+    if let Some(watch) = watch {
+        let mut issued = watch.finish();
+        // The boot ISO URLs the emulator reported, in case a poll fell between two.
+        for url in [&first_url, &state["vmedia"]["CDROM"]["url"]] {
+            issued.add_signatures_of(url.as_str().unwrap_or_default());
+        }
+        assert!(
+            issued.floppies_read > 0 && !issued.deploy_keys.is_empty(),
+            "the watch saw no floppy and no deploy key: {} media URL(s), {} floppies",
+            issued.media_urls.len(),
+            issued.floppies_read
+        );
+        assert!(
+            issued.signatures.len() >= 3,
+            "the floppy's and both boot ISOs' signatures: {}",
+            issued.signatures.len()
+        );
+        checks::assert_no_secret_leaked(&lab, &node, &issued);
+    }
 }
 
 #[test]
 fn iscsi_ilo_deploys_the_partition_test_os_and_it_netboots_twice_in_bios() {
-    netboot_deploy_and_reboot(Firmware::Bios, "iscsi_ilo_netboot_bios");
+    netboot_deploy_and_reboot(Firmware::Bios, "iscsi_ilo_netboot_bios", true);
 }
 
 #[test]
 fn iscsi_ilo_deploys_the_partition_test_os_and_it_netboots_twice_in_uefi() {
-    netboot_deploy_and_reboot(Firmware::Uefi, "iscsi_ilo_netboot_uefi");
+    netboot_deploy_and_reboot(Firmware::Uefi, "iscsi_ilo_netboot_uefi", false);
 }

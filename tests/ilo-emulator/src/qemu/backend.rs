@@ -38,6 +38,7 @@ use crate::backend::{
     Backend, BackendError, BackendFuture, MachineEvent, MachineEventKind, MachineEvents,
 };
 use crate::state::{BootDevice, BootMode, VmDevice};
+use vmdeploy_shared::redact::Url;
 
 /// The agent's ports forwarded from host loopback by default: the iSCSI target, the command
 /// API (agent/src/api/server.rs) and the `done` listener of the iSCSI deploy.
@@ -579,11 +580,11 @@ impl QemuBackend {
                     node,
                     device: device_id,
                 });
-                tracing::info!(server = self.index, ?device, url, "medium attached");
+                tracing::info!(server = self.index, ?device, url = %Url(url), "medium attached");
                 None
             }
             Err(e) => {
-                tracing::warn!(server = self.index, ?device, url, error = %e, "medium not attached: the drive stays empty");
+                tracing::warn!(server = self.index, ?device, url = %Url(url), error = %Url(&e.to_string()), "medium not attached: the drive stays empty");
                 Some(e)
             }
         };

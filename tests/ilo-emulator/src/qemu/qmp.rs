@@ -23,6 +23,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
+use vmdeploy_shared::redact::Url;
 
 /// A QMP failure.
 #[derive(Debug, thiserror::Error)]
@@ -307,7 +308,7 @@ impl Qmp {
             };
         }
         let line = encode_command(id, command, &arguments);
-        tracing::debug!(command, arguments = %arguments, "QMP command");
+        tracing::debug!(command, arguments = %Url(&arguments.to_string()), "QMP command");
         let written = tokio::time::timeout(timeout, async {
             let mut w = self.writer.lock().await;
             w.write_all(line.as_bytes()).await?;

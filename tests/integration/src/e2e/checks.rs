@@ -74,3 +74,196 @@ pub fn assert_metadata_erased(lab: &Lab, image: &TestImage) {
         "the root file system's superblock survived cleaning"
     );
 }
+
+/// Whether `needle` shows in `haystack`, and where first.
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() || needle.len() > haystack.len() {
+        return None;
+    }
+    let first = needle[0];
+    (0..=haystack.len() - needle.len())
+        .filter(|&i| haystack[i] == first)
+        .find(|&i| haystack[i..].starts_with(needle))
+}
+
+/// Every place a secret shows: `needles` are (what the secret is, its value), `haystacks`
+/// (where, the bytes). Each hit is told with a little context, the secret itself replaced by
+/// its name, so the failure message does not leak it again.
+pub fn find_leaks(needles: &[(String, String)], haystacks: &[(String, Vec<u8>)]) -> Vec<String> {
+    let mut hits = Vec::new();
+    for (place, bytes) in haystacks {
+        for (what, value) in needles {
+            let Some(at) = find(bytes, value.as_bytes()) else {
+                continue;
+            };
+            let from = at.saturating_sub(100);
+            let to = (at + value.len() + 60).min(bytes.len());
+            let context = String::from_utf8_lossy(&bytes[from..to])
+                .replace(value.as_str(), &format!("<{what}>"))
+                .replace('\n', "⏎");
+            hits.push(format!("{place}: {what}: …{context}…"));
+        }
+    }
+    hits
+}
+
+/// Files under `dir` (not following links) of at most `max_len` bytes, by path.
+fn files_under(dir: &std::path::Path, max_len: u64) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+                continue;
+            };
+            if meta.is_dir() {
+                todo.push(entry.path());
+            } else if meta.is_file() && meta.len() <= max_len {
+                out.push(entry.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// After a deploy watched by [`Lab::watch_secrets`]: no secret it issued, nor the iLO password,
+/// shows in any log line (conductor, emulator, QEMU, the node's console where the agent logs),
+/// any API response (those seen during the deploy and the final node and port listings), any
+/// state file under the lab's directory, or the nodes' `driver_internal_info` and `last_error`
+/// in the conductor's database.
+pub fn assert_no_secret_leaked(lab: &Lab, node: &str, issued: &super::secrets::Issued) {
+    let mut needles: Vec<(String, String)> =
+        vec![("the iLO password".into(), super::ILO_PASSWORD.into())];
+    for t in &issued.agent_tokens {
+        needles.push(("an agent token".into(), t.clone()));
+    }
+    for k in &issued.deploy_keys {
+        needles.push(("a deploy key".into(), k.clone()));
+    }
+    for s in &issued.signatures {
+        needles.push(("a temp URL signature".into(), s.clone()));
+    }
+    for (key, value) in &issued.other {
+        needles.push((format!("the value of {key}"), value.clone()));
+    }
+
+    let mut api: Vec<(String, Vec<u8>)> = issued
+        .api_responses
+        .iter()
+        .map(|(path, body)| (format!("API GET {path}"), body.clone().into_bytes()))
+        .collect();
+    for args in [
+        &["node", "show", node, "-f", "json"][..],
+        &["node", "list", "--long", "-f", "json"],
+        &["port", "list", "--long", "-f", "json"],
+    ] {
+        api.push((
+            format!("baremetal {}", args.join(" ")),
+            lab.bm(args).into_bytes(),
+        ));
+    }
+    let mut hits = find_leaks(&needles, &api);
+
+    // Logs and state files: everything the lab's processes wrote (the node's 4 GiB disk
+    // excepted: the instance image is not the lab's to check).
+    let database = |p: &std::path::Path| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("vmdeploy.sqlite"))
+    };
+    let files: Vec<(String, Vec<u8>, bool)> = files_under(lab.dir(), 256 << 20)
+        .into_iter()
+        .map(|p| {
+            let name = p
+                .strip_prefix(lab.dir())
+                .unwrap_or(&p)
+                .display()
+                .to_string();
+            (name, read(&p), database(&p))
+        })
+        .collect();
+    assert!(
+        files
+            .iter()
+            .any(|(n, b, _)| n == "conductor.log" && !b.is_empty())
+            && files
+                .iter()
+                .any(|(n, b, _)| n == "emulator.log" && !b.is_empty())
+            && files
+                .iter()
+                .any(|(n, b, _)| n.ends_with("serial.log") && !b.is_empty()),
+        "the lab's logs are missing: {:?}",
+        files.iter().map(|(n, _, _)| n).collect::<Vec<_>>()
+    );
+    for (name, bytes, is_database) in files {
+        if !is_database {
+            hits.extend(find_leaks(&needles, &[(name, bytes)]));
+        }
+    }
+    // The database holds what the conductor must keep (`driver_info`'s password, the operator's
+    // `image_source`, the token while the agent runs; SQLite's journal keeps old pages), so it
+    // is read as rows: once the deploy is over, no token or deploy key is left in a node.
+    let db = lab.dir().join("conductor").join("vmdeploy.sqlite");
+    let out = std::process::Command::new("sqlite3")
+        .arg("-readonly")
+        .arg(&db)
+        .arg("SELECT driver_internal_info, last_error FROM nodes")
+        .output()
+        .expect("running sqlite3 (apt install sqlite3)");
+    assert!(
+        out.status.success(),
+        "sqlite3 {}: {}",
+        db.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = [(
+        "the state DB's driver_internal_info and last_error".to_owned(),
+        out.stdout,
+    )];
+    hits.extend(find_leaks(&needles, &rows));
+    assert!(
+        hits.is_empty(),
+        "{} secret(s) leaked ({} agent token(s), {} deploy key(s), {} signature(s) issued):\n{}",
+        hits.len(),
+        issued.agent_tokens.len(),
+        issued.deploy_keys.len(),
+        issued.signatures.len(),
+        hits.join("\n")
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_planted_secret_is_found_and_not_repeated() {
+        let needles = vec![
+            ("an agent token".to_owned(), "tok-123".to_owned()),
+            ("a temp URL signature".to_owned(), "ab12cd".to_owned()),
+        ];
+        let haystacks = vec![
+            (
+                "conductor.log".to_owned(),
+                b"line 1\nprepare_image: writing url=http://h/o?temp_url_sig=ab12cd&x=1\n".to_vec(),
+            ),
+            ("clean.log".to_owned(), b"temp_url_sig=******".to_vec()),
+            ("state".to_owned(), b"\x00\x01tok-123\xff".to_vec()),
+        ];
+        let hits = find_leaks(&needles, &haystacks);
+        assert_eq!(hits.len(), 2, "{hits:?}");
+        assert!(
+            hits[0].starts_with("conductor.log: a temp URL signature: "),
+            "{hits:?}"
+        );
+        assert!(
+            hits[0].contains("temp_url_sig=<a temp URL signature>&x=1"),
+            "{hits:?}"
+        );
+        assert!(hits[1].starts_with("state: an agent token: "), "{hits:?}");
+        assert!(hits
+            .iter()
+            .all(|h| !h.contains("tok-123") && !h.contains("ab12cd")));
+        assert!(find_leaks(&needles, &haystacks[1..2]).is_empty());
+    }
+}

@@ -35,6 +35,7 @@ use crate::{bin, free_port, workspace_root};
 
 pub mod checks;
 pub mod ironic;
+pub mod secrets;
 
 /// The iLO's credentials in the lab.
 pub const ILO_USER: &str = "Administrator";
@@ -126,6 +127,10 @@ pub struct LabOptions {
     pub netboot: Option<NetbootLoader>,
     /// Which conductor serves the API: ours, or upstream Ironic 39 ([`ironic`]).
     pub peer: Peer,
+    /// Debug logging on every component: the emulator (`RUST_LOG=debug`), the conductor
+    /// (`[log] level = "debug"`) and the agent (`ipa-debug=1` on the floppy through the node's
+    /// `kernel_append_params`), for [`checks::assert_no_secret_leaked`].
+    pub debug_logging: bool,
 }
 
 /// The conductor a lab runs.
@@ -168,6 +173,7 @@ impl Default for LabOptions {
             guest_ip: None,
             netboot: None,
             peer: Peer::Vmdeploy,
+            debug_logging: false,
         }
     }
 }
@@ -259,6 +265,8 @@ pub struct Lab {
     pub netboot_tftp_port: Option<u16>,
     /// Guest port → forwarded host port (3260, 9999, 10000).
     pub forwards: HashMap<u16, u16>,
+    /// [`LabOptions::debug_logging`].
+    debug_logging: bool,
     started: Instant,
 }
 
@@ -333,7 +341,14 @@ impl Lab {
                     .into_iter()
                     .flatten(),
             )
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                if options.debug_logging {
+                    "debug"
+                } else {
+                    "info"
+                },
+            )
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&emulator_log).expect("emulator log"));
         let mut child = emulator.spawn().expect("starting ilo-emulator");
@@ -353,6 +368,7 @@ impl Lab {
             netboot_http_port: options.netboot.map(|_| netboot_http_port),
             netboot_tftp_port: options.netboot.map(|_| netboot_tftp_port),
             forwards: HashMap::new(),
+            debug_logging: options.debug_logging,
             started: Instant::now(),
         };
         let state = lab.emulator_state();
@@ -400,10 +416,11 @@ impl Lab {
         ];
         deploy.extend(options.deploy_config.iter().cloned());
         let mut config = format!(
-            "[api]\nlisten = [\"127.0.0.1:{}\"]\n\n[deploy]\n{}\n\n[ilo]\nverify_ca = \"{}\"\n\n[log]\nlevel = \"info\"\n",
+            "[api]\nlisten = [\"127.0.0.1:{}\"]\n\n[deploy]\n{}\n\n[ilo]\nverify_ca = \"{}\"\n\n[log]\nlevel = \"{}\"\n",
             self.api_port,
             deploy.join("\n"),
-            self.ilo_cert.display()
+            self.ilo_cert.display(),
+            if options.debug_logging { "debug" } else { "info" },
         );
         if let Some(http_port) = self.netboot_http_port {
             let iso = crate::deploy_iso::deploy_iso_build();
@@ -646,8 +663,13 @@ impl Lab {
         append: &str,
         firmware: Firmware,
     ) -> String {
+        let debug = if self.debug_logging {
+            "ipa-debug=1 "
+        } else {
+            ""
+        };
         let append = format!(
-            "{append}ipa-advertise-host=127.0.0.1 ipa-advertise-port={}",
+            "{append}{debug}ipa-advertise-host=127.0.0.1 ipa-advertise-port={}",
             self.forwards[&9999]
         );
         let mut args: Vec<String> = ["node", "create", "--driver", driver, "--name", name]
