@@ -1,5 +1,8 @@
 //! The boot loaders an ISO needs, taken from this Debian system: isolinux for the BIOS entry
-//! and a small standalone GRUB EFI binary built with `grub-mkimage` for the UEFI entry.
+//! and a small standalone GRUB EFI binary built with `grub-mkimage` for the UEFI entry. Where
+//! they come from, their names in a loaders directory and grub-mkimage's arguments are
+//! `vmdeploy_shared::iso::loaders`' (the conductor makes its loaders directory from the same
+//! facts); this module reads and runs them.
 //!
 //! GRUB is built rather than copied: Debian's monolithic `gcdx64.efi` is 3.8 MB (a third of the
 //! deploy ISO's 12 MiB budget), while an image with only the modules our configs use
@@ -7,31 +10,20 @@
 //! inputs (no timestamps), so the ISO stays reproducible.
 //!
 //! `vmdeploy-image-build loaders -o DIR` ([`write_dir`]) writes the three binaries as files for
-//! the conductor, which builds instance boot ISOs at run time but cannot run grub-mkimage there
-//! (it may not be installed beside the conductor, and it would cost a process per ISO). The
-//! conductor reads them back by the same names (`conductor/src/deploy/boot_iso.rs`,
-//! `read_loaders`; `tests/integration/tests/boot_iso_store.rs` checks that the two agree).
+//! the conductor's `[deploy] boot_loaders_dir`, for a conductor on a machine without the loader
+//! packages (with them, the conductor makes the directory itself on first need).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context as _};
-use vmdeploy_shared::iso::{self, BootLoaders};
+use vmdeploy_shared::iso::{self, loaders, BootLoaders};
 use vmdeploy_shared::partition::local_boot;
 
-/// Debian's isolinux boot image (package `isolinux`).
-pub const ISOLINUX_BIN: &str = "/usr/lib/ISOLINUX/isolinux.bin";
-/// The syslinux core module isolinux.bin loads (package `syslinux-common`).
-pub const LDLINUX_C32: &str = "/usr/lib/syslinux/modules/bios/ldlinux.c32";
-/// GRUB's x86_64 EFI modules (package `grub-efi-amd64-bin`).
-pub const GRUB_EFI_MODULE_DIR: &str = "/usr/lib/grub/x86_64-efi";
-
-/// The file names in a loaders directory, the conductor's `[deploy] boot_loaders_dir`.
-pub const ISOLINUX_BIN_FILE: &str = "isolinux.bin";
-/// See [`ISOLINUX_BIN_FILE`].
-pub const LDLINUX_C32_FILE: &str = "ldlinux.c32";
-/// See [`ISOLINUX_BIN_FILE`].
-pub const GRUB_EFI_FILE: &str = "grubx64.efi";
+pub use vmdeploy_shared::iso::loaders::{
+    DEBIAN_GRUB_EFI_MODULES as GRUB_EFI_MODULE_DIR, DEBIAN_ISOLINUX_BIN as ISOLINUX_BIN,
+    DEBIAN_LDLINUX_C32 as LDLINUX_C32, GRUB_EFI_FILE, ISOLINUX_BIN_FILE, LDLINUX_C32_FILE,
+};
 
 /// Writes `loaders` into `dir` (created when missing), each file written beside its final name
 /// and renamed into place, so a conductor reading the directory meanwhile sees old or new
@@ -124,15 +116,10 @@ fn mkimage_efi(
     let early = scratch.path().join("early.cfg");
     std::fs::write(&early, config).with_context(|| format!("writing {}", early.display()))?;
     let out: PathBuf = scratch.path().join("bootx64.efi");
-    let result = Command::new("grub-mkimage")
-        .args(["-O", "x86_64-efi", "-p", prefix])
-        .arg("-d")
-        .arg(module_dir)
-        .arg("-c")
-        .arg(&early)
-        .arg("-o")
-        .arg(&out)
-        .args(modules)
+    let result = Command::new(loaders::GRUB_MKIMAGE)
+        .args(loaders::grub_mkimage_args(
+            module_dir, prefix, &early, &out, modules,
+        ))
         .output();
     let result = match result {
         Ok(r) => r,

@@ -23,9 +23,11 @@
 //!
 //! The ISO is written with `vmdeploy_shared::iso` (BIOS and UEFI in one image), off the async
 //! threads, into a scratch file that is uploaded and removed. The boot loaders come from a
-//! directory (`[deploy] boot_loaders_dir`) that `vmdeploy-image-build loaders -o DIR` fills:
-//! the conductor does not run grub-mkimage itself. The directory is read only when an ISO must
-//! be built, so a conductor that never builds one needs none.
+//! directory (`[deploy] boot_loaders_dir`, [`loaders`]) that the conductor makes itself on the
+//! first build from this system's isolinux, syslinux and GRUB packages, or that
+//! `vmdeploy-image-build loaders -o DIR` fills on a machine that has them. `validate` asks
+//! [`BootIsos::check_loaders`], so a node is refused before anything is touched when neither
+//! is there.
 //!
 //! # Limitations
 //! - The lock is this process's: two conductors sharing one Swift container could still lose a
@@ -44,7 +46,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use sha2::{Digest as _, Sha256};
-use vmdeploy_shared::iso::{self, BootIsoSpec, BootLoaders};
+use vmdeploy_shared::iso::loaders::LoaderSources;
+use vmdeploy_shared::iso::{self, BootIsoSpec};
 
 use crate::objects::{ObjectBody, ObjectError, ObjectPath, ObjectStore, PutOptions};
 
@@ -57,15 +60,10 @@ pub const USAGE_COUNT: &str = "usage-count";
 pub const DEFAULT_TEMP_URL_TTL: Duration = Duration::from_secs(24 * 3600);
 /// Prefix of the objects this store owns.
 pub const OBJECT_PREFIX: &str = "boot-";
-/// Loader file names in `boot_loaders_dir`, as `vmdeploy-image-build loaders` writes them
-/// (image-build/src/loaders.rs; `tests/integration/tests/boot_iso_store.rs` checks they agree).
-pub const ISOLINUX_BIN_FILE: &str = "isolinux.bin";
-/// See [`ISOLINUX_BIN_FILE`].
-pub const LDLINUX_C32_FILE: &str = "ldlinux.c32";
-/// See [`ISOLINUX_BIN_FILE`].
-pub const GRUB_EFI_FILE: &str = "grubx64.efi";
-/// What makes the loaders directory, for error messages.
-pub const LOADERS_COMMAND: &str = "vmdeploy-image-build loaders -o";
+pub use loaders::{read_loaders, LoadersDir, LOADERS_COMMAND};
+pub use vmdeploy_shared::iso::loaders::{GRUB_EFI_FILE, ISOLINUX_BIN_FILE, LDLINUX_C32_FILE};
+
+pub mod loaders;
 
 /// What a built boot ISO is made of; equal keys share one ISO.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -145,37 +143,6 @@ pub fn choose<'a>(
     }
 }
 
-/// Reads the loaders `vmdeploy-image-build loaders -o DIR` wrote; a missing directory or file
-/// names that command.
-pub fn read_loaders(dir: &Path) -> anyhow::Result<BootLoaders> {
-    if !dir.is_dir() {
-        bail!(
-            "the boot loaders directory {} is missing (deploy.boot_loaders_dir): a boot ISO \
-             cannot be built without it; make it with `{LOADERS_COMMAND} {}`",
-            dir.display(),
-            dir.display()
-        );
-    }
-    let read = |name: &str| -> anyhow::Result<Vec<u8>> {
-        let path = dir.join(name);
-        match std::fs::read(&path) {
-            Ok(bytes) => Ok(bytes),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
-                "{} is missing from the boot loaders directory: write it with \
-                 `{LOADERS_COMMAND} {}`",
-                path.display(),
-                dir.display()
-            ),
-            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
-        }
-    };
-    Ok(BootLoaders {
-        isolinux_bin: read(ISOLINUX_BIN_FILE)?,
-        ldlinux_c32: read(LDLINUX_C32_FILE)?,
-        grub_efi: read(GRUB_EFI_FILE)?,
-    })
-}
-
 /// Locks by name: one async mutex per name in use, dropped when nobody holds or waits for it.
 #[derive(Debug, Default)]
 struct KeyedLocks {
@@ -239,7 +206,7 @@ impl Drop for ScratchFile {
 pub struct BootIsos {
     objects: Arc<dyn ObjectStore>,
     container: String,
-    loaders_dir: PathBuf,
+    loaders: Arc<LoadersDir>,
     scratch_dir: PathBuf,
     cmdline_append: String,
     temp_url_ttl: Duration,
@@ -251,7 +218,7 @@ impl std::fmt::Debug for BootIsos {
         f.debug_struct("BootIsos")
             .field("store", &self.objects.kind())
             .field("container", &self.container)
-            .field("loaders_dir", &self.loaders_dir)
+            .field("loaders_dir", &self.loaders.dir())
             .finish_non_exhaustive()
     }
 }
@@ -268,13 +235,13 @@ fn usage_count(object: &ObjectPath, metadata: &BTreeMap<String, String>) -> anyh
 
 /// Builds the ISO of `cmdline` from the files into `out` (blocking).
 fn build_iso(
-    loaders_dir: &Path,
+    loaders: &LoadersDir,
     kernel: &Path,
     ramdisk: &Path,
     cmdline: &str,
     out: &Path,
 ) -> anyhow::Result<iso::IsoSummary> {
-    let loaders = read_loaders(loaders_dir)?;
+    let loaders = loaders.load()?;
     let kernel_bytes = std::fs::read(kernel)
         .with_context(|| format!("reading the kernel {}", kernel.display()))?;
     let ramdisk_bytes = std::fs::read(ramdisk)
@@ -292,13 +259,14 @@ fn build_iso(
 }
 
 impl BootIsos {
-    /// Boot ISOs in `container` of `objects`, built with the loaders in `loaders_dir`; scratch
+    /// Boot ISOs in `container` of `objects`, built with the loaders in `loaders_dir` (made
+    /// there from Debian's packages when missing, [`BootIsos::with_loader_sources`]); scratch
     /// files go to the system's temporary directory ([`BootIsos::with_scratch_dir`]).
     pub fn new(objects: Arc<dyn ObjectStore>, container: String, loaders_dir: PathBuf) -> Self {
         BootIsos {
             objects,
             container,
-            loaders_dir,
+            loaders: Arc::new(LoadersDir::new(loaders_dir, LoaderSources::default())),
             scratch_dir: std::env::temp_dir(),
             cmdline_append: String::new(),
             temp_url_ttl: DEFAULT_TEMP_URL_TTL,
@@ -317,6 +285,19 @@ impl BootIsos {
     pub fn with_temp_url_ttl(mut self, ttl: Duration) -> Self {
         self.temp_url_ttl = ttl;
         self
+    }
+
+    /// Where a missing loaders directory is made from, when not Debian's paths (another
+    /// distribution's, or none in tests).
+    pub fn with_loader_sources(mut self, sources: LoaderSources) -> Self {
+        self.loaders = Arc::new(LoadersDir::new(self.loaders.dir().to_path_buf(), sources));
+        self
+    }
+
+    /// Ok when an ISO can be built as far as configuration decides: the loaders directory is
+    /// there, or this system has what to make it from ([`LoadersDir::check`]).
+    pub fn check_loaders(&self) -> anyhow::Result<()> {
+        self.loaders.check()
     }
 
     /// The kernel command line of a built ISO whose root file system is `root_uuid`.
@@ -402,8 +383,8 @@ impl BootIsos {
             object.object,
             uuid::Uuid::new_v4().simple()
         )));
-        let (dir, kernel_path, ramdisk_path, cmdline, out) = (
-            self.loaders_dir.clone(),
+        let (loaders, kernel_path, ramdisk_path, cmdline, out) = (
+            Arc::clone(&self.loaders),
             kernel.to_path_buf(),
             ramdisk.to_path_buf(),
             key.cmdline.clone(),
@@ -412,7 +393,7 @@ impl BootIsos {
         let started = std::time::Instant::now();
         // Reading a kernel and ramdisk of tens of MB and writing the ISO is blocking work.
         let summary = tokio::task::spawn_blocking(move || {
-            build_iso(&dir, &kernel_path, &ramdisk_path, &cmdline, &out)
+            build_iso(&loaders, &kernel_path, &ramdisk_path, &cmdline, &out)
         })
         .await
         .context("the boot ISO build task failed")?

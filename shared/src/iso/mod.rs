@@ -34,6 +34,7 @@ mod config;
 mod date;
 mod efi_image;
 mod eltorito;
+pub mod loaders;
 mod volume;
 
 use std::borrow::Cow;
@@ -198,14 +199,25 @@ fn iso_file<'a>(path: &[&str], data: impl Into<Cow<'a, [u8]>>) -> volume::IsoFil
     }
 }
 
-/// Refuses inputs no firmware or loader could use, before anything is written.
-fn check_inputs(spec: &BootIsoSpec<'_>) -> Result<(), IsoError> {
+/// How many bytes of a kernel [`check_kernel`] reads: through the end of the boot protocol
+/// header's magic.
+pub const KERNEL_CHECK_LEN: usize = 0x206;
+
+/// Refuses a kernel neither loader can boot: not an x86 bzImage. `head` may be the kernel's
+/// first [`KERNEL_CHECK_LEN`] bytes or all of it.
+pub fn check_kernel(head: &[u8]) -> Result<(), IsoError> {
     // The x86 boot protocol header: "HdrS" at 0x202 (Documentation/arch/x86/boot.rst).
-    if spec.kernel.get(0x202..0x206) != Some(b"HdrS".as_slice()) {
+    if head.get(0x202..KERNEL_CHECK_LEN) != Some(b"HdrS".as_slice()) {
         return Err(IsoError::Invalid(
             "the kernel is not an x86 bzImage (no \"HdrS\" boot protocol header at 0x202)".into(),
         ));
     }
+    Ok(())
+}
+
+/// Refuses inputs no firmware or loader could use, before anything is written.
+fn check_inputs(spec: &BootIsoSpec<'_>) -> Result<(), IsoError> {
+    check_kernel(spec.kernel)?;
     if spec.initramfs.is_empty() {
         return Err(IsoError::Invalid("the initramfs is empty".into()));
     }

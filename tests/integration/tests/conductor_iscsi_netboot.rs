@@ -38,6 +38,7 @@ use vmdeploy_integration_tests::free_port;
 use vmdeploy_integration_tests::http::TestPki;
 use vmdeploy_integration_tests::loopdev::{require_loop_devices, LoopDevice, LoopIo};
 use vmdeploy_integration_tests::swift::{SwiftPeer, KEY, USER};
+use vmdeploy_shared::iso::loaders::LoaderSources;
 use vmdeploy_shared::secret::Secret;
 
 /// How long a deploy or a power action may take.
@@ -59,6 +60,18 @@ enum Objects {
     Swift(SwiftPeer),
 }
 
+/// What the conductor's boot ISO store finds where it looks for the boot loaders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Loaders {
+    /// `deploy.boot_loaders_dir` written by `vmdeploy-image-build loaders`.
+    Written,
+    /// No loaders directory (the default state of a new install): the conductor makes it
+    /// from this system's packages on the first build.
+    FromSystem,
+    /// No loaders directory, and a system without the loader packages to make one from.
+    Unavailable,
+}
+
 /// A conductor with the real `iscsi_ilo` flow, an image cache and a boot ISO store.
 struct NetbootEnv {
     _pki: TestPki,
@@ -77,6 +90,10 @@ struct NetbootEnv {
 
 impl NetbootEnv {
     async fn start(swift: bool) -> NetbootEnv {
+        NetbootEnv::start_with(swift, Loaders::Written).await
+    }
+
+    async fn start_with(swift: bool, loaders: Loaders) -> NetbootEnv {
         require_loop_devices();
         require_mkfs_ext4();
         let pki = TestPki::new();
@@ -113,16 +130,22 @@ impl NetbootEnv {
         .expect("image cache");
         let scratch = dir.path().join("scratch");
         std::fs::create_dir(&scratch).expect("scratch dir");
-        let isos = Arc::new(
-            BootIsos::new(
-                Arc::clone(&objects),
-                CONTAINER.into(),
-                boot_loaders_dir(dir.path()),
-            )
+        let loaders_dir = match loaders {
+            Loaders::Written => boot_loaders_dir(dir.path()),
+            Loaders::FromSystem | Loaders::Unavailable => dir.path().join("boot-loaders"),
+        };
+        let mut isos = BootIsos::new(Arc::clone(&objects), CONTAINER.into(), loaders_dir)
             .with_scratch_dir(scratch)
             .with_cmdline_append(APPEND)
-            .with_temp_url_ttl(ISO_TTL),
-        );
+            .with_temp_url_ttl(ISO_TTL);
+        if loaders == Loaders::Unavailable {
+            isos = isos.with_loader_sources(LoaderSources {
+                isolinux_bin: "/nonexistent/isolinux.bin".into(),
+                ldlinux_c32: "/nonexistent/ldlinux.c32".into(),
+                grub_efi_modules: "/nonexistent/x86_64-efi".into(),
+            });
+        }
+        let isos = Arc::new(isos);
         let (iscsi_port, done_port) = (free_port(), free_port());
         let conductor = Conductor::start_iscsi_with(
             &dir.path().join("vmdeploy.sqlite"),
@@ -700,4 +723,158 @@ async fn a_given_boot_iso_is_attached_as_it_is_never_counted_and_checked_first()
     );
     emu2.assert_media_ejected();
     assert_eq!(recorded_iso(&node), Value::Null);
+}
+
+/// Whether the first 4 KiB of `disk` (read through its device node) still hold the `0xAA`
+/// it was made with: the wipe of the old partition table is the first write of a partition
+/// deploy.
+fn disk_untouched(disk: &LoopDevice) -> bool {
+    use std::io::Read as _;
+    let mut head = vec![0u8; 4096];
+    std::fs::File::open(disk.device())
+        .and_then(|mut f| f.read_exact(&mut head))
+        .unwrap_or_else(|e| panic!("reading {}: {e}", disk.device().display()));
+    head.iter().all(|b| *b == 0xAA)
+}
+
+/// A new install on a system with the loader packages: no `deploy.boot_loaders_dir`, and the
+/// conductor makes it on the first build, as `vmdeploy-image-build loaders` would have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_loaders_directory_the_conductor_makes_it_from_the_system() {
+    let env = NetbootEnv::start_with(false, Loaders::FromSystem).await;
+    let loaders = env.dir.path().join("boot-loaders");
+    assert!(!loaders.exists());
+    let image = ext4_image(env.dir.path(), "root.img", ROOT_A);
+    let emulator = Emulator::start(&[]);
+    let disk = LoopDevice::attach(&[0xAA; 4096], DISK_LEN, LoopIo::Direct);
+
+    let node = env.deploy(&emulator, "ribcl", &image, &disk).await;
+    assert_eq!(node.driver_internal_info["root_uuid_or_disk_id"], ROOT_A);
+    assert_netboots(&emulator, "loaders made by the conductor");
+    let reference = boot_loaders_dir(&env.dir.path().join("reference"));
+    for name in ["isolinux.bin", "ldlinux.c32", "grubx64.efi"] {
+        assert_eq!(
+            std::fs::read(loaders.join(name)).expect("made"),
+            std::fs::read(reference.join(name)).expect("written by image-build"),
+            "{name} is what `vmdeploy-image-build loaders` writes"
+        );
+    }
+    env.undeploy(node.uuid).await;
+}
+
+/// A new install: no `deploy.boot_loaders_dir`, and (here) no loader packages to make it from.
+/// The deploy is refused by its validation: the running instance keeps its power and its disk,
+/// and the message gives the commands that fix it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_boot_loaders_netboot_is_refused_before_power_or_disk_are_touched() {
+    let env = NetbootEnv::start_with(false, Loaders::Unavailable).await;
+    let image = ext4_image(env.dir.path(), "root.img", ROOT_A);
+    let emulator = Emulator::start(&[]);
+    // The node runs its previous instance.
+    emulator.power_on().await;
+    let boots = emulator.state()["boots"].clone();
+    let disk = LoopDevice::attach(&[0xAA; 4096], DISK_LEN, LoopIo::Direct);
+
+    let (node, log) = env
+        .deploy_with(&emulator, "ribcl", &image, &disk, json!({}))
+        .await;
+    assert_eq!(
+        node.provision_state,
+        ProvisionState::DeployFailed,
+        "last_error: {:?}\nagent log:\n{log}",
+        node.last_error
+    );
+    let error = node.last_error.clone().unwrap_or_default();
+    assert!(error.contains("failed validation"), "{error}");
+    assert!(
+        error.contains("boot loaders") && error.contains("vmdeploy-image-build loaders -o"),
+        "the command that makes the loaders directory: {error}"
+    );
+    assert!(
+        error.contains("apt-get install"),
+        "the packages the loaders come from: {error}"
+    );
+    let state = emulator.state();
+    assert_eq!(state["power"], "ON", "the power is not touched: {state}");
+    assert_eq!(state["boots"], boots, "nothing booted: {state}");
+    emulator.assert_media_ejected();
+    assert!(disk_untouched(&disk), "the disk is untouched");
+    assert_eq!(env.boot_iso_names().await, Vec::<String>::new());
+    assert_eq!(recorded_iso(&node), Value::Null);
+}
+
+/// An instance kernel that is not a bzImage cannot go on a boot ISO: the deploy fails before
+/// the first byte of the disk is written, and nothing is left stored or recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kernel_that_is_no_bzimage_fails_the_deploy_before_the_disk_is_written() {
+    let env = NetbootEnv::start(false).await;
+    let image = ext4_image(env.dir.path(), "root.img", ROOT_A);
+    let not_a_kernel = env.dir.path().join("vmlinuz.txt");
+    std::fs::write(&not_a_kernel, vec![b'x'; 300_000]).expect("the wrong kernel");
+    let emulator = Emulator::start(&[]);
+    let disk = LoopDevice::attach(&[0xAA; 4096], DISK_LEN, LoopIo::Direct);
+
+    let (node, log) = env
+        .deploy_with(
+            &emulator,
+            "ribcl",
+            &image,
+            &disk,
+            json!({"kernel": file_url(&not_a_kernel)}),
+        )
+        .await;
+    assert_eq!(
+        node.provision_state,
+        ProvisionState::DeployFailed,
+        "last_error: {:?}\nagent log:\n{log}",
+        node.last_error
+    );
+    let error = node.last_error.clone().unwrap_or_default();
+    assert!(
+        disk_untouched(&disk),
+        "the disk is untouched; last_error: {error}"
+    );
+    assert!(
+        error.contains("bzImage") && error.contains("instance_info.kernel"),
+        "{error}"
+    );
+    assert_eq!(env.boot_iso_names().await, Vec::<String>::new());
+    assert_eq!(recorded_iso(&node), Value::Null);
+    emulator.assert_media_ejected();
+}
+
+/// A failure after the boot ISO was built (here the layout: root and ephemeral do not fit the
+/// disk) releases it in the deploy's clean-up: the ISO no node uses is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_after_the_boot_iso_was_built_deletes_it() {
+    let env = NetbootEnv::start(false).await;
+    let image = ext4_image(env.dir.path(), "root.img", ROOT_A);
+    let emulator = Emulator::start(&[]);
+    let disk = LoopDevice::attach(&[0xAA; 4096], DISK_LEN, LoopIo::Direct);
+
+    let (node, log) = env
+        .deploy_with(
+            &emulator,
+            "ribcl",
+            &image,
+            &disk,
+            json!({"ephemeral_gb": 1}),
+        )
+        .await;
+    assert_eq!(
+        node.provision_state,
+        ProvisionState::DeployFailed,
+        "last_error: {:?}\nagent log:\n{log}",
+        node.last_error
+    );
+    let error = node.last_error.clone().unwrap_or_default();
+    assert!(error.contains("planning the partitions"), "{error}");
+    assert_eq!(
+        env.boot_iso_names().await,
+        Vec::<String>::new(),
+        "the ISO built for the deploy is deleted"
+    );
+    assert_eq!(recorded_iso(&node), Value::Null);
+    assert!(disk_untouched(&disk), "{error}");
+    emulator.assert_media_ejected();
 }

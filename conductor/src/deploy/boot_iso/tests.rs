@@ -380,12 +380,19 @@ async fn counts_that_do_not_parse_and_foreign_objects_are_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_loaders_nothing_is_stored() {
     let f = fixture().await;
+    // No directory, and nothing on this "system" to make it from.
     let isos = BootIsos::new(
         f.store.clone(),
         "vmdeploy".into(),
         f.dir.path().join("no-loaders"),
     )
+    .with_loader_sources(LoaderSources {
+        isolinux_bin: "/nonexistent/isolinux.bin".into(),
+        ldlinux_c32: "/nonexistent/ldlinux.c32".into(),
+        grub_efi_modules: "/nonexistent/x86_64-efi".into(),
+    })
     .with_scratch_dir(f.dir.path().join("scratch"));
+    assert!(isos.check_loaders().is_err());
     let err = format!(
         "{:#}",
         isos.acquire(&key("root=UUID=eeee ro"), &f.kernel, &f.ramdisk)

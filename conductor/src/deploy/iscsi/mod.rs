@@ -60,14 +60,49 @@ pub mod write;
 pub use done::notify_done;
 
 /// What both iSCSI flows (`iscsi_ilo`, `pxe_ilo`) do once the ramdisk has called back: the
-/// image from the cache onto the ramdisk's LUN (whole disk, or partition table and
-/// partitions), the written disk's identifier recorded in `driver_internal_info`, a logout,
-/// and `done` to the ramdisk.
+/// write planned ([`plan_write`]) and done ([`write_planned`]).
 pub(super) async fn write_over_iscsi(
     ctx: &DeployContext,
     node: &mut Node,
     info: &ValidPassDeployInfo,
 ) -> anyhow::Result<write::Written> {
+    let planned = plan_write(ctx, node).await?;
+    write_planned(ctx, node, info, planned).await
+}
+
+/// A write ready to start: what goes on the disk, and the image from the cache.
+pub(super) struct PlannedWrite {
+    job: write::DiskJob,
+    image: crate::image_cache::CachedImage,
+}
+
+impl PlannedWrite {
+    /// The UUID of the root file system a partition image holds, read from the cached image
+    /// before anything is written (the writer reads the same bytes back from the disk
+    /// afterwards); `None` for a whole-disk image.
+    async fn root_fs_uuid(&self) -> anyhow::Result<Option<String>> {
+        use tokio::io::AsyncReadExt as _;
+        if !matches!(self.job, write::DiskJob::Partition(_)) {
+            return Ok(None);
+        }
+        let path = &self.image.path;
+        let file = tokio::fs::File::open(path)
+            .await
+            .with_context(|| format!("opening the cached image {}", path.display()))?;
+        let mut head = Vec::with_capacity(vmdeploy_shared::fs_id::PROBE_LEN);
+        file.take(vmdeploy_shared::fs_id::PROBE_LEN as u64)
+            .read_to_end(&mut head)
+            .await
+            .with_context(|| format!("reading the cached image {}", path.display()))?;
+        let uuid = vmdeploy_shared::fs_id::root_fs_uuid(&head)
+            .context("the partition image's root file system")?;
+        Ok(Some(uuid))
+    }
+}
+
+/// Everything of the write that can fail without touching the disk: the job from
+/// `instance_info` and the image fetched into the cache (checksum verified, made raw).
+pub(super) async fn plan_write(ctx: &DeployContext, node: &Node) -> anyhow::Result<PlannedWrite> {
     let instance = InstanceInfo::of(node).context("instance_info")?;
     let whole_disk = instance.is_whole_disk(&node.driver_internal_info);
     let job = if whole_disk {
@@ -80,6 +115,19 @@ pub(super) async fn write_over_iscsi(
         )?)
     };
     let image = cached_image(ctx, node).await?;
+    Ok(PlannedWrite { job, image })
+}
+
+/// The planned image onto the ramdisk's LUN (whole disk, or partition table and partitions),
+/// the written disk's identifier recorded in `driver_internal_info`, a logout, and `done` to
+/// the ramdisk.
+pub(super) async fn write_planned(
+    ctx: &DeployContext,
+    node: &mut Node,
+    info: &ValidPassDeployInfo,
+    planned: PlannedWrite,
+) -> anyhow::Result<write::Written> {
+    let PlannedWrite { job, image } = planned;
     let portal = SocketAddr::new(info.address, ctx.config.iscsi_port).to_string();
     let mut login = SessionConfig::new(&portal, &info.iqn, DISK_LUN);
     // The ramdisk's target requires the CHAP credentials it was given.
@@ -302,11 +350,36 @@ impl DeployInterface for IscsiDeploy {
         // The ramdisk has read its floppy and booted: media out, floppy object gone.
         vmedia::cleanup(&self.ctx, Some(&bmc), node).await;
         let option = settled_boot_option(node)?;
-        let written = write_over_iscsi(&self.ctx, node, info).await?;
+        let planned = plan_write(&self.ctx, node).await?;
+        // The boot ISO is ready before the first byte goes to the disk: a kernel that cannot
+        // boot, or an ISO that cannot be built or stored, fails the deploy with the disk as
+        // it was. The deploy's clean-up releases the ISO when a later step fails.
+        let expected_root = if option == BootOption::Netboot {
+            let root_uuid = planned.root_fs_uuid().await?.context(
+                "netboot needs a partition image: a whole-disk image boots from its disk",
+            )?;
+            netboot::prepare(&self.ctx, node, &root_uuid)
+                .await
+                .context(
+                    "preparing the boot ISO the instance will boot from (nothing written yet)",
+                )?;
+            Some(root_uuid)
+        } else {
+            None
+        };
+        let written = write_planned(&self.ctx, node, info, planned).await?;
         match option {
             BootOption::Local => bmc.boot_from_disk().await?,
             BootOption::Netboot => {
-                netboot::boot_instance(&self.ctx, &bmc, node, &written.root_uuid_or_disk_id)
+                if expected_root.as_deref() != Some(written.root_uuid_or_disk_id.as_str()) {
+                    bail!(
+                        "the root file system read back has UUID {}, not {:?} as the image \
+                         said: the boot ISO would not find it",
+                        written.root_uuid_or_disk_id,
+                        expected_root
+                    );
+                }
+                netboot::boot_instance(&self.ctx, &bmc, node)
                     .await
                     .context("booting the instance from its boot ISO")?
             }

@@ -5,6 +5,12 @@
 //! reboot through the API attaches it again first.
 //!
 //! # Design
+//! - Everything known before the disk is written is checked before it: at `validate`, what
+//!   configuration decides (a boot ISO store and its loaders, the kernel and ramdisk fields,
+//!   a given ISO's `HEAD`); after the call-back and before the first write, [`prepare`]
+//!   fetches and checks the kernel and ramdisk and builds and stores the ISO, its command line
+//!   naming the root UUID read from the image itself. After the write only the attach is left
+//!   ([`boot_instance`]).
 //! - Which ISO: [`boot_iso::choose`] over `instance_info.ilo_boot_iso` and the image's
 //!   `boot_iso` property. This conductor has no Glance, so the image's properties are read
 //!   where Ironic copies them for images it does not get from Glance: `instance_info`
@@ -34,6 +40,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use vmdeploy_shared::iso;
 
 use super::super::boot_iso::{self, BootIsoKey, BootIsoSource, BootIsos};
 use super::super::image::{self, ImageRef};
@@ -87,14 +94,12 @@ fn text_field<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
     node.instance_info.get(key).and_then(Value::as_str)
 }
 
-/// Attaches the node's boot ISO (acquiring a shared one on first use) and makes the CD the
-/// persistent boot device. `root_uuid` goes on the command line of a built ISO.
-pub async fn boot_instance(
-    ctx: &DeployContext,
-    bmc: &Bmc,
-    node: &mut Node,
-    root_uuid: &str,
-) -> anyhow::Result<()> {
+/// Makes the node's boot ISO ready before the disk is written: a given one checked, or a
+/// built one acquired (kernel and ramdisk fetched and checked, the ISO built and stored when no
+/// node shares it yet), and recorded in the node at once, so the deploy's clean-up releases it
+/// when a later step fails. `root_uuid` goes on the command line of a built ISO: the root file
+/// system's UUID, read from the image before it is written.
+pub async fn prepare(ctx: &DeployContext, node: &mut Node, root_uuid: &str) -> anyhow::Result<()> {
     if node.driver_internal_info.contains_key(BOOT_ISO_KEY) {
         // Left by an earlier deploy whose tear-down did not run: give it back first, or its
         // count would never come down.
@@ -132,7 +137,19 @@ pub async fn boot_instance(
             tracing::warn!(node = %node.uuid, error = %e, "recording the boot ISO in the store failed; it is kept in memory");
         }
     }
-    attach(ctx, bmc, &chosen).await
+    Ok(())
+}
+
+/// Attaches the boot ISO [`prepare`] recorded and makes the CD the persistent boot device.
+pub async fn boot_instance(ctx: &DeployContext, bmc: &Bmc, node: &Node) -> anyhow::Result<()> {
+    let Some(iso) = NodeBootIso::of(node)? else {
+        bail!(
+            "node {}: no boot ISO is recorded (driver_internal_info.{BOOT_ISO_KEY}) to boot the \
+             instance from",
+            node.uuid
+        );
+    };
+    attach(ctx, bmc, &iso).await
 }
 
 /// The checks `validate` makes for a netboot node, before anything is written: a given ISO
@@ -147,7 +164,7 @@ pub async fn validate(ctx: &DeployContext, node: &Node) -> anyhow::Result<()> {
             check_given(ctx, field, &ImageRef::parse(field, reference)?).await
         }
         BootIsoSource::Build => {
-            boot_isos(ctx)?;
+            boot_isos(ctx)?.check_loaders()?;
             let info = InstanceInfo::of(node).context("instance_info")?;
             if info.kernel.is_none() || info.ramdisk.is_none() {
                 bail!(
@@ -185,6 +202,9 @@ async fn acquire_built(
     }
     let (kernel_ref, ramdisk_ref) = (kernel.to_string(), ramdisk.to_string());
     let kernel_file = image::fetch_as_is(ctx, images, "instance_info/kernel", &kernel_ref).await?;
+    check_kernel(&kernel_file.path)
+        .await
+        .with_context(|| format!("instance_info.kernel {kernel_ref}"))?;
     let ramdisk_file =
         image::fetch_as_is(ctx, images, "instance_info/ramdisk", &ramdisk_ref).await?;
     let key = BootIsoKey {
@@ -205,6 +225,21 @@ async fn acquire_built(
         "netboot from a built boot ISO"
     );
     Ok(lease)
+}
+
+/// Refuses a kernel no boot loader of the ISO can start, from its first bytes.
+async fn check_kernel(path: &std::path::Path) -> anyhow::Result<()> {
+    use tokio::io::AsyncReadExt as _;
+    let file = tokio::fs::File::open(path)
+        .await
+        .with_context(|| format!("opening {}", path.display()))?;
+    let mut head = Vec::with_capacity(iso::KERNEL_CHECK_LEN);
+    file.take(iso::KERNEL_CHECK_LEN as u64)
+        .read_to_end(&mut head)
+        .await
+        .with_context(|| format!("reading {}", path.display()))?;
+    iso::check_kernel(&head)?;
+    Ok(())
 }
 
 fn boot_isos(ctx: &DeployContext) -> anyhow::Result<&BootIsos> {
