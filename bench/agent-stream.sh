@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Agent image stream benchmark (DESIGN.md §10, issue 5): stream a raw image from a loopback nginx
+# Agent image stream benchmark (docs/architecture.md §10): stream a raw image from a loopback nginx
 # (sendfile) to a loop device made with `losetup --direct-io=on`, sha256 on, and compare in the
 # same run with
 #   dd if=<same image file> of=<same device> bs=4M oflag=direct   (the disk's limit)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Conductor service benchmark (DESIGN.md §10, issue 10 acceptance), run by hand, not in CI.
+# Conductor service benchmark (docs/architecture.md §10), run by hand, not in CI.
 #
 # Starts `vmdeploy-conductor serve` RUNS times on a loopback port and prints, in one table:
 #   api up, fresh   : exec -> first answered `GET /v1`, with an empty state directory (SQLite
@@ -346,8 +346,8 @@ finally:
         subprocess.run(["losetup", "-d", loop])
 
 MIB = 1024.0
-IRONIC_MB = 305.0       # quoted from issue 10 (upstream Ironic 39 standalone), not measured
-IRONIC_DEPLOY_S = 11.0  # quoted from issue 10 (Ironic with a fake agent), not measured
+IRONIC_MB = 305.0       # docs/architecture.md §10 (upstream Ironic 39 standalone), not measured
+IRONIC_DEPLOY_S = 11.0  # Ironic with a fake agent, as once measured; not measured here
 rss_mib = statistics.median(rss) / MIB
 up_fresh = statistics.median(fresh)
 up_restart = statistics.median(restart)

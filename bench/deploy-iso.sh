@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Deploy ISO benchmark (DESIGN.md §10–11, issue 11): builds the deploy ISO with the release
+# Deploy ISO benchmark (docs/architecture.md §10–11): builds the deploy ISO with the release
 # `vmdeploy-image-build deploy-iso`, prints its size and parts, then measures, under QEMU TCG,
 # the time from QEMU's start to the agent's `pass_deploy_info` arriving at a stand-in HTTP server
 # on the host's loopback, for a BIOS boot (SeaBIOS, -machine pc) and a UEFI boot (OVMF, q35).
@@ -8,10 +8,10 @@
 # tests/integration/tests/deploy_iso_qemu.rs). Each firmware boots ROUNDS times, interleaved
 # (BIOS, UEFI, BIOS, ...); medians are reported, with their ratio to the 15 s BIOS target.
 # Context, not measured here: a minimal init boots from an isolinux ISO in about 8.5 s on this
-# machine kind (../shared/reference/qemu-and-boot.md §6).
+# machine kind (docs/qemu-and-boot.md §6).
 #
 # The timing driver is Python (stdlib only): it reads QEMU's stdout unbuffered into a log
-# (shell pipes buffer and gave wrong times, reference §5) and takes the time when the stand-in
+# (shell pipes buffer and gave wrong times, docs/qemu-and-boot.md §5) and takes the time when the stand-in
 # receives the POST; QEMU is killed after every boot and on any exit.
 #
 # Run by hand:  bench/deploy-iso.sh              (3 rounds, 512 MiB guests)
@@ -145,6 +145,6 @@ for fw in ("BIOS", "UEFI"):
     med = statistics.median(times[fw])
     print(f"{fw}: median {med:.1f} s of {[round(t, 1) for t in times[fw]]}; "
           f"{med / target:.2f} x the 15 s BIOS target" + ("" if fw == "BIOS" else " (no UEFI target set)"))
-print("context (not measured here): a minimal init boots from an isolinux ISO in about 8.5 s (reference §6)")
+print("context (not measured here): a minimal init boots from an isolinux ISO in about 8.5 s (docs/qemu-and-boot.md §6)")
 PY
 log "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

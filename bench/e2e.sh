@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end benchmark (issue 13, DESIGN.md §10), run by hand, not in CI.
+# End-to-end benchmark, run by hand, not in CI.
 #
 # Through the end-to-end lab (tests/integration/src/e2e.rs: `ilo-emulator --backend qemu`,
 # `vmdeploy-conductor serve`, the `baremetal` CLI), under QEMU TCG, BIOS (SeaBIOS), prints the

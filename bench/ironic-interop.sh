@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Upstream-Ironic interop benchmark (issue 15), run by hand, not in CI.
+# Upstream-Ironic interop benchmark, run by hand, not in CI.
 #
 # OpenStack Ironic 39, standalone from the setup's venv, deploys the raw test OS onto a QEMU
 # node behind the emulated iLO 5 (Redfish) with our Debian kernel and initramfs as its deploy

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# iscsi_ilo deploy benchmark (issue 12), run by hand, not in CI.
+# iscsi_ilo deploy benchmark, run by hand, not in CI.
 #
 # Measures an iscsi_ilo deploy from the ramdisk's pass_deploy_info to `active` for a 1 GiB raw
 # image, next to the conductor's initiator writing the same image raw

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# iSCSI write benchmark (DESIGN.md §10), run by hand, not in CI.
+# iSCSI write benchmark (docs/architecture.md §10), run by hand, not in CI.
 #
 # Writes the same 1 GiB random image over loopback to an O_DIRECT file-backed LUN three ways, in
 # the same run, on the same filesystem, and prints the throughput and the ratios:
 #   ours : vmdeploy-conductor iscsi write  ->  vmdeploy-agent iscsi-target (O_DIRECT)
 #   tgtd : qemu-img convert -n -m 16 -W (libiscsi)  ->  tgtd tuned as in
-#          reference/iscsi-and-swift-peers.md §3 (256 KiB PDUs, FirstBurst 256 KiB, MaxBurst 1 MiB,
+#          docs/iscsi-and-swift-peers.md §3 (256 KiB PDUs, FirstBurst 256 KiB, MaxBurst 1 MiB,
 #          InitialR2T=No) with --bsoflags direct
 #   fio  : fio --rw=write --bs=4M --iodepth=8 --direct=1 --ioengine=libaio on a file of the same
-#          size on the same filesystem: the disk's limit (DESIGN.md §10; dd keeps one write in
+#          size on the same filesystem: the disk's limit (docs/architecture.md §10; dd keeps one write in
 #          flight and understates the disk)
 #   dd   : dd bs=4M oflag=direct from the image file (kept for comparison with earlier runs)
 # and, to tell the initiator's share from the target's, our initiator -> the same tuned tgtd.
@@ -52,7 +52,7 @@ AGENT_PID=""
 cleanup() {
   if [ -n "$TGT_PID" ]; then
     tgtadm -C "$TGT_CTL" --lld iscsi --mode target --op delete --force --tid 1 >/dev/null 2>&1 || true
-    kill -KILL "$TGT_PID" 2>/dev/null || true   # tgtd ignores SIGTERM (reference §1)
+    kill -KILL "$TGT_PID" 2>/dev/null || true   # tgtd ignores SIGTERM (docs/iscsi-and-swift-peers.md §1)
     wait "$TGT_PID" 2>/dev/null || true
   fi
   if [ -n "$AGENT_PID" ]; then

@@ -5,7 +5,7 @@
 //! # Design
 //! rustls with ring; trust is either the given CA bundle only, or the platform store, or (the
 //! ramdisk has no CA store) nothing at all, so that `http://` still works and `https://` needs the
-//! conductor's CA (../shared/reference/crates.md). A TLS failure is told apart from a network one
+//! conductor's CA (docs/crates.md). A TLS failure is told apart from a network one
 //! by the error's type ([`is_tls_error`]), never by its message.
 //!
 //! # Limitations
@@ -43,7 +43,7 @@ impl Default for HttpOptions {
 }
 
 /// Builds the HTTP client: rustls with ring, trusting only `ca_pem` when given
-/// (../shared/reference/crates.md: the ramdisk has no CA bundle; pin the conductor's CA).
+/// (docs/crates.md: the ramdisk has no CA bundle; pin the conductor's CA).
 pub fn build_client(opts: &HttpOptions) -> anyhow::Result<reqwest::Client> {
     // Fails only when a provider is already installed, which is what we want anyway.
     let _ = rustls::crypto::ring::default_provider().install_default();

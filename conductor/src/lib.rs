@@ -1,7 +1,7 @@
 //! The vmdeploy conductor: the service a scheduler calls through an Ironic-compatible API
 //! (`serve`), the deploy flows it runs, and the clients they use: the iLO client (RIBCL for
 //! iLO 4, Redfish for iLO 5 and later), the object stores, and the iSCSI initiator that writes
-//! images to an agent's target (DESIGN.md §2).
+//! images to an agent's target (docs/architecture.md §2).
 
 /// The Ironic-compatible REST API.
 pub mod api;

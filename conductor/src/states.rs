@@ -1,5 +1,5 @@
 //! Provision and power states as Ironic names them, and the provision state machine
-//! (../shared/reference/ironic-protocols.md §5.3, DESIGN.md §8).
+//! (docs/ironic-protocols.md §5.3, docs/architecture.md §8).
 //!
 //! # Design
 //! Pure: no store, no I/O. [`next`] is the whole transition table; the API layer asks it
@@ -199,7 +199,7 @@ pub fn next(state: ProvisionState, event: Event) -> Option<ProvisionState> {
         (Manageable, Verb(Provide)) => Cleaning,
         (Available | DeployFailed, Verb(Deploy)) => Deploying,
         // Ironic also rebuilds a node in `error` (ironic/common/states.py: "An errored instance
-        // can be rebuilt"), which reference/ironic-protocols.md §5.3 leaves out.
+        // can be rebuilt"), which docs/ironic-protocols.md §5.3 leaves out.
         (Active | DeployFailed | Error, Verb(Rebuild)) => Deploying,
         (Deploying, Wait) => WaitCallBack,
         (WaitCallBack, Resume) => Deploying,
@@ -302,7 +302,7 @@ mod tests {
         Event::Fail,
     ];
 
-    /// The transitions of ../shared/reference/ironic-protocols.md §5.3, one row each, in the
+    /// The transitions of docs/ironic-protocols.md §5.3, one row each, in the
     /// order that section lists them; the modern states (`enroll`, `verifying`, `clean wait`)
     /// and `abort` as Ironic's state machine has them.
     fn allowed() -> Vec<(ProvisionState, Event, ProvisionState)> {

@@ -11,7 +11,7 @@
 //! cmdline     boot_method=vmedia [--append ...]; the ISO writer puts the consoles first
 //! loaders     isolinux (BIOS) and GRUB (UEFI) from the system            (crate::loaders)
 //! ```
-//! The ISO itself comes from `vmdeploy_shared::iso::write_boot_iso` (DESIGN §10–11), is at most
+//! The ISO itself comes from `vmdeploy_shared::iso::write_boot_iso` (docs/architecture.md §10–11), is at most
 //! [`MAX_ISO_BYTES`], and is written through `OUT.partial` and a rename, so a failed build never
 //! leaves half an ISO under the real name.
 //!
@@ -22,7 +22,7 @@
 //! # Limitations
 //! The agent loads every listed module in order, without checking for the hardware first: a
 //! driver for absent hardware costs its load time only, except `floppy`, which probes for a
-//! controller for about 3 s on machines that have none (../shared/reference/qemu-and-boot.md §9).
+//! controller for about 3 s on machines that have none (docs/qemu-and-boot.md §9).
 //! The NIC list is bounded by the ISO budget (see [`DEFAULT_MODULES`]).
 
 use std::io::Cursor;

@@ -4,7 +4,7 @@
 //! The .deb is an `ar` archive around a `data.tar.xz`; `dpkg-deb -x` unpacks it the way dpkg
 //! would. The package ships no `modules.dep` (its postinst runs depmod), so `depmod -b ROOT
 //! RELEASE` writes one; [`crate::kmod`] then derives the load order from it
-//! (../shared/reference/qemu-and-boot.md §2, §9 item 3). Both tools are asked for by name with a
+//! (docs/qemu-and-boot.md §2, §9 item 3). Both tools are asked for by name with a
 //! one-line fix when they are missing.
 //!
 //! # Layout used

@@ -11,7 +11,7 @@
 //! The list after the colon is not in load order (depmod writes it deepest-last), so the order
 //! is derived here: a depth-first walk where every module comes after the modules its own line
 //! names. Debian's linux-image .deb ships no `modules.dep` (its postinst runs depmod): run
-//! `depmod -b ROOT RELEASE` on the unpacked package first (../shared/reference/qemu-and-boot.md §2).
+//! `depmod -b ROOT RELEASE` on the unpacked package first (docs/qemu-and-boot.md §2).
 
 use std::collections::{BTreeMap, HashSet};
 

@@ -34,7 +34,7 @@ pub enum ApiError {
 }
 
 /// `POST {ironic_api_url}/v1/nodes/{uuid}/vendor_passthru/pass_deploy_info`, sent by the agent
-/// once the node's disk is exposed over iSCSI (`ironic-protocols.md` §2.2 step 5).
+/// once the node's disk is exposed over iSCSI (`docs/ironic-protocols.md` §2.2 step 5).
 ///
 /// Fields are as the DIB ramdisk sends them; `error` is empty or absent on success. The key
 /// goes on the wire as it is (the conductor checks it) and is masked everywhere else.

@@ -5,15 +5,15 @@
 //! in its root directory. The volume label is written both in the boot sector and as a root
 //! directory volume entry, in the case given, as `mkfs.vfat -n ir-vfd-dev` does: udev/blkid read
 //! the directory entry first, and ramdisks look for `/dev/disk/by-label/ir-vfd-dev`
-//! (`../shared/reference/ironic-protocols.md` §1.1, §1.4).
+//! (`docs/ironic-protocols.md` §1.1, §1.4).
 //!
 //! On the agent side, [`fat_label`] reads the label from a boot sector after validating the BIOS
-//! parameter block (a hybrid ISO's MBR must not pass for a floppy, `qemu-and-boot.md` §9.5), and
+//! parameter block (a hybrid ISO's MBR must not pass for a floppy, `docs/qemu-and-boot.md` §9.5), and
 //! [`read_root_file`] reads one root-directory file from any `Read + Seek` without mounting.
 //!
 //! # Limitations
 //! Root-directory files only: fatfs 0.3.6 writes subdirectories that fail `fsck.fat`
-//! (`crates.md` §0). Config drives are ISO images, not FAT.
+//! (`docs/crates.md` §0). Config drives are ISO images, not FAT.
 
 use std::io::{self, Cursor, Read, Seek, SeekFrom, Write};
 

@@ -3,7 +3,7 @@
 //!
 //! # Design
 //! The conductor reads the root partition's UUID back after writing a partition image (Ironic
-//! runs `blkid -s UUID -o value` on it, `../shared/reference/ironic-protocols.md` §2.3) and puts
+//! runs `blkid -s UUID -o value` on it, `docs/ironic-protocols.md` §2.3) and puts
 //! it on the boot ISO's command line (`root=UUID=...`). It has the bytes, not a device, so
 //! [`probe`] works on a slice: the caller reads the first [`PROBE_LEN`] bytes of the partition.
 //!

@@ -1,7 +1,7 @@
 //! iSCSI names (RFC 3720 §3.2.6, RFC 7143 §4.2.7.2), plus Ironic's literal `iqn-<node uuid>`.
 //!
-//! Ironic's conductor sends `iscsi_target_iqn=iqn-<node uuid>` (`ironic-protocols.md` §1.2), which
-//! is not an RFC 3720 name; DESIGN.md §4 asks us to accept it wherever a name is validated.
+//! Ironic's conductor sends `iscsi_target_iqn=iqn-<node uuid>` (`docs/ironic-protocols.md` §1.2), which
+//! is not an RFC 3720 name; docs/architecture.md §4 asks us to accept it wherever a name is validated.
 
 /// Why a string is not an iSCSI name.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]

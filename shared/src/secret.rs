@@ -2,7 +2,7 @@
 //!
 //! # Design
 //! [`Secret`] prints as `******` through `Debug`, `Display` and `Serialize`, so a secret inside a
-//! struct that derives `Debug` or is serialized for a log never reaches the log line (DESIGN.md
+//! struct that derives `Debug` or is serialized for a log never reaches the log line (docs/architecture.md
 //! §7). Reading the value takes an explicit [`Secret::expose`], which is easy to find in review.
 //!
 //! Masking `Serialize` is the safe default, but some wire bodies exist to carry a secret: the

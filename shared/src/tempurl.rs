@@ -1,6 +1,6 @@
 //! Swift temp URLs: signing and verification.
 //!
-//! # Format (`../shared/reference/ironic-protocols.md` §4.1)
+//! # Format (`docs/ironic-protocols.md` §4.1)
 //! `<base>/v1/AUTH_<account>/<container>/<object>?temp_url_sig=<sig>&temp_url_expires=<unix ts>`.
 //! The signature is an HMAC over `"<METHOD>\n<expires>\n<path>"`, where `path` starts at `/v1/`.
 //! Swift accepts two encodings: plain hex, whose length selects the digest (40 = SHA-1,

@@ -1,5 +1,5 @@
 //! The `agent_ilo` flow: lookup, heartbeats with progress, and the command API until the
-//! conductor powers the node off (../shared/reference/ironic-protocols.md §3, DESIGN.md §4).
+//! conductor powers the node off (docs/ironic-protocols.md §3, docs/architecture.md §4).
 //!
 //! # Design
 //! One tokio runtime runs three things: the command API ([`super::server`]) with the `standby`,
@@ -13,7 +13,7 @@
 //! triggers an early heartbeat (rate limited: at least 1 s after the previous one).
 //!
 //! Auto-TLS is on unless the parameters say `ipa-enable-auto-tls=0` (IPA's `enable_auto_tls`;
-//! DESIGN.md §7: plain HTTP only when asked for). Unlike IPA, the agent does not fall back to
+//! docs/architecture.md §7: plain HTTP only when asked for). Unlike IPA, the agent does not fall back to
 //! plain HTTP when the conductor's API is older than 1.68 (where `agent_verify_ca` came): it
 //! says so in the log, and such a conductor needs auto-TLS turned off.
 //!
@@ -314,7 +314,7 @@ impl Executor for Dispatcher {
 }
 
 /// The install disk: the lookup's `properties.root_device` hints when present, else the
-/// parameters' hints and `disk` list (DESIGN.md §4; `disk::select`).
+/// parameters' hints and `disk` list (docs/architecture.md §4; `disk::select`).
 pub fn choose_disk(
     properties: &serde_json::Map<String, Value>,
     params: &AgentParams,

@@ -1,5 +1,5 @@
 //! Calls from the agent to the conductor: `GET /` (API version), `GET /v1/lookup` and
-//! `POST /v1/heartbeat/{node}` (../shared/reference/ironic-protocols.md §3.2).
+//! `POST /v1/heartbeat/{node}` (docs/ironic-protocols.md §3.2).
 //!
 //! # Design
 //! The microversion is negotiated as IPA does (`ironic_api_client.py`): read the server's newest
@@ -33,7 +33,7 @@ pub struct ConductorClient {
 
 impl ConductorClient {
     /// A client for `api_url` (without `/v1`). An `https` URL needs `ca_pem` and trusts only it
-    /// (DESIGN.md §7); an `http` URL is used as it says.
+    /// (docs/architecture.md §7); an `http` URL is used as it says.
     pub fn new(api_url: &str, ca_pem: Option<Vec<u8>>) -> anyhow::Result<ConductorClient> {
         let lower = api_url.to_ascii_lowercase();
         if lower.starts_with("https://") && ca_pem.is_none() {

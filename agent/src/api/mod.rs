@@ -1,5 +1,5 @@
 //! The agent_ilo protocol: lookup and heartbeats to the conductor, and the command API the
-//! conductor calls back on (../shared/reference/ironic-protocols.md §3).
+//! conductor calls back on (docs/ironic-protocols.md §3).
 //!
 //! # Design
 //! The JSON bodies live in `vmdeploy_shared::api::ipa` (both ends use them). [`client`] makes the

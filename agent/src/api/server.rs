@@ -1,4 +1,4 @@
-//! The agent's command API on port 9999 (IPA-compatible, ../shared/reference/ironic-protocols.md
+//! The agent's command API on port 9999 (IPA-compatible, docs/ironic-protocols.md
 //! §3.3): `GET /v1/commands`, `GET /v1/commands/{id}[?wait=true]`, `POST /v1/commands?wait=..`
 //! (also without the `/v1` prefix, with or without a trailing slash, as IPA's routes), each with
 //! `?agent_token=` checked in constant time (401 "Token invalid."); one command at a time (409

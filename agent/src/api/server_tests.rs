@@ -102,7 +102,7 @@ async fn post(addr: std::net::SocketAddr, path: &str, body: &str) -> (u16, Value
     call(addr, "POST", path, Some(body)).await
 }
 
-/// IPA's `CommandResult` on the wire, as reference/ironic-protocols.md lists it: five fields,
+/// IPA's `CommandResult` on the wire, as docs/ironic-protocols.md lists it: five fields,
 /// no `command_params` (they would hold the node).
 const IPA_COMMAND_RESULT_KEYS: [&str; 5] = [
     "command_error",

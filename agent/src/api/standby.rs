@@ -44,7 +44,7 @@ pub struct Standby {
 }
 
 /// The digest `image_info` asks for: `os_hash_algo` + `os_hash_value` first, else `checksum`
-/// (bare hex, length tells the algorithm), as modern IPA prefers (reference §3.4).
+/// (bare hex, length tells the algorithm), as modern IPA prefers (docs/ironic-protocols.md §3.4).
 pub fn expected_digest(info: &Value) -> Result<Option<ExpectedDigest>, String> {
     let algo = info.get("os_hash_algo").and_then(Value::as_str);
     let value = info.get("os_hash_value").and_then(Value::as_str);

@@ -1,5 +1,5 @@
-//! The command API's auto-TLS (Ironic's `agent_verify_ca`, ../shared/reference/ironic-protocols.md
-//! §3.2; DESIGN.md §7): a self-signed certificate generated at boot for the address the conductor
+//! The command API's auto-TLS (Ironic's `agent_verify_ca`, docs/ironic-protocols.md
+//! §3.2; docs/architecture.md §7): a self-signed certificate generated at boot for the address the conductor
 //! reaches the agent at, sent in every heartbeat and pinned by the conductor.
 //!
 //! # Design

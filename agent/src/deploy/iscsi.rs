@@ -1,6 +1,6 @@
 //! The `iscsi_ilo` / `pxe_ilo` flow: serve the node's disk over iSCSI, tell the conductor with
 //! `pass_deploy_info`, wait for its `done`, stop, flush
-//! (../shared/reference/ironic-protocols.md §2.2–2.5, DESIGN.md §4).
+//! (docs/ironic-protocols.md §2.2–2.5, docs/architecture.md §4).
 //!
 //! # Design
 //! Both listeners (the target's and the `done` one) are bound BEFORE `pass_deploy_info` is sent:

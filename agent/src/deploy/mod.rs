@@ -8,7 +8,7 @@
 //! protocol), then the agent waits for the conductor (PID 1) or exits 1. When the parameters
 //! themselves are unusable there is nobody to report to: the console gets the key and the reason.
 //!
-//! The mode comes from the parameters (../shared/reference/ironic-protocols.md §1.2): a
+//! The mode comes from the parameters (docs/ironic-protocols.md §1.2): a
 //! `deployment_key` means the conductor waits for `pass_deploy_info` (iSCSI deploy). Kilo's
 //! `iscsi_ilo` floppy also carries `ipa-api-url` (§1.2a), so the key is checked first; without
 //! it, `ipa-api-url` means the agent (IPA) protocol.
@@ -63,7 +63,7 @@ pub struct RunArgs {
     #[arg(long = "mac", value_parser = parse_mac)]
     pub macs: Vec<MacAddr>,
     /// Longest wait for the conductor's "done" after pass_deploy_info (Ironic's
-    /// deploy_callback_timeout, ironic-protocols.md §2.5).
+    /// deploy_callback_timeout, docs/ironic-protocols.md §2.5).
     #[arg(long, default_value_t = 1800, hide = true)]
     pub done_timeout_secs: u64,
     /// Longest total time spent retrying pass_deploy_info.
@@ -293,8 +293,8 @@ fn run_iscsi(
     };
     let action = iscsi::run(cfg, &reporter)?;
     if pid1 {
-        // The conductor reboots or powers off the node now (DESIGN.md §4); if it does not within
-        // the grace period, do what the DIB ramdisk does (ironic-protocols.md §2.2 step 9).
+        // The conductor reboots or powers off the node now (docs/architecture.md §4); if it does not within
+        // the grace period, do what the DIB ramdisk does (docs/ironic-protocols.md §2.2 step 9).
         let wait = Duration::from_secs(args.fail_timeout_secs);
         tracing::info!(
             wait_secs = wait.as_secs(),

@@ -1,5 +1,5 @@
 //! `pass_deploy_info`: the iSCSI deploy's one call to the conductor
-//! (../shared/reference/ironic-protocols.md §2.2 step 5, DESIGN.md §4).
+//! (docs/ironic-protocols.md §2.2 step 5, docs/architecture.md §4).
 //!
 //! # Design
 //! `POST {ironic_api_url}/v1/nodes/{deployment_id}/vendor_passthru/pass_deploy_info` with

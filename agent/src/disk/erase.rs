@@ -1,6 +1,6 @@
 //! `erase_devices_metadata`: make a disk look blank without writing all of it (Ironic's default
 //! automated clean step; ironic-lib `destroy_disk_metadata` runs `wipefs --all` and zaps both
-//! GPTs; reference/ironic-protocols.md §2.3 for the 36-sector wipe of the Kilo era).
+//! GPTs; docs/ironic-protocols.md §2.3 for the 36-sector wipe of the Kilo era).
 //!
 //! # Design
 //! The partition table is read first, from the disk itself ([`partitions`]): the MBR (with the

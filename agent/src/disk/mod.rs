@@ -32,5 +32,5 @@ pub const MEM_ALIGN: usize = 4096;
 
 /// Bytes at the start of the disk held back until the image is verified: the MBR, the primary
 /// GPT and the boot loader's embedding area all live in the first MiB, so a disk whose first MiB
-/// is zero does not boot (DESIGN.md §1, "first MiB written last").
+/// is zero does not boot (docs/architecture.md §1, "first MiB written last").
 pub const HEAD_LEN: usize = 1024 * 1024;

@@ -24,7 +24,7 @@ use vmdeploy_shared::io::hash::Hasher;
 use super::{AlignedBuf, Disk, HEAD_LEN};
 
 /// Size of one disk write: 4 MiB, the block size of the `dd bs=4M oflag=direct` peer that
-/// DESIGN.md §10 measures against; large writes keep per-request overhead of a loop device or a
+/// docs/architecture.md §10 measures against; large writes keep per-request overhead of a loop device or a
 /// USB/SAS disk small.
 pub const BLOCK_LEN: usize = 4 * 1024 * 1024;
 
@@ -37,7 +37,7 @@ pub const WRITERS: usize = 2;
 pub const QUEUE_DEPTH: usize = 1;
 
 /// Blocks in the pool: one per writer, the queued ones, and the one being filled
-/// (4 × 4 MiB = 16 MiB, inside the agent's 32 MiB memory aim, DESIGN.md §10). A block being
+/// (4 × 4 MiB = 16 MiB, inside the agent's 32 MiB memory aim, docs/architecture.md §10). A block being
 /// hashed is also being written, so hashing needs no blocks of its own.
 pub const POOL_BLOCKS: usize = WRITERS + QUEUE_DEPTH + 1;
 
@@ -432,7 +432,7 @@ pub fn write_head(disk: &Disk, base: u64, head: &[u8]) -> io::Result<()> {
 }
 
 /// Overwrites the first `len` bytes at `base` with zeros and syncs: a failed deploy must not
-/// leave a disk that boots half an image (STYLE.md §3 "log, clean up, then fail").
+/// leave a disk that boots half an image (docs/style.md §3 "log, clean up, then fail").
 pub fn zero_head(disk: &Disk, base: u64, len: usize) -> io::Result<()> {
     let buf = AlignedBuf::zeroed(len.min(HEAD_LEN));
     disk.write_at(&buf, base)?;

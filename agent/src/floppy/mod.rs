@@ -7,11 +7,11 @@
 //! by [`vmdeploy_shared::fat::fat_label`], which validates the BIOS parameter block first, so the
 //! MBR of a hybrid ISO (the deploy ISO itself) is never taken for a floppy. iLO attaches virtual
 //! media as USB devices that may appear a moment after boot: the search is retried a bounded
-//! number of times (5 × 1 s, as the DIB ramdisk waits, ../shared/reference/ironic-protocols.md
+//! number of times (5 × 1 s, as the DIB ramdisk waits, docs/ironic-protocols.md
 //! §1.4). Floppy values override kernel command line values, as IPA does (same section).
 //!
 //! Upstream Ironic builds its virtual-media ISO with every parameter on the kernel command line
-//! and attaches a floppy only with `config_via_removable` (reference §3.2, issue 15): when the
+//! and attaches a floppy only with `config_via_removable` (docs/ironic-protocols.md §3.2): when the
 //! command line already names a deploy, the floppy is optional ([`load_params`]).
 //!
 //! # Limitations
@@ -69,7 +69,7 @@ impl FloppySearch {
         for name in names {
             // `size` is in 512-byte sectors; empty drives (a CD tray with no medium) are 0. A
             // floppy drive (fdN) reads 0 until it is first opened, so it is always probed
-            // (../shared/reference/qemu-and-boot.md §9).
+            // (docs/qemu-and-boot.md §9).
             let size = std::fs::read_to_string(self.sys_class_block.join(&name).join("size"))
                 .ok()
                 .and_then(|s| s.trim().parse::<u64>().ok())

@@ -1,7 +1,7 @@
 //! The serial console as PID 1's stdin/stdout/stderr.
 //!
 //! The kernel opens `/dev/console` for /init only if the node exists when it starts /init (Debian's
-//! built-in default initramfs provides it, reference §4); after devtmpfs is mounted the agent opens
+//! built-in default initramfs provides it, docs/qemu-and-boot.md §4); after devtmpfs is mounted the agent opens
 //! it again and puts it on fds 0–2, so logs, panics and `eprintln!` reach the console in any case.
 
 use std::os::fd::AsRawFd;

@@ -1,5 +1,5 @@
 //! Kernel modules from the initramfs, loaded in listed order (there is no modprobe in the
-//! ramdisk; ../shared/reference/qemu-and-boot.md §3 gives the dependency orders).
+//! ramdisk; docs/qemu-and-boot.md §3 gives the dependency orders).
 //!
 //! # List format (`/etc/vmdeploy/modules`, written by image-build)
 //! One module per line, already in dependency order:

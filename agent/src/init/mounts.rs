@@ -1,5 +1,5 @@
 //! The pseudo filesystems PID 1 mounts (the kernel mounts none of them for an initramfs /init;
-//! Debian's kernel has DEVTMPFS_MOUNT unset: ../shared/reference/qemu-and-boot.md §3).
+//! Debian's kernel has DEVTMPFS_MOUNT unset: docs/qemu-and-boot.md §3).
 //!
 //! Design: every mount is checked against `/proc/self/mountinfo` first, so running the setup
 //! twice (or with `--pid1` on a system that already has them) mounts nothing twice; EBUSY from
@@ -61,7 +61,7 @@ pub const EARLY_MOUNTS: &[MountSpec] = &[
 ];
 
 /// Mounted after the kernel modules: configfs is a module in Debian's kernel (CONFIGFS_FS=m,
-/// reference §3), and /sys/kernel/config only exists once it is registered.
+/// docs/qemu-and-boot.md §3), and /sys/kernel/config only exists once it is registered.
 pub const LATE_MOUNTS: &[MountSpec] = &[MountSpec {
     fstype: "configfs",
     target: "/sys/kernel/config",

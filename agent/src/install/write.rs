@@ -1,5 +1,5 @@
 //! [`write_partition_image`]: a partition image onto the install disk, laid out by the shared
-//! [`PartitionJob`] (DESIGN.md §5): root image, partition table, swap signature, config drive,
+//! [`PartitionJob`] (docs/architecture.md §5): root image, partition table, swap signature, config drive,
 //! EFI system partition.
 //!
 //! # Order

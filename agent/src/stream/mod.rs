@@ -1,7 +1,7 @@
 //! The agent_ilo image stream: HTTP(S) body → checksum → decompress → (qcow2 spool) → disk.
 //!
 //! # Design
-//! One function reads top to bottom ([`write_verified`], STYLE.md §2, after coreos-installer's
+//! One function reads top to bottom ([`write_verified`], docs/style.md §2, after coreos-installer's
 //! `write_image`): the download is peeked for compression magic, decoded, peeked again for the
 //! image format, which fixes the [`Plan`] (raw onto the disk, or a qcow2 spooled behind its own
 //! virtual size), and written by one [`ImageSink`] with the first MiB held back. The rest of the
@@ -10,7 +10,7 @@
 //! failure zeroes the first MiB, so a half-written or unverified image never boots.
 //!
 //! The digest covers the image file as downloaded (Ironic's `os_hash_value` and `image_checksum`,
-//! ../shared/reference/ironic-protocols.md §3.4). Where it is taken is decided once, from the
+//! docs/ironic-protocols.md §3.4). Where it is taken is decided once, from the
 //! compression: uncompressed, the bytes the sink receives are the download itself, so the sink
 //! owns the digest and takes it on its own thread beside the disk writes
 //! ([`crate::disk::sink`]); compressed, the reading chain digests the download before decoding.

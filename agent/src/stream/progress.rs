@@ -1,5 +1,5 @@
 //! Counters of a running image stream, shared by the pipeline, the console reporter and (later)
-//! the heartbeats (DESIGN.md §4: "Heartbeats carry progress").
+//! the heartbeats (docs/architecture.md §4: "Heartbeats carry progress").
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //!
 //! # Design
 //! qcow2 cannot be converted while streaming: L1/L2 tables and data clusters may sit anywhere in
-//! the file (../shared/reference/crates.md §3.6). The agent therefore writes the qcow2 file, as
+//! the file (docs/crates.md §3.6). The agent therefore writes the qcow2 file, as
 //! it arrives (and is hashed), to the target disk itself at [`spool_offset`] = the image's virtual
 //! size rounded up to 1 MiB: the conversion writes only `[0, virtual size)`, so it never
 //! overwrites the spool it reads from, and no RAM or second disk is needed. After the checksum

@@ -1,5 +1,5 @@
 //! Every raw `ioctl` the agent makes, behind thin safe wrappers (the coreos-installer
-//! `blockdev.rs` layout, STYLE.md §1): block devices ([`block`]) and network interfaces
+//! `blockdev.rs` layout, docs/style.md §1): block devices ([`block`]) and network interfaces
 //! ([`net`]). The raw declarations and the `unsafe` stay here; callers get `io::Result`s.
 
 pub mod block;

@@ -9,7 +9,7 @@ use vmdeploy_shared::iscsi::ChapCredentials;
 
 use super::server::{Target, TargetConfig};
 
-/// The port of the "done" notification (reference ironic-protocols.md §2.4).
+/// The port of the "done" notification (docs/ironic-protocols.md §2.4).
 pub const DONE_PORT: u16 = 10000;
 
 /// Arguments of `vmdeploy-agent iscsi-target`.

@@ -15,7 +15,7 @@ use super::reservations::{Nexus, Reservations};
 
 mod pages;
 
-/// The LUN number the disk is served as (Ironic uses LUN 1, reference ironic-protocols.md §2.2).
+/// The LUN number the disk is served as (Ironic uses LUN 1, docs/ironic-protocols.md §2.2).
 pub const DISK_LUN: u64 = 1;
 
 /// Largest READ/WRITE/VERIFY transfer in blocks (Block Limits MAXIMUM TRANSFER LENGTH): bounds the

@@ -34,7 +34,7 @@ use super::responses::{send_outcome, send_reject, send_sense, Answer, DataInLimi
 use super::server::TargetShared;
 
 /// MaxRecvDataSegmentLength this target declares: big PDUs keep header work per byte low
-/// (reference iscsi-and-swift-peers.md §3: 256 KiB PDUs bring tgtd near disk speed).
+/// (docs/iscsi-and-swift-peers.md §3: 256 KiB PDUs bring tgtd near disk speed).
 pub const MAX_RECV_DATA_SEGMENT: u32 = 1 << 20;
 /// How much more data than its CDB asks for a WRITE may carry (residual overflow of the
 /// initiator's buffer) before it is refused instead of drained.

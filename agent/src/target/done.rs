@@ -1,4 +1,4 @@
-//! The ramdisk's "done" listener (reference ironic-protocols.md §2.4): the conductor connects to
+//! The ramdisk's "done" listener (docs/ironic-protocols.md §2.4): the conductor connects to
 //! TCP port 10000 and sends `done` (4 bytes, no newline, no reply read). Like the DIB ramdisk's
 //! `nc -l -p 10000`, any connection counts; the payload is only logged.
 

@@ -31,7 +31,7 @@ enum ChapState {
 }
 
 /// Local operational wishes: large PDUs and bursts, unsolicited and immediate data allowed
-/// (DESIGN §10 benchmark: throughput needs few, large PDUs).
+/// (docs/architecture.md §10 benchmark: throughput needs few, large PDUs).
 pub fn local_params() -> OperationalParams {
     OperationalParams {
         max_recv_data_segment_length: super::connection::MAX_RECV_DATA_SEGMENT,

@@ -1,5 +1,5 @@
 //! `GET /v1/drivers`, `/v1/drivers/{name}` and `/v1/drivers/{name}/properties`: the drivers
-//! that work here (DESIGN.md §3): the classic `agent_ilo`, and the modern hardware types `ilo`
+//! that work here (docs/architecture.md §3): the classic `agent_ilo`, and the modern hardware types `ilo`
 //! (`ilo-virtual-media` boot) and `redfish` (`redfish-virtual-media` boot) as its aliases.
 //! `iscsi_ilo` is the classic iSCSI driver over virtual media, `pxe_ilo` the same iSCSI deploy
 //! booted from the network (`pxe` boot: no virtual-media licence needed).
@@ -34,7 +34,7 @@ pub(super) fn check(name: &str) -> Result<(), ApiError> {
     }
 }
 
-/// `driver_info` keys of the iLO drivers and what they mean (DESIGN.md §3).
+/// `driver_info` keys of the iLO drivers and what they mean (docs/architecture.md §3).
 const ILO_PROPERTIES: &[(&str, &str)] = &[
     ("ilo_address", "IP address or hostname of the iLO. Required."),
     ("ilo_username", "username for the iLO with administrator privileges. Required."),

@@ -1,5 +1,5 @@
 //! Every failure of the API as Ironic reports it: a status code and the fault body
-//! `{"error_message": "<JSON string of {faultcode, faultstring, debuginfo}>"}` (reference §5.1;
+//! `{"error_message": "<JSON string of {faultcode, faultstring, debuginfo}>"}` (docs/ironic-protocols.md §5.1;
 //! `error_message` is a JSON-encoded *string*, which is what python-ironicclient parses).
 //!
 //! # Design

@@ -1,4 +1,4 @@
-//! Secret masking of every JSON the API returns (reference §5.4, DESIGN.md §3, §7): passwords,
+//! Secret masking of every JSON the API returns (docs/ironic-protocols.md §5.4, docs/architecture.md §3, §7): passwords,
 //! deploy keys, agent tokens, temp URL signatures, config drives and image URLs show `******`,
 //! however deep they sit in `driver_info`, `instance_info` or `driver_internal_info`.
 //!

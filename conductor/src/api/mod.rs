@@ -1,4 +1,4 @@
-//! The Ironic-compatible REST API (v1 subset; ../shared/reference/ironic-protocols.md §5).
+//! The Ironic-compatible REST API (v1 subset; docs/ironic-protocols.md §5).
 //!
 //! # Design
 //! One file per resource parses a request and calls [`crate::manager::Manager`] (or the store,
@@ -71,7 +71,7 @@ type State = axum::extract::State<Arc<ApiState>>;
 pub fn router(manager: Arc<Manager>, options: ApiOptions) -> axum::Router {
     let state = Arc::new(ApiState { manager, options });
     // Ironic routes unversioned paths (`/nodes/...`) to v1 as well: old ramdisks post
-    // `pass_deploy_info` without the prefix (reference §5.1).
+    // `pass_deploy_info` without the prefix (docs/ironic-protocols.md §5.1).
     let routes = Router::new()
         .route("/", get(root::root))
         .route("/v1", get(root::v1))

@@ -1,5 +1,5 @@
 //! A node's states and management calls: `validate`, `states`, `states/power`,
-//! `states/provision`, `maintenance`, `management/boot_device` (reference §5.2, DESIGN.md §8).
+//! `states/provision`, `maintenance`, `management/boot_device` (docs/ironic-protocols.md §5.2, docs/architecture.md §8).
 //!
 //! # Design
 //! Each handler checks the body and the microversion (400/406 naming the field), asks

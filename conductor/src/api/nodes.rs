@@ -1,5 +1,5 @@
 //! `/v1/nodes`: create, list (`fields`, `detail`, filters, pagination, sorting), show by UUID
-//! or name, JSON Patch, delete (reference §5.2).
+//! or name, JSON Patch, delete (docs/ironic-protocols.md §5.2).
 //!
 //! # Design
 //! Plain record reads and writes go to the store; delete goes through the manager (it refuses

@@ -1,4 +1,4 @@
-//! JSON Patch (RFC 6902) as Ironic takes it (reference §5.2, `types.JsonPatchType`): a list of
+//! JSON Patch (RFC 6902) as Ironic takes it (docs/ironic-protocols.md §5.2, `types.JsonPatchType`): a list of
 //! `{"op": "add"|"replace"|"remove", "path": "/a/b", "value": ...}`, paths matching
 //! `^(/[\w-]+)+$`, read-only roots refused with 400 naming the field, mandatory ones never
 //! removed.

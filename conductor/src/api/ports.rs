@@ -1,4 +1,4 @@
-//! `/v1/ports` and `/v1/nodes/{node}/ports`: create, list, show, patch, delete (reference §5.2).
+//! `/v1/ports` and `/v1/nodes/{node}/ports`: create, list, show, patch, delete (docs/ironic-protocols.md §5.2).
 //! MACs are validated and stored lower case with colons; a port's node must exist (400).
 
 use std::collections::HashMap;

@@ -1,4 +1,4 @@
-//! The ramdisk's call-backs (reference §3.2, §2.3): `GET /v1/lookup`, `POST /v1/heartbeat/{node}`
+//! The ramdisk's call-backs (docs/ironic-protocols.md §3.2, §2.3): `GET /v1/lookup`, `POST /v1/heartbeat/{node}`
 //! and the iSCSI ramdisk's `POST [/v1]/nodes/{node}/vendor_passthru/pass_deploy_info` (also as
 //! `.../vendor_passthru?method=pass_deploy_info`). They are public (`is_public`): the manager
 //! checks the agent token or the deploy key.
@@ -77,7 +77,7 @@ pub(super) async fn lookup(
 
 /// The lookup answer: the node with its secrets masked as everywhere, and `config` as the
 /// manager made it: `config.agent_token` is the one disclosure of the token Ironic makes (a
-/// pre-generated token already shows `******` there, reference §3.2).
+/// pre-generated token already shows `******` there, docs/ironic-protocols.md §3.2).
 fn lookup_body(reply: LookupReply) -> Value {
     let mut node = reply.node;
     super::mask::mask_secrets(&mut node);

@@ -62,7 +62,7 @@ fn shown_interfaces(node: &Node) -> NodeInterfaces {
 fn node_fields(node: &Node, ctx: &Ctx, conductor: &str) -> Vec<(&'static str, Value)> {
     let id = node.uuid.to_string();
     let iface = shown_interfaces(node);
-    // 1.1 showed `available` as NOSTATE (null); 1.2 renamed it (reference §5.1).
+    // 1.1 showed `available` as NOSTATE (null); 1.2 renamed it (docs/ironic-protocols.md §5.1).
     let provision_state = if !ctx.at_least(2) && node.provision_state == ProvisionState::Available {
         Value::Null
     } else {

@@ -1,4 +1,4 @@
-//! The discovery documents `GET /` and `GET /v1` (reference §5.1, modern shape): keystoneauth,
+//! The discovery documents `GET /` and `GET /v1` (docs/ironic-protocols.md §5.1, modern shape): keystoneauth,
 //! openstacksdk and the ramdisk read `default_version.version` for the newest microversion.
 
 use axum::{Extension, Json};

@@ -1,4 +1,4 @@
-//! Microversion negotiation (reference §5.1): `X-OpenStack-Ironic-API-Version: 1.N` or
+//! Microversion negotiation (docs/ironic-protocols.md §5.1): `X-OpenStack-Ironic-API-Version: 1.N` or
 //! `latest`, or `OpenStack-API-Version: baremetal 1.N` (keystoneauth sends both); no header is
 //! the minimum; anything malformed, of another major version or outside the range is 406. Every
 //! response carries the minimum and maximum, and `/v1` responses the effective version.

@@ -1,4 +1,4 @@
-//! The `agent_ilo` deploy (../shared/reference/ironic-protocols.md §3.2–3.5, DESIGN.md §1):
+//! The `agent_ilo` deploy (docs/ironic-protocols.md §3.2–3.5, docs/architecture.md §1):
 //! the ramdisk boots from virtual media, heartbeats, and streams the image to disk itself.
 //!
 //! # Design
@@ -222,7 +222,7 @@ impl DeployInterface for AgentDeploy {
 
     async fn clean_up(&self, node: &mut Node) {
         let bmc = Bmc::connect_for_cleanup(node, &self.ctx.config.ilo_defaults).await;
-        // A failed deploy leaves the node off (DESIGN.md §8): the ramdisk must not go on.
+        // A failed deploy leaves the node off (docs/architecture.md §8): the ramdisk must not go on.
         if let Some(bmc) = &bmc {
             if let Err(e) = bmc.power_off().await {
                 tracing::warn!(node = %node.uuid, error = %format!("{e:#}"), "clean-up: powering off failed");

@@ -1,6 +1,6 @@
 //! The conductor's client of an agent's command API (port 9999, IPA-compatible;
-//! ../shared/reference/ironic-protocols.md §3.3), over HTTPS pinned to the certificate the agent
-//! sent in its heartbeat (`agent_verify_ca`, DESIGN.md §7).
+//! docs/ironic-protocols.md §3.3), over HTTPS pinned to the certificate the agent
+//! sent in its heartbeat (`agent_verify_ca`, docs/architecture.md §7).
 //!
 //! # Design
 //! One reqwest client per agent (a management client of `crate::net::https`), trusting only

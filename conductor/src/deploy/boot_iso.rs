@@ -1,9 +1,9 @@
 //! Instance boot ISOs for netboot (`iscsi_ilo`), shared between nodes and counted: the boot ISO
-//! store the seed blueprint designed and Ironic never built (issue 12; DESIGN.md §6;
-//! ../shared/reference/ironic-protocols.md §4.4).
+//! store the seed blueprint designed and Ironic never built (docs/architecture.md §6;
+//! docs/ironic-protocols.md §4.4).
 //!
 //! # Which ISO a node boots ([`choose`])
-//! Ironic's order (reference §4.4): `instance_info.ilo_boot_iso` (a URL the flow checks with a
+//! Ironic's order (docs/ironic-protocols.md §4.4): `instance_info.ilo_boot_iso` (a URL the flow checks with a
 //! `HEAD`), else the image's `boot_iso` property, else one built by the conductor from the
 //! image's kernel and ramdisk with `root=UUID=<root uuid>` and the configured extra arguments.
 //! Only a built ISO is stored here and counted; a user-given one is the user's, used as it is
@@ -32,7 +32,7 @@
 //! # Limitations
 //! - The lock is this process's: two conductors sharing one Swift container could still lose a
 //!   count (Swift has no compare-and-swap on metadata; this is why Ironic did not share ISOs).
-//!   DESIGN.md §8 has one conductor per deployment.
+//!   docs/architecture.md §8 has one conductor per deployment.
 //! - A lease is not tied to a node here: the flow records the object it acquired (in
 //!   `driver_internal_info`) and releases it once, or the count stays high and the ISO stays.
 //! - The kernel and ramdisk are read whole into memory while the ISO is written.

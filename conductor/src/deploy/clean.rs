@@ -1,5 +1,5 @@
 //! Automated cleaning through the agent (Ironic's `prepare_cleaning` and agent clean steps;
-//! ../shared/reference/ironic-protocols.md §3.3, §3.5, §5.3), for `agent_ilo` and `iscsi_ilo`
+//! docs/ironic-protocols.md §3.3, §3.5, §5.3), for `agent_ilo` and `iscsi_ilo`
 //! nodes alike: both boot the same deploy ISO, and its agent serves the `clean` extension.
 //!
 //! # Design

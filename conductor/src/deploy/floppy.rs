@@ -1,5 +1,5 @@
 //! The virtual floppy of a node's deploy ramdisk: `parameters.txt` on a FAT12 image labelled
-//! `ir-vfd-dev` (../shared/reference/ironic-protocols.md §1.1, §1.2; DESIGN.md §4).
+//! `ir-vfd-dev` (docs/ironic-protocols.md §1.1, §1.2; docs/architecture.md §4).
 //!
 //! # Design
 //! [`agent_params`] gathers the keys from the node, its ports and the settings into a
@@ -25,7 +25,7 @@ use crate::store::{JsonObject, Node, Port};
 /// The file the ramdisk reads.
 pub const PARAMS_FILE: &str = "parameters.txt";
 
-/// Bytes of randomness in an agent token: 256 bits, above the 128 DESIGN.md §7 asks for.
+/// Bytes of randomness in an agent token: 256 bits, above the 128 docs/architecture.md §7 asks for.
 const TOKEN_BYTES: usize = 32;
 
 /// A fresh agent token: 32 random bytes, URL-safe base64 without padding (43 characters, the
@@ -107,7 +107,7 @@ fn ramdisk_params(node: &Node, ports: &[Port], config: &DeployConfig) -> anyhow:
 
 /// Ironic's deploy key alphabet (`utils.random_alnum`: digits and upper-case letters).
 const DEPLOY_KEY_ALPHABET: &[u8; 36] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ";
-/// Characters in a deploy key: 32 of 36 symbols, about 165 bits (Ironic's length; DESIGN.md
+/// Characters in a deploy key: 32 of 36 symbols, about 165 bits (Ironic's length; docs/architecture.md
 /// §7 asks for at least 128).
 pub const DEPLOY_KEY_LEN: usize = 32;
 /// What Ironic puts in `disk` when it is not configured (`[pxe]disk_devices`): the ramdisk
@@ -147,7 +147,7 @@ pub struct IscsiFloppy<'a> {
     pub chap: Option<(&'a str, &'a Secret)>,
 }
 
-/// The iSCSI deploy's `parameters.txt` for `node` (../shared/reference/ironic-protocols.md
+/// The iSCSI deploy's `parameters.txt` for `node` (docs/ironic-protocols.md
 /// §1.2 a): `deployment_id`, `deployment_key`, `iscsi_target_iqn` (`iqn-<node uuid>`, as Ironic
 /// sends it), `ironic_api_url` (no `/v1`), `disk`, `boot_option`, `boot_mode`,
 /// `coreos.configdrive=0`, `ipa-api-url`, `ipa-driver-name`, `boot_method=vmedia`, and, as for
@@ -408,7 +408,7 @@ mod tests {
         assert_eq!(distinct.len(), keys.len(), "two keys repeated");
     }
 
-    /// The iSCSI floppy carries the keys of ironic-protocols.md §1.2 (a), spelled as written
+    /// The iSCSI floppy carries the keys of docs/ironic-protocols.md §1.2 (a), spelled as written
     /// there, and shared's typed view (what the agent reads) agrees with them.
     #[test]
     fn iscsi_floppy_has_ironics_keys_and_the_agent_reads_them() {

@@ -1,6 +1,6 @@
-//! Image references (DESIGN.md §3): where the iLO finds the deploy ISO and the agent the
+//! Image references (docs/architecture.md §3): where the iLO finds the deploy ISO and the agent the
 //! instance image, and the `image_info` the agent gets in `standby.prepare_image`
-//! (../shared/reference/ironic-protocols.md §3.4).
+//! (docs/ironic-protocols.md §3.4).
 //!
 //! # Design
 //! [`ImageRef::parse`] reads a reference once, naming the field it came from in every error.
@@ -285,7 +285,7 @@ pub fn any_instance_image(info: &JsonObject) -> anyhow::Result<InstanceImage> {
     })
 }
 
-/// `image_info` of `standby.prepare_image` for a whole-disk image at `url` (reference §3.4:
+/// `image_info` of `standby.prepare_image` for a whole-disk image at `url` (docs/ironic-protocols.md §3.4:
 /// modern IPA's fields; the agent verifies `os_hash_*` first, else `checksum`).
 pub fn image_info(node: Uuid, image: &InstanceImage, url: &str) -> Value {
     let id = image
@@ -515,7 +515,7 @@ mod tests {
         }
     }
 
-    /// The field names and values below are written out from reference §3.4 (modern IPA's
+    /// The field names and values below are written out from docs/ironic-protocols.md §3.4 (modern IPA's
     /// `image_info`), not from our own types.
     #[test]
     fn image_info_has_the_fields_of_the_reference() {

@@ -1,4 +1,4 @@
-//! The deploy flows (DESIGN.md §1, §3): `agent` (`agent_ilo`) now, `iscsi` and `pxe` in the
+//! The deploy flows (docs/architecture.md §1, §3): `agent` (`agent_ilo`) now, `iscsi` and `pxe` in the
 //! issues after this one, and the steps they share: the virtual-media boot of the deploy ISO
 //! (`vmedia`, the seeds' setup/cleanup_virtual_media_boot) and the floppy it carries.
 //!
@@ -70,7 +70,7 @@ pub struct IscsiChap {
 
 /// The iSCSI portal port of the deploy ramdisk.
 pub const ISCSI_PORT: u16 = 3260;
-/// The port the iSCSI ramdisk waits for `done` on (ironic-protocols.md §2.4).
+/// The port the iSCSI ramdisk waits for `done` on (docs/ironic-protocols.md §2.4).
 pub const DONE_PORT: u16 = 10000;
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! The `pxe_ilo` deploy (DESIGN.md §3; ../shared/reference/ironic-protocols.md §1.5, §2): for
+//! The `pxe_ilo` deploy (docs/architecture.md §3; docs/ironic-protocols.md §1.5, §2): for
 //! a server whose iLO has no Advanced licence, so no virtual media. The iLO still manages
 //! power, the boot device and the boot mode; the deploy ramdisk boots from the network, and
 //! the image is written over iSCSI exactly as `iscsi_ilo` writes it.

@@ -1,5 +1,5 @@
 //! The virtual-media boot of the deploy ramdisk, shared by the flows (the seeds'
-//! setup/cleanup_virtual_media_boot; ../shared/reference/ironic-protocols.md §1.1, §3.5).
+//! setup/cleanup_virtual_media_boot; docs/ironic-protocols.md §1.1, §3.5).
 //!
 //! # Design
 //! [`prepare`] powers the node off, builds and stores its floppy (TTL

@@ -20,7 +20,7 @@ pub struct Licence {
     pub class: Option<String>,
 }
 
-/// Licence tier as Ironic classifies it from the licence type (reference §1.8).
+/// Licence tier as Ironic classifies it from the licence type (docs/ilo-management.md §1.8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LicenceTier {

@@ -3,7 +3,7 @@
 //!
 //! # Design
 //! [`Power`], [`Management`], [`VirtualMedia`] and [`Inventory`] are the interfaces the deploy
-//! flows call (DESIGN.md §2). Their types say what a BMC can do, never how one protocol spells
+//! flows call (docs/architecture.md §2). Their types say what a BMC can do, never how one protocol spells
 //! it: `BootDevice::Cdrom` is `CDROM` in RIBCL and `Cd` in Redfish, and a UEFI boot entry is
 //! classified into the device it stands for ([`classify_boot_entry`]) so that the boot device
 //! reads the same in both boot modes. Both iLO clients (RIBCL for iLO 4, Redfish for iLO 5/6
@@ -11,12 +11,12 @@
 //!
 //! Every failure is a [`DriverError`] whose [`DriverError::kind`] says what a caller may branch
 //! on: a failed login is not retried, an unsupported boot-mode command means "assume legacy
-//! BIOS" (Ironic's behaviour, reference/ilo-management.md §1.8), a missing licence is refused at
+//! BIOS" (Ironic's behaviour, docs/ilo-management.md §1.8), a missing licence is refused at
 //! validate, a timeout or an HTTP 500 is transient. Protocol words live only in the messages.
 //!
 //! # Limitations
 //! Sensors come from the BMC's own health data (RIBCL GET_EMBEDDED_HEALTH, Redfish Thermal/Power),
-//! not IPMI as Ironic's iLO driver does (reference/ilo-management.md §1.6).
+//! not IPMI as Ironic's iLO driver does (docs/ilo-management.md §1.6).
 
 pub mod ilo;
 
@@ -37,7 +37,7 @@ pub use management::{BootDevice, BootMode, Management, SupportedBootModes};
 pub use power::{Power, PowerAction, PowerState};
 pub use virtual_media::{VirtualMedia, VmediaBootOption, VmediaDevice, VmediaStatus};
 /// A password or other secret: shown as `******` by `Debug`, `Display` and `Serialize`, so it
-/// never reaches a log line (DESIGN.md §7); `expose()` reads it for a login.
+/// never reaches a log line (docs/architecture.md §7); `expose()` reads it for a login.
 pub use vmdeploy_shared::secret::Secret;
 
 #[cfg(test)]

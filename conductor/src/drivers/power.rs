@@ -39,7 +39,7 @@ pub enum PowerAction {
     /// Press the power button briefly (RIBCL PRESS_PWR_BTN, Redfish `PushPowerButton`).
     PressButton,
     /// Hold the power button until the host is off (RIBCL HOLD_PWR_BTN TOGGLE=NO); Ironic's
-    /// power-off (reference/ilo-management.md §1.8).
+    /// power-off (docs/ilo-management.md §1.8).
     HoldButton,
 }
 

@@ -27,7 +27,7 @@ impl fmt::Display for VmediaDevice {
     }
 }
 
-/// When virtual media is connected to the host (RIBCL VM_BOOT_OPTION; reference §1.5).
+/// When virtual media is connected to the host (RIBCL VM_BOOT_OPTION; docs/ilo-management.md §1.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum VmediaBootOption {

@@ -3,7 +3,7 @@
 //! blocking side that digests them and writes them sparse ([`write_download`]).
 //!
 //! # Design
-//! The split keeps hashing and file writes off the runtime's threads (STYLE.md §2: std::io on a
+//! The split keeps hashing and file writes off the runtime's threads (docs/style.md §2: std::io on a
 //! blocking thread) with no extra crate; the channel's bound is the back-pressure. A broken
 //! download is retried from the start: the async side sends [`Msg::Restart`], and the writer
 //! truncates its file and starts a fresh digest, so the digest always covers exactly the bytes of

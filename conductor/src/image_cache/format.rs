@@ -1,5 +1,5 @@
 //! Image formats: told apart by magic, qcow2 converted to a sparse raw file with imago (the crate
-//! and approach of the agent's `stream::qcow2`, ../shared/reference/crates.md §3.6).
+//! and approach of the agent's `stream::qcow2`, docs/crates.md §3.6).
 //!
 //! # Design
 //! qcow2 cannot be converted while streaming (tables and clusters may sit anywhere in the file),

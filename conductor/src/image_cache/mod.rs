@@ -1,5 +1,5 @@
 //! The conductor's cache of instance images for the iscsi_ilo flow, which writes the image over
-//! iSCSI itself and so needs it locally, raw (issue 12, DESIGN.md §6).
+//! iSCSI itself and so needs it locally, raw.
 //!
 //! # Design
 //! - [`ImageCache::get`] fetches an image once per [`ImageSource::key`]. Concurrent `get`s of a
@@ -11,7 +11,7 @@
 //!   digests every byte as it arrives and writes it sparse into `tmp/`. The digest is compared
 //!   when the download ends; on a mismatch the file is deleted and the error names both sums.
 //!   Only then is a qcow2 converted to raw ([`format`], imago) and the entry renamed into place:
-//!   nothing unverified ever enters the cache (STYLE.md §8, verify then commit).
+//!   nothing unverified ever enters the cache (docs/style.md §8, verify then commit).
 //! - Every entry is a raw file with all-zero blocks left as holes ([`sparse`]), and
 //!   [`CachedImage::data_ranges`] lists its data so the iSCSI writer can skip the rest.
 //! - A [`CachedImage`] holds a lease: an entry with a lease is never evicted. Entries are evicted

@@ -1,5 +1,5 @@
 //! A blocking `Read + Write + Seek` view of a LUN, for the synchronous partitioning code
-//! (DESIGN.md §2 `layout`: partition plans on any Read+Write+Seek).
+//! (docs/architecture.md §2 `layout`: partition plans on any Read+Write+Seek).
 //!
 //! # Design
 //! Each call runs one or a few SCSI commands on the session through a runtime handle. Unaligned

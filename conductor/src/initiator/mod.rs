@@ -1,6 +1,6 @@
-//! The conductor's iSCSI initiator: writes the node's disk over the network (DESIGN.md §1, the
+//! The conductor's iSCSI initiator: writes the node's disk over the network (docs/architecture.md §1, the
 //! `iscsi_ilo` and `pxe_ilo` flows), in userspace because these kernels have no iSCSI
-//! (DESIGN.md §11).
+//! (docs/architecture.md §11).
 //!
 //! # Design
 //! - [`transport`]: PDU framing over a TCP stream (vectored writes, zero-copy reads) with
@@ -172,7 +172,7 @@ impl SessionConfig {
     /// A configuration with the defaults: 256 KiB PDUs to us, 1 MiB bursts, up to 1 MiB of
     /// unsolicited data (InitialR2T=No, ImmediateData=Yes). The reference measurements tuned
     /// tgtd with 256 KiB PDUs, FirstBurst 256 KiB and MaxBurst 1 MiB for ≈2× the write
-    /// throughput of the RFC defaults (reference/iscsi-and-swift-peers.md §3); offering a
+    /// throughput of the RFC defaults (docs/iscsi-and-swift-peers.md §3); offering a
     /// FirstBurst of a whole MaxBurst costs nothing there (the target lowers it, the Minimum
     /// rule) and lets a target that accepts it take a 1 MiB WRITE without an R2T round trip
     /// (measured 5-10 % faster into the agent's target).

@@ -21,7 +21,7 @@ use super::InitiatorError;
 
 /// Commands [`write_image`]/[`read_image`] keep in flight by default: enough to cover the
 /// round trip of an R2T and the target's disk latency (tgtd queues 128 per session,
-/// reference/iscsi-and-swift-peers.md §1).
+/// docs/iscsi-and-swift-peers.md §1).
 pub const DEFAULT_QUEUE_DEPTH: usize = 16;
 
 /// WRITE commands in flight, completed in submission order; the ones still queued are aborted
@@ -159,7 +159,7 @@ pub async fn write_image<R: AsyncRead + Unpin>(
 
 /// Writes a local file to the LUN from offset 0, like [`write_image`]. The file is read on a
 /// blocking thread straight into the buffers the Data-Out PDUs are sent from (one copy, the
-/// kernel's; tokio's async file would add two: DESIGN.md §10 throughput target).
+/// kernel's; tokio's async file would add two: docs/architecture.md §10 throughput target).
 pub async fn write_file(
     session: &Session,
     path: &std::path::Path,

@@ -1,5 +1,5 @@
 //! The ramdisk's call-backs: `GET /v1/lookup` and `POST /v1/heartbeat/{node}`
-//! (reference/ironic-protocols.md §3.2).
+//! (docs/ironic-protocols.md §3.2).
 //!
 //! # Design
 //! Lookup finds the node by the MACs of its ports (all that match must be one node) or by

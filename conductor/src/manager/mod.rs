@@ -1,6 +1,6 @@
 //! The conductor's manager: carries out what the API asks of a node, one task per node
-//! (DESIGN.md §8). The API layer parses a request and calls one method here; it never calls a
-//! BMC client or a flow itself (STYLE.md §1).
+//! (docs/architecture.md §8). The API layer parses a request and calls one method here; it never calls a
+//! BMC client or a flow itself (docs/style.md §1).
 //!
 //! # Design
 //! A method that starts work on a node reserves it in the store ([`crate::store::Store::reserve_node`]),

@@ -1,4 +1,4 @@
-//! `pass_deploy_info`: the iSCSI ramdisk's call-back (reference/ironic-protocols.md §2.3).
+//! `pass_deploy_info`: the iSCSI ramdisk's call-back (docs/ironic-protocols.md §2.3).
 //!
 //! # Design
 //! The ramdisk exposes the node's disk over iSCSI and posts its address, target name and the

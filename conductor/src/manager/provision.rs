@@ -7,7 +7,7 @@
 //! verbs with nothing to do (manage from `available`) finish in the request. The deploy flow
 //! never changes `provision_state` itself: it returns a [`DeployStep`], and this module moves
 //! the node. Every failure records `last_error`, then cleans up through the flow and powers the
-//! node off (DESIGN.md §8, Ironic's `set_failed_state`).
+//! node off (docs/architecture.md §8, Ironic's `set_failed_state`).
 
 use std::sync::Arc;
 

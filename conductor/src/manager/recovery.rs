@@ -1,4 +1,4 @@
-//! Start-up recovery: what a stopped conductor left behind (DESIGN.md §8).
+//! Start-up recovery: what a stopped conductor left behind (docs/architecture.md §8).
 //!
 //! # Design
 //! First every reservation this conductor's previous run held is released (holders are

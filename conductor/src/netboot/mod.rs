@@ -1,4 +1,4 @@
-//! The network boot service of `pxe_ilo` (DESIGN.md §3): off unless configured. It serves the
+//! The network boot service of `pxe_ilo` (docs/architecture.md §3): off unless configured. It serves the
 //! deploy kernel and ramdisk, and the instance's for a netboot instance, to a server whose iLO
 //! has no Advanced licence and so cannot boot virtual media.
 //!

@@ -6,7 +6,7 @@
 //! Ironic takes three spellings and so does [`Capabilities::parse`]: the `k:v,k2:v2` string of
 //! `properties` (`ironic/drivers/utils.py:get_node_capability`), a JSON object, and a JSON object
 //! encoded as a string, which is how Nova sends `instance_info.capabilities`
-//! (`ironic/common/utils.py:parse_instance_info_capabilities`; reference/ironic-protocols.md
+//! (`ironic/common/utils.py:parse_instance_info_capabilities`; docs/ironic-protocols.md
 //! §5.2). Like Ironic, a `k:v` entry that is not exactly one non-empty key and one non-empty
 //! value is skipped, not fatal; [`Capabilities::ignored`] keeps them so validate can say so.
 //!

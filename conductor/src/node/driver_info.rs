@@ -1,4 +1,4 @@
-//! A node's `driver_info` for the iLO drivers (DESIGN.md §3) and for Ironic's `redfish` hardware
+//! A node's `driver_info` for the iLO drivers (docs/architecture.md §3) and for Ironic's `redfish` hardware
 //! type (its `redfish_*` keys), read and checked once, above the BMC clients: `crate::bmc`
 //! builds its [`IloClient`] from the [`IloConfig`] read here, and the clients never see JSON.
 //!
@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 use crate::drivers::ilo::{IloConfig, Protocol, TlsVerify, DEFAULT_PORT, DEFAULT_TIMEOUT_SECS};
 use crate::drivers::{DriverError, Secret};
 
-/// `driver_info` keys (DESIGN.md §3; `ilo_protocol` is this project's own).
+/// `driver_info` keys (docs/architecture.md §3; `ilo_protocol` is this project's own).
 pub mod keys {
     /// iLO address: `HOST`, `HOST:PORT`, `[v6]:PORT`, or `https://` with one of those.
     pub const ADDRESS: &str = "ilo_address";
@@ -205,7 +205,7 @@ pub struct IloDefaults {
 }
 
 impl Default for IloDefaults {
-    /// DESIGN.md §3: port 443, 60 s, certificates checked against the system's trust store.
+    /// docs/architecture.md §3: port 443, 60 s, certificates checked against the system's trust store.
     fn default() -> Self {
         Self {
             port: DEFAULT_PORT,
@@ -428,7 +428,7 @@ fn address(field: &'static str, value: &Value) -> Result<String, DriverInfoError
     Ok(host.to_string())
 }
 
-/// An image reference DESIGN.md §3 allows: `http(s)://`, `file://`, `swift://container/object`,
+/// An image reference docs/architecture.md §3 allows: `http(s)://`, `file://`, `swift://container/object`,
 /// or a Glance UUID.
 fn image_reference(field: &'static str, value: &Value) -> Result<String, DriverInfoError> {
     let reference = text(field, Some(value))?.trim().to_string();

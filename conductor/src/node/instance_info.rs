@@ -2,7 +2,7 @@
 //!
 //! # Design
 //! [`InstanceInfo::parse`] reads every key the flows use once, with the rules of Ironic's
-//! `deploy_utils.parse_instance_info` (reference/ironic-protocols.md §5.2, DESIGN.md §3): Nova
+//! `deploy_utils.parse_instance_info` (docs/ironic-protocols.md §5.2, docs/architecture.md §3): Nova
 //! sends every value as a string, so sizes accept a JSON integer or a numeric string; a partition
 //! image (one with `kernel` and `ramdisk`) needs `root_gb`; a whole-disk image takes no swap or
 //! ephemeral partition. Each error names its field, so validate and `last_error` can say which
@@ -58,7 +58,7 @@ impl InstanceInfoError {
     }
 }
 
-/// Where an image (or a kernel, a ramdisk) comes from (DESIGN.md §3, §6).
+/// Where an image (or a kernel, a ramdisk) comes from (docs/architecture.md §3, §6).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ImageRef {
     /// `http://` or `https://`: the agent downloads it directly.
@@ -548,7 +548,7 @@ mod tests {
 
     #[test]
     fn whole_disk_image_as_nova_sends_it() {
-        // Every value a string, capabilities a JSON string (ironic-protocols.md §5.2).
+        // Every value a string, capabilities a JSON string (docs/ironic-protocols.md §5.2).
         let info = parse(json!({
             "image_source": "http://img/disk.qcow2",
             "root_gb": "10",

@@ -1,5 +1,5 @@
 //! Object stores: where floppies, deploy ISOs and images wait for the iLO and the agent, behind
-//! expiring temp URLs (DESIGN.md §6, §7; ../shared/reference/ironic-protocols.md §4).
+//! expiring temp URLs (docs/architecture.md §6, §7; docs/ironic-protocols.md §4).
 //!
 //! # Design
 //! One trait, [`ObjectStore`], two siblings with the same files: `builtin` (files in the state
@@ -206,7 +206,7 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// Replaces the custom metadata of `path` with `metadata` (keys in lower case), leaving its
     /// bytes and its deletion time as they are; [`ObjectError::NotFound`] when missing. As a
     /// Swift `POST` does, it replaces the whole set: keys not given are removed
-    /// (reference/ironic-protocols.md §4.2), so a caller changing one key sends the others too.
+    /// (docs/ironic-protocols.md §4.2), so a caller changing one key sends the others too.
     ///
     /// Both stores implement it (and [`testing`] checks it); the default, which refuses, is
     /// for test doubles that never hold counted objects.

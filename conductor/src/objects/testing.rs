@@ -28,7 +28,7 @@ fn meta(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 }
 
 /// GETs a temp URL; the built-in store's certificate is generated, so it is not checked here
-/// (BMCs do not check it either, DESIGN.md §6a).
+/// (BMCs do not check it either, docs/architecture.md §6a).
 async fn fetch(url: &str) -> (u16, Vec<u8>) {
     let client = reqwest::Client::builder()
         .danger_accept_invalid_certs(true)

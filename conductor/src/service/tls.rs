@@ -1,5 +1,5 @@
 //! TLS for the API and the built-in object store: the operator's PEM files, or a CA and a server
-//! certificate generated in the state directory (`api.tls = "auto"`, DESIGN.md §6a).
+//! certificate generated in the state directory (`api.tls = "auto"`, docs/architecture.md §6a).
 //!
 //! # Design
 //! [`AutoTls::ensure`] keeps four files in `<state>/tls`: `ca.pem`, `ca-key.pem`, `server.pem`,

@@ -1,10 +1,10 @@
-//! Node and port records, and the store that keeps them (DESIGN.md §2 `store`, §8).
+//! Node and port records, and the store that keeps them (docs/architecture.md §2 `store`, §8).
 //!
 //! # Design
 //! [`Store`] is an async trait object (`Arc<dyn Store>`): the embedded SQLite implementation
 //! ([`sqlite::SqliteStore`], rusqlite on a blocking thread) is the default, and a PostgreSQL one
 //! (tokio-postgres, for several conductors) can follow without touching a caller
-//! (../shared/reference/crates.md §3.4).
+//! (docs/crates.md §3.4).
 //!
 //! One task per node: [`Store::reserve_node`] sets `reservation` atomically only when it is
 //! empty, and fails with [`StoreError::Locked`] (the API's 409 `NodeLocked`) otherwise. Writes of

@@ -1,6 +1,6 @@
 //! The agent's `clean` extension on the wire: `clean.get_clean_steps` and
 //! `clean.execute_clean_step` (ironic-python-agent `extensions/clean.py`, the steps of its
-//! `GenericHardwareManager` in `hardware.py`; ../shared/reference/ironic-protocols.md §3.3).
+//! `GenericHardwareManager` in `hardware.py`; docs/ironic-protocols.md §3.3).
 //!
 //! # Design
 //! Types only; the agent's extension (`agent/src/api/clean.rs`) and the conductor's cleaning

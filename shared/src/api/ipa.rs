@@ -1,5 +1,5 @@
 //! JSON bodies of the IPA-compatible agent protocol (`agent_ilo`,
-//! ../../../shared/reference/ironic-protocols.md §3.2–3.4): the agent's lookup and heartbeat calls
+//! docs/ironic-protocols.md §3.2–3.4): the agent's lookup and heartbeat calls
 //! to the conductor, the conductor's calls to the agent's `/v1/commands`, and the progress text
 //! vmdeploy puts in heartbeats.
 //!
@@ -597,7 +597,7 @@ mod tests {
         let back = Heartbeat::from_json(json.to_string().as_bytes()).expect("parse");
         assert_eq!(back, hb);
 
-        // Ironic's auto-TLS field, spelled as in ironic-protocols.md §3.2.
+        // Ironic's auto-TLS field, spelled as in docs/ironic-protocols.md §3.2.
         let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
         let tls = Heartbeat {
             callback_url: "https://10.0.0.5:9999".into(),

@@ -1,5 +1,5 @@
 //! Digests over a byte stream: md5, sha256, sha512 (the algorithms Ironic and IPA accept for
-//! `image_checksum` / `os_hash_algo`, ../../../shared/reference/ironic-protocols.md §3.4).
+//! `image_checksum` / `os_hash_algo`, docs/ironic-protocols.md §3.4).
 
 use std::fmt;
 use std::io::{self, BufRead, Read};

@@ -1,5 +1,5 @@
 //! `std::io` adapters both ends of an image stream use: each wraps one inner `Read` and adds one
-//! concern (the coreos-installer adapter chain, ../../../shared/STYLE.md §2).
+//! concern (the coreos-installer adapter chain, docs/style.md §2).
 //!
 //! # Design
 //! - [`hash::HashReader`] digests the bytes exactly as they pass (the image *as downloaded*, which

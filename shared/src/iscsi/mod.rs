@@ -49,5 +49,5 @@ pub use pdu::{
 };
 pub use session::{LoggedIn, SessionKind};
 
-/// The well-known iSCSI TCP port (RFC 7143 §13.2; DESIGN.md §4).
+/// The well-known iSCSI TCP port (RFC 7143 §13.2; docs/architecture.md §4).
 pub const ISCSI_PORT: u16 = 3260;

@@ -2,7 +2,7 @@
 //! `EFI/BOOT/BOOTX64.EFI`.
 //!
 //! Written here rather than with `fatfs`: fatfs 0.3.6 writes sub-directories that fail
-//! `fsck.fat` (`crates.md` §0), and an ESP needs two levels of them. The image is laid out in
+//! `fsck.fat` (`docs/crates.md` §0), and an ESP needs two levels of them. The image is laid out in
 //! one pass: every directory and file gets contiguous clusters, directories first, so the FAT is
 //! a set of straight chains. All dates come from the caller's fixed time, and the volume serial
 //! number is a constant, so the same inputs give the same bytes.

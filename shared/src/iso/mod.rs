@@ -1,5 +1,5 @@
 //! Bootable ISO images: one ISO 9660 + El Torito image with a BIOS entry and a UEFI entry, the
-//! kernel and initramfs stored once (DESIGN §9–11, `../shared/reference/qemu-and-boot.md` §6).
+//! kernel and initramfs stored once (docs/architecture.md §9–11, `docs/qemu-and-boot.md` §6).
 //!
 //! Used by `vmdeploy-image-build deploy-iso` / `boot-iso` and, at run time, by the conductor for
 //! the instance boot ISOs of `iscsi_ilo` netboot. Pure code: the boot loader binaries come in as
@@ -25,7 +25,7 @@
 //! therefore the same for every ISO and can be built once.
 //!
 //! # Why our own writer
-//! hadris-iso 2.5.0 (`crates.md` §3.1) stamps every volume descriptor and directory record with
+//! hadris-iso 2.5.0 (`docs/crates.md` §3.1) stamps every volume descriptor and directory record with
 //! the clock (`Utc::now()`), with no way to pass a time, so two builds never match; and fatfs
 //! cannot write the EFI image's sub-directories cleanly. What the boot ISOs need is small: a
 //! handful of fixed 8.3 names, two El Torito entries and a boot-info-table.

@@ -1,7 +1,7 @@
 //! `parameters.txt`: the deploy parameters on the virtual floppy, and the kernel command line.
 //!
 //! # Format
-//! The conductor writes one `key=value` per line (`../shared/reference/ironic-protocols.md` §1.1).
+//! The conductor writes one `key=value` per line (`docs/ironic-protocols.md` §1.1).
 //! Ramdisks split the file on white space, so values can never contain any; keys can never
 //! contain `=`. The PXE variant (`pxe_ilo`) carries the same keys on the kernel command line
 //! (§1.5), and floppy values override command-line values (§1.4, as IPA does).

@@ -6,7 +6,7 @@
 //! Each caller parses its own wire fields (their names, units and error messages differ:
 //! `root_gb` against `root_mb`, `capabilities.disk_label` against `disk_label`) into a
 //! [`JobSpec`] of typed values; [`PartitionJob::new`] applies the rules Ironic applies to both
-//! (`ironic-protocols.md` §2.3): the table follows the boot mode unless a disk label is given,
+//! (`docs/ironic-protocols.md` §2.3): the table follows the boot mode unless a disk label is given,
 //! the EFI system partition exists only for UEFI with local boot, a preserved ephemeral
 //! partition must exist. Errors are [`JobError`]s whose text begins with the field at fault, so
 //! a caller prefixes its own document (`instance_info.`, `image_info.`).

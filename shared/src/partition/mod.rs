@@ -1,5 +1,5 @@
 //! Partition images: the disk layout the conductor lays on a node's disk before it writes a
-//! partition image (DESIGN §5, `../shared/reference/ironic-protocols.md` §2.3).
+//! partition image (docs/architecture.md §5, `docs/ironic-protocols.md` §2.3).
 //!
 //! # Design
 //! Four pure steps, each testable without a disk:
@@ -10,7 +10,7 @@
 //!   growroot can extend it);
 //! - [`render`]: the MBR (BIOS) or protective MBR + GPT (UEFI) built with `mbrman` / `gpt` in an
 //!   in-memory copy of the disk's first MiB and (GPT) of its end, returned as a few whole,
-//!   aligned [`TableWrite`]s. Both crates write small, unaligned pieces (`crates.md`, mbrman made
+//!   aligned [`TableWrite`]s. Both crates write small, unaligned pieces (`docs/crates.md`, mbrman made
 //!   488 writes for one MBR), which a remote LUN or an O_DIRECT device would turn into
 //!   read-modify-write cycles; the caller writes these regions as they are instead;
 //! - [`swap_signature`]: the first page of a Linux swap area, as `mkswap -L swap1` writes it.

@@ -20,7 +20,7 @@ pub(super) fn gpt_backup_bytes(sector_size: SectorSize) -> u64 {
 }
 
 /// Lays out the partitions of `req` as Ironic's `work_on_disk` does
-/// (`ironic-protocols.md` §2.3): the first partition at 1 MiB, each a whole number of MiB,
+/// (`docs/ironic-protocols.md` §2.3): the first partition at 1 MiB, each a whole number of MiB,
 /// contiguous, in the order EFI, ephemeral, swap, configdrive, root; root last. Partitions of
 /// size 0 are left out and the numbers close up (no ephemeral: swap is 1).
 ///

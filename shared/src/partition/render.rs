@@ -75,7 +75,7 @@ pub struct TableWrite {
 /// the first MiB; for GPT the first MiB (protective MBR, primary header and entries) and the
 /// end of the disk from the 4 KiB boundary at or below the backup entry array (backup entries
 /// and header). The tables are built by `mbrman` and `gpt` on an in-memory stand-in of the disk,
-/// never on the device (`crates.md`: both write many small unaligned pieces).
+/// never on the device (`docs/crates.md`: both write many small unaligned pieces).
 ///
 /// MBR: types 0xEF (EFI), 0x82 (swap), 0x83 (the others); the root partition is active (BIOS
 /// boot). GPT: EFI System, Linux swap and Linux filesystem type GUIDs; partition names are the

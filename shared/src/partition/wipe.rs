@@ -3,7 +3,7 @@
 use super::SectorSize;
 
 /// Bytes Ironic zeroes at each end of the disk before partitioning: `dd bs=512 count=36` at the
-/// start and at `blockdev --getsz` - 36 (`destroy_disk_metadata`, `ironic-protocols.md` §2.3).
+/// start and at `blockdev --getsz` - 36 (`destroy_disk_metadata`, `docs/ironic-protocols.md` §2.3).
 /// 36 sectors of 512 bytes cover the MBR, the primary GPT header and its 128-entry array at the
 /// start, and the backup array and header at the end.
 pub const WIPE_BYTES: u64 = 36 * 512;

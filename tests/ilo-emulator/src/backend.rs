@@ -6,7 +6,7 @@
 //! machine. [`InMemoryBackend`] has no machine: the state is the whole truth, which is what fast
 //! tests and the 1000-node scale test need. The QEMU backend ([`crate::qemu::QemuBackend`]) maps
 //! the same calls to a QEMU machine: power to the process, boot device to the boot order, media to
-//! medium changes over QMP, firmware boot mode to SeaBIOS vs OVMF (DESIGN §9).
+//! medium changes over QMP, firmware boot mode to SeaBIOS vs OVMF (docs/architecture.md §9).
 //!
 //! Methods return boxed futures so servers can hold `Arc<dyn Backend>` (async fn in traits is not
 //! dyn-compatible).

@@ -3,7 +3,7 @@
 //! across boots, and how the RIBCL side sees it.
 //!
 //! # Design
-//! The list and its order are iLO 5's, ../../shared/reference/ilo-management.md §3.3 "Boot
+//! The list and its order are iLO 5's, docs/ilo-management.md §3.3 "Boot
 //! override": None, Cd, Hdd, Usb, SDCard, Utilities, Diags, BiosSetup, Pxe, UefiShell, UefiHttp,
 //! UefiTarget. There is no `Floppy`: on iLO 5 the virtual floppy is a USB key.
 //!

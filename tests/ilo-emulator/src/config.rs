@@ -8,7 +8,7 @@ use crate::backend::{Backend, InMemoryBackend};
 use crate::state::{BootMode, License, SupportedBootModes};
 
 /// The default product name: a Gen8, so proliantutils' `IloClient` stays on RIBCL for everything
-/// (a name with "Gen9"/"Gen10" switches it to RIS/Redfish; reference §1.7).
+/// (a name with "Gen9"/"Gen10" switches it to RIS/Redfish; docs/ilo-management.md §1.7).
 pub const DEFAULT_PRODUCT: &str = "ProLiant DL380p Gen8";
 
 /// Settings shared by every server of an emulator.

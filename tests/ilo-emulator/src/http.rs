@@ -1,7 +1,7 @@
 //! HTTPS serving of one emulated iLO: TLS accept, routing (`/ribcl`, `/xmldata`, `/redfish/`,
 //! `/_emulator/`), the transport-level faults, and the reply framing.
 //!
-//! RIBCL replies are framed like a real iLO's (reference §1.2, §5.2): HTTP/1.1 200,
+//! RIBCL replies are framed like a real iLO's (docs/ilo-management.md §1.2, §5.2): HTTP/1.1 200,
 //! `Content-Type: text/xml`, chunked transfer encoding (one chunk per document; python-hpilo
 //! refuses a Content-Length reply), `Connection: close`.
 
@@ -274,7 +274,7 @@ async fn dispatch(
     )
 }
 
-/// `GET /xmldata?item=all`: the unauthenticated RIMP document (reference §1.5, used by
+/// `GET /xmldata?item=all`: the unauthenticated RIMP document (docs/ilo-management.md §1.5, used by
 /// proliantutils' get_host_uuid).
 fn xmldata(server: &Server) -> String {
     use crate::xml::escape;

@@ -10,7 +10,7 @@
 //! let state = emulator.state(0).await;
 //! # let _ = (addr, state); Ok(()) }
 //! ```
-//! Facts behind the behaviour: ../../shared/reference/ilo-management.md; the README in this
+//! Facts behind the behaviour: docs/ilo-management.md; the README in this
 //! crate lists which answers come from captures and which are guesses.
 
 #![warn(missing_docs)]

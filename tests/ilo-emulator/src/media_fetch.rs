@@ -1,7 +1,7 @@
 //! Reading a virtual media image URL the way iLO does: by HTTP range requests.
 //!
 //! iLO does not download an image; it reads the sectors the host asks for with `Range` requests
-//! (DESIGN §4 "iLO and QEMU read virtual media by range"). On INSERT_VIRTUAL_MEDIA the emulator
+//! (docs/architecture.md §4 "iLO and QEMU read virtual media by range"). On INSERT_VIRTUAL_MEDIA the emulator
 //! reads the first sectors once, so a URL that does not answer fails the insert the way a bad URL
 //! fails on iLO (the exact iLO message is not known; see README "Fidelity").
 

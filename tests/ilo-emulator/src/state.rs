@@ -2,7 +2,7 @@
 //! persistent boot, virtual media per device, licence.
 //!
 //! # Design
-//! The rules come from ../../shared/reference/ilo-management.md §1.5 ("VM semantics"):
+//! The rules come from docs/ilo-management.md §1.5 ("VM semantics"):
 //! - a pending boot mode becomes current at the next boot (power-on or reset);
 //! - a one-time boot is consumed by the boot that uses it;
 //! - `BOOT_ONCE` media is used for the next boot, then the device goes back to `NO_BOOT`, no image,
@@ -145,7 +145,7 @@ impl BootDevice {
     /// GET_PERSISTENT_BOOT_DEVICE_*_UEFI_XML and GET_NIC_DATA): long descriptions wrapped over
     /// lines inside the attribute, a NIC entry each for IPv4 and IPv6 with a trailing space, the
     /// virtual key, and a generic USB entry. Clients map them back by substring ("HP iLO Virtual
-    /// USB CD" is CDROM, "NIC"/"PXE" is NETWORK, "Logical Drive" is HDD; reference §1.5).
+    /// USB CD" is CDROM, "NIC"/"PXE" is NETWORK, "Logical Drive" is HDD; docs/ilo-management.md §1.5).
     /// Empty for devices that have no UEFI boot option here.
     pub fn uefi_options(self) -> &'static [(&'static str, &'static str)] {
         match self {
@@ -295,7 +295,7 @@ impl VmDevice {
         }
     }
 
-    /// Default write protection: YES for the CD, NO for the floppy (reference §1.5).
+    /// Default write protection: YES for the CD, NO for the floppy (docs/ilo-management.md §1.5).
     pub fn default_write_protect(self) -> bool {
         matches!(self, VmDevice::Cdrom)
     }
@@ -544,7 +544,7 @@ impl ServerState {
     }
 
     /// Inserts an image (the fetch has already succeeded). The boot option is left as it was and
-    /// the medium is not connected until CONNECT or a boot (reference §1.5).
+    /// the medium is not connected until CONNECT or a boot (docs/ilo-management.md §1.5).
     pub fn insert(&mut self, device: VmDevice, url: String, image_size: Option<u64>) {
         let vm = self.vm_mut(device);
         vm.url = Some(url);
@@ -655,7 +655,7 @@ impl ServerState {
                 .map(|(_, u)| u.clone())
         });
         // BOOT_ONCE media are spent by this boot: NO_BOOT, no image, write protect off
-        // (reference §1.5, HP iLO 2 guide 28418).
+        // (docs/ilo-management.md §1.5, HP iLO 2 guide 28418).
         let mut detach_after_boot = Vec::new();
         for device in [VmDevice::Floppy, VmDevice::Cdrom] {
             let vm = self.vm_mut(device);

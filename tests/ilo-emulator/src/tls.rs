@@ -1,5 +1,5 @@
 //! The emulator's TLS: PEM files, or a self-signed certificate made at start (rcgen) whose SAN is
-//! the listen IP, so a client can verify it with `cacert=<written file>` (reference §5.2).
+//! the listen IP, so a client can verify it with `cacert=<written file>` (docs/ilo-management.md §5.2).
 
 use std::net::IpAddr;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //!
 //! Tag and attribute names are folded to upper case: clients differ in case (proliantutils sends
 //! `value=` on SET_ONE_TIME_BOOT but `VALUE=` on VM_BOOT_OPTION; python-hpilo the other way round;
-//! reference §1.5 "Attribute names must be matched case-insensitively").
+//! docs/ilo-management.md §1.5 "Attribute names must be matched case-insensitively").
 
 use quick_xml::events::{BytesStart, Event};
 use quick_xml::Reader;

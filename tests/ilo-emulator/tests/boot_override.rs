@@ -1,5 +1,5 @@
 //! The Redfish boot override (`Systems/1` `Boot`) as an iLO 5 answers it, checked over HTTPS
-//! against names written out here from ../../shared/reference/ilo-management.md §3.3: the
+//! against names written out here from docs/ilo-management.md §3.3: the
 //! targets iLO 5 lists, each of them taken by PATCH (and what it boots), a target it does not
 //! list refused with iLO's error shape, and a `Continuous` BiosSetup lasting one boot without
 //! entering the persistent boot order.
@@ -12,7 +12,7 @@ use vmdeploy_ilo_emulator::{Emulator, EmulatorConfig};
 const USER: &str = "Administrator";
 const PASSWORD: &str = "password";
 
-/// `BootSourceOverrideTarget@Redfish.AllowableValues` of iLO 5, in its order (reference §3.3
+/// `BootSourceOverrideTarget@Redfish.AllowableValues` of iLO 5, in its order (docs/ilo-management.md §3.3
 /// "Targets").
 const ILO5_TARGETS: [&str; 12] = [
     "None",

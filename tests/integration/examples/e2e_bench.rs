@@ -1,10 +1,10 @@
-//! The measurement behind `bench/e2e.sh` (issue 13, "Benchmark"), an example program rather
+//! The measurement behind `bench/e2e.sh`, an example program rather
 //! than a test so that the test run neither runs nor lists it: whole deploys of the project's
 //! test OS through the end-to-end lab (`ilo-emulator --backend qemu`, `vmdeploy-conductor
 //! serve`, the `baremetal` CLI), under TCG, BIOS (SeaBIOS).
 //!
 //! Per run, in this order:
-//! - the peer DESIGN.md §10 names: a minimal init booted from an ISO under the same QEMU machine
+//! - the peer docs/architecture.md §10 names: a minimal init booted from an ISO under the same QEMU machine
 //!   as the lab's node (q35 with SeaBIOS, one CPU, 512 MiB, no display, the CD a USB CD on xHCI
 //!   as the node's virtual media). The init
 //!   is the test OS's own busybox `/init`: with no `root=UUID=` it loads its modules and prints
@@ -38,9 +38,9 @@ use vmdeploy_integration_tests::rss::{rss_kib, RssSampler};
 use vmdeploy_integration_tests::test_image::{self, TestImage};
 use vmdeploy_integration_tests::{bin, deploy_iso};
 
-/// The deploy ISO's budget (DESIGN.md §10).
+/// The deploy ISO's budget (docs/architecture.md §10).
 const ISO_BUDGET: u64 = 12 * 1024 * 1024;
-/// QEMU start → `pass_deploy_info`, TCG, BIOS: the target (DESIGN.md §10).
+/// QEMU start → `pass_deploy_info`, TCG, BIOS: the target (docs/architecture.md §10).
 const CALLBACK_TARGET_SECS: f64 = 15.0;
 /// A whole deploy under TCG on a busy 2-core machine (the e2e tests' limits, summed).
 const DEPLOY_LIMIT: Duration = Duration::from_secs(600);

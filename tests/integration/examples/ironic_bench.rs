@@ -1,4 +1,4 @@
-//! The upstream-Ironic interop benchmark (issue 15), run by `bench/ironic-interop.sh`.
+//! The upstream-Ironic interop benchmark, run by `bench/ironic-interop.sh`.
 //!
 //! In the Ironic lab (tests/integration/src/e2e/ironic.rs: Ironic 39 standalone, the emulated
 //! iLO 5 with its QEMU node, our kernel and initramfs as Ironic's deploy ramdisk), one

@@ -83,7 +83,7 @@ async fn deploy(
         json!(format!("file://{}", image_path.display())),
     );
     if let Some((kernel, ramdisk)) = partition {
-        // A partition image: root last, grown to the image (DESIGN.md §5); netboot from the
+        // A partition image: root last, grown to the image (docs/architecture.md §5); netboot from the
         // boot ISO built from this kernel and ramdisk.
         let root_gb = (image.len() as u64).div_ceil(1 << 30);
         for (k, v) in [

@@ -2,7 +2,7 @@
 
 python-hpilo speaks raw HTTP over TLS itself (its own request framing, the XML declaration in a
 separate write, lower-case `value=` attributes) and accepts only chunked replies, so it checks
-the emulator's wire framing more strictly than proliantutils (reference §1.1, §5.2).
+the emulator's wire framing more strictly than proliantutils (docs/ilo-management.md §1.1, §5.2).
 
 Run by tests/integration/tests/ilo_emulator_proliantutils.rs:
     python ilo_emulator_hpilo.py --ilo 127.0.0.1:PORT --user U --password P \

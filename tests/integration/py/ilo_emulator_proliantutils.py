@@ -5,7 +5,7 @@ Run by tests/integration/tests/ilo_emulator_proliantutils.rs:
         --image-base http://127.0.0.1:PORT2/ --cacert CERT.pem
 
 Every check is an assert on what proliantutils returns (the answers a real iLO 4 gives, see
-shared/reference/ilo-management.md §1.5) or on the emulator's own state (GET /_emulator/state).
+docs/ilo-management.md §1.5) or on the emulator's own state (GET /_emulator/state).
 Exits non-zero on the first failure.
 """
 

@@ -1,7 +1,7 @@
 """proliantutils' iLO 5 path (IloClient on a "Gen10" product -> RedfishOperations over sushy)
 drives the vmdeploy iLO emulator's Redfish side, as ironic's `ilo5` hardware type would.
 
-The product name must contain "Gen10" (reference §1.7): IloClient sends RIBCL GET_PRODUCT_NAME
+The product name must contain "Gen10" (docs/ilo-management.md §1.7): IloClient sends RIBCL GET_PRODUCT_NAME
 first, then uses Redfish (sessions, X-Auth-Token) for everything in SUPPORTED_REDFISH_METHODS;
 get_vm_status stays on RIBCL, so this also checks that both protocols see one state.
 

@@ -3,7 +3,7 @@
 Covers power (ComputerSystem.Reset), the boot override (Once / Continuous / mode, iLO 5's target
 list: UefiHttp taken, Floppy refused, a Continuous BiosSetup lasting one boot), BIOS boot mode
 (current vs pending settings object), virtual media insert/eject with BootOnNextServerReset, and
-session authentication (sushy's SessionOrBasicAuth; reference §3.1).
+session authentication (sushy's SessionOrBasicAuth; docs/ilo-management.md §3.1).
 
 Run by tests/integration/tests/ilo_emulator_sushy.rs:
     python ilo_emulator_sushy.py --ilo 127.0.0.1:PORT --user U --password P \
@@ -21,7 +21,7 @@ from sushy import exceptions
 from emulator_admin import admin, expect_raises
 
 
-# BootSourceOverrideTarget@Redfish.AllowableValues of iLO 5 (reference/ilo-management.md §3.3).
+# BootSourceOverrideTarget@Redfish.AllowableValues of iLO 5 (docs/ilo-management.md §3.3).
 ILO5_TARGETS = {"None", "Cd", "Hdd", "Usb", "SDCard", "Utilities", "Diags", "BiosSetup", "Pxe",
                 "UefiShell", "UefiHttp", "UefiTarget"}
 

@@ -1,5 +1,5 @@
 //! A protocol-checking stand-in for the conductor's side of the IPA protocol
-//! (../shared/reference/ironic-protocols.md §3.2–3.3), for tests of the agent's `agent_ilo` mode:
+//! (docs/ironic-protocols.md §3.2–3.3), for tests of the agent's `agent_ilo` mode:
 //!
 //! - [`IpaStandin`] serves `GET /`, `GET /v1/lookup` and `POST /v1/heartbeat/{node}` on 127.0.0.1
 //!   and checks every field and the `X-OpenStack-Ironic-API-Version` header as Ironic would
@@ -19,7 +19,7 @@
 //!
 //! Every check is made twice: through `shared`'s types (what the agent itself uses), and on the
 //! raw JSON and header text against the field names, versions and values written out here from
-//! ironic-protocols.md §3.2–3.3, so that a wrong type or constant in `shared` cannot pass both
+//! docs/ironic-protocols.md §3.2–3.3, so that a wrong type or constant in `shared` cannot pass both
 //! the agent and the check.
 
 use std::collections::BTreeSet;

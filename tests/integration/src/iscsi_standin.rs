@@ -1,5 +1,5 @@
 //! A protocol-checking stand-in for the conductor's side of the iSCSI deploy
-//! (../shared/reference/ironic-protocols.md §2.2 step 5, §2.3, §2.4; DESIGN.md §4).
+//! (docs/ironic-protocols.md §2.2 step 5, §2.3, §2.4; docs/architecture.md §4).
 //!
 //! It serves `POST /v1/nodes/{node}/vendor_passthru/pass_deploy_info` on 127.0.0.1, checks the
 //! JSON body as the conductor does (400 for a missing or malformed field, 403 for a wrong key),
@@ -356,7 +356,7 @@ fn handle<S: Read + Write + Prepare>(
     })
 }
 
-/// The pass_deploy_info body against ironic-protocols.md §2.2 step 5, written out here: exactly
+/// The pass_deploy_info body against docs/ironic-protocols.md §2.2 step 5, written out here: exactly
 /// the fields `address`, `key`, `iqn` and (optional, ours omits it on success) `error`, each a
 /// JSON string; `key` never empty, `iqn` empty only beside an error. `null` for `error` is what
 /// the conductor takes for "no error" too.
@@ -435,7 +435,7 @@ pub fn send_done(addr: SocketAddr) -> std::io::Result<()> {
 }
 
 /// The conductor's part after an accepted pass_deploy_info: write `image` through the agent's
-/// target, then send `done` to `done` (ironic-protocols.md §2.3 step 5, §2.4).
+/// target, then send `done` to `done` (docs/ironic-protocols.md §2.3 step 5, §2.4).
 pub fn write_and_notify(
     portal: &str,
     iqn: &str,

@@ -1,5 +1,5 @@
 //! Booting the deploy ramdisk in QEMU (TCG) for end-to-end tests of the agent as a real `/init`
-//! (../shared/reference/qemu-and-boot.md §5, §8; DESIGN.md §9, §11).
+//! (docs/qemu-and-boot.md §5, §8; docs/architecture.md §9, §11).
 //!
 //! - [`kernel`]: the Debian kernel .deb that scripts/setup downloads into `.cache/kernel`, unpacked
 //!   once (`dpkg-deb -x`, then `depmod -b`, since the .deb ships no `modules.dep`) into

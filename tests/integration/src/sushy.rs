@@ -1,6 +1,6 @@
 //! sushy-tools' Redfish emulator (`sushy-emulator`, fake driver) on loopback, over HTTPS with a
 //! fresh self-signed certificate and HTTP Basic auth, plus a static HTTP server for the images
-//! its InsertMedia downloads (reference/ilo-management.md §4).
+//! its InsertMedia downloads (docs/ilo-management.md §4).
 //!
 //! Both processes are killed when the guard drops, also when a test fails.
 
@@ -78,7 +78,7 @@ impl SushyEmulator {
         std::fs::write(&cert_path, key.cert.pem()).context("writing cert.pem")?;
         std::fs::write(&key_path, key.signing_key.serialize_pem()).context("writing key.pem")?;
 
-        // htpasswd with a bcrypt hash: the only scheme sushy-tools accepts (reference §4).
+        // htpasswd with a bcrypt hash: the only scheme sushy-tools accepts (docs/ilo-management.md §4).
         let username = "admin".to_string();
         let password = "sushy-pass".to_string();
         let hash = Command::new(venv_bin("python"))

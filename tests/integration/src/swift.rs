@@ -1,5 +1,5 @@
 //! A real OpenStack Swift (from PyPI, in the venv) on loopback: one replica, tempauth + tempurl,
-//! memcached for tempauth. Facts: `../shared/reference/iscsi-and-swift-peers.md` §5.
+//! memcached for tempauth. Facts: `docs/iscsi-and-swift-peers.md` §5.
 //!
 //! [`SwiftPeer::start`] lays out rings and configuration in a temporary directory, starts
 //! memcached and the four servers on free ports, and waits for the proxy's healthcheck; dropping

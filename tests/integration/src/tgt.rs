@@ -2,7 +2,7 @@
 //! 127.0.0.1:<free port> with its own control socket, one target with a file-backed LUN 1,
 //! optional CHAP account, optional tuning and O_DIRECT backing store.
 //!
-//! Facts from reference/iscsi-and-swift-peers.md §1: tgtd creates LUN 0 as a controller, so the
+//! Facts from docs/iscsi-and-swift-peers.md §1: tgtd creates LUN 0 as a controller, so the
 //! disk is LUN 1; every `tgtadm` call needs `-C N` for instance N; tgtd ignores SIGTERM and
 //! SIGINT, so shutdown is `tgtadm ... target --op delete --force` and then SIGKILL.
 
@@ -14,7 +14,7 @@ use anyhow::{bail, Context as _};
 
 const TGTD: &str = "/usr/sbin/tgtd";
 const TGTADM: &str = "/usr/sbin/tgtadm";
-/// tgtd answers `tgtadm --mode sys --op show` about 15 ms after start (reference §1).
+/// tgtd answers `tgtadm --mode sys --op show` about 15 ms after start (docs/iscsi-and-swift-peers.md §1).
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How to set up the target.
@@ -322,7 +322,7 @@ impl Drop for Tgtd {
         ) {
             eprintln!("tgtd cleanup: {e:#}");
         }
-        // tgtd ignores SIGTERM (reference §1): after the delete, SIGKILL is the only stop.
+        // tgtd ignores SIGTERM (docs/iscsi-and-swift-peers.md §1): after the delete, SIGKILL is the only stop.
         self.kill();
         let _ = std::fs::remove_file(format!("/var/run/tgtd/socket.{}", self.control));
         let _ = std::fs::remove_file(format!("/var/run/tgtd/socket.{}.lock", self.control));

@@ -55,7 +55,7 @@ fn mount_types(report: &serde_json::Value, root: &Path) -> Vec<(String, String)>
 }
 
 /// What the setup mounts under its root, in the agent's order: the early mounts, then configfs
-/// when the kernel has it (init/mounts.rs; ironic-protocols.md has no say here, the ramdisk's
+/// when the kernel has it (init/mounts.rs; docs/ironic-protocols.md has no say here, the ramdisk's
 /// needs do: proc, sysfs and devtmpfs for the disks, tmpfs for /run and /tmp).
 fn expected_mounts() -> Vec<(String, String)> {
     let mut want: Vec<(String, String)> = [

@@ -1,7 +1,7 @@
 //! The agent as a real `/init` on a real kernel: Debian's kernel and a ramdisk built by
 //! `vmdeploy-image-build initramfs` boot in QEMU (TCG), and the serial console, the conductor
 //! stand-in and the disk image show that the PID-1 duties, module loading, DHCP, the floppy search
-//! and the iSCSI deploy work there (../shared/reference/qemu-and-boot.md §4–5, §8).
+//! and the iSCSI deploy work there (docs/qemu-and-boot.md §4–5, §8).
 //!
 //! - Deploy: the parameter floppy is a virtio-blk disk found by its label; slirp's DHCP server is
 //!   the DHCP peer (10.0.2.15, router 10.0.2.2); slirp maps 10.0.2.2 to the host's loopback where
@@ -33,7 +33,7 @@ const KEY: &str = "QEMUSMOKE0123456789ABCDEFGHIJKLM";
 const MAC: &str = "52:54:00:12:34:56";
 const DISK_LEN: u64 = 64 << 20;
 const IMAGE_LEN: usize = 8 << 20;
-/// TCG on two busy cores: generous (DESIGN.md §11 says 120–180 s).
+/// TCG on two busy cores: generous (docs/architecture.md §11 says 120–180 s).
 const BOOT_LIMIT: Duration = Duration::from_secs(180);
 
 /// Modules the ramdisk carries: NIC, disks, the floppy driver (tried on the `pc` machine's FDC)
@@ -328,7 +328,7 @@ fn agent_boots_in_qemu_finds_floppy_gets_dhcp_and_deploys_over_iscsi() {
     deploy.check_disk(&image);
     eprintln!(
         "timings from QEMU start: /init at {init_at:.1?}, DHCP lease at {:.1?}, \
-         pass_deploy_info at {to_report:.1?} (DESIGN target 15 s), {} MiB written through \
+         pass_deploy_info at {to_report:.1?} (docs/architecture.md target 15 s), {} MiB written through \
          slirp in {write_took:.1?}, flushed at {:.1?}",
         lease.at,
         IMAGE_LEN >> 20,
@@ -385,7 +385,7 @@ fn agent_without_floppy_says_so_and_powers_the_vm_off() {
 
 /// A real floppy drive (`-drive if=floppy` on the `pc` machine's FDC, the `floppy` module): the
 /// agent must find `/dev/fd0` by its label (fd0 reads size 0 in sysfs until it is first opened,
-/// qemu-and-boot.md §9 item 5). Then the whole deploy, and, as `/init run --fail-timeout-secs 3`,
+/// docs/qemu-and-boot.md §9 item 5). Then the whole deploy, and, as `/init run --fail-timeout-secs 3`,
 /// the agent's own reboot 3 s after the flush (`-no-reboot` turns it into QEMU's exit).
 #[test]
 fn agent_reads_a_real_floppy_drive_deploys_and_reboots_by_itself() {

@@ -1,6 +1,6 @@
 //! A boot ISO from `vmdeploy-image-build boot-iso` boots under QEMU (TCG) with SeaBIOS (i440fx,
 //! isolinux) and with OVMF (q35, GRUB EFI) and runs the initramfs from the ISO with the command
-//! line given (../shared/reference/qemu-and-boot.md §6).
+//! line given (docs/qemu-and-boot.md §6).
 //!
 //! The initramfs is the static agent as `/init` (`vmdeploy-image-build initramfs`, no modules).
 //! The command line carries `boot_method=vmedia` and, after `--`, arguments for init
@@ -18,7 +18,7 @@ use std::time::Duration;
 use vmdeploy_integration_tests::bin;
 use vmdeploy_integration_tests::qemu::{self, Qemu};
 
-/// TCG on two busy cores: generous (DESIGN.md §11 says 120–180 s).
+/// TCG on two busy cores: generous (docs/architecture.md §11 says 120–180 s).
 const BOOT_LIMIT: Duration = Duration::from_secs(180);
 
 struct Booted {
@@ -124,7 +124,7 @@ fn seabios_boots_the_iso_through_isolinux() {
 
 /// The smallest machine the agent must work in (the emulator's 256 MiB): the BIOS path has no
 /// boot loader heap to run out of. (UEFI at 256 MiB does not boot: GRUB 2.06's `linux` runs
-/// out of memory, as qemu-and-boot.md §6 found with Debian's GRUB.)
+/// out of memory, as docs/qemu-and-boot.md §6 found with Debian's GRUB.)
 #[test]
 fn seabios_boots_the_iso_in_256_mib() {
     let marker = "ISOBIOS256";

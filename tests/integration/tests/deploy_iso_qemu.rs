@@ -1,5 +1,5 @@
 //! The deploy ISO built by `vmdeploy-image-build deploy-iso` (tests/integration/src/deploy_iso.rs)
-//! as an iLO uses it (../shared/reference/qemu-and-boot.md §6, §8; issue 11 acceptance):
+//! as an iLO uses it (docs/qemu-and-boot.md §6, §8):
 //!
 //! - Contents, without QEMU: at most 12 MiB; BIOS and UEFI El Torito entries; xorriso extracts
 //!   the kernel of the .deb and the `--initramfs-out` copy byte for byte, and the `--kernel-out`
@@ -30,7 +30,7 @@ const KEY: &str = "DEPLOYISO0123456789ABCDEFGHIJKLM";
 const MAC: &str = "52:54:00:12:34:57";
 /// The budget the issue sets (image-build's MAX_ISO_BYTES).
 const MAX_ISO_BYTES: u64 = 12 << 20;
-/// TCG on two busy cores: generous (reference §9 item 7).
+/// TCG on two busy cores: generous (docs/qemu-and-boot.md §9 item 7).
 const BOOT_LIMIT: Duration = Duration::from_secs(180);
 /// The slirp address the guest reaches the stand-in at (a `guestfwd`, nothing else is reachable).
 const API_ADDR: &str = "10.0.2.100:8080";
@@ -452,7 +452,7 @@ fn boot_to_pass_deploy_info(iso: &Path, firmware: Firmware, memory_mib: u32) -> 
 }
 
 /// Both firmwares, one after the other: SeaBIOS in 256 MiB, OVMF in 512 MiB (Debian 12's GRUB
-/// EFI runs out of memory below 384 MiB, reference §6).
+/// EFI runs out of memory below 384 MiB, docs/qemu-and-boot.md §6).
 #[test]
 fn deploy_iso_boots_bios_in_256_mib_and_uefi_to_pass_deploy_info() {
     let iso: DeployIso = deploy_iso::deploy_iso_build();

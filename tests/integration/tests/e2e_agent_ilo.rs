@@ -1,5 +1,5 @@
 //! End to end, `agent_ilo`: the `baremetal` CLI deploys the project's test OS onto a QEMU node
-//! behind the emulated iLO, through `vmdeploy-conductor serve` (issue 13, tests 1, 2 and 5).
+//! behind the emulated iLO, through `vmdeploy-conductor serve`.
 //!
 //! The node boots our deploy ISO from virtual media, the agent streams the whole-disk image
 //! from the media server (through the node's only way out, a guest forward) onto its virtio

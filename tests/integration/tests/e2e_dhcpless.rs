@@ -1,4 +1,4 @@
-//! DHCP-less deploy, end to end (issue 13, end-to-end test 6): an `agent_ilo` deploy whose node
+//! DHCP-less deploy, end to end: an `agent_ilo` deploy whose node
 //! carries Ironic's `network_data` with a static address in QEMU's user network. The floppy
 //! hands the address to the agent, which must configure it without asking DHCP.
 //!

@@ -1,4 +1,4 @@
-//! Bad media and faults, end to end (issue 13): the lab of `vmdeploy_integration_tests::e2e`
+//! Bad media and faults, end to end: the lab of `vmdeploy_integration_tests::e2e`
 //! (the `baremetal` CLI, `vmdeploy-conductor serve`, the QEMU-backed iLO emulator), one fault at
 //! a time. Each fault must end in `deploy failed` with a `last_error` an operator can act on,
 //! the node powered off with no QEMU left, both virtual media ejected and no floppy left in the

@@ -1,5 +1,5 @@
 //! End to end with upstream OpenStack Ironic 39 as the conductor and our agent as its deploy
-//! ramdisk (issue 15): Ironic, standalone from the setup's venv, drives the emulated iLO 5 over
+//! ramdisk: Ironic, standalone from the setup's venv, drives the emulated iLO 5 over
 //! Redfish (`redfish` hardware type, `redfish-virtual-media` boot, `direct` deploy) with its
 //! defaults, `[agent] require_tls = true` among them. It builds its own virtual-media ISO
 //! around our Debian kernel and initramfs, with every parameter on the kernel command line and

@@ -1,6 +1,6 @@
 //! End to end, `iscsi_ilo`: the `baremetal` CLI deploys the project's test OS as a partition
 //! image onto a QEMU node behind the emulated iLO, through `vmdeploy-conductor serve`, and the
-//! node netboots it from the boot ISO the conductor builds (issue 13, tests 3 and 4).
+//! node netboots it from the boot ISO the conductor builds.
 //!
 //! The node boots our deploy ISO from virtual media; the agent serves its virtio disk over iSCSI
 //! and calls `pass_deploy_info`; the conductor (through the emulator's host forwards to the

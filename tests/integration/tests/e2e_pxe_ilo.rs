@@ -1,4 +1,4 @@
-//! End to end, `pxe_ilo` (issue 14): the `baremetal` CLI deploys the project's test OS as a
+//! End to end, `pxe_ilo`: the `baremetal` CLI deploys the project's test OS as a
 //! partition image onto a QEMU node whose emulated iLO has only a Standard licence (no virtual
 //! media), through `vmdeploy-conductor serve` with its network boot service on.
 //!

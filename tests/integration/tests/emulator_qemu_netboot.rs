@@ -13,7 +13,7 @@
 //!   EFI driver, platform `efi`; the override reads `Disabled` afterwards. `Continuous` `Pxe`
 //!   network boots again.
 //!
-//! A real iLO answers these calls without an Advanced licence (reference ilo-management.md §1.5,
+//! A real iLO answers these calls without an Advanced licence (docs/ilo-management.md §1.5,
 //! §3.3); only virtual media need one.
 
 #[path = "ilo_emulator_support.rs"]
@@ -29,7 +29,7 @@ use support::{EmulatorProcess, PASSWORD, USER};
 use vmdeploy_integration_tests::qemu::alive;
 
 /// From power-on to iPXE's second request under TCG on busy cores (SeaBIOS takes a few seconds,
-/// OVMF up to ~20; reference qemu-and-boot.md §9 item 7).
+/// OVMF up to ~20; docs/qemu-and-boot.md §9 item 7).
 const NETBOOT_LIMIT: Duration = Duration::from_secs(120);
 /// Where the guest reaches this test's HTTP server (a `--guest-forward`).
 const GUEST_HTTP: &str = "10.0.2.101";

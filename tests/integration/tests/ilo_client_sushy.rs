@@ -2,7 +2,7 @@
 //! boot override, boot mode and virtual media, over HTTPS with CA verification and HTTP Basic
 //! (sushy-tools has no SessionService, so this also exercises the Basic fallback).
 //!
-//! sushy-tools quirks the assertions allow for (reference/ilo-management.md §4): power changes
+//! sushy-tools quirks the assertions allow for (docs/ilo-management.md §4): power changes
 //! land 1-11 s later; `BootSourceOverrideEnabled` always reads back `Continuous`; the BIOS
 //! resource answers 501, so boot mode goes through `Boot.BootSourceOverrideMode`.
 

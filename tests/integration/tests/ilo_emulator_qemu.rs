@@ -1,5 +1,5 @@
 //! The iLO emulator with its QEMU backend (`ilo-emulator --backend qemu`): each emulated server is
-//! a real QEMU (TCG) machine (DESIGN §9, ../shared/reference/qemu-and-boot.md §6–§8).
+//! a real QEMU (TCG) machine (docs/architecture.md §9, docs/qemu-and-boot.md §6–§8).
 //!
 //! - Bad media, without booting Linux: an ISO URL that 404s and an unreachable floppy URL are
 //!   refused at insert as an iLO refuses them, with QEMU never started; an ISO that serves garbage
@@ -34,7 +34,7 @@ use vmdeploy_integration_tests::iscsi_standin::{self, IscsiStandin, StandinConfi
 use vmdeploy_integration_tests::qemu::alive;
 use vmdeploy_integration_tests::{deploy_iso, venv_bin};
 
-/// TCG on two busy cores (reference §9 item 7).
+/// TCG on two busy cores (docs/qemu-and-boot.md §9 item 7).
 const BOOT_LIMIT: Duration = Duration::from_secs(180);
 const NODE: &str = "0b6f3c4e-7d1a-4f59-9c2e-3a5b7d9e1f20";
 const KEY: &str = "EMULQEMU0123456789ABCDEFGHIJKLMN";
@@ -696,7 +696,7 @@ print('powered on')
     }
 }
 
-/// The deploy in UEFI (OVMF, 512 MiB: GRUB's EFI heap needs more than 256 MiB, reference §6),
+/// The deploy in UEFI (OVMF, 512 MiB: GRUB's EFI heap needs more than 256 MiB, docs/qemu-and-boot.md §6),
 /// then power off through RIBCL.
 #[test]
 fn proliantutils_boots_the_deploy_iso_in_uefi_on_the_qemu_backend() {

@@ -1,6 +1,6 @@
 //! The conductor's iSCSI initiator against real targets: Debian's tgtd and our own agent target.
 //!
-//! The 1 GiB tests drive the operator CLI exactly as DESIGN.md names it
+//! The 1 GiB tests drive the operator CLI exactly as docs/architecture.md names it
 //! (`vmdeploy-conductor iscsi write|read|capacity --portal --iqn --lun --chap`), and compare the
 //! data byte for byte: the image, the LUN's backing file, and what the initiator reads back.
 
@@ -270,7 +270,7 @@ fn tgtd_login_errors_are_clear_and_quick() {
 
 #[test]
 fn tgtd_ironic_style_name_and_discovery() {
-    // Ironic's conductor names targets `iqn-<node uuid>` (DESIGN.md §4).
+    // Ironic's conductor names targets `iqn-<node uuid>` (docs/architecture.md §4).
     let iqn = "iqn-1be26c0b-03f2-4d2e-ae87-c02d7f33c123";
     let tgtd = Tgtd::start(TgtOptions::new(iqn, 32 << 20)).expect("starting tgtd");
     let portal = tgtd.portal();

@@ -18,7 +18,7 @@ use vmdeploy_shared::iscsi::{
     Bhs, Digests, LoginRequest, LoginStage, Lun, Pdu, ScsiCommand, TextKeys, BHS_LEN,
 };
 
-/// Ironic's literal target name form (reference ironic-protocols.md §2.6).
+/// Ironic's literal target name form (docs/ironic-protocols.md §2.6).
 const IQN: &str = "iqn-0b2d7f9e-5c3a-4e1f-9a6b-2c8d4e6f8a10";
 
 /// Tests of `iscsi-test-cu --test=ALL` that our target is allowed to fail, each with the reason.
@@ -191,7 +191,7 @@ enum Verdict {
     Failed,
 }
 
-/// Classifies every test of `iscsi-test-cu -v` output (reference iscsi-and-swift-peers.md §2):
+/// Classifies every test of `iscsi-test-cu -v` output (docs/iscsi-and-swift-peers.md §2):
 /// `  Test: NAME ...` opens a test, a line starting with `passed` or `FAILED` is its verdict, and
 /// a `[SKIPPED]` before the verdict makes it a skip. Text after the verdict belongs to the
 /// suite's teardown. Names are `Suite.Test`.
@@ -253,7 +253,7 @@ fn run_suite(who: &str, url: &str) -> BTreeMap<String, Verdict> {
         .args(["-d", "--test=ALL"])
         .arg(url));
     let all = text(&out);
-    // Exit code 1 means "some test failed" (reference §2); 255 means no login at all.
+    // Exit code 1 means "some test failed" (docs/iscsi-and-swift-peers.md §2); 255 means no login at all.
     assert_ne!(
         out.status.code(),
         Some(255),
@@ -278,7 +278,7 @@ fn count(verdicts: &BTreeMap<String, Verdict>, v: Verdict) -> usize {
 #[test]
 fn conformance_suite_passes_every_test_tgtd_passes() {
     // Ours on its default O_DIRECT backend over a direct-I/O loop device; tgtd on its own
-    // defaults (a buffered file LUN, its best showing: reference §2).
+    // defaults (a buffered file LUN, its best showing: docs/iscsi-and-swift-peers.md §2).
     let target = Target::start_on(1 << 30, None, Backing::DirectLoop);
     let ours = run_suite("our target", &target.url(None));
     drop(target);

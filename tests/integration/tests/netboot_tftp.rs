@@ -1,4 +1,4 @@
-//! The conductor's TFTP server (`netboot::tftp`, issue 14) against real clients: tftp-hpa's
+//! The conductor's TFTP server (`netboot::tftp`) against real clients: tftp-hpa's
 //! `tftp` (no options: plain RFC 1350, octet and netascii) and curl's `tftp://` (tsize, blksize
 //! and timeout by default, `--tftp-blksize`, `--tftp-no-options`). The server runs in-process on
 //! 127.0.0.1 with an ephemeral port.

@@ -60,7 +60,7 @@ async fn start(root: &Path) -> Running {
 
 fn client() -> reqwest::Client {
     reqwest::Client::builder()
-        // The store's certificate is generated; iLOs do not check it either (DESIGN.md §6a).
+        // The store's certificate is generated; iLOs do not check it either (docs/architecture.md §6a).
         .danger_accept_invalid_certs(true)
         .no_proxy()
         .build()

@@ -26,7 +26,7 @@ use vmdeploy_integration_tests::lock::ResourceLock;
 use vmdeploy_integration_tests::qemu::{self, Qemu};
 use vmdeploy_integration_tests::test_image::{self, TestImage};
 
-/// TCG on two busy cores: generous (DESIGN.md §11 says 120–180 s).
+/// TCG on two busy cores: generous (docs/architecture.md §11 says 120–180 s).
 const BOOT_LIMIT: Duration = Duration::from_secs(180);
 const FAILED_PREFIX: &str = "VMDEPLOY-TEST-OS failed: ";
 

@@ -4,7 +4,7 @@
 //! # Design
 //! The download runs with a current-thread tokio runtime (reqwest is async); chunks go through a
 //! channel of [`CHANNEL_CHUNKS`] entries to [`ChannelReader`], a plain `Read`, so the chain stays
-//! std::io (STYLE.md §2) and a slow disk holds the network back instead of growing memory.
+//! std::io (docs/style.md §2) and a slow disk holds the network back instead of growing memory.
 //! Resume decisions are [`super::resume`]'s, the same as the plain client's. A TLS failure (a
 //! certificate the pinned CA does not vouch for) is not retried: it will not get better.
 //!
@@ -26,7 +26,7 @@ use crate::stream::progress::Progress;
 
 /// Chunks queued between the network and the chain. hyper hands out chunks of up to ~400 KiB
 /// (its largest read buffer), so 16 entries bound this queue to about 6 MiB while still letting
-/// the network run ahead of a disk write (DESIGN.md §10 memory aim).
+/// the network run ahead of a disk write (docs/architecture.md §10 memory aim).
 pub const CHANNEL_CHUNKS: usize = 16;
 
 /// A `Read` over chunks sent by the download thread; an `Err` chunk ends the stream with it.

@@ -1,4 +1,4 @@
-//! `done`: the conductor tells the iSCSI ramdisk the image is written (ironic-protocols.md
+//! `done`: the conductor tells the iSCSI ramdisk the image is written (docs/ironic-protocols.md
 //! §2.4): one TCP connection to its port 10000 carrying the four bytes `done`, after which the
 //! ramdisk stops its target and powers off (or waits for the reboot).
 //!
@@ -47,7 +47,7 @@ impl Default for DonePolicy {
 }
 
 /// Tells the ramdisk at `address:port` to go on: a TCP connection carrying `done`
-/// (ironic-protocols.md §2.4), tried as `policy` says.
+/// (docs/ironic-protocols.md §2.4), tried as `policy` says.
 pub async fn notify_done(address: IpAddr, port: u16, policy: &DonePolicy) -> anyhow::Result<()> {
     let target = SocketAddr::new(address, port);
     let retry = policy.retry();

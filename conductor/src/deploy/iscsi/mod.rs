@@ -1,4 +1,4 @@
-//! The `iscsi_ilo` deploy (DESIGN.md §1; ../shared/reference/ironic-protocols.md §2): the
+//! The `iscsi_ilo` deploy (docs/architecture.md §1; docs/ironic-protocols.md §2): the
 //! ramdisk exposes the node's disk over iSCSI and the conductor writes the image itself.
 //!
 //! # Flow

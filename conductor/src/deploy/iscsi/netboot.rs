@@ -1,5 +1,5 @@
 //! Netboot of a deployed partition image: the instance boots on every boot from a boot ISO on
-//! the virtual CD (DESIGN.md §1, §6; [`super::super::boot_iso`]): the ISO is chosen (given, or
+//! the virtual CD (docs/architecture.md §1, §6; [`super::super::boot_iso`]): the ISO is chosen (given, or
 //! built and shared by [`super::super::boot_iso::BootIsos`] under its usage count), attached,
 //! and the CD made the persistent boot device. Temp URLs expire, so every later power-on or
 //! reboot through the API attaches it again first.

@@ -3,7 +3,7 @@
 //! transport failures to [`DriverError`].
 //!
 //! # Design
-//! `client_timeout` (DESIGN.md §3) bounds a whole operation, retries included: an iLO that never
+//! `client_timeout` (docs/architecture.md §3) bounds a whole operation, retries included: an iLO that never
 //! answers fails within it, and a retry is only started when its back-off still fits. Only
 //! transient failures are retried (connection errors, HTTP 5xx, a busy iLO;
 //! [`DriverError::is_transient`]); a timed-out attempt is not, although a caller may count a
@@ -89,7 +89,7 @@ pub fn map_reqwest_error(url: &str, timeout: Duration, err: &reqwest::Error) -> 
 }
 
 /// Largest reply body read from a BMC. RIBCL embedded health, the biggest reply, is tens of KiB
-/// on real iLOs (reference §1.2 captures); a BMC sending more is broken or hostile.
+/// on real iLOs (docs/ilo-management.md §1.2 captures); a BMC sending more is broken or hostile.
 pub const MAX_REPLY_BYTES: usize = 8 * 1024 * 1024;
 
 /// Reads a reply body, at most [`MAX_REPLY_BYTES`].

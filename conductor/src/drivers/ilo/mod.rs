@@ -2,11 +2,11 @@
 //! choice between them for one node.
 //!
 //! # Design
-//! [`IloClient`] is an enum of the two clients (STYLE.md §2: an enum when there are few
+//! [`IloClient`] is an enum of the two clients (docs/style.md §2: an enum when there are few
 //! strategies) and implements [`Power`], [`Management`], [`VirtualMedia`] and [`Inventory`] by
 //! delegation. It is built from an [`IloConfig`]: the node's `driver_info` is read and checked
 //! above it, once (`crate::node::driver_info`). The protocol comes from `ilo_protocol`
-//! (`ribcl`, `redfish` or `auto`). `auto` does what proliantutils' IloClient does (reference/ilo-management.md §1.7): ask GET_PRODUCT_NAME over RIBCL; a model
+//! (`ribcl`, `redfish` or `auto`). `auto` does what proliantutils' IloClient does (docs/ilo-management.md §1.7): ask GET_PRODUCT_NAME over RIBCL; a model
 //! of Gen10 or later, or an iLO whose RIBCL is off, is driven over Redfish, anything else over
 //! RIBCL.
 
@@ -66,9 +66,9 @@ impl fmt::Display for Protocol {
     }
 }
 
-/// `client_port` default (DESIGN.md §3).
+/// `client_port` default (docs/architecture.md §3).
 pub const DEFAULT_PORT: u16 = 443;
-/// `client_timeout` default, seconds (DESIGN.md §3).
+/// `client_timeout` default, seconds (docs/architecture.md §3).
 pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
 
 /// How to reach and log in to one BMC. `Debug` masks the password.
@@ -96,7 +96,7 @@ pub struct IloConfig {
 }
 
 impl IloConfig {
-    /// A config with the defaults of DESIGN.md §3.
+    /// A config with the defaults of docs/architecture.md §3.
     pub fn new(address: impl Into<String>, username: impl Into<String>, password: Secret) -> Self {
         Self {
             address: address.into(),
@@ -145,7 +145,7 @@ impl IloConfig {
 }
 
 /// Product names that mean iLO 5 or later, where proliantutils switches to Redfish
-/// (reference §1.7; Gen11 carries iLO 6, Gen12 iLO 7).
+/// (docs/ilo-management.md §1.7; Gen11 carries iLO 6, Gen12 iLO 7).
 fn is_redfish_generation(product_name: &str) -> bool {
     ["Gen10", "Gen11", "Gen12"]
         .iter()

@@ -10,7 +10,7 @@
 //!
 //! Reads never wait for the sweeper: a GET or head of an object past its deadline answers
 //! "not found" even if the sweeper has not run yet (as Swift answers 404 before its expirer
-//! runs, reference/iscsi-and-swift-peers.md §5).
+//! runs, docs/iscsi-and-swift-peers.md §5).
 //!
 //! # Limitations
 //! Deadlines are wall-clock times (they must survive a restart). A sleep is capped at

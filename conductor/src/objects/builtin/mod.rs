@@ -1,5 +1,5 @@
 //! The built-in object store: files in the state directory, served by the conductor over
-//! HTTPS on a port of its own (DESIGN.md §6, §6a).
+//! HTTPS on a port of its own (docs/architecture.md §6, §6a).
 //!
 //! # Design
 //! [`BuiltinStore::start`] opens the directory ([`files`]), rebuilds the expiry schedule from
@@ -9,7 +9,7 @@
 //! `vmdeploy_shared::tempurl` and checked by the same module; the URL starts with
 //! `public_url`, the address BMCs and agents reach (by default the bound address).
 //!
-//! Always HTTPS (DESIGN.md §6a): the floppy carries the agent token. iLOs do not check the
+//! Always HTTPS (docs/architecture.md §6a): the floppy carries the agent token. iLOs do not check the
 //! certificate, so a generated one serves.
 //!
 //! # Limitations

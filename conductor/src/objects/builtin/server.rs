@@ -3,7 +3,7 @@
 //!
 //! # Design
 //! The path has Swift's shape and the temp URL is checked by `vmdeploy_shared::tempurl`, so a
-//! BMC or agent cannot tell this store from Swift (reference/ironic-protocols.md §4.1). The
+//! BMC or agent cannot tell this store from Swift (docs/ironic-protocols.md §4.1). The
 //! answers are Swift's too: 401 for a missing, wrong or expired signature (checked before the
 //! object is looked up, so a 404 tells nothing to someone without a key), 404 for a missing
 //! or expired object, 206/416 for ranges ([`super::range`]). Bodies are streamed from the file
@@ -43,7 +43,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time allowed for a request head (an idle keep-alive connection is closed after it).
 const HEADER_TIMEOUT: Duration = Duration::from_secs(60);
 /// Digests accepted in temp URLs: Swift's default set (SHA-1 is deprecated there but still
-/// accepted; Kilo-era clients sign with it, reference/ironic-protocols.md §4.1).
+/// accepted; Kilo-era clients sign with it, docs/ironic-protocols.md §4.1).
 const ALLOWED_DIGESTS: [TempUrlDigest; 3] = [
     TempUrlDigest::Sha1,
     TempUrlDigest::Sha256,

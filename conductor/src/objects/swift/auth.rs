@@ -7,7 +7,7 @@
 //! request and reply are in [`wire`], apart from the HTTP calls.
 //!
 //! - tempauth: `GET <url>` with `X-Auth-User`/`X-Auth-Key`; the answer's `X-Auth-Token` and
-//!   `X-Storage-Url` (reference/iscsi-and-swift-peers.md §5).
+//!   `X-Storage-Url` (docs/iscsi-and-swift-peers.md §5).
 //! - Keystone v3: `POST <auth_url>/auth/tokens` with the password method and a project scope;
 //!   the token is the `X-Subject-Token` header, the storage URL the `object-store` endpoint of
 //!   the catalog in the body, chosen by interface (`public` by default) and, when configured,

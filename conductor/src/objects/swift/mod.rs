@@ -1,4 +1,4 @@
-//! The Swift object store: OpenStack Swift behind tempauth v1 or Keystone v3 (DESIGN.md §6).
+//! The Swift object store: OpenStack Swift behind tempauth v1 or Keystone v3 (docs/architecture.md §6).
 //!
 //! # Design
 //! [`SwiftStore`] maps the trait onto Swift's object API ([`client`] sends, [`auth`] gets the
@@ -10,7 +10,7 @@
 //! deletion time read by a `HEAD` just before is sent back with it. Temp URLs are signed with
 //! `vmdeploy_shared::tempurl` (HMAC-SHA256) over the storage URL's path, with the account's
 //! `X-Account-Meta-Temp-URL-Key`: read once, and when the account has none, set to the
-//! configured key or a generated 256-bit one (reference/ironic-protocols.md §4.1; Ironic reads
+//! configured key or a generated 256-bit one (docs/ironic-protocols.md §4.1; Ironic reads
 //! the account key the same way).
 //!
 //! # Limitations

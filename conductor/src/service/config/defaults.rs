@@ -11,7 +11,7 @@ pub const DEFAULT_LISTEN: SocketAddr =
     SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), DEFAULT_PORT);
 /// The built-in store's address when nothing says otherwise: loopback, a free port.
 pub const DEFAULT_BUILTIN_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
-/// Largest request body (issue 10: bodies over 1 MiB are refused).
+/// Largest request body (bodies over 1 MiB are refused).
 pub const DEFAULT_MAX_BODY: u64 = 1024 * 1024;
 /// Grace period of the SIGTERM drain.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);

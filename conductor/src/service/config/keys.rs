@@ -1,5 +1,5 @@
 //! The dotted names of every configuration key: the one place messages and docs take them
-//! from (STYLE.md §4, after linkerd2-proxy's env.rs).
+//! from (docs/style.md §4, after linkerd2-proxy's env.rs).
 
 /// API listen addresses (`ip:port`, several allowed).
 pub const API_LISTEN: &str = "api.listen";

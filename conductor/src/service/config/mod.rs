@@ -9,9 +9,9 @@
 //! which ones it used ([`Fallback`]), so the first log lines can tell the operator.
 //!
 //! Every key's dotted name is a constant in [`keys`], the one place messages and docs take them
-//! from (STYLE.md §4, after linkerd2-proxy's env.rs); a unit test checks each constant against
+//! from (docs/style.md §4, after linkerd2-proxy's env.rs); a unit test checks each constant against
 //! the example file. The environment comes through the [`Env`] trait, with a map for tests
-//! (STYLE.md §7).
+//! (docs/style.md §7).
 //!
 //! Durations are whole seconds. Sizes are bytes.
 //!

@@ -457,7 +457,7 @@ impl Settings {
 }
 
 /// `deploy.iscsi_chap_user` and `iscsi_chap_secret`: both or neither. They go on the floppy,
-/// whose values cannot hold white space (reference §1.4), and RFC 7143 §9.2.1 wants a CHAP
+/// whose values cannot hold white space (docs/ironic-protocols.md §1.4), and RFC 7143 §9.2.1 wants a CHAP
 /// secret of at least 96 bits.
 fn iscsi_chap(
     user: Option<String>,

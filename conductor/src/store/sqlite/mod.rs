@@ -1,4 +1,4 @@
-//! The embedded store: one SQLite file in the state directory (DESIGN.md §8).
+//! The embedded store: one SQLite file in the state directory (docs/architecture.md §8).
 //!
 //! # Design
 //! rusqlite is blocking, so every call runs on tokio's blocking pool with the one connection

@@ -688,7 +688,7 @@ mod tests {
         );
     }
 
-    /// Opcodes added for issue 9; the property below drives random CDBs through each.
+    /// The opcodes of the write path; the property below drives random CDBs through each.
     const NEW_OPCODES: &[u8] = &[
         opcode::WRITE_AND_VERIFY_10,
         opcode::WRITE_AND_VERIFY_12,

@@ -5,7 +5,7 @@
 //! firmware of the boot mode the state machine applies and the boot order it chose
 //! (`bootindex`). A fresh process is the simplest way to be right about both: the firmware cannot
 //! be swapped in a running QEMU, and the boot order is read by the firmware only at reset
-//! (../../shared/reference/qemu-and-boot.md §7). What must survive a power cycle lives in files
+//! (docs/qemu-and-boot.md §7). What must survive a power cycle lives in files
 //! of the server's state directory: the disk image and the OVMF variable store.
 //!
 //! QEMU starts paused. Over QMP the backend then attaches the connected media (each URL opened by

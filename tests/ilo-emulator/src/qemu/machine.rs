@@ -2,7 +2,7 @@
 //! boot the state machine planned ([`MachineSpec::args`]), plus the QMP arguments that attach a
 //! virtual medium.
 //!
-//! # Design (../../shared/reference/qemu-and-boot.md §1, §6–§9)
+//! # Design (docs/qemu-and-boot.md §1, §6–§9)
 //! - `-accel tcg` always: `/dev/kvm` on these machines is PVM and cannot run a stock guest (§1).
 //! - `q35` for both firmwares: OVMF needs it, SeaBIOS boots from it as well (§6), and the guest
 //!   sees the same hardware whichever boot mode is pending, as on a real server whose hardware does

@@ -1,5 +1,5 @@
 //! The QEMU backend: each emulated server is a real QEMU (TCG) virtual machine
-//! (`ilo-emulator --backend qemu`, DESIGN §9).
+//! (`ilo-emulator --backend qemu`, docs/architecture.md §9).
 //!
 //! - [`qmp`]: the QMP client (framing, answers by id, events, timeouts);
 //! - [`machine`]: the command line and the QMP arguments for media, as pure functions;

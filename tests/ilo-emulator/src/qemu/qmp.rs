@@ -5,7 +5,7 @@
 //! connecting, QEMU sends a greeting (`{"QMP": ...}`); the client must send `qmp_capabilities`
 //! before anything else. Each command may carry an `id`, which QEMU copies into its
 //! `{"return": ...}` or `{"error": {"class", "desc"}}` answer; events (`{"event": NAME, "data":
-//! ...}`) arrive at any time in between (../../shared/reference/qemu-and-boot.md §7).
+//! ...}`) arrive at any time in between (docs/qemu-and-boot.md §7).
 //!
 //! The wire format is handled by two pure functions ([`encode_command`], [`parse_line`]); the
 //! [`Qmp`] connection owns a reader task that routes answers to the waiting command by id and

@@ -1,4 +1,4 @@
-//! Redfish, iLO 5 style, on the same port as RIBCL (reference §3).
+//! Redfish, iLO 5 style, on the same port as RIBCL (docs/ilo-management.md §3).
 //!
 //! # Design
 //! Fixed ids (System `1`, Manager `1`, Chassis `1`), collection `@odata.id` values with a trailing

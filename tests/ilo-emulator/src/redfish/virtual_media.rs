@@ -136,7 +136,7 @@ async fn insert(server: &Server, d: VmDevice, body: &Value) -> Reply {
     };
     if server.read(|s| s.vm(d).inserted()).await {
         // iLO 5 refuses to insert over an inserted image [guess at the id]; proliantutils
-        // ejects first (reference §3.3).
+        // ejects first (docs/ilo-management.md §3.3).
         return error(
             StatusCode::BAD_REQUEST,
             "iLO.2.14.MediaAlreadyInserted",

@@ -1,6 +1,6 @@
 //! GET_EMBEDDED_HEALTH and GET_POWER_READINGS payloads of an emulated DL380p Gen8.
 //!
-//! The element layout is the one proliantutils consumes (reference §1.6): FANS/FAN, TEMPERATURE/
+//! The element layout is the one proliantutils consumes (docs/ilo-management.md §1.6): FANS/FAN, TEMPERATURE/
 //! TEMP, POWER_SUPPLIES/POWER_SUPPLY_SUMMARY, PROCESSORS, MEMORY/MEMORY_DETAILS_SUMMARY (Gen8),
 //! NIC_INFORMATION, STORAGE, FIRMWARE_INFORMATION/INDEX_n, HEALTH_AT_A_GLANCE. The readings are
 //! invented but plausible; they do not drift.

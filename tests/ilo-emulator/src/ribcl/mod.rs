@@ -2,7 +2,7 @@
 //! block, answer with one document per stage.
 //!
 //! # Design
-//! Request shape (reference §1.1): `<RIBCL><LOGIN USER_LOGIN PASSWORD><SERVER_INFO|RIB_INFO
+//! Request shape (docs/ilo-management.md §1.1): `<RIBCL><LOGIN USER_LOGIN PASSWORD><SERVER_INFO|RIB_INFO
 //! MODE="read|write"><COMMAND .../></...></LOGIN></RIBCL>`, one or more commands. The reply has a
 //! document for the RIBCL open, the LOGIN, each block, each command (payload inside), and the
 //! closes; the first error ends the reply (nothing after it runs), as on iLO.
@@ -415,7 +415,7 @@ fn host_data(server: &Server) -> String {
 
 /// The default status/message of the `busy` fault. [guess] No source gives iLO's text; the HP
 /// guides only say that opening a RIB_INFO/SERVER_INFO block fails while another client holds the
-/// configuration open for writing (reference §1.4).
+/// configuration open for writing (docs/ilo-management.md §1.4).
 pub const BUSY_STATUS: u16 = status::SEVERE;
 /// See [`BUSY_STATUS`].
 pub const BUSY_MESSAGE: &str =

@@ -1,6 +1,6 @@
 //! The reply side of RIBCL: several `<?xml version="1.0"?>` documents back to back, one per stage
 //! of the request, each with a RESPONSE and, for the command that returns data, its payload after
-//! the RESPONSE in the same document (reference §1.2; the layout copies the iLO 3 captures:
+//! the RESPONSE in the same document (docs/ilo-management.md §1.2; the layout copies the iLO 3 captures:
 //! RESPONSE attributes on their own lines, MESSAGE in single quotes).
 
 use crate::xml::{escape, escape_single_quoted};
@@ -8,7 +8,7 @@ use crate::xml::{escape, escape_single_quoted};
 /// The RIBCL version a Gen8 (iLO 4) reports.
 const RIBCL_VERSION: &str = "2.23";
 
-/// RIBCL status codes used by the emulator (reference §1.4).
+/// RIBCL status codes used by the emulator (docs/ilo-management.md §1.4).
 pub mod status {
     /// No error (also informational messages).
     pub const OK: u16 = 0x0000;

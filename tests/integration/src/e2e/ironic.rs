@@ -1,4 +1,4 @@
-//! The lab with upstream OpenStack Ironic 39 as the conductor (issue 15): our kernel and
+//! The lab with upstream OpenStack Ironic 39 as the conductor: our kernel and
 //! initramfs are its deploy ramdisk, the emulated iLO 5 its Redfish BMC.
 //!
 //! Ironic runs as an operator runs it standalone: one `ironic` process (API and conductor) from

@@ -3,7 +3,7 @@
 //!
 //! - `ilo-emulator --backend qemu`, one server: its virtual media are QMP medium changes of
 //!   URLs QEMU reads by range, power is the QEMU process, the pending boot mode picks SeaBIOS or
-//!   OVMF (../shared/reference/qemu-and-boot.md §6–§8).
+//!   OVMF (docs/qemu-and-boot.md §6–§8).
 //! - `vmdeploy-conductor serve` with a configuration file: SQLite and the built-in store in the
 //!   lab's directory, its API on a loopback port.
 //! - A media server on loopback for the deploy ISO and the instance images.

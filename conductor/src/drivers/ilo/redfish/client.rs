@@ -1,5 +1,5 @@
 //! Redfish transport: session login with Basic fallback, JSON requests, the 308 re-issue, and
-//! discovery of the system, manager and chassis (reference/ilo-management.md §3.1, §3.2).
+//! discovery of the system, manager and chassis (docs/ilo-management.md §3.1, §3.2).
 //!
 //! # Design
 //! The first request logs in: POST `{"UserName","Password"}` to the root's `Links.Sessions`
@@ -257,7 +257,7 @@ impl RedfishClient {
     }
 
     async fn login(&self) -> Result<Auth, DriverError> {
-        // The service root is readable without credentials (reference §3.1).
+        // The service root is readable without credentials (docs/ilo-management.md §3.1).
         let root_url = self.url_for(SERVICE_ROOT)?;
         let root = self
             .send(&Method::GET, &root_url, None, &Auth::None)
@@ -445,7 +445,7 @@ impl RedfishClient {
     }
 
     /// The VirtualMedia member serving `device`: (URI, resource). The collection is the
-    /// manager's (iLO, reference §3.3) or the system's (sushy-tools puts it there).
+    /// manager's (iLO, docs/ilo-management.md §3.3) or the system's (sushy-tools puts it there).
     pub async fn vmedia_member(
         &self,
         device: VmediaDevice,
@@ -544,7 +544,7 @@ mod tests {
                 json!({"Members": [{"@odata.id": "/redfish/v1/Systems/1"}]}),
                 vec![],
             ),
-            // iLO 5 before 1.40: 308 to the URI with its trailing slash (reference §3.2).
+            // iLO 5 before 1.40: 308 to the URI with its trailing slash (docs/ilo-management.md §3.2).
             (_, "/redfish/v1/Systems/1") => json_reply(
                 308,
                 json!({}),

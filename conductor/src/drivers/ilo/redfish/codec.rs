@@ -1,4 +1,4 @@
-//! Redfish resources as the driver reads them (reference/ilo-management.md §3): link lookup,
+//! Redfish resources as the driver reads them (docs/ilo-management.md §3): link lookup,
 //! and decoding of ComputerSystem, Bios, VirtualMedia, Thermal, Power and licence resources
 //! into driver types. Pure functions over `serde_json::Value`, so every field is optional and a
 //! missing or odd one is an error value, never a panic.
@@ -51,7 +51,7 @@ pub fn members(collection: &Value) -> Vec<String> {
 }
 
 /// The target URI of action `name` (`#ComputerSystem.Reset`) in `resource.Actions`, or under
-/// `Oem.Hpe.Actions` (HPE OEM actions, reference §3.3).
+/// `Oem.Hpe.Actions` (HPE OEM actions, docs/ilo-management.md §3.3).
 pub fn action_target<'a>(resource: &'a Value, name: &str) -> Option<&'a str> {
     let standard = resource.get("Actions").and_then(|a| a.get(name));
     let oem = resource
@@ -63,7 +63,7 @@ pub fn action_target<'a>(resource: &'a Value, name: &str) -> Option<&'a str> {
 }
 
 /// A URI below `base`, whatever `base`'s trailing slash (iLO 5 collections end in `/`,
-/// sushy-tools' do not; reference §3.2).
+/// sushy-tools' do not; docs/ilo-management.md §3.2).
 pub fn join(base: &str, tail: &str) -> String {
     format!(
         "{}/{}",
@@ -201,7 +201,7 @@ pub fn override_mode(system: &Value) -> Option<BootMode> {
     }
 }
 
-/// BIOS `Attributes.BootMode`: `Uefi` or `LegacyBios` (reference §3.3).
+/// BIOS `Attributes.BootMode`: `Uefi` or `LegacyBios` (docs/ilo-management.md §3.3).
 pub fn bios_boot_mode(bios: &Value) -> Result<BootMode, String> {
     match bios
         .get("Attributes")
@@ -256,7 +256,7 @@ pub fn supported_boot_modes(system: &Value) -> Option<SupportedBootModes> {
     }
 }
 
-/// Which virtual media device a member serves, from `MediaTypes` (reference §3.3), its Id
+/// Which virtual media device a member serves, from `MediaTypes` (docs/ilo-management.md §3.3), its Id
 /// (`Cd`, `Floppy` in sushy-tools) as a fallback.
 pub fn vmedia_kind(member: &Value) -> Option<VmediaDevice> {
     let types: Vec<&str> = member

@@ -1,5 +1,5 @@
 //! Boot override, BIOS boot mode, virtual media, licences, inventory and health over Redfish
-//! (reference/ilo-management.md §3.3).
+//! (docs/ilo-management.md §3.3).
 
 use std::collections::HashMap;
 
@@ -124,7 +124,7 @@ impl RedfishClient {
             .map(str::to_string)
             .unwrap_or_else(|| join(member_uri, std_tail));
         // proliantutils tries the standard action first and falls back to the HPE one
-        // (reference §3.3: standard InsertMedia only exists on iLO 5 2.73 and later).
+        // (docs/ilo-management.md §3.3: standard InsertMedia only exists on iLO 5 2.73 and later).
         match self.post(&std_target, std_body).await {
             Ok(_) => Ok(()),
             Err(err) if try_oem_after(&err) && has_hpe_oem(member) => {
@@ -227,7 +227,7 @@ impl Management for RedfishClient {
                 .unwrap_or_else(|| join(&uri, "Bios/Settings"));
             return self.patch(&target, &bios_boot_mode_body(mode)).await;
         }
-        // Without a BIOS resource the override mode is the only knob (sushy-tools, reference §4).
+        // Without a BIOS resource the override mode is the only knob (sushy-tools, docs/ilo-management.md §4).
         let value = match mode {
             BootMode::Uefi => "UEFI",
             BootMode::Bios => "Legacy",
@@ -314,7 +314,7 @@ impl VirtualMedia for RedfishClient {
         if let Some(wp) = write_protect.filter(|wp| Some(*wp) != current_wp) {
             patch.insert("WriteProtected".into(), json!(wp));
         }
-        // RIBCL → Redfish (reference §3.3): BOOT_ONCE is BootOnNextServerReset true,
+        // RIBCL → Redfish (docs/ilo-management.md §3.3): BOOT_ONCE is BootOnNextServerReset true,
         // BOOT_ALWAYS and NO_BOOT are false, CONNECT changes nothing.
         let boot_once = match boot_option {
             VmediaBootOption::BootOnce => Some(true),

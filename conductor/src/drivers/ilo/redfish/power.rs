@@ -1,5 +1,5 @@
 //! Power over Redfish: `ComputerSystem.Reset` and `PowerState`, the HPE OEM power button for
-//! press/hold (reference/ilo-management.md §3.3).
+//! press/hold (docs/ilo-management.md §3.3).
 
 use serde_json::json;
 
@@ -7,7 +7,7 @@ use super::client::RedfishClient;
 use super::codec::{action_target, join, power_state};
 use crate::drivers::{DriverError, Power, PowerAction, PowerState};
 
-/// HPE OEM power button action (`system.py` l.152, reference §3.3).
+/// HPE OEM power button action (`system.py` l.152, docs/ilo-management.md §3.3).
 const HPE_POWER_BUTTON: &str = "#HpeComputerSystemExt.PowerButton";
 
 impl RedfishClient {

@@ -1,5 +1,5 @@
 //! RIBCL transport: one command per HTTPS `POST /ribcl`, credentials in every request, the
-//! reply parsed and its statuses checked (reference/ilo-management.md §1.1-§1.3).
+//! reply parsed and its statuses checked (docs/ilo-management.md §1.1-§1.3).
 
 use std::time::Duration;
 
@@ -67,7 +67,7 @@ impl RibclClient {
             .await
             .map_err(|e| map_reqwest_error(&self.url, self.timeout, &e))?;
         let status = response.status();
-        // reqwest undoes chunked transfer encoding (what real iLOs send, reference §1.2) and
+        // reqwest undoes chunked transfer encoding (what real iLOs send, docs/ilo-management.md §1.2) and
         // reads Content-Length bodies alike.
         let bytes = read_body(&self.url, self.timeout, response).await?;
         if !status.is_success() {

@@ -1,5 +1,5 @@
 //! RIBCL wire format: the request document and the multi-document reply
-//! (reference/ilo-management.md §1.1-§1.3).
+//! (docs/ilo-management.md §1.1-§1.3).
 //!
 //! # Design
 //! A request is one command inside `RIBCL/LOGIN/<wrapper MODE=..>`, one line, no XML
@@ -10,7 +10,7 @@
 //! parser streams the whole body with quick-xml, document after document, so an error status in
 //! any stage is seen and every payload element is kept (proliantutils keeps only the last one).
 //! Attribute names are matched case-insensitively: real iLOs answer `DEVICE value=` in one place
-//! and `VALUE=` in another (reference §1.5 notes).
+//! and `VALUE=` in another (docs/ilo-management.md §1.5 notes).
 //!
 //! # Limitations
 //! Namespaces, DTDs and processing instructions are ignored (RIBCL uses none).
@@ -107,7 +107,7 @@ impl XmlElement {
     }
 }
 
-/// The block a command must sit in; the wrong one is a syntax error to a real iLO (reference §1.1).
+/// The block a command must sit in; the wrong one is a syntax error to a real iLO (docs/ilo-management.md §1.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wrapper {
     /// Host commands: power, boot, boot mode, product name, health.
@@ -456,7 +456,7 @@ fn attach(
 
 #[cfg(test)]
 pub(crate) mod samples {
-    //! Reply bodies shaped like the real iLO 3 captures (reference §1.2): declarations, single
+    //! Reply bodies shaped like the real iLO 3 captures (docs/ilo-management.md §1.2): declarations, single
     //! quoted MESSAGE on its own line, CRLF/LF mix, one document per stage.
 
     /// A reply with `payload` in the command's document, the stages around it successful.

@@ -1,5 +1,5 @@
 //! RIBCL failures: what can be wrong with a reply body, and how a RESPONSE STATUS/MESSAGE maps
-//! to a [`DriverError`] (reference/ilo-management.md §1.3, §1.4).
+//! to a [`DriverError`] (docs/ilo-management.md §1.3, §1.4).
 
 use crate::drivers::DriverError;
 
@@ -67,7 +67,7 @@ pub enum RibclParseError {
     },
 }
 
-/// Messages iLO uses for rejected credentials (proliantutils exception.py, reference §1.3).
+/// Messages iLO uses for rejected credentials (proliantutils exception.py, docs/ilo-management.md §1.3).
 const LOGIN_FAILED_MESSAGES: [&str; 3] = [
     "user login name was not found",
     "login failed",
@@ -77,13 +77,13 @@ const LOGIN_FAILED_MESSAGES: [&str; 3] = [
 /// STATUS codes for rejected credentials: 0x005F `Login failed.`, 0x000A user not found.
 const LOGIN_FAILED_STATUSES: [u32; 2] = [0x005F, 0x000A];
 
-/// 0x003C `Feature not supported - <COMMAND>` (reference §1.4).
+/// 0x003C `Feature not supported - <COMMAND>` (docs/ilo-management.md §1.4).
 const FEATURE_NOT_SUPPORTED: u32 = 0x003C;
 
 /// 0x0035 `An invalid Virtual Media option has been given`.
 const INVALID_VM_OPTION: u32 = 0x0035;
 
-/// 0x002E: a licence key error (python-hpilo `hpilo.py`, `IloLicenseKeyError`; reference §1.4).
+/// 0x002E: a licence key error (python-hpilo `hpilo.py`, `IloLicenseKeyError`; docs/ilo-management.md §1.4).
 const LICENCE_ERROR: u32 = 0x002E;
 
 /// Whether a message says the operation needs a licence. iLO writes "license" (US spelling);
@@ -110,7 +110,7 @@ pub fn classify_status(status: u32, message: &str, command: &str) -> DriverError
         || lower.contains("feature not supported")
         || lower.contains("syntax error")
     {
-        // A command an older iLO does not know is a syntax error to it (reference §1.3).
+        // A command an older iLO does not know is a syntax error to it (docs/ilo-management.md §1.3).
         DriverError::NotSupported {
             operation: command.to_string(),
             message: message.trim().to_string(),
@@ -122,7 +122,7 @@ pub fn classify_status(status: u32, message: &str, command: &str) -> DriverError
         ))
     } else if lower.contains("busy") || lower.contains("try again") || lower.contains("retry later")
     {
-        // No source pins a code for "busy" (reference §1.4, §6): the text decides, and the
+        // No source pins a code for "busy" (docs/ilo-management.md §1.4, §6): the text decides, and the
         // transport retries it.
         DriverError::Busy {
             message: message.trim().to_string(),

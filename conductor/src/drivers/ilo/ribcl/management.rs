@@ -1,5 +1,5 @@
 //! Boot devices, boot mode, virtual media, licences, inventory and health over RIBCL
-//! (reference/ilo-management.md §1.5, §1.6). Each `decode_*` reads one reply payload; the
+//! (docs/ilo-management.md §1.5, §1.6). Each `decode_*` reads one reply payload; the
 //! `Management`, `VirtualMedia` and `Inventory` impls send the commands.
 
 use super::client::RibclClient;
@@ -103,7 +103,7 @@ pub fn decode_one_time_boot(reply: &RibclReply) -> Result<Option<BootDevice>, Ri
 
 /// `<PERSISTENT_BOOT><DEVICE value=".." [DESCRIPTION=".."]/>...`: in legacy mode the entries
 /// name devices; in UEFI mode they are `BootXXXX` ids whose descriptions say the device
-/// (reference §1.5), classified by [`crate::drivers::classify_boot_entry`].
+/// (docs/ilo-management.md §1.5), classified by [`crate::drivers::classify_boot_entry`].
 pub fn decode_persistent_boot(reply: &RibclReply) -> Result<Vec<BootEntry>, RibclParseError> {
     const CMD: &str = "GET_PERSISTENT_BOOT";
     let list = reply
@@ -284,7 +284,7 @@ fn opt_number(e: &XmlElement, child: &str) -> Option<f64> {
     e.child_value(child).and_then(leading_number)
 }
 
-/// GET_EMBEDDED_HEALTH's `<GET_EMBEDDED_HEALTH_DATA>` (reference §1.6): temperatures, fans,
+/// GET_EMBEDDED_HEALTH's `<GET_EMBEDDED_HEALTH_DATA>` (docs/ilo-management.md §1.6): temperatures, fans,
 /// supplies, and the supply summary's present reading.
 pub fn decode_embedded_health(reply: &RibclReply) -> Result<Health, RibclParseError> {
     const CMD: &str = "GET_EMBEDDED_HEALTH_DATA";
@@ -386,7 +386,7 @@ impl Management for RibclClient {
     }
 
     async fn set_one_time_boot(&self, device: &BootDevice) -> Result<(), DriverError> {
-        // Lower-case `value`, as proliantutils sends it (reference §1.5).
+        // Lower-case `value`, as proliantutils sends it (docs/ilo-management.md §1.5).
         let element = XmlElement::new("SET_ONE_TIME_BOOT").attr("value", boot_device_name(device));
         self.execute(&RibclCommand::write(Wrapper::ServerInfo, element))
             .await?;
@@ -460,7 +460,7 @@ impl VirtualMedia for RibclClient {
 
     async fn eject_vmedia(&self, device: VmediaDevice) -> Result<(), DriverError> {
         // Ejecting an empty device is an error on a real iLO; proliantutils checks first
-        // (reference §1.5).
+        // (docs/ilo-management.md §1.5).
         if !self.vmedia_status(device).await?.inserted {
             return Ok(());
         }

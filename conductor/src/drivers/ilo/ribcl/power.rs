@@ -1,4 +1,4 @@
-//! Power over RIBCL (reference/ilo-management.md §1.5): GET_HOST_POWER_STATUS, SET_HOST_POWER,
+//! Power over RIBCL (docs/ilo-management.md §1.5): GET_HOST_POWER_STATUS, SET_HOST_POWER,
 //! RESET_SERVER, PRESS_PWR_BTN, HOLD_PWR_BTN.
 
 use super::client::RibclClient;
@@ -9,7 +9,7 @@ use crate::drivers::{DriverError, Power, PowerAction, PowerState};
 /// The command for a power action.
 pub fn power_command(action: PowerAction) -> RibclCommand {
     let element = match action {
-        // `Yes`/`No`, as proliantutils sends (reference §1.5).
+        // `Yes`/`No`, as proliantutils sends (docs/ilo-management.md §1.5).
         PowerAction::On => XmlElement::new("SET_HOST_POWER").attr("HOST_POWER", "Yes"),
         PowerAction::Off => XmlElement::new("SET_HOST_POWER").attr("HOST_POWER", "No"),
         PowerAction::Reset => XmlElement::new("RESET_SERVER"),

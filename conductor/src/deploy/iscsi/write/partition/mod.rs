@@ -1,4 +1,4 @@
-//! Partition images (DESIGN.md §5, ironic-protocols.md §2.3): wipe, partition table, root image,
+//! Partition images (docs/architecture.md §5, docs/ironic-protocols.md §2.3): wipe, partition table, root image,
 //! swap signature, ephemeral file system, config drive; the root UUID read back. The job and its
 //! layout are `vmdeploy_shared::partition`'s ([`PartitionJob`]), which the agent's partition
 //! write uses too; this module parses `instance_info` into it ([`job_from_info`]) and writes
