@@ -115,6 +115,9 @@ pub(super) async fn plan_write(ctx: &DeployContext, node: &Node) -> anyhow::Resu
         )?)
     };
     let image = cached_image(ctx, node).await?;
+    if let write::DiskJob::Partition(partition) = &job {
+        write::partition::check_fits(&image, partition)?;
+    }
     Ok(PlannedWrite { job, image })
 }
 

@@ -127,12 +127,9 @@ pub fn job_from_info(
     })
 }
 
-/// Lays out the disk and writes the partition image.
-pub async fn write(
-    session: &Session,
-    image: &CachedImage,
-    job: &PartitionJob,
-) -> anyhow::Result<Written> {
+/// Refuses an image larger than its root partition, before anything is read from it or
+/// written (the flow asks first, so this error wins over any later check of the image).
+pub fn check_fits(image: &CachedImage, job: &PartitionJob) -> anyhow::Result<()> {
     let root_bytes = job.root_mib.saturating_mul(MIB);
     if image.size > root_bytes {
         bail!(
@@ -144,6 +141,16 @@ pub async fn write(
             job.root_mib / 1024
         );
     }
+    Ok(())
+}
+
+/// Lays out the disk and writes the partition image.
+pub async fn write(
+    session: &Session,
+    image: &CachedImage,
+    job: &PartitionJob,
+) -> anyhow::Result<Written> {
+    check_fits(image, job)?;
     let configdrive = match &job.configdrive {
         Some(value) => Some(
             configdrive::load(value)
