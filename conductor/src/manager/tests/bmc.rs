@@ -7,6 +7,7 @@ use vmdeploy_ilo_emulator::Power as EmuPower;
 
 use super::harness::*;
 use crate::manager::*;
+use crate::states::ProvisionState;
 use crate::store::Node;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

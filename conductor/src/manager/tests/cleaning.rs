@@ -7,6 +7,7 @@ use vmdeploy_ilo_emulator::Power as EmuPower;
 
 use super::harness::*;
 use crate::manager::*;
+use crate::states::ProvisionState;
 
 /// A manager with `automated_clean` on (and `timeout` as the callback timeout).
 async fn cleaning_harness(timeout: Duration) -> Harness {
@@ -35,7 +36,7 @@ async fn undeploy_with_automated_clean_waits_for_the_agent_then_is_available() {
         h.manager
             .heartbeat(&id(uuid), heartbeat(Some("not-the-token")))
             .await,
-        Err(ManagerError::Forbidden(_))
+        Err(ManagerError::CallbackRefused { .. })
     ));
     h.manager
         .heartbeat(&id(uuid), heartbeat(Some(TOKEN)))

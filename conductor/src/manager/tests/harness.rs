@@ -14,8 +14,10 @@ use vmdeploy_ilo_emulator::{Emulator, EmulatorConfig, Power as EmuPower};
 use crate::deploy::{DeployConfig, DeployInterface, DeployStep};
 use crate::manager::*;
 use crate::objects::{ObjectBody, ObjectError, ObjectInfo, ObjectPath, PutOptions};
+use crate::states::ProvisionState;
 use crate::store::sqlite::SqliteStore;
 use crate::store::Node;
+use crate::store::StoreError;
 
 pub(super) const TOKEN: &str = "pre-generated-agent-token-of-43-characters-xx";
 

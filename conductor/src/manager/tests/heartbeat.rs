@@ -9,7 +9,9 @@ use uuid::Uuid;
 
 use super::harness::*;
 use crate::manager::*;
+use crate::states::ProvisionState;
 use crate::store::Port;
+use crate::store::StoreError;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploy_waits_for_the_agent_whose_token_must_match() {
@@ -60,7 +62,7 @@ async fn deploy_waits_for_the_agent_whose_token_must_match() {
     for wrong in [None, Some("x"), Some(&TOKEN[..TOKEN.len() - 1])] {
         let refused = h.manager.heartbeat(&id(uuid), heartbeat(wrong)).await;
         assert!(
-            matches!(refused, Err(ManagerError::Forbidden(_))),
+            matches!(refused, Err(ManagerError::CallbackRefused { .. })),
             "{refused:?}"
         );
         assert_eq!(

@@ -5,6 +5,7 @@ use uuid::Uuid;
 
 use super::harness::*;
 use crate::manager::*;
+use crate::states::ProvisionState;
 use crate::store::Port;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -13,7 +14,7 @@ async fn delete_maintenance_pass_deploy_info_validate_and_boot_device() {
     let active = h.node_in(ProvisionState::Active).await;
     let refused = h.manager.delete_node(&id(active)).await;
     assert!(
-        matches!(refused, Err(ManagerError::Conflict(_))),
+        matches!(refused, Err(ManagerError::StateConflict { .. })),
         "{refused:?}"
     );
     h.manager
@@ -28,7 +29,7 @@ async fn delete_maintenance_pass_deploy_info_validate_and_boot_device() {
         .set_provision_state(&id(active), ProvisionVerb::Rebuild, None)
         .await;
     assert!(
-        matches!(refused, Err(ManagerError::Invalid(_))),
+        matches!(refused, Err(ManagerError::InMaintenance { .. })),
         "{refused:?}"
     );
     h.manager
@@ -53,13 +54,13 @@ async fn delete_maintenance_pass_deploy_info_validate_and_boot_device() {
         .expect("port");
     let refused = h.manager.pass_deploy_info(&id(available), json!({})).await;
     assert!(
-        matches!(refused, Err(ManagerError::Conflict(_))),
+        matches!(refused, Err(ManagerError::StateConflict { .. })),
         "{refused:?}"
     );
     let waiting = h.node_in(ProvisionState::WaitCallBack).await;
     let refused = h.manager.pass_deploy_info(&id(waiting), json!({})).await;
     assert!(
-        matches!(&refused, Err(ManagerError::Invalid(m)) if m.contains("iscsi_ilo")),
+        matches!(&refused, Err(ManagerError::Unsupported { message, .. }) if message.contains("iscsi_ilo")),
         "{refused:?}"
     );
 
@@ -94,7 +95,13 @@ async fn delete_maintenance_pass_deploy_info_validate_and_boot_device() {
         .set_boot_device(&id(available), "safe", false)
         .await;
     assert!(
-        matches!(refused, Err(ManagerError::Invalid(_))),
+        matches!(
+            refused,
+            Err(ManagerError::InvalidInput {
+                field: "boot_device",
+                ..
+            })
+        ),
         "{refused:?}"
     );
 

@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use super::harness::*;
 use crate::manager::*;
+use crate::states::ProvisionState;
 
 const DEPLOY_KEY: &str = "0123456789abcdef0123456789abcdef";
 
@@ -50,7 +51,13 @@ async fn pass_deploy_info_checks_body_state_driver_and_key_then_burns_the_key() 
     ] {
         let reply = h.manager.pass_deploy_info(&id(uuid), body).await;
         assert!(
-            matches!(reply, Err(ManagerError::Invalid(_))),
+            matches!(
+                reply,
+                Err(ManagerError::InvalidBody {
+                    call: "pass_deploy_info",
+                    ..
+                })
+            ),
             "{what}: {reply:?}"
         );
     }
@@ -62,7 +69,7 @@ async fn pass_deploy_info_checks_body_state_driver_and_key_then_burns_the_key() 
         )
         .await;
     assert!(
-        matches!(reply, Err(ManagerError::Forbidden(_))),
+        matches!(reply, Err(ManagerError::CallbackRefused { .. })),
         "wrong key: {reply:?}"
     );
     h.flow.iscsi.store(false, Ordering::SeqCst);
@@ -71,7 +78,7 @@ async fn pass_deploy_info_checks_body_state_driver_and_key_then_burns_the_key() 
         .pass_deploy_info(&id(uuid), pass_deploy_info_body(DEPLOY_KEY, ""))
         .await;
     assert!(
-        matches!(&reply, Err(ManagerError::Invalid(m)) if m.contains("heartbeats")),
+        matches!(&reply, Err(ManagerError::Unsupported { message, .. }) if message.contains("heartbeats")),
         "an agent driver: {reply:?}"
     );
     assert_eq!(
@@ -104,7 +111,7 @@ async fn pass_deploy_info_checks_body_state_driver_and_key_then_burns_the_key() 
         .pass_deploy_info(&id(uuid), pass_deploy_info_body(DEPLOY_KEY, ""))
         .await;
     assert!(
-        matches!(replay, Err(ManagerError::Forbidden(_))),
+        matches!(replay, Err(ManagerError::CallbackRefused { .. })),
         "replay: {replay:?}"
     );
     gate.add_permits(1);
@@ -127,7 +134,10 @@ async fn pass_deploy_info_checks_body_state_driver_and_key_then_burns_the_key() 
         .manager
         .pass_deploy_info(&id(active), pass_deploy_info_body(DEPLOY_KEY, ""))
         .await;
-    assert!(matches!(reply, Err(ManagerError::Conflict(_))), "{reply:?}");
+    assert!(
+        matches!(reply, Err(ManagerError::StateConflict { .. })),
+        "{reply:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,6 +7,7 @@ use vmdeploy_ilo_emulator::{FaultKind, FaultSpec, Power as EmuPower};
 
 use super::harness::*;
 use crate::manager::*;
+use crate::states::ProvisionState;
 use crate::store::Node;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -59,7 +60,13 @@ async fn power_changes_reach_the_bmc_and_clear_the_target() {
         .set_power_state(&id(uuid), NodePower::Off, Some(Duration::ZERO))
         .await;
     assert!(
-        matches!(refused, Err(ManagerError::Invalid(_))),
+        matches!(
+            refused,
+            Err(ManagerError::InvalidInput {
+                field: "timeout",
+                ..
+            })
+        ),
         "{refused:?}"
     );
 }

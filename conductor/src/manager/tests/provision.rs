@@ -2,6 +2,7 @@
 
 use super::harness::*;
 use crate::manager::*;
+use crate::states::ProvisionState;
 use crate::states::{next, Event};
 
 /// Where each allowed verb leaves a node once its task ended (the scripted flow waits after

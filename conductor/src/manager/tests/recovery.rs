@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::harness::*;
 use crate::manager::*;
+use crate::states::ProvisionState;
 use crate::store::sqlite::SqliteStore;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,7 @@ use vmdeploy_ilo_emulator::Power as EmuPower;
 
 use super::harness::*;
 use crate::manager::*;
+use crate::states::ProvisionState;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_task_is_locked_out_until_the_first_ends() {
