@@ -106,16 +106,28 @@ impl From<StoreError> for ApiError {
 
 impl From<ManagerError> for ApiError {
     fn from(e: ManagerError) -> ApiError {
-        match e {
-            ManagerError::Store(store) => store.into(),
-            e @ ManagerError::InvalidState { .. } => ApiError::bad_request(e.to_string()),
-            ManagerError::Invalid(m) => ApiError::bad_request(m),
-            ManagerError::Conflict(m) => ApiError::conflict(m),
+        if let ManagerError::Store(store) = e {
+            return store.into();
+        }
+        let status = match &e {
+            ManagerError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ManagerError::InvalidState { .. }
+            | ManagerError::InvalidInput { .. }
+            | ManagerError::InvalidBody { .. }
+            | ManagerError::Unsupported { .. }
+            | ManagerError::InMaintenance { .. } => StatusCode::BAD_REQUEST,
+            // A driver_info that does not say how to reach the BMC is the operator's to fix.
+            bmc @ ManagerError::Bmc { .. } if bmc.is_bmc_settings() => StatusCode::BAD_REQUEST,
+            ManagerError::StateConflict { .. } => StatusCode::CONFLICT,
             // Ironic answers a bad agent token with 400 ("Invalid or missing agent token") on
             // heartbeats and 403 elsewhere; 403 is the one a client cannot mistake for bad JSON.
-            ManagerError::Forbidden(m) => ApiError::new(StatusCode::FORBIDDEN, m),
-            ManagerError::Failed(m) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, m),
-        }
+            ManagerError::CallbackRefused { .. } => StatusCode::FORBIDDEN,
+            ManagerError::Bmc { .. } | ManagerError::Flow { .. } => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+        };
+        // The whole cause chain: the BMC's or the flow's words are what the operator acts on.
+        ApiError::new(status, e.chain())
     }
 }
 
@@ -268,11 +280,63 @@ mod tests {
                 },
                 StatusCode::BAD_REQUEST,
             ),
-            (ManagerError::Invalid("x".into()), StatusCode::BAD_REQUEST),
-            (ManagerError::Conflict("x".into()), StatusCode::CONFLICT),
-            (ManagerError::Forbidden("x".into()), StatusCode::FORBIDDEN),
             (
-                ManagerError::Failed("x".into()),
+                ManagerError::InvalidInput {
+                    field: "timeout",
+                    message: "x".into(),
+                },
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                ManagerError::InvalidBody {
+                    call: "pass_deploy_info",
+                    source: "x".into(),
+                },
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                ManagerError::Unsupported {
+                    node: Uuid::nil(),
+                    message: "x".into(),
+                },
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                ManagerError::InMaintenance {
+                    node: Uuid::nil(),
+                    reason: None,
+                },
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                ManagerError::StateConflict {
+                    node: Uuid::nil(),
+                    message: "x".into(),
+                },
+                StatusCode::CONFLICT,
+            ),
+            (
+                ManagerError::CallbackRefused {
+                    node: Uuid::nil(),
+                    message: "x".into(),
+                },
+                StatusCode::FORBIDDEN,
+            ),
+            (
+                ManagerError::flow("x", anyhow::anyhow!("y")),
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+            (
+                ManagerError::Bmc {
+                    action: "x".into(),
+                    source: crate::bmc::BmcError::PowerTimeout {
+                        bmc: "iLO",
+                        address: "10.0.0.9".into(),
+                        now: crate::drivers::PowerState::Off,
+                        want: crate::drivers::PowerState::On,
+                        seconds: 60,
+                    },
+                },
                 StatusCode::INTERNAL_SERVER_ERROR,
             ),
             (

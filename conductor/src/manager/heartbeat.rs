@@ -178,9 +178,10 @@ pub(crate) async fn heartbeat(
         && !token_matches(&node, heartbeat.agent_token.as_ref())
     {
         tracing::warn!(node = %node.uuid, "heartbeat refused: invalid or missing agent token");
-        return Err(ManagerError::Forbidden(
-            "Invalid or missing agent token received.".into(),
-        ));
+        return Err(ManagerError::CallbackRefused {
+            node: node.uuid,
+            message: "Invalid or missing agent token received.".into(),
+        });
     }
     let (mut node, reservation) = tasks::reserve_uuid(core, node.uuid).await?;
     record(&mut node);

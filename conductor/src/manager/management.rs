@@ -67,14 +67,15 @@ pub(crate) async fn set_boot_device(
     device: &str,
     persistent: bool,
 ) -> Result<(), ManagerError> {
-    let wanted = driver_device(device).ok_or_else(|| {
-        ManagerError::Invalid(format!(
-            "boot device \"{device}\" is not supported by the iLO driver; use pxe, disk, cdrom, \
-             floppy or usb"
-        ))
+    let wanted = driver_device(device).ok_or_else(|| ManagerError::InvalidInput {
+        field: "boot_device",
+        message: format!(
+            "boot device \"{device}\" is not supported by the iLO driver; use pxe, disk, \
+                 cdrom, floppy or usb"
+        ),
     })?;
     let (node, reservation) = tasks::reserve(core, ident).await?;
-    let outcome = async {
+    let outcome: Result<(), ManagerError> = async {
         let bmc = Bmc::connect_read_only(&node, &core.deploy.config.ilo_defaults).await?;
         Ok(bmc.set_boot_device(&wanted, persistent).await?)
     }
@@ -83,7 +84,7 @@ pub(crate) async fn set_boot_device(
     match &outcome {
         Ok(()) => tracing::info!(node = %node.uuid, device, persistent, "boot device set"),
         Err(err) => {
-            tracing::error!(node = %node.uuid, device, error = %err, "could not set the boot device")
+            tracing::error!(node = %node.uuid, device, error = %err.chain(), "could not set the boot device")
         }
     }
     outcome
@@ -153,7 +154,10 @@ pub(crate) async fn delete_node(core: &Arc<Core>, ident: &NodeIdent) -> Result<(
     };
     if let Some(message) = refusal {
         reservation.release().await;
-        return Err(ManagerError::Conflict(message));
+        return Err(ManagerError::StateConflict {
+            node: node.uuid,
+            message,
+        });
     }
     let deleted = core.store().delete_node(node.uuid).await;
     // The row is gone with its reservation; releasing is a no-op kept for the guard.

@@ -30,9 +30,10 @@ use vmdeploy_shared::secret::Secret;
 
 use crate::deploy::{DeployContext, DeployInterface};
 use crate::objects::ObjectStore;
-use crate::states::{NodePower, ProvisionState, ProvisionVerb};
-use crate::store::{Node, NodeIdent, Store, StoreError};
+use crate::states::{NodePower, ProvisionVerb};
+use crate::store::{Node, NodeIdent, Store};
 
+mod error;
 mod heartbeat;
 mod management;
 mod pass_deploy_info;
@@ -45,6 +46,8 @@ mod tasks;
 mod tests;
 mod timeouts;
 mod validate;
+
+pub use error::ManagerError;
 
 /// Settings of the manager (the `[conductor]` table of the configuration).
 #[derive(Debug, Clone)]
@@ -59,47 +62,6 @@ pub struct ManagerConfig {
     pub automated_clean: bool,
     /// Name of this conductor: prefix of its reservations (the host name by default).
     pub conductor_name: String,
-}
-
-/// Why a manager call failed; the API maps each to Ironic's status code.
-#[derive(Debug, thiserror::Error)]
-pub enum ManagerError {
-    /// From the store: not found (404), duplicate (409), locked (409 `NodeLocked`).
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The verb is not allowed in the node's state (400, Ironic's `InvalidStateRequested`).
-    #[error("The requested action \"{action}\" can not be performed on node \"{node}\" while it is in state \"{state}\".")]
-    InvalidState {
-        /// The verb or action asked for.
-        action: String,
-        /// The node.
-        node: Uuid,
-        /// Its state.
-        state: ProvisionState,
-    },
-    /// The request is invalid for this node (400): missing field, bad value.
-    #[error("{0}")]
-    Invalid(String),
-    /// The request conflicts with the node's condition (409): e.g. delete while active.
-    #[error("{0}")]
-    Conflict(String),
-    /// A ramdisk call-back with a wrong or missing token or key (Ironic answers 401/403).
-    #[error("{0}")]
-    Forbidden(String),
-    /// The driver or the flow failed while the caller waited (500), in operator words.
-    #[error("{0}")]
-    Failed(String),
-}
-
-impl From<crate::bmc::BmcError> for ManagerError {
-    /// A `driver_info` that does not say how to reach the BMC is the operator's to fix (400);
-    /// a BMC that failed is a failure (500). Both keep the BMC layer's words.
-    fn from(err: crate::bmc::BmcError) -> Self {
-        match err {
-            crate::bmc::BmcError::Settings { .. } => ManagerError::Invalid(err.to_string()),
-            other => ManagerError::Failed(other.to_string()),
-        }
-    }
 }
 
 /// One interface's line of `GET /v1/nodes/{node}/validate`.

@@ -47,18 +47,24 @@ fn key_matches(node: &Node, given: &ValidPassDeployInfo) -> bool {
 }
 
 fn not_waiting(node: &Node) -> ManagerError {
-    ManagerError::Conflict(format!(
-        "Node {} is not waiting for a ramdisk call-back: it is in state \"{}\"",
-        node.uuid, node.provision_state
-    ))
+    ManagerError::StateConflict {
+        node: node.uuid,
+        message: format!(
+            "Node {} is not waiting for a ramdisk call-back: it is in state \"{}\"",
+            node.uuid, node.provision_state
+        ),
+    }
 }
 
 fn refused(node: &Node) -> ManagerError {
     tracing::warn!(node = %node.uuid, "pass_deploy_info refused: wrong or already used deploy key");
-    ManagerError::Forbidden(format!(
-        "The deploy key for node {} is not valid (wrong, or already used).",
-        node.uuid
-    ))
+    ManagerError::CallbackRefused {
+        node: node.uuid,
+        message: format!(
+            "The deploy key for node {} is not valid (wrong, or already used).",
+            node.uuid
+        ),
+    }
 }
 
 pub(crate) async fn pass_deploy_info(
@@ -74,17 +80,24 @@ pub(crate) async fn pass_deploy_info(
         .flow_for(&node)
         .filter(|flow| flow.takes_pass_deploy_info())
     else {
-        return Err(ManagerError::Invalid(format!(
-            "pass_deploy_info is for iscsi_ilo and pxe_ilo nodes; node {} uses driver {} whose ramdisk \
-             reports through heartbeats",
-            node.uuid, node.driver
-        )));
+        return Err(ManagerError::Unsupported {
+            node: node.uuid,
+            message: format!(
+                "pass_deploy_info is for iscsi_ilo and pxe_ilo nodes; node {} uses driver {} \
+                 whose ramdisk reports through heartbeats",
+                node.uuid, node.driver
+            ),
+        });
     };
-    let info: PassDeployInfo = serde_json::from_value(body)
-        .map_err(|e| ManagerError::Invalid(format!("Invalid pass_deploy_info body: {e}")))?;
-    let info = info
-        .validate()
-        .map_err(|e| ManagerError::Invalid(format!("Invalid pass_deploy_info body: {e}")))?;
+    let info: PassDeployInfo =
+        serde_json::from_value(body).map_err(|e| ManagerError::InvalidBody {
+            call: "pass_deploy_info",
+            source: e.into(),
+        })?;
+    let info = info.validate().map_err(|e| ManagerError::InvalidBody {
+        call: "pass_deploy_info",
+        source: e.into(),
+    })?;
     // Checked before the reservation (a wrong key must not lock the node for the real
     // ramdisk), and again under it: another call may have burnt the key in between.
     if !key_matches(&node, &info) {

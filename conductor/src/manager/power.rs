@@ -32,9 +32,10 @@ pub(crate) async fn set_power_state(
     timeout: Option<Duration>,
 ) -> Result<(), ManagerError> {
     if timeout.is_some_and(|t| t.is_zero()) {
-        return Err(ManagerError::Invalid(
-            "timeout must be a positive number of seconds".into(),
-        ));
+        return Err(ManagerError::InvalidInput {
+            field: "timeout",
+            message: "timeout must be a positive number of seconds".into(),
+        });
     }
     let (mut node, reservation) = tasks::reserve(core, ident).await?;
     // Refuse what cannot work before touching the node: a driver_info the BMC client cannot
@@ -60,13 +61,15 @@ pub(crate) async fn set_power_state(
 async fn run(core: &Core, mut node: Node, target: NodePower, timeout: Option<Duration>) {
     let limit = timeout.unwrap_or(POWER_STATE_CHANGE_TIMEOUT);
     // One connection for the whole action, the read after a failure included.
-    let bmc = Bmc::connect(&mut node, &core.deploy.config.ilo_defaults).await;
-    let outcome = match &bmc {
-        Ok(bmc) => match prepare_instance_boot(core, &mut node, bmc, target).await {
-            Ok(()) => change(bmc, target, limit).await,
-            Err(err) => Err(err),
-        },
-        Err(err) => Err(ManagerError::Failed(err.to_string())),
+    let (bmc, outcome) = match Bmc::connect(&mut node, &core.deploy.config.ilo_defaults).await {
+        Ok(bmc) => {
+            let outcome = match prepare_instance_boot(core, &mut node, &bmc, target).await {
+                Ok(()) => change(&bmc, target, limit).await,
+                Err(err) => Err(err),
+            };
+            (Some(bmc), outcome)
+        }
+        Err(err) => (None, Err(err.into())),
     };
     // Whatever happened, show the state the BMC reports now (or keep the last known one).
     node.target_power_state = None;
@@ -78,11 +81,12 @@ async fn run(core: &Core, mut node: Node, target: NodePower, timeout: Option<Dur
         }
         Err(err) => {
             let message = format!(
-                "Failed to change the power state of node {} to \"{target}\": {err}",
-                node.uuid
+                "Failed to change the power state of node {} to \"{target}\": {}",
+                node.uuid,
+                err.chain()
             );
             tracing::error!("{message}");
-            if let Ok(bmc) = &bmc {
+            if let Some(bmc) = &bmc {
                 if let Ok(now) = bmc.node_power().await {
                     node.power_state = Some(now);
                 }
@@ -120,10 +124,11 @@ async fn prepare_instance_boot(
         return Ok(());
     };
     flow.prepare_instance_boot(node).await.map_err(|e| {
-        ManagerError::Failed(format!(
+        ManagerError::flow(
             "the instance's boot could not be prepared, so the node was not powered on or \
-             rebooted: {e:#}"
-        ))
+             rebooted",
+            e,
+        )
     })
 }
 
@@ -139,9 +144,9 @@ pub(crate) async fn change(
         bmc.set_power(action)
             .await
             .map_err(|e| match e.driver_error() {
-                Some(DriverError::NotSupported { .. }) => ManagerError::Failed(format!(
-                "the BMC does not support \"{target}\" ({e}); use \"power off\" or \"rebooting\""
-            )),
+                Some(DriverError::NotSupported { .. }) => ManagerError::bmc(format!(
+                    "the BMC does not support \"{target}\"; use \"power off\" or \"rebooting\""
+                ))(e),
                 _ => e.into(),
             })
     };
@@ -149,9 +154,10 @@ pub(crate) async fn change(
         bmc.wait_power(want, deadline, limit)
             .await
             .map_err(|e| match e {
-                BmcError::PowerTimeout { .. } => ManagerError::Failed(format!(
-                    "{e}; check the server, or retry with a longer timeout"
-                )),
+                BmcError::PowerTimeout { .. } => ManagerError::bmc(
+                    "the power state did not change in time; check the server, or retry with \
+                     a longer timeout",
+                )(e),
                 other => other.into(),
             })
     };

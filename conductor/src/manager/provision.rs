@@ -57,10 +57,14 @@ pub(crate) async fn set_provision_state(
     configdrive: Option<Value>,
 ) -> Result<(), ManagerError> {
     if configdrive.is_some() && !matches!(verb, ProvisionVerb::Deploy | ProvisionVerb::Rebuild) {
-        return Err(ManagerError::Invalid(format!(
-            "configdrive can only be given with the deploy (\"active\") or rebuild verb, not {}",
-            verb_name(verb)
-        )));
+        return Err(ManagerError::InvalidInput {
+            field: "configdrive",
+            message: format!(
+                "configdrive can only be given with the deploy (\"active\") or rebuild verb, \
+                 not {}",
+                verb_name(verb)
+            ),
+        });
     }
     let (mut node, reservation) = tasks::reserve(core, ident).await?;
     let work = match start(core, &mut node, verb, configdrive) {
@@ -120,7 +124,10 @@ fn start(
         })?;
     let flow = || {
         core.flow_for(node)
-            .ok_or_else(|| ManagerError::Invalid(hardware_type::no_flow_reason(node)))
+            .ok_or_else(|| ManagerError::Unsupported {
+                node: node.uuid,
+                message: hardware_type::no_flow_reason(node),
+            })
     };
     let work = match verb {
         ProvisionVerb::Manage if from == ProvisionState::Enroll => Work::Verify,
@@ -128,15 +135,10 @@ fn start(
         ProvisionVerb::Provide => Work::Provide,
         ProvisionVerb::Deploy | ProvisionVerb::Rebuild => {
             if node.maintenance {
-                return Err(ManagerError::Invalid(format!(
-                    "node {} is in maintenance mode{}; take it out of maintenance before \
-                     deploying",
-                    node.uuid,
-                    node.maintenance_reason
-                        .as_deref()
-                        .map(|r| format!(" ({r})"))
-                        .unwrap_or_default()
-                )));
+                return Err(ManagerError::InMaintenance {
+                    node: node.uuid,
+                    reason: node.maintenance_reason.clone(),
+                });
             }
             let flow = flow()?;
             if let Some(drive) = configdrive {

@@ -57,7 +57,7 @@ pub(crate) async fn sync_once(core: &Arc<Core>) {
                 StoreError::Locked { .. } | StoreError::NotFound { .. },
             )) => continue,
             Err(err) => {
-                tracing::warn!(node = %listed.uuid, error = %err, "power sync: could not reserve the node");
+                tracing::warn!(node = %listed.uuid, error = %err.chain(), "power sync: could not reserve the node");
                 continue;
             }
         };

@@ -378,14 +378,19 @@ async fn root() -> Json<Value> {
 fn refusal(err: &ManagerError) -> Response {
     let status = match err {
         ManagerError::Store(StoreError::NotFound { .. }) => StatusCode::NOT_FOUND,
-        ManagerError::Store(StoreError::Locked { .. }) | ManagerError::Conflict(_) => {
+        ManagerError::Store(StoreError::Locked { .. }) | ManagerError::StateConflict { .. } => {
             StatusCode::CONFLICT
         }
-        ManagerError::Forbidden(_) => StatusCode::UNAUTHORIZED,
-        ManagerError::Invalid(_) | ManagerError::InvalidState { .. } => StatusCode::BAD_REQUEST,
+        ManagerError::CallbackRefused { .. } => StatusCode::UNAUTHORIZED,
+        ManagerError::InvalidInput { .. }
+        | ManagerError::InvalidBody { .. }
+        | ManagerError::Unsupported { .. }
+        | ManagerError::InMaintenance { .. }
+        | ManagerError::InvalidState { .. } => StatusCode::BAD_REQUEST,
+        e @ ManagerError::Bmc { .. } if e.is_bmc_settings() => StatusCode::BAD_REQUEST,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
-    (status, Json(json!({"error_message": err.to_string()}))).into_response()
+    (status, Json(json!({"error_message": err.chain()}))).into_response()
 }
 
 async fn lookup(
@@ -447,7 +452,7 @@ impl ShimState {
                 StatusCode::ACCEPTED.into_response()
             }
             Err(err) => {
-                if matches!(err, ManagerError::Forbidden(_)) {
+                if matches!(err, ManagerError::CallbackRefused { .. }) {
                     self.refused.fetch_add(1, Ordering::SeqCst);
                 }
                 refusal(&err)

@@ -147,7 +147,7 @@ async fn a_whole_disk_image_goes_over_iscsi_byte_for_byte_and_the_node_boots_fro
         )
         .await;
     assert!(
-        matches!(replay, Err(ManagerError::Conflict(_))),
+        matches!(replay, Err(ManagerError::StateConflict { .. })),
         "{replay:?}"
     );
 }

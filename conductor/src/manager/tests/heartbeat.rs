@@ -1,0 +1,220 @@
+//! The agent's call-backs while a deploy waits: lookup, heartbeat and its token, the callback
+//! timeout.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::json;
+use uuid::Uuid;
+
+use super::harness::*;
+use crate::manager::*;
+use crate::states::ProvisionState;
+use crate::store::Port;
+use crate::store::StoreError;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_waits_for_the_agent_whose_token_must_match() {
+    let h = Harness::new().await;
+    let uuid = h.node_in(ProvisionState::Available).await;
+    h.store
+        .create_port(&Port {
+            uuid: Uuid::new_v4(),
+            address: "52:54:00:12:34:56".into(),
+            node_uuid: uuid,
+            pxe_enabled: true,
+            extra: Default::default(),
+            created_at: time::OffsetDateTime::now_utc(),
+            updated_at: None,
+        })
+        .await
+        .expect("port");
+    // Not deploying yet: lookup does not find it.
+    let early = h.manager.lookup(&["52:54:00:12:34:56".into()], None).await;
+    assert!(matches!(
+        early,
+        Err(ManagerError::Store(StoreError::NotFound { .. }))
+    ));
+
+    h.manager
+        .set_provision_state(&id(uuid), ProvisionVerb::Deploy, Some(json!("H4sI...")))
+        .await
+        .expect("deploy accepted");
+    h.settle().await;
+    let waiting = h.node(uuid).await;
+    assert_eq!(waiting.provision_state, ProvisionState::WaitCallBack);
+    assert_eq!(waiting.target_provision_state, Some(ProvisionState::Active));
+    assert_eq!(
+        waiting.instance_info.get("configdrive"),
+        Some(&json!("H4sI..."))
+    );
+
+    let found = h
+        .manager
+        .lookup(&["52-54-00-12-34-56".to_uppercase()], None)
+        .await
+        .expect("lookup finds the node by MAC");
+    assert_eq!(found.node["uuid"], json!(uuid));
+    assert_eq!(found.config["agent_token_required"], json!(true));
+    let shown = format!("{} {}", found.node, found.config);
+    assert!(!shown.contains(TOKEN) && !shown.contains("H4sI"), "{shown}");
+
+    for wrong in [None, Some("x"), Some(&TOKEN[..TOKEN.len() - 1])] {
+        let refused = h.manager.heartbeat(&id(uuid), heartbeat(wrong)).await;
+        assert!(
+            matches!(refused, Err(ManagerError::CallbackRefused { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(
+            h.node(uuid).await,
+            waiting,
+            "a refused heartbeat changed the node"
+        );
+    }
+
+    h.flow.script_heartbeat(Script::Wait);
+    h.manager
+        .heartbeat(&id(uuid), heartbeat(Some(TOKEN)))
+        .await
+        .expect("heartbeat accepted");
+    h.settle().await;
+    let node = h.node(uuid).await;
+    assert_eq!(node.provision_state, ProvisionState::WaitCallBack);
+    // The address is the flow's to pin; the manager only notes the time.
+    assert!(!node.driver_internal_info.contains_key("agent_url"));
+    assert!(node
+        .driver_internal_info
+        .contains_key("agent_last_heartbeat"));
+
+    h.manager
+        .heartbeat(&id(uuid), heartbeat(Some(TOKEN)))
+        .await
+        .expect("heartbeat accepted");
+    h.settle().await;
+    let node = h.node(uuid).await;
+    assert_eq!(node.provision_state, ProvisionState::Active);
+    assert_eq!(node.target_provision_state, None);
+    assert_eq!(node.reservation, None);
+    assert_eq!(h.flow.clean_ups.load(Ordering::SeqCst), 0);
+    // The deploy is over: the token is gone, and a late heartbeat is only recorded.
+    assert!(!node.driver_internal_info.contains_key("agent_secret_token"));
+    assert!(!node.driver_internal_info.contains_key("agent_url"));
+    h.manager
+        .heartbeat(&id(uuid), heartbeat(Some(TOKEN)))
+        .await
+        .expect("late heartbeat recorded");
+    let node = h.node(uuid).await;
+    assert_eq!(node.provision_state, ProvisionState::Active);
+    assert!(!node.driver_internal_info.contains_key("agent_url"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_heartbeat_fails_the_deploy() {
+    let h = Harness::new().await;
+    let uuid = h.node_in(ProvisionState::WaitCallBack).await;
+    h.flow
+        .script_heartbeat(Script::Fail("agent: image checksum mismatch"));
+    h.manager
+        .heartbeat(&id(uuid), heartbeat(Some(TOKEN)))
+        .await
+        .expect("heartbeat accepted");
+    h.settle().await;
+    let node = h.node(uuid).await;
+    assert_eq!(node.provision_state, ProvisionState::DeployFailed);
+    assert!(node
+        .last_error
+        .as_deref()
+        .is_some_and(|e| e.contains("checksum mismatch")));
+    assert_eq!(h.flow.clean_ups.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_ramdisk_times_out() {
+    let h = Harness::with_config(config(
+        Duration::from_millis(400),
+        Duration::from_secs(3600),
+    ))
+    .await;
+    let uuid = h.node_in(ProvisionState::Available).await;
+    let (_stop, shutdown) = tokio::sync::watch::channel(false);
+    h.manager
+        .start_background(shutdown)
+        .await
+        .expect("background starts");
+    h.manager
+        .set_provision_state(&id(uuid), ProvisionVerb::Deploy, None)
+        .await
+        .expect("deploy accepted");
+    let node = h
+        .wait_until(uuid, "deploy failed by timeout", |n| {
+            n.provision_state == ProvisionState::DeployFailed && n.reservation.is_none()
+        })
+        .await;
+    let text = node.last_error.clone().unwrap_or_default();
+    assert!(
+        text.starts_with(&format!(
+            "Timeout reached while waiting for callback for node {uuid}: "
+        )) && text.contains("deploy_callback_timeout"),
+        "{text}"
+    );
+    assert_eq!(h.flow.clean_ups.load(Ordering::SeqCst), 1);
+    assert!(!node.driver_internal_info.contains_key("agent_secret_token"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookup_needs_one_node_expecting_a_ramdisk() {
+    let h = Harness::new().await;
+    let port = |node: Uuid, mac: &str| Port {
+        uuid: Uuid::new_v4(),
+        address: mac.into(),
+        node_uuid: node,
+        pxe_enabled: true,
+        extra: Default::default(),
+        created_at: time::OffsetDateTime::now_utc(),
+        updated_at: None,
+    };
+    let a = h.node_in(ProvisionState::WaitCallBack).await;
+    let b = h.node_in(ProvisionState::WaitCallBack).await;
+    h.store
+        .create_port(&port(a, "52:54:00:00:00:0a"))
+        .await
+        .expect("port");
+    h.store
+        .create_port(&port(b, "52:54:00:00:00:0b"))
+        .await
+        .expect("port");
+    let found = h
+        .manager
+        .lookup(
+            &["52:54:00:00:00:0a".into(), "52:54:00:00:00:99".into()],
+            None,
+        )
+        .await
+        .expect("one node");
+    assert_eq!(found.node["uuid"], json!(a));
+    assert_eq!(found.config["agent_token"], json!("******"));
+    let both = h
+        .manager
+        .lookup(
+            &["52:54:00:00:00:0a".into(), "52:54:00:00:00:0b".into()],
+            None,
+        )
+        .await;
+    assert!(matches!(
+        both,
+        Err(ManagerError::Store(StoreError::NotFound { .. }))
+    ));
+    let unknown = h.manager.lookup(&["52:54:00:00:00:99".into()], None).await;
+    assert!(matches!(
+        unknown,
+        Err(ManagerError::Store(StoreError::NotFound { .. }))
+    ));
+    let by_uuid = h.manager.lookup(&[], Some(b)).await.expect("by uuid");
+    assert_eq!(by_uuid.node["uuid"], json!(b));
+    let active = h.node_in(ProvisionState::Active).await;
+    let refused = h.manager.lookup(&[], Some(active)).await;
+    assert!(matches!(
+        refused,
+        Err(ManagerError::Store(StoreError::NotFound { .. }))
+    ));
+}

@@ -1,0 +1,114 @@
+//! Node management: delete, maintenance, validate and the boot device.
+
+use serde_json::json;
+use uuid::Uuid;
+
+use super::harness::*;
+use crate::manager::*;
+use crate::states::ProvisionState;
+use crate::store::Port;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_maintenance_pass_deploy_info_validate_and_boot_device() {
+    let h = Harness::new().await;
+    let active = h.node_in(ProvisionState::Active).await;
+    let refused = h.manager.delete_node(&id(active)).await;
+    assert!(
+        matches!(refused, Err(ManagerError::StateConflict { .. })),
+        "{refused:?}"
+    );
+    h.manager
+        .set_maintenance(&id(active), true, Some("disk swap".into()))
+        .await
+        .expect("maintenance on");
+    let node = h.node(active).await;
+    assert!(node.maintenance);
+    assert_eq!(node.maintenance_reason.as_deref(), Some("disk swap"));
+    let refused = h
+        .manager
+        .set_provision_state(&id(active), ProvisionVerb::Rebuild, None)
+        .await;
+    assert!(
+        matches!(refused, Err(ManagerError::InMaintenance { .. })),
+        "{refused:?}"
+    );
+    h.manager
+        .set_maintenance(&id(active), false, None)
+        .await
+        .expect("maintenance off");
+    assert_eq!(h.node(active).await.maintenance_reason, None);
+
+    let available = h.node_in(ProvisionState::Available).await;
+    let port = Uuid::new_v4();
+    h.store
+        .create_port(&Port {
+            uuid: port,
+            address: "52:54:00:00:00:01".into(),
+            node_uuid: available,
+            pxe_enabled: true,
+            extra: Default::default(),
+            created_at: time::OffsetDateTime::now_utc(),
+            updated_at: None,
+        })
+        .await
+        .expect("port");
+    let refused = h.manager.pass_deploy_info(&id(available), json!({})).await;
+    assert!(
+        matches!(refused, Err(ManagerError::StateConflict { .. })),
+        "{refused:?}"
+    );
+    let waiting = h.node_in(ProvisionState::WaitCallBack).await;
+    let refused = h.manager.pass_deploy_info(&id(waiting), json!({})).await;
+    assert!(
+        matches!(&refused, Err(ManagerError::Unsupported { message, .. }) if message.contains("iscsi_ilo")),
+        "{refused:?}"
+    );
+
+    let lines = h.manager.validate(&id(available)).await.expect("validate");
+    assert_eq!(lines["power"].result, Some(true), "{:?}", lines["power"]);
+    assert_eq!(lines["deploy"].result, Some(true));
+    assert_eq!(lines["console"].result, None);
+    *h.flow.validate_error.lock().expect("lock") = Some("virtual media not licensed".into());
+    let lines = h.manager.validate(&id(available)).await.expect("validate");
+    assert_eq!(lines["boot"].result, Some(false));
+    assert!(lines["boot"]
+        .reason
+        .as_deref()
+        .is_some_and(|r| r.contains("not licensed")));
+
+    h.manager
+        .set_boot_device(&id(available), "pxe", true)
+        .await
+        .expect("set pxe");
+    let reading = h.manager.boot_device(&id(available)).await.expect("read");
+    assert_eq!(reading.boot_device.as_deref(), Some("pxe"));
+    assert_eq!(reading.persistent, Some(true));
+    h.manager
+        .set_boot_device(&id(available), "cdrom", false)
+        .await
+        .expect("set cdrom once");
+    let reading = h.manager.boot_device(&id(available)).await.expect("read");
+    assert_eq!(reading.boot_device.as_deref(), Some("cdrom"));
+    assert_eq!(reading.persistent, Some(false));
+    let refused = h
+        .manager
+        .set_boot_device(&id(available), "safe", false)
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(ManagerError::InvalidInput {
+                field: "boot_device",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+
+    h.manager.delete_node(&id(available)).await.expect("delete");
+    assert!(h.store.node(&id(available)).await.is_err());
+    assert!(
+        h.store.port(port).await.is_err(),
+        "the port went with its node"
+    );
+}
