@@ -7,14 +7,14 @@
 //!   through (and evict) the page cache and the agent's memory stays bounded; what direct I/O
 //!   cannot take goes through the buffered handle (tmpfs, unaligned tails, tests).
 //! - [`sink::ImageSink`] is the end of the stream chain: the source is read straight into aligned
-//!   4 MiB blocks ([`sink::ImageSink::fill_from`]), which go over a bounded queue to two writer
+//!   4 MiB blocks ([`sink::ImageSink::fill_from`]), which go over a bounded queue to three writer
 //!   threads (and, for uncompressed images, to a hashing thread at the same time), so receiving,
 //!   hashing and disk writes overlap on two cores; it holds the first MiB back until the caller
 //!   has verified the checksum.
 //! - [`select`] picks the disk from the root-device hints.
 //!
 //! # Limitations
-//! Writes are positioned (`pwrite`), two in flight; the pool is 4 blocks (16 MiB).
+//! Writes are positioned (`pwrite`), three in flight; the pool is 7 blocks (28 MiB).
 
 pub mod buffer;
 pub mod device;

@@ -1,4 +1,4 @@
-//! [`ImageSink`]: the `Write` end of the image stream. Aligned blocks, a bounded queue to two
+//! [`ImageSink`]: the `Write` end of the image stream. Aligned blocks, a bounded queue to three
 //! writer threads, and the first MiB held back.
 //!
 //! Given a hasher, the sink owns the stream's digest from its first byte to its last: the
@@ -28,17 +28,23 @@ use super::{AlignedBuf, Disk, HEAD_LEN};
 /// USB/SAS disk small.
 pub const BLOCK_LEN: usize = 4 * 1024 * 1024;
 
-/// Writer threads, hence disk writes in flight. Two keep the disk busy while one write completes
-/// and the next is submitted (a single synchronous writer leaves the disk idle between writes,
-/// which is exactly `dd`'s pace and no better; bench/agent-stream.sh).
-pub const WRITERS: usize = 2;
+/// Writer threads, hence disk writes in flight. A single synchronous writer leaves the disk idle
+/// between writes, which is exactly `dd`'s pace and no better; three keep the loop device and
+/// the disk under it busier than two did (bench/agent-stream.sh without a checksum, under load:
+/// medians 1684-1686 MiB/s with three against 1448 with two, dd at 995 and 966).
+pub const WRITERS: usize = 3;
 
-/// Full blocks queued for the writer threads besides those being written.
-pub const QUEUE_DEPTH: usize = 1;
+/// Full blocks queued for the writer threads besides those being written. The queue is what
+/// absorbs the moments the hashing thread or the reading thread is off the CPU: with one queued
+/// block the profile (`perf trace -s`, 1 GiB with sha256 under load) showed the reading thread
+/// waiting 240 ms for a free block while each writer sat idle 560-600 ms, the blocks held by a
+/// hasher that had fallen behind; three queued blocks took the agent from 590 to 828 MiB/s and
+/// from 778 to 1015 MiB/s in two interleaved runs (dd at 1047 and 995).
+pub const QUEUE_DEPTH: usize = 3;
 
 /// Blocks in the pool: one per writer, the queued ones, and the one being filled
-/// (4 × 4 MiB = 16 MiB, inside the agent's 32 MiB memory aim, docs/architecture.md §10). A block being
-/// hashed is also being written, so hashing needs no blocks of its own.
+/// (7 × 4 MiB = 28 MiB, inside the agent's 64 MiB memory bound, docs/architecture.md §10). A
+/// block being hashed is also being written or queued, so hashing needs no blocks of its own.
 pub const POOL_BLOCKS: usize = WRITERS + QUEUE_DEPTH + 1;
 
 /// Largest single read into a block: a whole block. Fewer, larger `recv` calls cost less kernel
