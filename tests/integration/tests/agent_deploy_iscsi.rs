@@ -20,7 +20,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use vmdeploy_agent::floppy::{FloppySearch, PARAMS_FILE};
-use vmdeploy_integration_tests::freeze::{self, Stepped};
+use vmdeploy_integration_tests::freeze;
 use vmdeploy_integration_tests::iscsi_standin::{self, IscsiStandin, StandinConfig};
 use vmdeploy_integration_tests::lock::ResourceLock;
 use vmdeploy_integration_tests::loopdev::{LoopDevice, LoopIo};
@@ -139,8 +139,8 @@ impl Agent {
     }
 
     /// With the agent stopped ([`freeze::stop`]) at a point where its target still listens: lets
-    /// it run in short steps and requires its iSCSI port to stop listening while it is still
-    /// alive; then lets it carry on.
+    /// it run to its exit and requires its iSCSI port to be closed at the instant it enters
+    /// exit, before the kernel would close it for it.
     fn assert_target_stops_before_exit(&self) {
         let port = self.iscsi.port();
         assert!(
@@ -148,12 +148,11 @@ impl Agent {
             "the target does not listen on {port} before the stop; agent:\n{}",
             self.stderr()
         );
-        let seen = freeze::step_until(self.pid(), Duration::from_secs(30), || !tcp_listening(port));
-        freeze::resume(self.pid());
-        assert_eq!(
-            seen,
-            Stepped::HeldWhileAlive,
-            "the agent exited with its iSCSI port {port} still listening; agent:\n{}",
+        let closed =
+            freeze::check_at_exit(self.pid(), Duration::from_secs(60), || !tcp_listening(port));
+        assert!(
+            closed,
+            "the agent entered exit with its iSCSI port {port} still listening; agent:\n{}",
             self.stderr()
         );
     }
