@@ -7,6 +7,7 @@
 //! is also opened with `get_ref`, as deep as it nests.
 
 use std::error::Error;
+use std::fmt;
 use std::io;
 
 /// The error and its causes on one line, joined with `: `. A cause whose text the line already
@@ -23,6 +24,17 @@ pub fn chain(err: &(dyn Error + 'static)) -> String {
         cause = c.source();
     }
     out
+}
+
+/// An error shown with its causes, as [`chain`] words them, without building a `String` first:
+/// the log field habit is `tracing::warn!(error = %Chain(&err), "...")`, so a log line names the
+/// cause (`connecting to 10.0.0.5:443: connection refused`) and not only the last step.
+pub struct Chain<'a>(pub &'a (dyn Error + 'static));
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&chain(self.0))
+    }
 }
 
 /// The first error of type `T` in `err`'s chain (itself included), looking inside every
@@ -46,7 +58,34 @@ pub fn find_cause<'a, T: Error + 'static>(err: &'a (dyn Error + 'static)) -> Opt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::fmt;
+
+    #[test]
+    fn the_log_field_form_shows_the_causes() {
+        let err = Wrapped {
+            msg: "fetching the image",
+            source: io::Error::new(io::ErrorKind::ConnectionRefused, "connection refused"),
+        };
+        assert_eq!(
+            Chain(&err).to_string(),
+            "fetching the image: connection refused"
+        );
+    }
+
+    #[derive(Debug)]
+    struct Wrapped {
+        msg: &'static str,
+        source: io::Error,
+    }
+    impl fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.msg)
+        }
+    }
+    impl Error for Wrapped {
+        fn source(&self) -> Option<&(dyn Error + 'static)> {
+            Some(&self.source)
+        }
+    }
 
     #[derive(Debug, PartialEq)]
     struct Marker(u8);

@@ -31,6 +31,7 @@ use crate::drivers::{
 use crate::node::driver_info::{BmcDriverInfo, BmcKeys, DriverInfoError, IloDefaults};
 use crate::states::NodePower;
 use crate::store::{JsonObject, Node};
+use vmdeploy_shared::error::Chain;
 
 mod error;
 
@@ -125,7 +126,7 @@ impl Bmc {
         match Bmc::connect(node, defaults).await {
             Ok(bmc) => Some(bmc),
             Err(e) => {
-                tracing::warn!(node = %node.uuid, error = %e, "clean-up: cannot reach the BMC");
+                tracing::warn!(node = %node.uuid, error = %Chain(&e), "clean-up: cannot reach the BMC");
                 None
             }
         }

@@ -51,6 +51,7 @@ use futures_util::future::{BoxFuture, FutureExt, Shared};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
+use vmdeploy_shared::error::Chain;
 use vmdeploy_shared::io::hash::{ExpectedDigest, HashAlgo};
 
 pub use error::ImageCacheError;
@@ -384,7 +385,7 @@ fn touch_record(path: &Path) {
         .open(path)
         .and_then(|f| f.set_modified(SystemTime::now()));
     if let Err(e) = result {
-        tracing::debug!(path = %path.display(), error = %e, "refreshing an image cache record's time");
+        tracing::debug!(path = %path.display(), error = %Chain(&e), "refreshing an image cache record's time");
     }
 }
 
@@ -487,14 +488,14 @@ async fn fill(inner: Arc<Inner>, source: ImageSource) -> Result<(), ImageCacheEr
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "removing a partial image download")
+                tracing::warn!(path = %path.display(), error = %Chain(&e), "removing a partial image download")
             }
         }
     }
     // Errors and logs name the URL without its query (a temp URL's signature).
     let result = result.map_err(ImageCacheError::mask_url);
     if let Err(e) = &result {
-        tracing::warn!(error = %e, "image download failed; nothing cached");
+        tracing::warn!(error = %Chain(&e), "image download failed; nothing cached");
         inner.lock().inflight.remove(&source.key);
     }
     result
@@ -629,7 +630,7 @@ async fn add_entry(
             inner.raw_path(&victim.name),
         ] {
             if let Err(e) = std::fs::remove_file(&path) {
-                tracing::warn!(path = %path.display(), error = %e, "removing an evicted image");
+                tracing::warn!(path = %path.display(), error = %Chain(&e), "removing an evicted image");
             }
         }
     }

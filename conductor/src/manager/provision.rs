@@ -20,6 +20,7 @@ use crate::deploy::{DeployInterface, DeployStep};
 use crate::node::hardware_type;
 use crate::states::{Event, NodePower, ProvisionState, ProvisionVerb};
 use crate::store::{Node, NodeIdent};
+use vmdeploy_shared::error::Chain;
 
 /// Ironic's name of a verb in messages.
 fn verb_name(verb: ProvisionVerb) -> &'static str {
@@ -387,7 +388,7 @@ pub(crate) async fn clean_up_after_failure(
     match powered_off {
         Ok(()) => node.power_state = Some(NodePower::Off),
         Err(err) => {
-            tracing::warn!(error = %err, "could not power the node off after the failure");
+            tracing::warn!(error = %Chain(&err), "could not power the node off after the failure");
             let note = format!("; the node could not be powered off: {err}");
             node.last_error = Some(node.last_error.take().unwrap_or_default() + &note);
         }

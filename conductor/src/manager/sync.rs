@@ -14,6 +14,7 @@ use super::Core;
 use crate::bmc::{Bmc, PROTOCOL_KEY};
 use crate::states::ProvisionState;
 use crate::store::{NodeFilter, StoreError};
+use vmdeploy_shared::error::Chain;
 
 /// Runs the sync until `shutdown` turns true.
 pub(crate) async fn run(core: Arc<Core>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
@@ -42,7 +43,7 @@ pub(crate) async fn sync_once(core: &Arc<Core>) {
     let nodes = match core.store().list_nodes(&filter).await {
         Ok(nodes) => nodes,
         Err(err) => {
-            tracing::error!(error = %err, "power sync: could not list nodes");
+            tracing::error!(error = %Chain(&err), "power sync: could not list nodes");
             return;
         }
     };
@@ -86,7 +87,7 @@ pub(crate) async fn sync_once(core: &Arc<Core>) {
                 }
             }
             Err(err) => {
-                tracing::warn!(node = %node.uuid, error = %err, "power sync: could not read the power state");
+                tracing::warn!(node = %node.uuid, error = %Chain(&err), "power sync: could not read the power state");
             }
         }
         reservation.release().await;

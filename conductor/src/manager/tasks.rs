@@ -24,6 +24,7 @@ use uuid::Uuid;
 use super::{Core, ManagerError};
 use crate::states::{Event, ProvisionState};
 use crate::store::{Node, NodeIdent, StoreError};
+use vmdeploy_shared::error::Chain;
 
 /// The node's task lock, held until [`Reservation::release`] (or drop).
 pub(crate) struct Reservation {
@@ -48,7 +49,7 @@ impl Reservation {
             .release_node(self.node, &self.holder)
             .await
         {
-            tracing::error!(node = %self.node, error = %err, "could not release the node's reservation");
+            tracing::error!(node = %self.node, error = %Chain(&err), "could not release the node's reservation");
         }
     }
 }
@@ -65,7 +66,7 @@ impl Drop for Reservation {
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
                 if let Err(err) = store.release_node(node, &holder).await {
-                    tracing::error!(node = %node, error = %err, "could not release the node's reservation");
+                    tracing::error!(node = %node, error = %Chain(&err), "could not release the node's reservation");
                 }
             });
         }
@@ -130,7 +131,7 @@ where
                     } else {
                         "was cancelled"
                     };
-                    tracing::error!(error = %err, "the {kind} task {how}");
+                    tracing::error!(error = %Chain(&err), "the {kind} task {how}");
                     fail_after_crash(&core, node, kind, how).await;
                 }
             }
@@ -146,7 +147,7 @@ async fn fail_after_crash(core: &Core, uuid: Uuid, kind: &str, how: &str) {
     let mut node = match core.store().node(&NodeIdent::Uuid(uuid)).await {
         Ok(node) => node,
         Err(err) => {
-            tracing::error!(error = %err, "could not read the node after its task ended");
+            tracing::error!(error = %Chain(&err), "could not read the node after its task ended");
             return;
         }
     };
@@ -172,7 +173,7 @@ async fn fail_after_crash(core: &Core, uuid: Uuid, kind: &str, how: &str) {
     }
     if changed {
         if let Err(err) = core.store().update_node(&node).await {
-            tracing::error!(error = %err, "could not record the failed task");
+            tracing::error!(error = %Chain(&err), "could not record the failed task");
         }
     }
 }
@@ -254,5 +255,5 @@ impl TaskRegistry {
 
 /// A store error in the operator's words when a task could not record its outcome.
 pub(crate) fn log_store_error(err: &StoreError, what: &str) {
-    tracing::error!(error = %err, "could not record {what}");
+    tracing::error!(error = %Chain(&err), "could not record {what}");
 }

@@ -20,6 +20,7 @@ use super::tasks;
 use super::Core;
 use crate::states::ProvisionState;
 use crate::store::{Node, NodeFilter};
+use vmdeploy_shared::error::Chain;
 
 /// Runs the check until `shutdown` turns true.
 pub(crate) async fn run(core: Arc<Core>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
@@ -66,7 +67,7 @@ async fn check_state(core: &Arc<Core>, state: ProvisionState) {
     let nodes = match core.store().list_nodes(&filter).await {
         Ok(nodes) => nodes,
         Err(err) => {
-            tracing::error!(error = %err, "callback timeouts: could not list nodes");
+            tracing::error!(error = %Chain(&err), "callback timeouts: could not list nodes");
             return;
         }
     };

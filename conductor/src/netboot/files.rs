@@ -34,6 +34,7 @@ use anyhow::{bail, Context};
 use uuid::Uuid;
 
 use super::config::{self, BootEntry, Mac};
+use vmdeploy_shared::error::Chain;
 
 /// The per-node PXELINUX configuration's name in its directory (Ironic's).
 const PXELINUX_CONFIG: &str = "config";
@@ -175,7 +176,7 @@ impl BootRoot {
             let entries = match std::fs::read_dir(&dir) {
                 Ok(entries) => entries,
                 Err(e) => {
-                    tracing::warn!(node = %node, dir = %dir.display(), error = %e, "clean-up: cannot read the boot root");
+                    tracing::warn!(node = %node, dir = %dir.display(), error = %Chain(&e), "clean-up: cannot read the boot root");
                     continue;
                 }
             };
@@ -186,7 +187,7 @@ impl BootRoot {
                 };
                 if target.to_string_lossy().starts_with(&target_prefix) {
                     if let Err(e) = std::fs::remove_file(&path) {
-                        tracing::warn!(node = %node, link = %path.display(), error = %e, "clean-up: cannot remove a boot link");
+                        tracing::warn!(node = %node, link = %path.display(), error = %Chain(&e), "clean-up: cannot remove a boot link");
                     }
                 }
             }
@@ -198,7 +199,7 @@ impl BootRoot {
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
-                tracing::warn!(node = %node, dir = %dir.display(), error = %e, "clean-up: cannot remove the node's boot directory")
+                tracing::warn!(node = %node, dir = %dir.display(), error = %Chain(&e), "clean-up: cannot remove the node's boot directory")
             }
         }
     }

@@ -23,6 +23,7 @@ use tokio::net::TcpListener;
 
 use super::path::{resolve, PathError};
 use crate::objects::builtin::server::ReplyBody;
+use vmdeploy_shared::error::Chain;
 
 /// Bytes per body frame.
 const CHUNK: usize = 256 * 1024;
@@ -43,7 +44,7 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
                 Err(e) => {
-                    tracing::warn!(error = %e, "netboot HTTP: accept failed");
+                    tracing::warn!(error = %Chain(&e), "netboot HTTP: accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
@@ -61,7 +62,7 @@ pub async fn serve(
                 .header_read_timeout(HEADER_TIMEOUT)
                 .serve_connection(TokioIo::new(tcp), service);
             if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "netboot HTTP: connection ended with an error");
+                tracing::debug!(%peer, error = %Chain(&e), "netboot HTTP: connection ended with an error");
             }
         });
     }
@@ -95,21 +96,21 @@ async fn handle<B>(
             };
         }
         Err(e) => {
-            tracing::warn!(%peer, path = %raw, error = %e, "netboot HTTP: resolving the name failed");
+            tracing::warn!(%peer, path = %raw, error = %Chain(&e), "netboot HTTP: resolving the name failed");
             return text(StatusCode::INTERNAL_SERVER_ERROR, "cannot read the file");
         }
     };
     let file = match tokio::fs::File::open(&path).await {
         Ok(file) => file,
         Err(e) => {
-            tracing::warn!(%peer, path = %raw, error = %e, "netboot HTTP: cannot open");
+            tracing::warn!(%peer, path = %raw, error = %Chain(&e), "netboot HTTP: cannot open");
             return text(StatusCode::NOT_FOUND, "not found");
         }
     };
     let size = match file.metadata().await {
         Ok(m) => m.len(),
         Err(e) => {
-            tracing::warn!(%peer, path = %raw, error = %e, "netboot HTTP: cannot stat");
+            tracing::warn!(%peer, path = %raw, error = %Chain(&e), "netboot HTTP: cannot stat");
             return text(StatusCode::INTERNAL_SERVER_ERROR, "cannot read the file");
         }
     };

@@ -25,6 +25,7 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
 use super::request::{InFlight, InFlightRequest};
+use vmdeploy_shared::error::Chain;
 
 /// How long a client may take to send a request's headers (slow clients hold a connection).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -117,7 +118,7 @@ pub async fn run(
                     }
                     Err(err) => {
                         // EMFILE and friends: pause instead of spinning, keep the listener.
-                        tracing::warn!(address = %bound.addr, error = %err, "accept failed");
+                        tracing::warn!(address = %bound.addr, error = %Chain(&err), "accept failed");
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 }
@@ -141,7 +142,7 @@ pub async fn run(
                             Some(acceptor) => {
                                 match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                                     Ok(Ok(tls)) => serve_connection(tls, app, watcher).await,
-                                    Ok(Err(err)) => tracing::debug!(error = %err, "TLS handshake failed"),
+                                    Ok(Err(err)) => tracing::debug!(error = %Chain(&err), "TLS handshake failed"),
                                     Err(_) => tracing::debug!("TLS handshake timed out"),
                                 }
                             }
@@ -194,6 +195,6 @@ where
         .header_read_timeout(HEADER_READ_TIMEOUT);
     let connection = builder.serve_connection(TokioIo::new(io), service);
     if let Err(err) = watcher.watch(connection).await {
-        tracing::debug!(error = %err, "connection ended with an error");
+        tracing::debug!(error = %Chain(&err), "connection ended with an error");
     }
 }

@@ -15,6 +15,7 @@ use crate::fault::FaultSpec;
 use crate::media_fetch::MediaFetcher;
 use crate::server::{Server, ServerSnapshot};
 use crate::tls;
+use vmdeploy_shared::error::Chain;
 
 /// Each server holds a listener and its clients' connections: raise the soft open-file limit
 /// to the hard one when many servers run in one process (the 1000-node scale test).
@@ -27,7 +28,9 @@ fn raise_fd_limit(servers: usize) {
     if soft < wanted && soft < hard {
         match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
             Ok(()) => tracing::info!(from = soft, to = hard, "raised the open-file limit"),
-            Err(e) => tracing::warn!(error = %e, soft, hard, "could not raise the open-file limit"),
+            Err(e) => {
+                tracing::warn!(error = %Chain(&e), soft, hard, "could not raise the open-file limit")
+            }
         }
     }
 }

@@ -25,6 +25,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::fault::{FaultKind, FaultSpec};
 use crate::server::Server;
 use crate::{admin, redfish, ribcl};
+use vmdeploy_shared::error::Chain;
 
 /// Largest request body accepted (RIBCL requests are a few hundred bytes).
 const MAX_REQUEST_BYTES: usize = 1 << 20;
@@ -299,7 +300,7 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
                 Err(e) => {
-                    tracing::warn!(server = server.index, error = %e, "accept failed");
+                    tracing::warn!(server = server.index, error = %Chain(&e), "accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
@@ -313,7 +314,7 @@ pub async fn serve(
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
-                    tracing::debug!(server = server.index, %peer, error = %e, "TLS handshake failed");
+                    tracing::debug!(server = server.index, %peer, error = %Chain(&e), "TLS handshake failed");
                     return;
                 }
                 Err(_) => {
@@ -329,7 +330,7 @@ pub async fn serve(
             tokio::select! {
                 result = conn => {
                     if let Err(e) = result {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                        tracing::debug!(%peer, error = %Chain(&e), "connection ended with an error");
                     }
                 }
                 _ = conn_shutdown.changed() => {}

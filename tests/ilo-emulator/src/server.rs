@@ -16,6 +16,7 @@ use crate::state::{
     BootDevice, BootMode, BootPlan, License, OneTimeBoot, Power, ServerState, StateError,
     VmBootAction, VmDevice,
 };
+use vmdeploy_shared::error::Chain;
 
 /// Redfish sessions kept per server.
 const MAX_SESSIONS: usize = 64;
@@ -261,7 +262,7 @@ impl Server {
                     tracing::info!(server = self.index, reason = %event.reason, "the machine powered off by itself");
                 }
                 if let Err(e) = self.backend.power_off().await {
-                    tracing::warn!(server = self.index, error = %e, "cleaning up after the machine's power-off");
+                    tracing::warn!(server = self.index, error = %Chain(&e), "cleaning up after the machine's power-off");
                 }
             }
             MachineEventKind::GuestReset => {
@@ -271,7 +272,7 @@ impl Server {
                     Err(e) => Err(e.into()),
                 };
                 if let Err(e) = result {
-                    tracing::warn!(server = self.index, error = %e, "the boot after the guest's reboot failed; the server is off");
+                    tracing::warn!(server = self.index, error = %Chain(&e), "the boot after the guest's reboot failed; the server is off");
                     state.power_off();
                     let _ = self.backend.power_off().await;
                 }

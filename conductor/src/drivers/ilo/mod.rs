@@ -19,6 +19,7 @@ use super::{
     Power, PowerAction, PowerState, Secret, SupportedBootModes, VirtualMedia, VmediaBootOption,
     VmediaDevice, VmediaStatus,
 };
+use vmdeploy_shared::error::Chain;
 
 pub mod cli;
 pub mod http;
@@ -186,7 +187,7 @@ impl IloClient {
                         | DriverError::HttpStatus { .. }
                         | DriverError::MalformedReply { .. }),
                     ) => {
-                        tracing::debug!(error = %err, "RIBCL unavailable: using Redfish");
+                        tracing::debug!(error = %Chain(&err), "RIBCL unavailable: using Redfish");
                         Ok(IloClient::Redfish(redfish::RedfishClient::new(config)?))
                     }
                     Err(err) => Err(err),

@@ -47,6 +47,7 @@ use tokio::task::JoinSet;
 use vmdeploy_shared::tftp::{parse, ErrorCode, Opcode, Packet};
 
 use self::transfer::{error_packet, ReadRequest};
+use vmdeploy_shared::error::Chain;
 
 /// Default largest block size: 1500-byte Ethernet MTU − 20 (IPv4) − 8 (UDP) − 4 (TFTP header),
 /// so a DATA packet is never IP-fragmented; some PXE ROMs cannot reassemble fragments, and a
@@ -169,7 +170,7 @@ impl TftpServer {
                     let id = match done {
                         Ok((id, ())) => id,
                         Err(err) => {
-                            tracing::error!(error = %err, "tftp: a transfer task failed");
+                            tracing::error!(error = %Chain(&err), "tftp: a transfer task failed");
                             err.id()
                         }
                     };
@@ -183,7 +184,7 @@ impl TftpServer {
                         Err(err) => {
                             // Not fatal (e.g. an ICMP error reported late); pause so a
                             // persistent error cannot spin the loop.
-                            tracing::warn!(error = %err, "tftp: receiving on the main socket");
+                            tracing::warn!(error = %Chain(&err), "tftp: receiving on the main socket");
                             tokio::time::sleep(Duration::from_millis(100)).await;
                             continue;
                         }
@@ -251,7 +252,7 @@ impl TftpServer {
                 error_packet(ErrorCode::IllegalOperation, "not a request")
             }
             Err(err) => {
-                tracing::debug!(%client, error = %err, len = datagram.len(),
+                tracing::debug!(%client, error = %Chain(&err), len = datagram.len(),
                     "tftp: malformed packet");
                 if datagram.get(..2) == Some(&(Opcode::Error as u16).to_be_bytes()[..]) {
                     return None;
@@ -260,7 +261,7 @@ impl TftpServer {
             }
         };
         if let Err(err) = self.socket.send_to(&reply, client).await {
-            tracing::debug!(%client, error = %err, "tftp: sending an error");
+            tracing::debug!(%client, error = %Chain(&err), "tftp: sending an error");
         }
         None
     }

@@ -25,6 +25,7 @@ use vmdeploy_shared::tftp::{
 use super::source::BlockSource;
 use super::Settings;
 use crate::netboot::path::{resolve, PathError};
+use vmdeploy_shared::error::Chain;
 
 /// Receive buffer of a transfer socket: an ACK or an ERROR; anything longer arrives truncated
 /// and fails to parse as an ACK (the codec wants exactly 4 bytes).
@@ -68,7 +69,7 @@ pub async fn serve(request: ReadRequest, settings: Arc<Settings>) {
     let socket = match UdpSocket::bind(SocketAddr::new(settings.local_ip, 0)).await {
         Ok(socket) => socket,
         Err(err) => {
-            tracing::warn!(client = %request.client, file = %request.filename, error = %err,
+            tracing::warn!(client = %request.client, file = %request.filename, error = %Chain(&err),
                 "tftp: binding a transfer socket failed; request dropped");
             return;
         }
@@ -280,7 +281,7 @@ impl Transfer {
                         "tftp: ignoring a packet that is not an ACK");
                 }
                 Err(err) => {
-                    tracing::debug!(client = %self.client, error = %err,
+                    tracing::debug!(client = %self.client, error = %Chain(&err),
                         "tftp: ignoring a malformed packet");
                 }
             }

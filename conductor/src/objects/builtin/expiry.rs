@@ -24,6 +24,7 @@ use tokio::sync::{watch, Notify};
 
 use super::BuiltinStore;
 use crate::objects::ObjectPath;
+use vmdeploy_shared::error::Chain;
 
 /// Longest sleep between two looks at the clock.
 pub const MAX_SLEEP: Duration = Duration::from_secs(60);
@@ -84,14 +85,14 @@ pub async fn sweep(store: Arc<BuiltinStore>, mut shutdown: watch::Receiver<bool>
                     match store.files.remove(&path).await {
                         Ok(_) => tracing::info!(object = %path, "deleted expired object"),
                         Err(e) => {
-                            tracing::warn!(object = %path, error = %e, "deleting an expired object failed")
+                            tracing::warn!(object = %path, error = %Chain(&e), "deleting an expired object failed")
                         }
                     }
                 }
                 // Replaced without a deadline, with a later one, or deleted already.
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::warn!(object = %path, error = %e, "reading an expiring object failed")
+                    tracing::warn!(object = %path, error = %Chain(&e), "reading an expiring object failed")
                 }
             }
         }

@@ -36,6 +36,7 @@ use sha2::Digest as _;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::objects::{ObjectError, ObjectPath};
+use vmdeploy_shared::error::Chain;
 
 /// Longest encoded name kept as one file name (ext4 and XFS stop at 255 bytes; the suffix
 /// needs 5).
@@ -301,7 +302,7 @@ impl Files {
                     Ok(Some(s)) => Some(s),
                     Ok(None) => None,
                     Err(e) => {
-                        tracing::warn!(file = %file.display(), error = %e, "unreadable sidecar");
+                        tracing::warn!(file = %file.display(), error = %Chain(&e), "unreadable sidecar");
                         None
                     }
                 };

@@ -34,6 +34,7 @@ use vmdeploy_shared::tempurl::{self, TempUrlDigest, TempUrlParams};
 use super::range::{parse_range, RangeReply};
 use super::{BuiltinStore, ACCOUNT};
 use crate::objects::ObjectPath;
+use vmdeploy_shared::error::Chain;
 
 /// Bytes per body frame: large enough for hundreds of MB/s over TLS, small enough that a slow
 /// BMC does not pin much memory per connection.
@@ -65,7 +66,7 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
                 Err(e) => {
-                    tracing::warn!(error = %e, "object store: accept failed");
+                    tracing::warn!(error = %Chain(&e), "object store: accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
@@ -84,7 +85,7 @@ pub async fn serve(
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "object store: TLS handshake failed");
+                    tracing::debug!(%peer, error = %Chain(&e), "object store: TLS handshake failed");
                     return;
                 }
                 Err(_) => {
@@ -103,7 +104,7 @@ pub async fn serve(
             tokio::select! {
                 result = conn => {
                     if let Err(e) = result {
-                        tracing::debug!(%peer, error = %e, "object store: connection ended with an error");
+                        tracing::debug!(%peer, error = %Chain(&e), "object store: connection ended with an error");
                     }
                 }
                 _ = conn_shutdown.changed() => {}
@@ -270,7 +271,7 @@ async fn answer(store: &BuiltinStore, req: &Request<Incoming>) -> Response<Reply
         Ok(Some(response)) => response,
         Ok(None) => text(StatusCode::NOT_FOUND, "no such object"),
         Err(e) => {
-            tracing::warn!(object = %path, error = %e, "object store: reading an object failed");
+            tracing::warn!(object = %path, error = %Chain(&e), "object store: reading an object failed");
             text(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "reading the object failed",

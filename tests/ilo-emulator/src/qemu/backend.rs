@@ -38,6 +38,7 @@ use crate::backend::{
     Backend, BackendError, BackendFuture, MachineEvent, MachineEventKind, MachineEvents,
 };
 use crate::state::{BootDevice, BootMode, VmDevice};
+use vmdeploy_shared::error::Chain;
 use vmdeploy_shared::redact::Url;
 
 /// The agent's ports forwarded from host loopback by default: the iSCSI target, the command
@@ -712,7 +713,7 @@ impl QemuBackend {
                 "medium detached"
             ),
             Err(e) => {
-                tracing::warn!(server = self.index, ?device, error = %e, "detaching the medium")
+                tracing::warn!(server = self.index, ?device, error = %Chain(&e), "detaching the medium")
             }
         }
         self.with_status(|s| s.media[slot(device)].attached = false);

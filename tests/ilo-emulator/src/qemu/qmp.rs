@@ -23,6 +23,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
+use vmdeploy_shared::error::Chain;
 use vmdeploy_shared::redact::Url;
 
 /// A QMP failure.
@@ -258,7 +259,7 @@ impl Qmp {
                         }),
                     ),
                     Ok(other) => tracing::debug!(?other, "QMP message without an id ignored"),
-                    Err(e) => tracing::warn!(error = %e, "QMP"),
+                    Err(e) => tracing::warn!(error = %Chain(&e), "QMP"),
                 }
             }
             // QEMU is gone: fail every waiting command, refuse new ones.

@@ -13,6 +13,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
+use vmdeploy_shared::error::Chain;
 
 type Request = (Command, mpsc::Sender<io::Result<Child>>);
 
@@ -30,7 +31,7 @@ fn spawner() -> &'static Mutex<mpsc::Sender<Request>> {
             })
             .map(|_| ())
             .unwrap_or_else(
-                |e| tracing::error!(error = %e, "cannot start the QEMU spawner thread"),
+                |e| tracing::error!(error = %Chain(&e), "cannot start the QEMU spawner thread"),
             );
         Mutex::new(tx)
     })

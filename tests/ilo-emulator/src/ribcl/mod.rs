@@ -20,6 +20,7 @@ use crate::server::{OpError, PowerChange, Server};
 use crate::state::{BootDevice, BootMode, OneTimeBoot, Power, StateError, VmBootAction, VmDevice};
 use crate::xml::{self, escape, Element};
 use reply::{element, status, value_in, RibclReply, RibclStatus};
+use vmdeploy_shared::error::Chain;
 
 /// The iLO firmware the emulator claims (iLO 4 2.x era).
 pub const FIRMWARE_VERSION: &str = "2.55";
@@ -448,7 +449,7 @@ pub async fn handle(server: &Server, body: &str, fault: Option<&FaultSpec>) -> R
             return reply;
         }
         Err(e) => {
-            tracing::warn!(server = server.index, error = %e, "unparsable RIBCL request");
+            tracing::warn!(server = server.index, error = %Chain(&e), "unparsable RIBCL request");
             reply.error(&RibclStatus::syntax_error("<"));
             return reply;
         }

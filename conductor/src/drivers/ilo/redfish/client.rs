@@ -24,6 +24,7 @@ use crate::drivers::ilo::http::{
 };
 use crate::drivers::ilo::IloConfig;
 use crate::drivers::{DriverError, Secret, VmediaDevice};
+use vmdeploy_shared::error::Chain;
 
 /// The service root (DSP0266 §6.3).
 pub const SERVICE_ROOT: &str = "/redfish/v1/";
@@ -361,7 +362,7 @@ impl RedfishClient {
                 )
                 .await;
             if let Err(e) = result {
-                tracing::warn!(error = %e, "closing the Redfish session failed");
+                tracing::warn!(error = %Chain(&e), "closing the Redfish session failed");
             }
         }
     }

@@ -17,6 +17,7 @@ use crate::drivers::{
     BmcInfo, BootDevice, BootEntry, BootMode, DriverError, Health, Inventory, Licence, Management,
     SupportedBootModes, VirtualMedia, VmediaBootOption, VmediaDevice, VmediaStatus,
 };
+use vmdeploy_shared::error::Chain;
 
 const INSERT_MEDIA: &str = "#VirtualMedia.InsertMedia";
 const EJECT_MEDIA: &str = "#VirtualMedia.EjectMedia";
@@ -128,7 +129,7 @@ impl RedfishClient {
         match self.post(&std_target, std_body).await {
             Ok(_) => Ok(()),
             Err(err) if try_oem_after(&err) && has_hpe_oem(member) => {
-                tracing::info!(error = %err, "standard virtual media action refused, trying the HPE OEM one");
+                tracing::info!(error = %Chain(&err), "standard virtual media action refused, trying the HPE OEM one");
                 let oem_target = action_target(member, oem_name)
                     .map(str::to_string)
                     .unwrap_or_else(|| join(member_uri, oem_tail));
