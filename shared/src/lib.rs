@@ -14,6 +14,7 @@ pub mod io;
 pub mod iqn;
 pub mod iscsi;
 pub mod iso;
+pub mod json;
 pub mod params;
 pub mod partition;
 pub mod qcow2;

@@ -18,7 +18,7 @@ use time::OffsetDateTime;
 use super::error::ApiError;
 use super::mask::mask_secrets;
 use super::version::Ctx;
-use crate::node::hardware_type::{self, NodeInterfaces};
+use crate::node::hardware_type::NodeInterfaces;
 use crate::states::ProvisionState;
 use crate::store::{Node, Port};
 
@@ -50,18 +50,10 @@ fn links(ctx: &Ctx, kind: &str, id: &str) -> Value {
     ])
 }
 
-/// The interfaces a node shows: the ones it runs; a stored node whose driver or choice this
-/// conductor no longer offers keeps rendering, with its driver's (else `agent_ilo`'s) defaults.
-fn shown_interfaces(node: &Node) -> NodeInterfaces {
-    NodeInterfaces::of(node)
-        .or_else(|_| hardware_type::resolve(&node.driver, None, None))
-        .unwrap_or_else(|_| NodeInterfaces::defaults(&hardware_type::HARDWARE_TYPES[0]))
-}
-
 /// Every node field at `ctx.version`, with its value, in Ironic's order of introduction.
 fn node_fields(node: &Node, ctx: &Ctx, conductor: &str) -> Vec<(&'static str, Value)> {
     let id = node.uuid.to_string();
-    let iface = shown_interfaces(node);
+    let iface = NodeInterfaces::shown(node);
     // 1.1 showed `available` as NOSTATE (null); 1.2 renamed it (docs/ironic-protocols.md §5.1).
     let provision_state = if !ctx.at_least(2) && node.provision_state == ProvisionState::Available {
         Value::Null

@@ -227,6 +227,24 @@ mod tests {
         Duration::from_millis(n)
     }
 
+    /// Runs `policy` over an attempt that is always busy and asserts it gives up after
+    /// `attempts` with the last failure, the attempts starting at `starts_ms`, and returns as
+    /// the last attempt fails (no pause after it).
+    async fn assert_busy_until_exhausted(policy: RetryPolicy, attempts: u32, starts_ms: &[u64]) {
+        let start = Instant::now();
+        let (result, started, _) = drive(policy, &[Err(Failure::Busy)]).await;
+        assert_eq!(
+            result,
+            Err(RetryError::Exhausted {
+                last: Failure::Busy,
+                attempts
+            })
+        );
+        let starts: Vec<Duration> = starts_ms.iter().copied().map(ms).collect();
+        assert_eq!(started, starts);
+        assert_eq!(start.elapsed(), *starts.last().expect("an attempt"));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn transient_failures_are_retried_with_doubling_pauses() {
         let policy = RetryPolicy::new(4, ms(500));
@@ -239,19 +257,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn attempts_run_out_with_the_last_failure() {
-        let policy = RetryPolicy::new(3, ms(250));
-        let start = Instant::now();
-        let (result, started, _) = drive(policy, &[Err(Failure::Busy)]).await;
-        assert_eq!(
-            result,
-            Err(RetryError::Exhausted {
-                last: Failure::Busy,
-                attempts: 3
-            })
-        );
-        // No pause after the last attempt.
-        assert_eq!(started, vec![ms(0), ms(250), ms(750)]);
-        assert_eq!(start.elapsed(), ms(750));
+        assert_busy_until_exhausted(RetryPolicy::new(3, ms(250)), 3, &[0, 250, 750]).await;
     }
 
     #[tokio::test(start_paused = true)]
@@ -288,19 +294,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn no_retry_starts_when_its_pause_would_end_past_the_deadline() {
         // Pauses 500 and 1000 fit in 2 s; the next (2000) would end past it.
+        // It returns as the third attempt fails instead of sleeping towards the deadline.
         let policy = RetryPolicy::new(10, ms(500)).with_deadline(Duration::from_secs(2));
-        let start = Instant::now();
-        let (result, started, _) = drive(policy, &[Err(Failure::Busy)]).await;
-        assert_eq!(
-            result,
-            Err(RetryError::Exhausted {
-                last: Failure::Busy,
-                attempts: 3
-            })
-        );
-        assert_eq!(started, vec![ms(0), ms(500), ms(1500)]);
-        // It returned at once instead of sleeping towards the deadline.
-        assert_eq!(start.elapsed(), ms(1500));
+        assert_busy_until_exhausted(policy, 3, &[0, 500, 1500]).await;
     }
 
     #[tokio::test(start_paused = true)]

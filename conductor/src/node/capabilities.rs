@@ -128,7 +128,7 @@ impl Capabilities {
             Value::String(s) => Ok(Self::from_pairs(field, s)),
             other => Err(CapabilitiesError::WrongType {
                 field,
-                found: super::json_kind(other),
+                found: vmdeploy_shared::json::kind(other),
             }),
         }
     }

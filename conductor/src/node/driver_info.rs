@@ -321,7 +321,10 @@ fn text(field: &'static str, value: Option<&Value>) -> Result<String, DriverInfo
         Some(Value::String(_)) => Err(invalid(field, "is empty")),
         Some(other) => Err(invalid(
             field,
-            format!("expected a string, got {}", super::json_kind(other)),
+            format!(
+                "expected a string, got {}",
+                vmdeploy_shared::json::kind(other)
+            ),
         )),
     }
 }
@@ -383,7 +386,7 @@ fn verify_ca(field: &'static str, value: &Value) -> Result<TlsVerify, DriverInfo
             field,
             format!(
                 "expected true, false or a CA file path, got {}",
-                super::json_kind(other)
+                vmdeploy_shared::json::kind(other)
             ),
         )),
     }
@@ -401,7 +404,7 @@ fn protocol(field: &'static str, value: &Value) -> Result<Protocol, DriverInfoEr
             field,
             format!(
                 "expected ribcl, redfish or auto, got {}",
-                super::json_kind(other)
+                vmdeploy_shared::json::kind(other)
             ),
         )),
     }

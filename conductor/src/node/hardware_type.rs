@@ -244,6 +244,16 @@ impl NodeInterfaces {
         )
     }
 
+    /// The interfaces the API shows for `node`: [`NodeInterfaces::of`] where they resolve, else
+    /// its driver's defaults (a stored choice the driver no longer offers), or the first
+    /// driver's for a driver this conductor does not serve. A node must always render, and a
+    /// node whose interfaces do not resolve never runs a flow (`no_flow_reason` says why).
+    pub fn shown(node: &Node) -> NodeInterfaces {
+        NodeInterfaces::of(node).unwrap_or_else(|_| {
+            NodeInterfaces::defaults(find(&node.driver).unwrap_or(&HARDWARE_TYPES[0]))
+        })
+    }
+
     /// A driver's default interfaces.
     pub fn defaults(hardware_type: &'static HardwareType) -> NodeInterfaces {
         NodeInterfaces {
@@ -365,6 +375,29 @@ mod tests {
         assert_eq!(methods("pxe_ilo"), (Network, Iscsi));
         assert_eq!(methods("redfish"), (VirtualMedia, Agent));
         assert_eq!(methods("ilo"), (VirtualMedia, Agent));
+    }
+
+    #[test]
+    fn shown_interfaces_fall_back_to_the_drivers_defaults_then_the_first_drivers() {
+        let mut node = Node::new(
+            uuid::Uuid::new_v4(),
+            "ilo",
+            crate::states::ProvisionState::Enroll,
+        );
+        node.boot_interface = Some("ilo-pxe".into());
+        node.deploy_interface = Some("iscsi".into());
+        let chosen = NodeInterfaces::shown(&node);
+        assert_eq!((chosen.boot, chosen.deploy), ("ilo-pxe", "iscsi"));
+        // A pair no flow runs shows the driver's defaults.
+        node.deploy_interface = Some("direct".into());
+        let ilo = find("ilo").expect("ilo");
+        assert_eq!(NodeInterfaces::shown(&node), NodeInterfaces::defaults(ilo));
+        // A driver not served here shows the first driver's defaults.
+        node.driver = "fake-hardware".into();
+        assert_eq!(
+            NodeInterfaces::shown(&node),
+            NodeInterfaces::defaults(&HARDWARE_TYPES[0])
+        );
     }
 
     #[test]

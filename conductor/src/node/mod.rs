@@ -7,17 +7,3 @@ pub mod capabilities;
 pub mod driver_info;
 pub mod hardware_type;
 pub mod instance_info;
-
-use serde_json::Value;
-
-/// The JSON type of a value, for messages (never the value: it may be a secret).
-pub(crate) fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}

@@ -118,18 +118,6 @@ fn plain_value(expression: &str, equality: &str) -> Result<String, String> {
     Ok(value.to_owned())
 }
 
-/// What a JSON value is, for error messages (not its content: it may be long).
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
 /// Characters left unencoded in rendered hint values: RFC 3986 unreserved, as Python's `quote`.
 const HINT_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'-')
@@ -173,7 +161,7 @@ impl RootDeviceHints {
             other => {
                 return Err(ParamsError::Hints(format!(
                     "expected an object of hints, found {}",
-                    json_kind(other)
+                    crate::json::kind(other)
                 )))
             }
         };
@@ -196,7 +184,7 @@ impl RootDeviceHints {
                     return Err(ParamsError::Hints(format!(
                         "{}: must be {want}, found {}",
                         cut(key),
-                        json_kind(other)
+                        crate::json::kind(other)
                     )));
                 }
             };

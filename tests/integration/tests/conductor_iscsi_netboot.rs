@@ -191,13 +191,32 @@ impl NetbootEnv {
         let (node, log) = self
             .deploy_with(emulator, protocol, image, disk, json!({}))
             .await;
-        assert_eq!(
-            node.provision_state,
-            ProvisionState::Active,
-            "last_error: {:?}\nagent log:\n{log}",
-            node.last_error,
-        );
+        assert_ended(&node, &log, ProvisionState::Active);
         node
+    }
+
+    /// [`NetbootEnv::deploy_with`] over RIBCL, which must end `deploy failed`; returns the node
+    /// and its `last_error`.
+    async fn deploy_failing(
+        &self,
+        emulator: &Emulator,
+        image: &Path,
+        disk: &LoopDevice,
+        extra: Value,
+    ) -> (Node, String) {
+        let (node, log) = self
+            .deploy_with(emulator, "ribcl", image, disk, extra)
+            .await;
+        assert_ended(&node, &log, ProvisionState::DeployFailed);
+        let error = node.last_error.clone().unwrap_or_default();
+        (node, error)
+    }
+
+    /// What one node needs on this env: a root image with the file system UUID `ROOT_A`, an
+    /// iLO and a fresh disk.
+    fn one_node(&self) -> (PathBuf, Emulator, LoopDevice) {
+        let image = ext4_image(self.dir.path(), "root.img", ROOT_A);
+        (image, Emulator::start(&[]), disk())
     }
 
     /// [`NetbootEnv::deploy`] with `extra` keys in `instance_info`, ending `active` or
@@ -353,6 +372,20 @@ impl NetbootEnv {
     }
 }
 
+/// Asserts a deploy ended in `want`, showing why and the agent's log when not.
+fn assert_ended(node: &Node, agent_log: &str, want: ProvisionState) {
+    assert_eq!(
+        node.provision_state, want,
+        "last_error: {:?}\nagent log:\n{agent_log}",
+        node.last_error
+    );
+}
+
+/// A node's disk: `DISK_LEN` bytes, the first 4 KiB `0xAA` ([`disk_untouched`] checks them).
+fn disk() -> LoopDevice {
+    LoopDevice::attach(&[0xAA; 4096], DISK_LEN, LoopIo::Direct)
+}
+
 fn file_url(path: &Path) -> String {
     format!("file://{}", path.display())
 }
@@ -415,6 +448,19 @@ fn assert_netboots(emulator: &Emulator, what: &str) -> String {
     url
 }
 
+/// Asserts Swift's own `HEAD` of the boot ISO `name` answers 200 with `count` users in its
+/// `X-Object-Meta-Usage-Count`; returns the headers.
+fn assert_swift_count(peer: &SwiftPeer, name: &str, count: u64) -> Vec<String> {
+    let (status, headers) = peer.raw_head(&format!("/{CONTAINER}/{name}"));
+    assert_eq!(status, 200, "{headers:?}");
+    let want = format!("X-Object-Meta-Usage-Count: {count}");
+    assert!(
+        headers.iter().any(|h| *h == want),
+        "Swift reports {want}: {headers:?}"
+    );
+    headers
+}
+
 /// The container listing of Swift (with a token, by curl).
 fn swift_list(peer: &SwiftPeer) -> Vec<String> {
     let (token, storage_url) = peer.auth().expect("tempauth");
@@ -447,9 +493,7 @@ async fn nodes_share_a_boot_iso_by_image_and_root_uuid_and_the_last_undeploy_del
         Emulator::start(&[]),
         Emulator::start(&[]),
     );
-    let disks: Vec<LoopDevice> = (0..3)
-        .map(|_| LoopDevice::attach(&[0xAA; 4096], DISK_LEN, LoopIo::Direct))
-        .collect();
+    let disks: Vec<LoopDevice> = (0..3).map(|_| disk()).collect();
 
     let first = env.deploy(&emu1, "ribcl", &image_a, &disks[0]).await;
     assert_eq!(
@@ -573,20 +617,13 @@ async fn with_swift_the_count_is_the_objects_usage_count_metadata() {
     };
     let image = ext4_image(env.dir.path(), "root.img", ROOT_A);
     let (emu1, emu2) = (Emulator::start(&[]), Emulator::start(&[]));
-    let disks: Vec<LoopDevice> = (0..2)
-        .map(|_| LoopDevice::attach(&[0xAA; 4096], DISK_LEN, LoopIo::Direct))
-        .collect();
+    let disks: Vec<LoopDevice> = (0..2).map(|_| disk()).collect();
 
     let first = env.deploy(&emu1, "ribcl", &image, &disks[0]).await;
     let second = env.deploy(&emu2, "ribcl", &image, &disks[1]).await;
     let names = env.boot_iso_names().await;
     assert_eq!(names.len(), 1, "one shared ISO: {names:?}");
-    let (status, headers) = peer.raw_head(&format!("/{CONTAINER}/{}", names[0]));
-    assert_eq!(status, 200, "{headers:?}");
-    assert!(
-        headers.iter().any(|h| h == "X-Object-Meta-Usage-Count: 2"),
-        "Swift reports X-Object-Meta-Usage-Count: 2: {headers:?}"
-    );
+    let headers = assert_swift_count(peer, &names[0], 2);
     assert!(
         !headers
             .iter()
@@ -617,11 +654,7 @@ async fn with_swift_the_count_is_the_objects_usage_count_metadata() {
     for task in acquires {
         task.await.expect("task").expect("acquire");
     }
-    let (_, headers) = peer.raw_head(&format!("/{CONTAINER}/{}", names[0]));
-    assert!(
-        headers.iter().any(|h| h == "X-Object-Meta-Usage-Count: 10"),
-        "{headers:?}"
-    );
+    assert_swift_count(peer, &names[0], 10);
     let releases: Vec<_> = (0..8)
         .map(|_| {
             let (isos, object) = (Arc::clone(&env.isos), object.clone());
@@ -631,18 +664,10 @@ async fn with_swift_the_count_is_the_objects_usage_count_metadata() {
     for task in releases {
         task.await.expect("task").expect("release");
     }
-    let (_, headers) = peer.raw_head(&format!("/{CONTAINER}/{}", names[0]));
-    assert!(
-        headers.iter().any(|h| h == "X-Object-Meta-Usage-Count: 2"),
-        "{headers:?}"
-    );
+    assert_swift_count(peer, &names[0], 2);
 
     env.undeploy(first.uuid).await;
-    let (_, headers) = peer.raw_head(&format!("/{CONTAINER}/{}", names[0]));
-    assert!(
-        headers.iter().any(|h| h == "X-Object-Meta-Usage-Count: 1"),
-        "{headers:?}"
-    );
+    assert_swift_count(peer, &names[0], 1);
     env.undeploy(second.uuid).await;
     assert_eq!(
         peer.raw_head(&format!("/{CONTAINER}/{}", names[0])).0,
@@ -661,9 +686,7 @@ async fn a_given_boot_iso_is_attached_as_it_is_never_counted_and_checked_first()
     let given = env.dir.path().join("given.iso");
     std::fs::write(&given, vec![0x47; 96 * 1024]).expect("the given ISO");
     let (emu1, emu2) = (Emulator::start(&[]), Emulator::start(&[]));
-    let disks: Vec<LoopDevice> = (0..2)
-        .map(|_| LoopDevice::attach(&[0xAA; 4096], DISK_LEN, LoopIo::Direct))
-        .collect();
+    let disks: Vec<LoopDevice> = (0..2).map(|_| disk()).collect();
 
     let reference = file_url(&given);
     let (node, log) = env
@@ -675,12 +698,7 @@ async fn a_given_boot_iso_is_attached_as_it_is_never_counted_and_checked_first()
             json!({"ilo_boot_iso": reference}),
         )
         .await;
-    assert_eq!(
-        node.provision_state,
-        ProvisionState::Active,
-        "last_error: {:?}\nagent log:\n{log}",
-        node.last_error
-    );
+    assert_ended(&node, &log, ProvisionState::Active);
     assert_eq!(
         recorded_iso(&node),
         json!({"reference": reference, "source": "instance_info.ilo_boot_iso",
@@ -744,9 +762,7 @@ async fn without_a_loaders_directory_the_conductor_makes_it_from_the_system() {
     let env = NetbootEnv::start_with(false, Loaders::FromSystem).await;
     let loaders = env.dir.path().join("boot-loaders");
     assert!(!loaders.exists());
-    let image = ext4_image(env.dir.path(), "root.img", ROOT_A);
-    let emulator = Emulator::start(&[]);
-    let disk = LoopDevice::attach(&[0xAA; 4096], DISK_LEN, LoopIo::Direct);
+    let (image, emulator, disk) = env.one_node();
 
     let node = env.deploy(&emulator, "ribcl", &image, &disk).await;
     assert_eq!(node.driver_internal_info["root_uuid_or_disk_id"], ROOT_A);
@@ -768,23 +784,14 @@ async fn without_a_loaders_directory_the_conductor_makes_it_from_the_system() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_boot_loaders_netboot_is_refused_before_power_or_disk_are_touched() {
     let env = NetbootEnv::start_with(false, Loaders::Unavailable).await;
-    let image = ext4_image(env.dir.path(), "root.img", ROOT_A);
-    let emulator = Emulator::start(&[]);
+    let (image, emulator, disk) = env.one_node();
     // The node runs its previous instance.
     emulator.power_on().await;
     let boots = emulator.state()["boots"].clone();
-    let disk = LoopDevice::attach(&[0xAA; 4096], DISK_LEN, LoopIo::Direct);
 
-    let (node, log) = env
-        .deploy_with(&emulator, "ribcl", &image, &disk, json!({}))
+    let (node, error) = env
+        .deploy_failing(&emulator, &image, &disk, json!({}))
         .await;
-    assert_eq!(
-        node.provision_state,
-        ProvisionState::DeployFailed,
-        "last_error: {:?}\nagent log:\n{log}",
-        node.last_error
-    );
-    let error = node.last_error.clone().unwrap_or_default();
     assert!(error.contains("failed validation"), "{error}");
     assert!(
         error.contains("boot loaders") && error.contains("vmdeploy-image-build loaders -o"),
@@ -808,28 +815,18 @@ async fn without_boot_loaders_netboot_is_refused_before_power_or_disk_are_touche
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kernel_that_is_no_bzimage_fails_the_deploy_before_the_disk_is_written() {
     let env = NetbootEnv::start(false).await;
-    let image = ext4_image(env.dir.path(), "root.img", ROOT_A);
+    let (image, emulator, disk) = env.one_node();
     let not_a_kernel = env.dir.path().join("vmlinuz.txt");
     std::fs::write(&not_a_kernel, vec![b'x'; 300_000]).expect("the wrong kernel");
-    let emulator = Emulator::start(&[]);
-    let disk = LoopDevice::attach(&[0xAA; 4096], DISK_LEN, LoopIo::Direct);
 
-    let (node, log) = env
-        .deploy_with(
+    let (node, error) = env
+        .deploy_failing(
             &emulator,
-            "ribcl",
             &image,
             &disk,
             json!({"kernel": file_url(&not_a_kernel)}),
         )
         .await;
-    assert_eq!(
-        node.provision_state,
-        ProvisionState::DeployFailed,
-        "last_error: {:?}\nagent log:\n{log}",
-        node.last_error
-    );
-    let error = node.last_error.clone().unwrap_or_default();
     assert!(
         disk_untouched(&disk),
         "the disk is untouched; last_error: {error}"
@@ -848,26 +845,11 @@ async fn a_kernel_that_is_no_bzimage_fails_the_deploy_before_the_disk_is_written
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failure_after_the_boot_iso_was_built_deletes_it() {
     let env = NetbootEnv::start(false).await;
-    let image = ext4_image(env.dir.path(), "root.img", ROOT_A);
-    let emulator = Emulator::start(&[]);
-    let disk = LoopDevice::attach(&[0xAA; 4096], DISK_LEN, LoopIo::Direct);
+    let (image, emulator, disk) = env.one_node();
 
-    let (node, log) = env
-        .deploy_with(
-            &emulator,
-            "ribcl",
-            &image,
-            &disk,
-            json!({"ephemeral_gb": 1}),
-        )
+    let (node, error) = env
+        .deploy_failing(&emulator, &image, &disk, json!({"ephemeral_gb": 1}))
         .await;
-    assert_eq!(
-        node.provision_state,
-        ProvisionState::DeployFailed,
-        "last_error: {:?}\nagent log:\n{log}",
-        node.last_error
-    );
-    let error = node.last_error.clone().unwrap_or_default();
     assert!(error.contains("planning the partitions"), "{error}");
     assert_eq!(
         env.boot_iso_names().await,

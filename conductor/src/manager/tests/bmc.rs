@@ -8,26 +8,20 @@ use vmdeploy_ilo_emulator::Power as EmuPower;
 use super::harness::*;
 use crate::manager::*;
 use crate::states::ProvisionState;
-use crate::store::Node;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manage_checks_the_credentials() {
     let h = Harness::new().await;
     let good = h.node_in(ProvisionState::Enroll).await;
-    let mut bad = Node::new(Uuid::new_v4(), "agent_ilo", ProvisionState::Enroll);
-    bad.driver_info = h.driver_info("wrong").as_object().expect("object").clone();
-    h.store.create_node(&bad).await.expect("create");
-    for uuid in [good, bad.uuid] {
-        h.manager
-            .set_provision_state(&id(uuid), ProvisionVerb::Manage, None)
-            .await
-            .expect("manage accepted");
+    let bad = h.ilo_node(ProvisionState::Enroll, "wrong").await;
+    for uuid in [good, bad] {
+        h.request(uuid, ProvisionVerb::Manage).await;
     }
     h.settle().await;
     let node = h.node(good).await;
     assert_eq!(node.provision_state, ProvisionState::Manageable);
     assert!(node.power_state.is_some());
-    let node = h.node(bad.uuid).await;
+    let node = h.node(bad).await;
     assert_eq!(node.provision_state, ProvisionState::Enroll);
     let error = node.last_error.expect("last_error");
     assert!(error.contains("verify the BMC credentials"), "{error}");
@@ -47,14 +41,9 @@ impl Harness {
     }
 
     async fn redfish_node(&self, password: &str) -> Uuid {
-        let mut node = Node::new(Uuid::new_v4(), "redfish", ProvisionState::Enroll);
-        node.driver_info = self
-            .redfish_driver_info(password)
-            .as_object()
-            .expect("object")
-            .clone();
-        self.store.create_node(&node).await.expect("create node");
-        node.uuid
+        let driver_info = self.redfish_driver_info(password);
+        self.create_node("redfish", ProvisionState::Enroll, driver_info)
+            .await
     }
 }
 
@@ -62,12 +51,7 @@ impl Harness {
 async fn a_redfish_node_with_ironics_keys_is_managed_validated_and_powered() {
     let h = Harness::new().await;
     let uuid = h.redfish_node("password").await;
-    h.manager
-        .set_provision_state(&id(uuid), ProvisionVerb::Manage, None)
-        .await
-        .expect("manage accepted");
-    h.settle().await;
-    let node = h.node(uuid).await;
+    let node = h.provision(uuid, ProvisionVerb::Manage).await;
     assert_eq!(
         node.provision_state,
         ProvisionState::Manageable,
@@ -86,12 +70,7 @@ async fn a_redfish_node_with_ironics_keys_is_managed_validated_and_powered() {
         );
     }
 
-    h.manager
-        .set_power_state(&id(uuid), NodePower::On, None)
-        .await
-        .expect("power on accepted");
-    h.settle().await;
-    let node = h.node(uuid).await;
+    let node = h.power(uuid, NodePower::On).await;
     assert_eq!(node.last_error, None);
     assert_eq!(node.power_state, Some(NodePower::On));
     assert_eq!(h.emulator_power().await, EmuPower::On);
@@ -103,12 +82,7 @@ async fn a_redfish_node_with_ironics_keys_is_managed_validated_and_powered() {
 async fn a_redfish_node_with_a_wrong_password_is_told_about_its_redfish_keys() {
     let h = Harness::new().await;
     let uuid = h.redfish_node("wrong").await;
-    h.manager
-        .set_provision_state(&id(uuid), ProvisionVerb::Manage, None)
-        .await
-        .expect("manage accepted");
-    h.settle().await;
-    let node = h.node(uuid).await;
+    let node = h.provision(uuid, ProvisionVerb::Manage).await;
     assert_eq!(node.provision_state, ProvisionState::Enroll);
     let error = node.last_error.expect("last_error");
     assert!(error.contains("redfish_password"), "{error}");

@@ -20,12 +20,7 @@ async fn cleaning_harness(timeout: Duration) -> Harness {
 async fn undeploy_with_automated_clean_waits_for_the_agent_then_is_available() {
     let h = cleaning_harness(Duration::from_secs(1800)).await;
     let uuid = h.node_in(ProvisionState::Active).await;
-    h.manager
-        .set_provision_state(&id(uuid), ProvisionVerb::Undeploy, None)
-        .await
-        .expect("undeploy accepted");
-    h.settle().await;
-    let node = h.node(uuid).await;
+    let node = h.provision(uuid, ProvisionVerb::Undeploy).await;
     assert_eq!(node.provision_state, ProvisionState::CleanWait);
     assert_eq!(node.target_provision_state, Some(ProvisionState::Available));
     assert_eq!(node.reservation, None);
@@ -38,12 +33,7 @@ async fn undeploy_with_automated_clean_waits_for_the_agent_then_is_available() {
             .await,
         Err(ManagerError::CallbackRefused { .. })
     ));
-    h.manager
-        .heartbeat(&id(uuid), heartbeat(Some(TOKEN)))
-        .await
-        .expect("heartbeat accepted");
-    h.settle().await;
-    let node = h.node(uuid).await;
+    let node = h.heartbeat_ok(uuid).await;
     assert_eq!(node.provision_state, ProvisionState::Available);
     assert_eq!(node.target_provision_state, None);
     assert_eq!(node.last_error, None);
@@ -57,15 +47,8 @@ async fn without_automated_clean_undeploy_and_provide_end_available_at_once() {
     let h = Harness::new().await;
     let active = h.node_in(ProvisionState::Active).await;
     let manageable = h.node_in(ProvisionState::Manageable).await;
-    h.manager
-        .set_provision_state(&id(active), ProvisionVerb::Undeploy, None)
-        .await
-        .expect("undeploy");
-    h.manager
-        .set_provision_state(&id(manageable), ProvisionVerb::Provide, None)
-        .await
-        .expect("provide");
-    h.settle().await;
+    h.request(active, ProvisionVerb::Undeploy).await;
+    h.provision(manageable, ProvisionVerb::Provide).await;
     for uuid in [active, manageable] {
         assert_eq!(
             h.node(uuid).await.provision_state,
@@ -79,19 +62,12 @@ async fn without_automated_clean_undeploy_and_provide_end_available_at_once() {
 async fn a_failed_clean_step_ends_clean_failed_and_manage_provide_cleans_again() {
     let h = cleaning_harness(Duration::from_secs(1800)).await;
     let uuid = h.node_in(ProvisionState::Manageable).await;
-    h.manager
-        .set_power_state(&id(uuid), NodePower::On, None)
-        .await
-        .expect("power on");
-    h.settle().await;
+    h.power(uuid, NodePower::On).await;
     assert_eq!(h.emulator_power().await, EmuPower::On);
-    h.manager
-        .set_provision_state(&id(uuid), ProvisionVerb::Provide, None)
-        .await
-        .expect("provide accepted");
-    h.settle().await;
     assert_eq!(
-        h.node(uuid).await.provision_state,
+        h.provision(uuid, ProvisionVerb::Provide)
+            .await
+            .provision_state,
         ProvisionState::CleanWait
     );
     h.flow
@@ -101,12 +77,7 @@ async fn a_failed_clean_step_ends_clean_failed_and_manage_provide_cleans_again()
         .push_back(Script::Fail(
             "clean step erase_devices_metadata failed on the node: disk gone (CleaningError)",
         ));
-    h.manager
-        .heartbeat(&id(uuid), heartbeat(Some(TOKEN)))
-        .await
-        .expect("heartbeat accepted");
-    h.settle().await;
-    let node = h.node(uuid).await;
+    let node = h.heartbeat_ok(uuid).await;
     assert_eq!(node.provision_state, ProvisionState::CleanFailed);
     assert_eq!(node.target_provision_state, None);
     let error = node.last_error.clone().unwrap_or_default();
@@ -126,31 +97,20 @@ async fn a_failed_clean_step_ends_clean_failed_and_manage_provide_cleans_again()
             .await,
         Err(ManagerError::InvalidState { .. })
     ));
-    h.manager
-        .set_provision_state(&id(uuid), ProvisionVerb::Manage, None)
-        .await
-        .expect("manage accepted");
-    h.settle().await;
     assert_eq!(
-        h.node(uuid).await.provision_state,
+        h.provision(uuid, ProvisionVerb::Manage)
+            .await
+            .provision_state,
         ProvisionState::Manageable
     );
-    h.manager
-        .set_provision_state(&id(uuid), ProvisionVerb::Provide, None)
-        .await
-        .expect("provide again");
-    h.settle().await;
     assert_eq!(
-        h.node(uuid).await.provision_state,
+        h.provision(uuid, ProvisionVerb::Provide)
+            .await
+            .provision_state,
         ProvisionState::CleanWait
     );
     assert_eq!(h.flow.cleanings.load(Ordering::SeqCst), 2);
-    h.manager
-        .heartbeat(&id(uuid), heartbeat(Some(TOKEN)))
-        .await
-        .expect("heartbeat");
-    h.settle().await;
-    let node = h.node(uuid).await;
+    let node = h.heartbeat_ok(uuid).await;
     assert_eq!(node.provision_state, ProvisionState::Available);
     assert_eq!(node.last_error, None);
 }
@@ -158,11 +118,7 @@ async fn a_failed_clean_step_ends_clean_failed_and_manage_provide_cleans_again()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ramdisk_that_cannot_boot_or_never_calls_fails_the_cleaning() {
     let h = cleaning_harness(Duration::from_millis(400)).await;
-    let (_stop, shutdown) = tokio::sync::watch::channel(false);
-    h.manager
-        .start_background(shutdown)
-        .await
-        .expect("background starts");
+    let _stop = h.start_background().await;
     // The ramdisk cannot be booted (virtual media refused, say).
     let refused = h.node_in(ProvisionState::Manageable).await;
     h.flow
@@ -170,14 +126,9 @@ async fn a_ramdisk_that_cannot_boot_or_never_calls_fails_the_cleaning() {
         .lock()
         .expect("lock")
         .push_back(Script::Fail("inserting the virtual CD failed"));
-    h.manager
-        .set_provision_state(&id(refused), ProvisionVerb::Provide, None)
-        .await
-        .expect("provide accepted");
+    h.request(refused, ProvisionVerb::Provide).await;
     let node = h
-        .wait_until(refused, "clean failed", |n| {
-            n.provision_state == ProvisionState::CleanFailed && n.reservation.is_none()
-        })
+        .wait_released_in(refused, ProvisionState::CleanFailed)
         .await;
     let error = node.last_error.clone().unwrap_or_default();
     assert!(
@@ -186,14 +137,9 @@ async fn a_ramdisk_that_cannot_boot_or_never_calls_fails_the_cleaning() {
     );
     // The ramdisk boots but never heartbeats.
     let silent = h.node_in(ProvisionState::Manageable).await;
-    h.manager
-        .set_provision_state(&id(silent), ProvisionVerb::Provide, None)
-        .await
-        .expect("provide accepted");
+    h.request(silent, ProvisionVerb::Provide).await;
     let node = h
-        .wait_until(silent, "clean failed by timeout", |n| {
-            n.provision_state == ProvisionState::CleanFailed && n.reservation.is_none()
-        })
+        .wait_released_in(silent, ProvisionState::CleanFailed)
         .await;
     let error = node.last_error.clone().unwrap_or_default();
     assert!(
@@ -210,17 +156,8 @@ async fn a_ramdisk_that_cannot_boot_or_never_calls_fails_the_cleaning() {
 async fn abort_in_clean_wait_cleans_up() {
     let h = cleaning_harness(Duration::from_secs(1800)).await;
     let uuid = h.node_in(ProvisionState::Manageable).await;
-    h.manager
-        .set_provision_state(&id(uuid), ProvisionVerb::Provide, None)
-        .await
-        .expect("provide");
-    h.settle().await;
-    h.manager
-        .set_provision_state(&id(uuid), ProvisionVerb::Abort, None)
-        .await
-        .expect("abort");
-    h.settle().await;
-    let node = h.node(uuid).await;
+    h.provision(uuid, ProvisionVerb::Provide).await;
+    let node = h.provision(uuid, ProvisionVerb::Abort).await;
     assert_eq!(node.provision_state, ProvisionState::CleanFailed);
     assert_eq!(h.flow.clean_ups.load(Ordering::SeqCst), 1);
 }

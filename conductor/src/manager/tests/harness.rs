@@ -16,8 +16,8 @@ use crate::manager::*;
 use crate::objects::{ObjectBody, ObjectError, ObjectInfo, ObjectPath, PutOptions};
 use crate::states::ProvisionState;
 use crate::store::sqlite::SqliteStore;
-use crate::store::Node;
 use crate::store::StoreError;
+use crate::store::{Node, Port};
 
 pub(super) const TOKEN: &str = "pre-generated-agent-token-of-43-characters-xx";
 
@@ -194,6 +194,17 @@ impl Harness {
         Harness::on_store(dir, store, config).await
     }
 
+    /// A manager on the SQLite database at `path` (kept when the harness goes, so a second
+    /// harness can reopen it as a restarted conductor would).
+    pub(super) async fn on_database(path: &std::path::Path) -> Harness {
+        Harness::on_store(
+            tempfile::tempdir().expect("temp dir"),
+            SqliteStore::open(path).expect("store opens"),
+            config(Duration::from_secs(1800), Duration::from_secs(3600)),
+        )
+        .await
+    }
+
     pub(super) async fn on_store(
         dir: tempfile::TempDir,
         store: Arc<SqliteStore>,
@@ -239,13 +250,27 @@ impl Harness {
         })
     }
 
+    /// An `agent_ilo` node in `state` whose BMC takes the password.
     pub(super) async fn node_in(&self, state: ProvisionState) -> Uuid {
-        let mut node = Node::new(Uuid::new_v4(), "agent_ilo", state);
-        node.driver_info = self
-            .driver_info("password")
-            .as_object()
-            .expect("object")
-            .clone();
+        self.ilo_node(state, "password").await
+    }
+
+    /// An `agent_ilo` node in `state` that gives the emulated iLO `password`.
+    pub(super) async fn ilo_node(&self, state: ProvisionState, password: &str) -> Uuid {
+        self.create_node("agent_ilo", state, self.driver_info(password))
+            .await
+    }
+
+    /// Stores a `driver` node in `state` with `driver_info`. A node waiting for its call-back
+    /// holds the agent token and has just changed state, as after the flow booted the ramdisk.
+    pub(super) async fn create_node(
+        &self,
+        driver: &str,
+        state: ProvisionState,
+        driver_info: Value,
+    ) -> Uuid {
+        let mut node = Node::new(Uuid::new_v4(), driver, state);
+        node.driver_info = driver_info.as_object().expect("object").clone();
         if state == ProvisionState::WaitCallBack {
             node.driver_internal_info
                 .insert("agent_secret_token".into(), json!(TOKEN));
@@ -253,6 +278,67 @@ impl Harness {
         }
         self.store.create_node(&node).await.expect("create node");
         node.uuid
+    }
+
+    /// Adds a PXE-enabled port with `mac` to `node`; returns the port's UUID.
+    pub(super) async fn add_port(&self, node: Uuid, mac: &str) -> Uuid {
+        let port = Port {
+            uuid: Uuid::new_v4(),
+            address: mac.into(),
+            node_uuid: node,
+            pxe_enabled: true,
+            extra: Default::default(),
+            created_at: time::OffsetDateTime::now_utc(),
+            updated_at: None,
+        };
+        self.store.create_port(&port).await.expect("create port");
+        port.uuid
+    }
+
+    /// Asks for `verb` on the node; its task may still run.
+    pub(super) async fn request(&self, uuid: Uuid, verb: ProvisionVerb) {
+        self.manager
+            .set_provision_state(&id(uuid), verb, None)
+            .await
+            .unwrap_or_else(|e| panic!("{verb:?} refused: {e}"));
+    }
+
+    /// Asks for `verb` on the node, waits for its task and returns the node.
+    pub(super) async fn provision(&self, uuid: Uuid, verb: ProvisionVerb) -> Node {
+        self.request(uuid, verb).await;
+        self.settle().await;
+        self.node(uuid).await
+    }
+
+    /// Asks for `target` power on the node, waits for its task and returns the node.
+    pub(super) async fn power(&self, uuid: Uuid, target: NodePower) -> Node {
+        self.manager
+            .set_power_state(&id(uuid), target, None)
+            .await
+            .unwrap_or_else(|e| panic!("power {target} refused: {e}"));
+        self.settle().await;
+        self.node(uuid).await
+    }
+
+    /// The agent's heartbeat with the right token, waited for; returns the node.
+    pub(super) async fn heartbeat_ok(&self, uuid: Uuid) -> Node {
+        self.manager
+            .heartbeat(&id(uuid), heartbeat(Some(TOKEN)))
+            .await
+            .expect("heartbeat accepted");
+        self.settle().await;
+        self.node(uuid).await
+    }
+
+    /// Starts recovery and the periodic duties; they run until the returned sender sends
+    /// `true` or is dropped.
+    pub(super) async fn start_background(&self) -> tokio::sync::watch::Sender<bool> {
+        let (stop, shutdown) = tokio::sync::watch::channel(false);
+        self.manager
+            .start_background(shutdown)
+            .await
+            .expect("background duties start");
+        stop
     }
 
     pub(super) async fn node(&self, uuid: Uuid) -> Node {
@@ -270,6 +356,14 @@ impl Harness {
 
     pub(super) async fn emulator_power(&self) -> EmuPower {
         self.emulator.state(0).await.expect("server 0").state.power
+    }
+
+    /// Waits until the node is in `state` with no task holding it.
+    pub(super) async fn wait_released_in(&self, uuid: Uuid, state: ProvisionState) -> Node {
+        self.wait_until(uuid, &format!("{state}, released"), |n| {
+            n.provision_state == state && n.reservation.is_none()
+        })
+        .await
     }
 
     pub(super) async fn wait_until(

@@ -10,25 +10,13 @@ use uuid::Uuid;
 use super::harness::*;
 use crate::manager::*;
 use crate::states::ProvisionState;
-use crate::store::Port;
 use crate::store::StoreError;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploy_waits_for_the_agent_whose_token_must_match() {
     let h = Harness::new().await;
     let uuid = h.node_in(ProvisionState::Available).await;
-    h.store
-        .create_port(&Port {
-            uuid: Uuid::new_v4(),
-            address: "52:54:00:12:34:56".into(),
-            node_uuid: uuid,
-            pxe_enabled: true,
-            extra: Default::default(),
-            created_at: time::OffsetDateTime::now_utc(),
-            updated_at: None,
-        })
-        .await
-        .expect("port");
+    h.add_port(uuid, "52:54:00:12:34:56").await;
     // Not deploying yet: lookup does not find it.
     let early = h.manager.lookup(&["52:54:00:12:34:56".into()], None).await;
     assert!(matches!(
@@ -73,12 +61,7 @@ async fn deploy_waits_for_the_agent_whose_token_must_match() {
     }
 
     h.flow.script_heartbeat(Script::Wait);
-    h.manager
-        .heartbeat(&id(uuid), heartbeat(Some(TOKEN)))
-        .await
-        .expect("heartbeat accepted");
-    h.settle().await;
-    let node = h.node(uuid).await;
+    let node = h.heartbeat_ok(uuid).await;
     assert_eq!(node.provision_state, ProvisionState::WaitCallBack);
     // The address is the flow's to pin; the manager only notes the time.
     assert!(!node.driver_internal_info.contains_key("agent_url"));
@@ -86,12 +69,7 @@ async fn deploy_waits_for_the_agent_whose_token_must_match() {
         .driver_internal_info
         .contains_key("agent_last_heartbeat"));
 
-    h.manager
-        .heartbeat(&id(uuid), heartbeat(Some(TOKEN)))
-        .await
-        .expect("heartbeat accepted");
-    h.settle().await;
-    let node = h.node(uuid).await;
+    let node = h.heartbeat_ok(uuid).await;
     assert_eq!(node.provision_state, ProvisionState::Active);
     assert_eq!(node.target_provision_state, None);
     assert_eq!(node.reservation, None);
@@ -114,12 +92,7 @@ async fn a_failing_heartbeat_fails_the_deploy() {
     let uuid = h.node_in(ProvisionState::WaitCallBack).await;
     h.flow
         .script_heartbeat(Script::Fail("agent: image checksum mismatch"));
-    h.manager
-        .heartbeat(&id(uuid), heartbeat(Some(TOKEN)))
-        .await
-        .expect("heartbeat accepted");
-    h.settle().await;
-    let node = h.node(uuid).await;
+    let node = h.heartbeat_ok(uuid).await;
     assert_eq!(node.provision_state, ProvisionState::DeployFailed);
     assert!(node
         .last_error
@@ -136,20 +109,9 @@ async fn a_silent_ramdisk_times_out() {
     ))
     .await;
     let uuid = h.node_in(ProvisionState::Available).await;
-    let (_stop, shutdown) = tokio::sync::watch::channel(false);
-    h.manager
-        .start_background(shutdown)
-        .await
-        .expect("background starts");
-    h.manager
-        .set_provision_state(&id(uuid), ProvisionVerb::Deploy, None)
-        .await
-        .expect("deploy accepted");
-    let node = h
-        .wait_until(uuid, "deploy failed by timeout", |n| {
-            n.provision_state == ProvisionState::DeployFailed && n.reservation.is_none()
-        })
-        .await;
+    let _stop = h.start_background().await;
+    h.request(uuid, ProvisionVerb::Deploy).await;
+    let node = h.wait_released_in(uuid, ProvisionState::DeployFailed).await;
     let text = node.last_error.clone().unwrap_or_default();
     assert!(
         text.starts_with(&format!(
@@ -164,25 +126,10 @@ async fn a_silent_ramdisk_times_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookup_needs_one_node_expecting_a_ramdisk() {
     let h = Harness::new().await;
-    let port = |node: Uuid, mac: &str| Port {
-        uuid: Uuid::new_v4(),
-        address: mac.into(),
-        node_uuid: node,
-        pxe_enabled: true,
-        extra: Default::default(),
-        created_at: time::OffsetDateTime::now_utc(),
-        updated_at: None,
-    };
     let a = h.node_in(ProvisionState::WaitCallBack).await;
     let b = h.node_in(ProvisionState::WaitCallBack).await;
-    h.store
-        .create_port(&port(a, "52:54:00:00:00:0a"))
-        .await
-        .expect("port");
-    h.store
-        .create_port(&port(b, "52:54:00:00:00:0b"))
-        .await
-        .expect("port");
+    h.add_port(a, "52:54:00:00:00:0a").await;
+    h.add_port(b, "52:54:00:00:00:0b").await;
     let found = h
         .manager
         .lookup(

@@ -1,12 +1,10 @@
 //! Node management: delete, maintenance, validate and the boot device.
 
 use serde_json::json;
-use uuid::Uuid;
 
 use super::harness::*;
 use crate::manager::*;
 use crate::states::ProvisionState;
-use crate::store::Port;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_maintenance_pass_deploy_info_validate_and_boot_device() {
@@ -39,19 +37,7 @@ async fn delete_maintenance_pass_deploy_info_validate_and_boot_device() {
     assert_eq!(h.node(active).await.maintenance_reason, None);
 
     let available = h.node_in(ProvisionState::Available).await;
-    let port = Uuid::new_v4();
-    h.store
-        .create_port(&Port {
-            uuid: port,
-            address: "52:54:00:00:00:01".into(),
-            node_uuid: available,
-            pxe_enabled: true,
-            extra: Default::default(),
-            created_at: time::OffsetDateTime::now_utc(),
-            updated_at: None,
-        })
-        .await
-        .expect("port");
+    let port = h.add_port(available, "52:54:00:00:00:01").await;
     let refused = h.manager.pass_deploy_info(&id(available), json!({})).await;
     assert!(
         matches!(refused, Err(ManagerError::StateConflict { .. })),

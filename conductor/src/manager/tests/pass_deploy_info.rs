@@ -9,15 +9,17 @@ use uuid::Uuid;
 use super::harness::*;
 use crate::manager::*;
 use crate::states::ProvisionState;
+use crate::store::Node;
 
 const DEPLOY_KEY: &str = "0123456789abcdef0123456789abcdef";
 
-fn pass_deploy_info_body(key: &str, error: &str) -> Value {
+/// A ramdisk's report of its target, no error, signed with `key`.
+fn pass_deploy_info_body(key: &str) -> Value {
     json!({
         "address": "10.0.2.15",
         "key": key,
         "iqn": "iqn-5b8f6a52-2a0e-4c4e-9d42-8c1f0b7e9a31",
-        "error": error,
+        "error": "",
     })
 }
 
@@ -31,6 +33,22 @@ impl Harness {
             .insert("deployment_key".into(), json!(DEPLOY_KEY));
         self.store.update_node(&node).await.expect("update node");
         uuid
+    }
+
+    /// The ramdisk's `pass_deploy_info` for the node, signed with `key`.
+    async fn pass_key(&self, uuid: Uuid, key: &str) -> Result<(), ManagerError> {
+        self.manager
+            .pass_deploy_info(&id(uuid), pass_deploy_info_body(key))
+            .await
+    }
+
+    /// The ramdisk's `pass_deploy_info` with the right key, its task waited for.
+    async fn pass_settled(&self, uuid: Uuid) -> Node {
+        self.pass_key(uuid, DEPLOY_KEY)
+            .await
+            .expect("the right key is accepted");
+        self.settle().await;
+        self.node(uuid).await
     }
 }
 
@@ -47,7 +65,7 @@ async fn pass_deploy_info_checks_body_state_driver_and_key_then_burns_the_key() 
             json!({"address": 5, "key": DEPLOY_KEY}),
             "a body of the wrong types",
         ),
-        (pass_deploy_info_body("", ""), "a body without key"),
+        (pass_deploy_info_body(""), "a body without key"),
     ] {
         let reply = h.manager.pass_deploy_info(&id(uuid), body).await;
         assert!(
@@ -61,22 +79,13 @@ async fn pass_deploy_info_checks_body_state_driver_and_key_then_burns_the_key() 
             "{what}: {reply:?}"
         );
     }
-    let reply = h
-        .manager
-        .pass_deploy_info(
-            &id(uuid),
-            pass_deploy_info_body("wrong-key-of-the-same-length-xxx", ""),
-        )
-        .await;
+    let reply = h.pass_key(uuid, "wrong-key-of-the-same-length-xxx").await;
     assert!(
         matches!(reply, Err(ManagerError::CallbackRefused { .. })),
         "wrong key: {reply:?}"
     );
     h.flow.iscsi.store(false, Ordering::SeqCst);
-    let reply = h
-        .manager
-        .pass_deploy_info(&id(uuid), pass_deploy_info_body(DEPLOY_KEY, ""))
-        .await;
+    let reply = h.pass_key(uuid, DEPLOY_KEY).await;
     assert!(
         matches!(&reply, Err(ManagerError::Unsupported { message, .. }) if message.contains("heartbeats")),
         "an agent driver: {reply:?}"
@@ -97,8 +106,7 @@ async fn pass_deploy_info_checks_body_state_driver_and_key_then_burns_the_key() 
     h.flow.iscsi.store(true, Ordering::SeqCst);
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     h.flow.script_pass_deploy_info(Script::Block(gate.clone()));
-    h.manager
-        .pass_deploy_info(&id(uuid), pass_deploy_info_body(DEPLOY_KEY, ""))
+    h.pass_key(uuid, DEPLOY_KEY)
         .await
         .expect("the right key is accepted");
     let node = h.node(uuid).await;
@@ -106,10 +114,7 @@ async fn pass_deploy_info_checks_body_state_driver_and_key_then_burns_the_key() 
         !node.driver_internal_info.contains_key("deployment_key"),
         "key burnt"
     );
-    let replay = h
-        .manager
-        .pass_deploy_info(&id(uuid), pass_deploy_info_body(DEPLOY_KEY, ""))
-        .await;
+    let replay = h.pass_key(uuid, DEPLOY_KEY).await;
     assert!(
         matches!(replay, Err(ManagerError::CallbackRefused { .. })),
         "replay: {replay:?}"
@@ -130,10 +135,7 @@ async fn pass_deploy_info_checks_body_state_driver_and_key_then_burns_the_key() 
 
     // A node that is not waiting: 409, whatever the key.
     let active = h.node_in(ProvisionState::Active).await;
-    let reply = h
-        .manager
-        .pass_deploy_info(&id(active), pass_deploy_info_body(DEPLOY_KEY, ""))
-        .await;
+    let reply = h.pass_key(active, DEPLOY_KEY).await;
     assert!(
         matches!(reply, Err(ManagerError::StateConflict { .. })),
         "{reply:?}"
@@ -144,12 +146,7 @@ async fn pass_deploy_info_checks_body_state_driver_and_key_then_burns_the_key() 
 async fn pass_deploy_info_done_makes_the_node_active_and_wipes_its_secrets() {
     let h = Harness::new().await;
     let uuid = h.iscsi_waiting().await;
-    h.manager
-        .pass_deploy_info(&id(uuid), pass_deploy_info_body(DEPLOY_KEY, ""))
-        .await
-        .expect("accepted");
-    h.settle().await;
-    let node = h.node(uuid).await;
+    let node = h.pass_settled(uuid).await;
     assert_eq!(node.provision_state, ProvisionState::Active);
     assert_eq!(node.last_error, None);
     assert_eq!(node.reservation, None);
@@ -187,12 +184,7 @@ async fn an_error_from_the_ramdisk_or_the_write_fails_the_deploy_with_its_text()
     let failed_write = h.iscsi_waiting().await;
     h.flow
         .script_pass_deploy_info(Script::Fail("the iSCSI target went away mid-write"));
-    h.manager
-        .pass_deploy_info(&id(failed_write), pass_deploy_info_body(DEPLOY_KEY, ""))
-        .await
-        .expect("accepted");
-    h.settle().await;
-    let node = h.node(failed_write).await;
+    let node = h.pass_settled(failed_write).await;
     assert_eq!(node.provision_state, ProvisionState::DeployFailed);
     let error = node.last_error.clone().unwrap_or_default();
     assert!(error.contains("went away mid-write"), "{error}");

@@ -2,13 +2,11 @@
 
 use std::time::Duration;
 
-use uuid::Uuid;
 use vmdeploy_ilo_emulator::{FaultKind, FaultSpec, Power as EmuPower};
 
 use super::harness::*;
 use crate::manager::*;
 use crate::states::ProvisionState;
-use crate::store::Node;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn power_changes_reach_the_bmc_and_clear_the_target() {
@@ -74,15 +72,8 @@ async fn power_changes_reach_the_bmc_and_clear_the_target() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_power_failure_lands_in_last_error() {
     let h = Harness::new().await;
-    let mut node = Node::new(Uuid::new_v4(), "agent_ilo", ProvisionState::Available);
-    node.driver_info = h.driver_info("wrong").as_object().expect("object").clone();
-    h.store.create_node(&node).await.expect("create");
-    h.manager
-        .set_power_state(&id(node.uuid), NodePower::On, None)
-        .await
-        .expect("accepted");
-    h.settle().await;
-    let node = h.node(node.uuid).await;
+    let uuid = h.ilo_node(ProvisionState::Available, "wrong").await;
+    let node = h.power(uuid, NodePower::On).await;
     assert_eq!(node.target_power_state, None);
     let error = node.last_error.expect("last_error");
     assert!(error.contains("ilo_password"), "{error}");
@@ -97,17 +88,9 @@ async fn power_sync_records_a_change_made_behind_our_back() {
     ))
     .await;
     let uuid = h.node_in(ProvisionState::Available).await;
-    h.manager
-        .set_power_state(&id(uuid), NodePower::On, None)
-        .await
-        .expect("power on");
-    h.settle().await;
+    h.power(uuid, NodePower::On).await;
     assert_eq!(h.node(uuid).await.power_state, Some(NodePower::On));
-    let (stop, shutdown) = tokio::sync::watch::channel(false);
-    h.manager
-        .start_background(shutdown)
-        .await
-        .expect("background");
+    let stop = h.start_background().await;
     h.emulator
         .server(0)
         .expect("server")

@@ -71,12 +71,7 @@ async fn a_deploy_done_at_once_is_active() {
     let h = Harness::new().await;
     let uuid = h.node_in(ProvisionState::DeployFailed).await;
     h.flow.script_deploy(Script::Done);
-    h.manager
-        .set_provision_state(&id(uuid), ProvisionVerb::Deploy, None)
-        .await
-        .expect("deploy accepted");
-    h.settle().await;
-    let node = h.node(uuid).await;
+    let node = h.provision(uuid, ProvisionVerb::Deploy).await;
     assert_eq!(node.provision_state, ProvisionState::Active);
     assert_eq!(node.target_provision_state, None);
     assert_eq!(node.reservation, None);

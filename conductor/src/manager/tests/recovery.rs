@@ -1,50 +1,50 @@
 //! What a restarted conductor does with the nodes its previous run left mid-task.
 
+use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+
+use uuid::Uuid;
 
 use super::harness::*;
 use crate::manager::*;
 use crate::states::ProvisionState;
-use crate::store::sqlite::SqliteStore;
+
+/// Leaves the database at `path` as a crashed run would: a node in each of `nodes`' states,
+/// reserved by its holder (this conductor's name or another's). Returns the nodes in order.
+async fn crashed_run<const N: usize>(path: &Path, nodes: [(ProvisionState, &str); N]) -> [Uuid; N] {
+    let h = Harness::on_database(path).await;
+    let mut uuids = Vec::new();
+    for (state, holder) in nodes {
+        let uuid = h.node_in(state).await;
+        h.store.reserve_node(uuid, holder).await.expect("reserve");
+        uuids.push(uuid);
+    }
+    uuids.try_into().expect("one node each")
+}
+
+/// The conductor restarted on the database at `path`, its recovery done; the sender keeps its
+/// periodic duties running.
+async fn restarted(path: &Path) -> (Harness, tokio::sync::watch::Sender<bool>) {
+    let h = Harness::on_database(path).await;
+    let stop = h.start_background().await;
+    (h, stop)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recovery_fails_interrupted_nodes_and_keeps_waiting_ones() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("vmdeploy.sqlite");
-    let (deploying, waiting, verifying, foreign);
-    {
-        // The "crashed" run: nodes left mid-task with this conductor's reservations.
-        let h = Harness::on_store(
-            tempfile::tempdir().expect("dir"),
-            SqliteStore::open(&path).expect("store"),
-            config(Duration::from_secs(1800), Duration::from_secs(3600)),
-        )
-        .await;
-        deploying = h.node_in(ProvisionState::Deploying).await;
-        waiting = h.node_in(ProvisionState::WaitCallBack).await;
-        verifying = h.node_in(ProvisionState::Verifying).await;
-        foreign = h.node_in(ProvisionState::Deploying).await;
-        for (uuid, holder) in [
-            (deploying, "cond-test:old-task"),
-            (waiting, "cond-test:old-task-2"),
-            (verifying, "cond-test:old-task-3"),
-            (foreign, "cond-test-2:alive"),
-        ] {
-            h.store.reserve_node(uuid, holder).await.expect("reserve");
-        }
-    }
-    let h = Harness::on_store(
-        dir,
-        SqliteStore::open(&path).expect("store reopens"),
-        config(Duration::from_secs(1800), Duration::from_secs(3600)),
+    let [deploying, waiting, verifying, foreign] = crashed_run(
+        &path,
+        [
+            (ProvisionState::Deploying, "cond-test:old-task"),
+            (ProvisionState::WaitCallBack, "cond-test:old-task-2"),
+            (ProvisionState::Verifying, "cond-test:old-task-3"),
+            (ProvisionState::Deploying, "cond-test-2:alive"),
+        ],
     )
     .await;
-    let (_stop, shutdown) = tokio::sync::watch::channel(false);
-    h.manager
-        .start_background(shutdown)
-        .await
-        .expect("recovery");
+    let (h, _stop) = restarted(&path).await;
     let node = h.node(deploying).await;
     assert_eq!(node.provision_state, ProvisionState::DeployFailed);
     assert_eq!(node.reservation, None);
@@ -63,13 +63,8 @@ async fn recovery_fails_interrupted_nodes_and_keeps_waiting_ones() {
     assert_eq!(node.provision_state, ProvisionState::Deploying);
     assert_eq!(node.reservation.as_deref(), Some("cond-test-2:alive"));
     // The waiting node's agent resumes it.
-    h.manager
-        .heartbeat(&id(waiting), heartbeat(Some(TOKEN)))
-        .await
-        .expect("heartbeat");
-    h.settle().await;
     assert_eq!(
-        h.node(waiting).await.provision_state,
+        h.heartbeat_ok(waiting).await.provision_state,
         ProvisionState::Active
     );
 }
@@ -78,31 +73,8 @@ async fn recovery_fails_interrupted_nodes_and_keeps_waiting_ones() {
 async fn recovery_fails_an_interrupted_cleaning_and_cleans_up() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("vmdeploy.sqlite");
-    let cleaning;
-    {
-        let h = Harness::on_store(
-            tempfile::tempdir().expect("dir"),
-            SqliteStore::open(&path).expect("store"),
-            config(Duration::from_secs(1800), Duration::from_secs(3600)),
-        )
-        .await;
-        cleaning = h.node_in(ProvisionState::Cleaning).await;
-        h.store
-            .reserve_node(cleaning, "cond-test:old-clean")
-            .await
-            .expect("reserve");
-    }
-    let h = Harness::on_store(
-        dir,
-        SqliteStore::open(&path).expect("store reopens"),
-        config(Duration::from_secs(1800), Duration::from_secs(3600)),
-    )
-    .await;
-    let (_stop, shutdown) = tokio::sync::watch::channel(false);
-    h.manager
-        .start_background(shutdown)
-        .await
-        .expect("recovery");
+    let [cleaning] = crashed_run(&path, [(ProvisionState::Cleaning, "cond-test:old-clean")]).await;
+    let (h, _stop) = restarted(&path).await;
     let node = h.node(cleaning).await;
     assert_eq!(node.provision_state, ProvisionState::CleanFailed);
     assert_eq!(node.reservation, None);

@@ -5,22 +5,28 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use uuid::Uuid;
 use vmdeploy_ilo_emulator::Power as EmuPower;
 
 use super::harness::*;
 use crate::manager::*;
 use crate::states::ProvisionState;
 
+impl Harness {
+    /// A node whose deploy task runs until a permit is added to the returned gate.
+    async fn held_deploy(&self) -> (Uuid, Arc<tokio::sync::Semaphore>) {
+        let uuid = self.node_in(ProvisionState::Available).await;
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        self.flow.script_deploy(Script::Block(gate.clone()));
+        self.request(uuid, ProvisionVerb::Deploy).await;
+        (uuid, gate)
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_task_is_locked_out_until_the_first_ends() {
     let h = Harness::new().await;
-    let uuid = h.node_in(ProvisionState::Available).await;
-    let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    h.flow.script_deploy(Script::Block(gate.clone()));
-    h.manager
-        .set_provision_state(&id(uuid), ProvisionVerb::Deploy, None)
-        .await
-        .expect("deploy accepted");
+    let (uuid, gate) = h.held_deploy().await;
     let node = h.node(uuid).await;
     assert_eq!(node.provision_state, ProvisionState::Deploying);
     assert!(node
@@ -51,13 +57,7 @@ async fn a_second_task_is_locked_out_until_the_first_ends() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_waits_for_a_running_task() {
     let h = Harness::new().await;
-    let uuid = h.node_in(ProvisionState::Available).await;
-    let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    h.flow.script_deploy(Script::Block(gate.clone()));
-    h.manager
-        .set_provision_state(&id(uuid), ProvisionVerb::Deploy, None)
-        .await
-        .expect("deploy accepted");
+    let (uuid, gate) = h.held_deploy().await;
     // A short grace ends with the task still running.
     let started = Instant::now();
     h.manager.drain(Duration::from_millis(200)).await;
@@ -98,12 +98,7 @@ async fn a_failed_deploy_records_why_cleans_up_powers_off_and_releases() {
     let uuid = h.node_in(ProvisionState::Available).await;
     h.flow
         .script_deploy(Script::Fail("inserting the deploy ISO: not licensed"));
-    h.manager
-        .set_provision_state(&id(uuid), ProvisionVerb::Deploy, None)
-        .await
-        .expect("deploy accepted");
-    h.settle().await;
-    let node = h.node(uuid).await;
+    let node = h.provision(uuid, ProvisionVerb::Deploy).await;
     assert_eq!(node.provision_state, ProvisionState::DeployFailed);
     assert_eq!(node.reservation, None);
     let error = node.last_error.expect("last_error");
@@ -121,10 +116,7 @@ async fn a_panicking_task_still_releases_and_fails_the_node() {
     let h = Harness::new().await;
     let uuid = h.node_in(ProvisionState::Available).await;
     h.flow.script_deploy(Script::Panic);
-    h.manager
-        .set_provision_state(&id(uuid), ProvisionVerb::Deploy, None)
-        .await
-        .expect("deploy accepted");
+    h.request(uuid, ProvisionVerb::Deploy).await;
     let node = h
         .wait_until(uuid, "release after the panic", |n| n.reservation.is_none())
         .await;
