@@ -495,7 +495,7 @@ async fn fill(inner: Arc<Inner>, source: ImageSource) -> Result<(), ImageCacheEr
     // Errors and logs name the URL without its query (a temp URL's signature).
     let result = result.map_err(ImageCacheError::mask_url);
     if let Err(e) = &result {
-        tracing::warn!(error = %Chain(&e), "image download failed; nothing cached");
+        tracing::warn!(error = %Chain(e), "image download failed; nothing cached");
         inner.lock().inflight.remove(&source.key);
     }
     result

@@ -255,5 +255,5 @@ impl TaskRegistry {
 
 /// A store error in the operator's words when a task could not record its outcome.
 pub(crate) fn log_store_error(err: &StoreError, what: &str) {
-    tracing::error!(error = %Chain(&err), "could not record {what}");
+    tracing::error!(error = %Chain(err), "could not record {what}");
 }

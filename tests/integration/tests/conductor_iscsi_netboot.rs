@@ -454,10 +454,7 @@ fn assert_swift_count(peer: &SwiftPeer, name: &str, count: u64) -> Vec<String> {
     let (status, headers) = peer.raw_head(&format!("/{CONTAINER}/{name}"));
     assert_eq!(status, 200, "{headers:?}");
     let want = format!("X-Object-Meta-Usage-Count: {count}");
-    assert!(
-        headers.iter().any(|h| *h == want),
-        "Swift reports {want}: {headers:?}"
-    );
+    assert!(headers.contains(&want), "Swift reports {want}: {headers:?}");
     headers
 }
 

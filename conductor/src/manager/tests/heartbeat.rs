@@ -5,7 +5,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde_json::json;
-use uuid::Uuid;
 
 use super::harness::*;
 use crate::manager::*;

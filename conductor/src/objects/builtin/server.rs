@@ -271,7 +271,7 @@ async fn answer(store: &BuiltinStore, req: &Request<Incoming>) -> Response<Reply
         Ok(Some(response)) => response,
         Ok(None) => text(StatusCode::NOT_FOUND, "no such object"),
         Err(e) => {
-            tracing::warn!(object = %path, error = %Chain(&e), "object store: reading an object failed");
+            tracing::warn!(object = %path, error = %Chain(e.as_ref()), "object store: reading an object failed");
             text(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "reading the object failed",
