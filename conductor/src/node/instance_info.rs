@@ -356,6 +356,7 @@ fn boolean(map: &JsonObject, field: &'static str) -> Result<Option<bool>, Instan
 mod tests {
     use proptest::prelude::*;
     use serde_json::json;
+    use uuid::Uuid;
 
     use super::*;
 
