@@ -3,7 +3,8 @@
 //! (docs/ironic-protocols.md §3.4).
 //!
 //! # Design
-//! [`ImageRef::parse`] reads a reference once, naming the field it came from in every error.
+//! [`parse`] reads a reference with the node's one parser ([`ImageRef`]), naming the field it
+//! came from in every error.
 //! [`resolve`] turns it into a URL the BMC or the agent can fetch:
 //! - `http(s)://` is passed through (the image server is the operator's);
 //! - `file://` (a file on the conductor) is uploaded to the object store once, under a name
@@ -13,73 +14,37 @@
 //!
 //! A Glance UUID is refused: this conductor has no Glance endpoint yet.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
+use vmdeploy_shared::io::hash::{ExpectedDigest, HashAlgo};
 
-use crate::node::instance_info::{DiskFormat, ImageRef as NodeImageRef, InstanceInfo};
+pub use crate::node::image_ref::ImageRef;
+use crate::node::instance_info::{DiskFormat, InstanceInfo};
 use crate::objects::{ObjectBody, ObjectError, ObjectPath, ObjectStore, PutOptions};
 use crate::store::JsonObject;
 
-/// An image reference.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ImageRef {
-    /// `http://` or `https://`: fetched as it is.
-    Http(String),
-    /// `file:///path`: a file on the conductor.
-    File(PathBuf),
-    /// `swift://container/object`: an object of the object store.
-    Swift(ObjectPath),
+/// Reads `value` of `field` (e.g. `instance_info/image_source`) as a reference this conductor
+/// can resolve; the error names both.
+pub fn parse(field: &str, value: &str) -> anyhow::Result<ImageRef> {
+    let reference = ImageRef::parse(value).map_err(|e| anyhow::anyhow!("{field}: {e}"))?;
+    refuse_glance(field, &reference)?;
+    Ok(reference)
 }
 
-impl ImageRef {
-    /// Parses `value` of `field` (e.g. `instance_info/image_source`); the error names both.
-    pub fn parse(field: &str, value: &str) -> anyhow::Result<ImageRef> {
-        let value = value.trim();
-        if value.is_empty() {
-            bail!("{field} is empty");
-        }
-        let Some((scheme, rest)) = value.split_once("://") else {
-            if Uuid::parse_str(value).is_ok() {
-                bail!("{field} {value:?} is a Glance image id, and no Glance is configured: give an http(s)://, file:// or swift:// reference");
-            }
-            bail!("{field} {value:?} is not an image reference (http(s)://, file:// or swift://)");
-        };
-        match scheme.to_ascii_lowercase().as_str() {
-            "http" | "https" => {
-                let url = url::Url::parse(value)
-                    .with_context(|| format!("{field} {value:?} is not a valid URL"))?;
-                if url.host_str().is_none_or(str::is_empty) {
-                    bail!("{field} {value:?} has no host");
-                }
-                Ok(ImageRef::Http(value.to_owned()))
-            }
-            "file" => {
-                let url = url::Url::parse(value)
-                    .with_context(|| format!("{field} {value:?} is not a valid file:// URL"))?;
-                let path = url.to_file_path().map_err(|()| {
-                    anyhow::anyhow!("{field} {value:?}: a file:// URL needs an absolute local path")
-                })?;
-                Ok(ImageRef::File(path))
-            }
-            "swift" => {
-                let (container, object) = rest
-                    .split_once('/')
-                    .filter(|(c, o)| !c.is_empty() && !o.is_empty())
-                    .with_context(|| {
-                        format!("{field} {value:?}: expected swift://container/object")
-                    })?;
-                Ok(ImageRef::Swift(ObjectPath::new(container, object)))
-            }
-            other => bail!(
-                "{field} {value:?}: unsupported scheme {other:?} (http, https, file or swift)"
-            ),
-        }
+/// Refuses a Glance image id: this conductor has no Glance endpoint to ask for the image.
+fn refuse_glance(field: &str, reference: &ImageRef) -> anyhow::Result<()> {
+    match reference {
+        ImageRef::Glance(id) => Err(glance_refused(field, *id)),
+        _ => Ok(()),
     }
+}
+
+fn glance_refused(field: &str, id: Uuid) -> anyhow::Error {
+    anyhow::anyhow!("{field} {id} is a Glance image id, and no Glance is configured: give an http(s)://, file:// or swift:// reference")
 }
 
 /// Checks that `reference` can be resolved without uploading anything: the file exists and is
@@ -92,6 +57,7 @@ pub async fn check(
 ) -> anyhow::Result<()> {
     match reference {
         ImageRef::Http(_) => Ok(()),
+        ImageRef::Glance(id) => Err(glance_refused(field, *id)),
         ImageRef::File(path) => {
             let meta = tokio::fs::metadata(path)
                 .await
@@ -127,7 +93,8 @@ pub async fn resolve(
     ttl: Duration,
 ) -> anyhow::Result<String> {
     match reference {
-        ImageRef::Http(url) => Ok(url.clone()),
+        ImageRef::Http(url) => Ok(url.to_string()),
+        ImageRef::Glance(id) => Err(glance_refused(field, *id)),
         ImageRef::Swift(path) => {
             check(objects, field, reference).await?;
             objects
@@ -202,15 +169,6 @@ fn file_object_name(file: &std::path::Path, meta: &std::fs::Metadata) -> String 
     format!("file-{}-{base}", &digest[..16])
 }
 
-/// The image's digest (`os_hash_algo` + `os_hash_value`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImageDigest {
-    /// `md5`, `sha256` or `sha512`.
-    pub algo: String,
-    /// Lower-case hex.
-    pub value: String,
-}
-
 /// The image fields of `instance_info` the agent deploy needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceImage {
@@ -219,7 +177,7 @@ pub struct InstanceImage {
     /// The raw `image_source` (its last path segment is the image id).
     pub source_text: String,
     /// Digest to verify the download against.
-    pub digest: ImageDigest,
+    pub digest: ExpectedDigest,
     /// `image_disk_format` (`raw` when absent).
     pub disk_format: String,
     /// `image_container_format` (`bare` when absent).
@@ -249,16 +207,8 @@ pub fn any_instance_image(info: &JsonObject) -> anyhow::Result<InstanceImage> {
         .unwrap_or_default()
         .trim()
         .to_owned();
-    let source = match parsed.image_source {
-        NodeImageRef::Http(url) => ImageRef::Http(url.to_string()),
-        NodeImageRef::File(path) => ImageRef::File(path),
-        NodeImageRef::Swift { container, object } => {
-            ImageRef::Swift(ObjectPath::new(container, object))
-        }
-        NodeImageRef::Glance(id) => bail!(
-            "instance_info/image_source {id} is a Glance image id, and no Glance is configured: give an http(s)://, file:// or swift:// reference"
-        ),
-    };
+    let source = parsed.image_source;
+    refuse_glance("instance_info/image_source", &source)?;
     let Some(checksum) = checksum else {
         bail!("instance_info/image_checksum (or image_os_hash_algo and image_os_hash_value) is required");
     };
@@ -272,10 +222,7 @@ pub fn any_instance_image(info: &JsonObject) -> anyhow::Result<InstanceImage> {
     Ok(InstanceImage {
         source,
         source_text,
-        digest: ImageDigest {
-            algo: checksum.algorithm().to_owned(),
-            value: checksum.hex().to_owned(),
-        },
+        digest: checksum,
         disk_format: parsed
             .disk_format
             .map_or(DiskFormat::Raw, |f| f)
@@ -304,11 +251,11 @@ pub fn image_info(node: Uuid, image: &InstanceImage, url: &str) -> Value {
         "node_uuid": node.to_string(),
     });
     if let Value::Object(map) = &mut info {
-        let ImageDigest { algo, value } = &image.digest;
-        map.insert("os_hash_algo".into(), json!(algo));
+        let ExpectedDigest { algo, hex: value } = &image.digest;
+        map.insert("os_hash_algo".into(), json!(algo.name()));
         map.insert("os_hash_value".into(), json!(value));
         // Old agents read only `checksum`, and md5 is the one they verify.
-        if algo == "md5" {
+        if *algo == HashAlgo::Md5 {
             map.insert("checksum".into(), json!(value));
         }
     }
@@ -322,10 +269,10 @@ pub(super) async fn fetch_as_is(
     field: &str,
     reference: &str,
 ) -> anyhow::Result<crate::image_cache::CachedImage> {
-    let parsed = ImageRef::parse(field, reference)?;
+    let parsed = parse(field, reference)?;
     let url = match &parsed {
         // A file on the conductor is read where it is.
-        ImageRef::File(path) => format!("file://{}", path.display()),
+        file @ ImageRef::File(_) => file.to_string(),
         other => {
             resolve(
                 ctx.objects.as_ref(),
@@ -416,15 +363,15 @@ mod tests {
     fn references_parse_by_scheme_and_errors_name_the_field() {
         let f = "driver_info.ilo_deploy_iso";
         assert_eq!(
-            ImageRef::parse(f, "https://img.example/deploy.iso").expect("http"),
-            ImageRef::Http("https://img.example/deploy.iso".into())
+            parse(f, "https://img.example/deploy.iso").expect("http"),
+            ImageRef::Http(url::Url::parse("https://img.example/deploy.iso").expect("url"))
         );
         assert_eq!(
-            ImageRef::parse(f, "file:///var/lib/images/deploy%20x.iso").expect("file"),
+            parse(f, "file:///var/lib/images/deploy%20x.iso").expect("file"),
             ImageRef::File("/var/lib/images/deploy x.iso".into())
         );
         assert_eq!(
-            ImageRef::parse(f, "swift://isos/dir/deploy.iso").expect("swift"),
+            parse(f, "swift://isos/dir/deploy.iso").expect("swift"),
             ImageRef::Swift(ObjectPath::new("isos", "dir/deploy.iso"))
         );
         for bad in [
@@ -436,10 +383,10 @@ mod tests {
             "https://",
             "3c5b0fd4-7d36-4b0c-8bd1-0dc0dfb0e4e4",
         ] {
-            let err = ImageRef::parse(f, bad).expect_err(bad);
+            let err = parse(f, bad).expect_err(bad);
             assert!(format!("{err:#}").contains(f), "{bad}: {err:#}");
         }
-        let err = ImageRef::parse(f, "ftp://host/x").expect_err("ftp");
+        let err = parse(f, "ftp://host/x").expect_err("ftp");
         assert!(format!("{err:#}").contains("\"ftp\""), "{err:#}");
     }
 
@@ -450,7 +397,7 @@ mod tests {
         let file = dir.path().join("disk image.raw");
         std::fs::write(&file, b"0123456789").expect("write");
         let url = url::Url::from_file_path(&file).expect("path");
-        let r = ImageRef::parse("instance_info/image_source", url.as_str()).expect("file ref");
+        let r = parse("instance_info/image_source", url.as_str()).expect("file ref");
         let ttl = Duration::from_secs(60);
         let first = resolve(&store, "c", "f", &r, ttl).await.expect("resolved");
         let second = resolve(&store, "c", "f", &r, ttl).await.expect("resolved");
@@ -479,7 +426,7 @@ mod tests {
             "{err:#}"
         );
 
-        let swift = ImageRef::parse("f", "swift://images/a.raw").expect("swift");
+        let swift = parse("f", "swift://images/a.raw").expect("swift");
         let err = check(&store, "driver_info.ilo_deploy_iso", &swift)
             .await
             .expect_err("absent object");
@@ -501,7 +448,7 @@ mod tests {
                 .expect("temp url"),
             "https://store.example/images/a.raw?ttl=60"
         );
-        let http = ImageRef::parse("f", "http://img/x.raw").expect("http");
+        let http = parse("f", "http://img/x.raw").expect("http");
         assert_eq!(
             resolve(&store, "c", "f", &http, ttl).await.expect("as is"),
             "http://img/x.raw"

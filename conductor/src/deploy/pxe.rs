@@ -32,7 +32,7 @@ use serde_json::Value;
 use vmdeploy_shared::api::ValidPassDeployInfo;
 use vmdeploy_shared::params::{keys, BootOption};
 
-use super::image::{self, ImageRef};
+use super::image;
 use super::iscsi::{self, BOOT_OPTION_KEY, ROOT_UUID_KEY};
 use super::{floppy, vmedia, DeployContext, DeployInterface, DeployStep};
 use crate::bmc::{Bmc, BootMode};
@@ -191,13 +191,13 @@ fn deploy_refs(node: &Node, netboot: &Netboot) -> anyhow::Result<[(String, Strin
         match node.driver_info.get(key) {
             Some(Value::String(s)) if !s.trim().is_empty() => {
                 let field = format!("driver_info/{key}");
-                ImageRef::parse(&field, s.trim())?;
+                image::parse(&field, s.trim())?;
                 Ok((field, s.trim().to_string()))
             }
             Some(Value::Null) | None => match default {
                 Some(d) => {
                     let field = format!("netboot.{}", key.trim_start_matches("pxe_"));
-                    ImageRef::parse(&field, d)?;
+                    image::parse(&field, d)?;
                     Ok((field, d.clone()))
                 }
                 None => bail!(

@@ -44,7 +44,7 @@ pub fn deploy_iso(node: &Node) -> anyhow::Result<(String, ImageRef)> {
             None | Some(Value::Null) => continue,
             Some(Value::String(s)) => {
                 let field = format!("driver_info.{key}");
-                let r = ImageRef::parse(&field, s)?;
+                let r = image::parse(&field, s)?;
                 return Ok((field, r));
             }
             Some(other) => bail!("driver_info.{key} must be a string, found {other}"),

@@ -58,17 +58,6 @@ pub use error::ImageCacheError;
 pub use fetch::FetchPolicy;
 pub use format::ImageFormat;
 
-/// An expected digest: algorithm (md5, sha256, sha512) and lowercase hex (shared::io's type;
-/// parse `ALGO:HEX` or bare hex with `str::parse`, or build with `ExpectedDigest::new`).
-pub type Checksum = ExpectedDigest;
-
-/// The cache's [`Checksum`] of a node's `image_checksum` / `image_os_hash_algo` + `_value`.
-pub fn checksum_of(
-    checksum: &crate::node::instance_info::ImageChecksum,
-) -> Result<Checksum, vmdeploy_shared::io::hash::HashError> {
-    Checksum::new(checksum.algorithm().parse()?, checksum.hex())
-}
-
 /// Subdirectory of downloads in progress; emptied at open.
 const TMP_DIR: &str = "tmp";
 /// Extension of a cached raw image.
@@ -87,7 +76,7 @@ pub struct ImageSource {
     pub url: String,
     /// The digest the download must have; `None` means none is checked (a sha256 is still
     /// taken and reported).
-    pub checksum: Option<Checksum>,
+    pub checksum: Option<ExpectedDigest>,
     /// The cache key: one entry per key. Use [`ImageSource::new`], which derives it from the
     /// image reference and the checksum.
     pub key: String,
@@ -100,7 +89,7 @@ impl ImageSource {
     /// A source whose key is `reference` (as the node gives it, e.g. `swift://c/o`, before
     /// resolving it to `url`) and the checksum, so a new image under an old name is a new
     /// entry.
-    pub fn new(reference: &str, url: impl Into<String>, checksum: Option<Checksum>) -> Self {
+    pub fn new(reference: &str, url: impl Into<String>, checksum: Option<ExpectedDigest>) -> Self {
         let key = match &checksum {
             Some(c) => format!("{reference} {c}"),
             None => reference.to_owned(),
@@ -115,7 +104,11 @@ impl ImageSource {
 
     /// A file that is not a disk image (a kernel, a ramdisk for a boot ISO): no format check,
     /// no conversion. Its key differs from a disk image's of the same reference.
-    pub fn as_is(reference: &str, url: impl Into<String>, checksum: Option<Checksum>) -> Self {
+    pub fn as_is(
+        reference: &str,
+        url: impl Into<String>,
+        checksum: Option<ExpectedDigest>,
+    ) -> Self {
         let mut source = ImageSource::new(reference, url, checksum);
         source.key = format!("{} (as is)", source.key);
         source.as_is = true;
@@ -201,7 +194,7 @@ pub struct CachedImage {
     /// The format it was downloaded in.
     pub format_in: ImageFormat,
     /// The digest of the download: the verified checksum when one was given, else its sha256.
-    pub digest: Checksum,
+    pub digest: ExpectedDigest,
     /// Whether `digest` was checked against an expected one.
     pub verified: bool,
     _lease: Lease,
@@ -363,7 +356,7 @@ fn take_lease(inner: &Arc<Inner>, state: &mut State, key: &str) -> Option<Cached
     let digest = entry
         .record
         .digest
-        .parse::<Checksum>()
+        .parse::<ExpectedDigest>()
         .expect("records hold digests this cache wrote");
     Some(CachedImage {
         path: inner.raw_path(&entry.name),
@@ -447,7 +440,7 @@ fn load_entry(
     }
     record
         .digest
-        .parse::<Checksum>()
+        .parse::<ExpectedDigest>()
         .map_err(|e| e.to_string())?;
     let raw = std::fs::metadata(inner.raw_path(name)).map_err(|e| format!("image file: {e}"))?;
     if raw.len() != record.size {

@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 
 use crate::drivers::ilo::{IloConfig, Protocol, TlsVerify, DEFAULT_PORT, DEFAULT_TIMEOUT_SECS};
 use crate::drivers::{DriverError, Secret};
+use crate::node::image_ref::ImageRef;
 
 /// `driver_info` keys (docs/architecture.md §3; `ilo_protocol` is this project's own).
 pub mod keys {
@@ -255,8 +256,8 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> DriverInfoError {
 pub struct IloDriverInfo {
     /// How to reach and log in to the iLO; what `IloClient::connect` takes.
     pub config: IloConfig,
-    /// The deploy ISO reference (`http(s)://`, `file://`, `swift://`, or a Glance UUID), if set.
-    pub deploy_iso: Option<String>,
+    /// The deploy ISO, if set.
+    pub deploy_iso: Option<ImageRef>,
     /// The serial console port, if set.
     pub console_port: Option<u16>,
 }
@@ -431,30 +432,9 @@ fn address(field: &'static str, value: &Value) -> Result<String, DriverInfoError
     Ok(host.to_string())
 }
 
-/// An image reference docs/architecture.md §3 allows: `http(s)://`, `file://`, `swift://container/object`,
-/// or a Glance UUID.
-fn image_reference(field: &'static str, value: &Value) -> Result<String, DriverInfoError> {
-    let reference = text(field, Some(value))?.trim().to_string();
-    if let Some((scheme, rest)) = reference.split_once("://") {
-        let scheme = scheme.to_ascii_lowercase();
-        if !["http", "https", "file", "swift"].contains(&scheme.as_str()) {
-            return Err(invalid(
-                field,
-                format!("scheme {scheme:?} is not supported: expected http(s)://, file://, swift:// or a Glance UUID"),
-            ));
-        }
-        if rest.is_empty() || rest == "/" {
-            return Err(invalid(field, format!("{reference:?} names no image")));
-        }
-        return Ok(reference);
-    }
-    if uuid::Uuid::parse_str(&reference).is_ok() {
-        return Ok(reference);
-    }
-    Err(invalid(
-        field,
-        format!("{reference:?} is not an image reference: expected http(s)://, file://, swift:// or a Glance UUID"),
-    ))
+/// An image reference ([`ImageRef`]'s forms).
+fn image_reference(field: &'static str, value: &Value) -> Result<ImageRef, DriverInfoError> {
+    ImageRef::parse(&text(field, Some(value))?).map_err(|e| invalid(field, e.to_string()))
 }
 
 #[cfg(test)]
@@ -720,7 +700,8 @@ mod tests {
         ];
         for reference in good {
             let info = parse(&with("ilo_deploy_iso", json!(reference))).expect(reference);
-            assert_eq!(info.deploy_iso.as_deref(), Some(reference));
+            let shown = info.deploy_iso.as_ref().map(ImageRef::to_string);
+            assert_eq!(shown.as_deref(), Some(reference));
         }
         let bad = [
             json!("ftp://images.example/deploy.iso"),

@@ -13,13 +13,12 @@
 //! client the whole-disk rule reads only `instance_info` (and the conductor's own flag).
 
 use std::fmt;
-use std::path::PathBuf;
 
 use serde_json::Value;
-use url::Url;
-use uuid::Uuid;
+use vmdeploy_shared::io::hash::{ExpectedDigest, HashAlgo, HashError};
 
 use super::capabilities::{Capabilities, CapabilitiesError};
+use super::image_ref::{ImageRef, ImageRefError};
 use crate::store::{JsonObject, Node};
 
 /// Why `instance_info` cannot be deployed.
@@ -58,161 +57,6 @@ impl InstanceInfoError {
     }
 }
 
-/// Where an image (or a kernel, a ramdisk) comes from (docs/architecture.md §3, §6).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ImageRef {
-    /// `http://` or `https://`: the agent downloads it directly.
-    Http(Url),
-    /// `file:///path`: a file on the conductor, served through the object store.
-    File(PathBuf),
-    /// `swift://container/object` (the object may contain `/`).
-    Swift {
-        /// Container.
-        container: String,
-        /// Object name.
-        object: String,
-    },
-    /// A Glance image ID (bare UUID, or `glance://<uuid>`).
-    Glance(Uuid),
-}
-
-impl ImageRef {
-    /// Parses a reference; `field` names it in errors.
-    pub fn parse(field: &'static str, s: &str) -> Result<ImageRef, InstanceInfoError> {
-        let s = s.trim();
-        if s.is_empty() {
-            return Err(InstanceInfoError::Missing(field));
-        }
-        if let Ok(uuid) = Uuid::parse_str(s) {
-            return Ok(ImageRef::Glance(uuid));
-        }
-        let scheme = s
-            .split_once("://")
-            .map(|(scheme, _)| scheme.to_ascii_lowercase());
-        match scheme.as_deref() {
-            Some("http" | "https") => {
-                let url = Url::parse(s)
-                    .map_err(|e| InstanceInfoError::invalid(field, format!("{s:?}: {e}")))?;
-                if url.host_str().is_none_or(str::is_empty) {
-                    return Err(InstanceInfoError::invalid(
-                        field,
-                        format!("{s:?} has no host"),
-                    ));
-                }
-                Ok(ImageRef::Http(url))
-            }
-            Some("file") => {
-                let url = Url::parse(s)
-                    .map_err(|e| InstanceInfoError::invalid(field, format!("{s:?}: {e}")))?;
-                let path = url.to_file_path().map_err(|()| {
-                    InstanceInfoError::invalid(
-                        field,
-                        format!("{s:?} is not an absolute local path (file:///path/to/image)"),
-                    )
-                })?;
-                Ok(ImageRef::File(path))
-            }
-            Some("swift") => {
-                let rest = &s["swift://".len()..];
-                match rest.split_once('/') {
-                    Some((container, object)) if !container.is_empty() && !object.is_empty() => {
-                        Ok(ImageRef::Swift {
-                            container: container.to_string(),
-                            object: object.to_string(),
-                        })
-                    }
-                    _ => Err(InstanceInfoError::invalid(
-                        field,
-                        format!("{s:?} must be swift://container/object"),
-                    )),
-                }
-            }
-            Some("glance") => Uuid::parse_str(&s["glance://".len()..])
-                .map(ImageRef::Glance)
-                .map_err(|_| {
-                    InstanceInfoError::invalid(
-                        field,
-                        format!("{s:?} must be glance://<image uuid>"),
-                    )
-                }),
-            _ => Err(InstanceInfoError::invalid(
-                field,
-                format!(
-                    "{s:?} is not an image reference: use http(s)://, file://, \
-                     swift://container/object or a Glance image UUID"
-                ),
-            )),
-        }
-    }
-}
-
-impl fmt::Display for ImageRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ImageRef::Http(url) => write!(f, "{url}"),
-            ImageRef::File(path) => write!(f, "file://{}", path.display()),
-            ImageRef::Swift { container, object } => write!(f, "swift://{container}/{object}"),
-            ImageRef::Glance(uuid) => write!(f, "{uuid}"),
-        }
-    }
-}
-
-/// The digest an image must have, hex lower case.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ImageChecksum {
-    /// Legacy `image_checksum` (Glance v1's MD5).
-    Md5(String),
-    /// SHA-256.
-    Sha256(String),
-    /// SHA-512 (Glance's default `os_hash_algo`).
-    Sha512(String),
-}
-
-impl ImageChecksum {
-    /// The algorithm as IPA's `image_info` names it (`os_hash_algo`).
-    pub fn algorithm(&self) -> &'static str {
-        match self {
-            ImageChecksum::Md5(_) => "md5",
-            ImageChecksum::Sha256(_) => "sha256",
-            ImageChecksum::Sha512(_) => "sha512",
-        }
-    }
-
-    /// The hex digest.
-    pub fn hex(&self) -> &str {
-        match self {
-            ImageChecksum::Md5(h) | ImageChecksum::Sha256(h) | ImageChecksum::Sha512(h) => h,
-        }
-    }
-
-    fn from_algorithm(
-        field: &'static str,
-        algorithm: &str,
-        hex: &str,
-    ) -> Result<ImageChecksum, InstanceInfoError> {
-        let (make, len): (fn(String) -> ImageChecksum, usize) =
-            match algorithm.to_ascii_lowercase().as_str() {
-                "md5" => (ImageChecksum::Md5, 32),
-                "sha256" => (ImageChecksum::Sha256, 64),
-                "sha512" => (ImageChecksum::Sha512, 128),
-                other => {
-                    return Err(InstanceInfoError::invalid(
-                        "image_os_hash_algo",
-                        format!("unsupported algorithm {other:?} (sha256 or sha512)"),
-                    ));
-                }
-            };
-        let hex = hex.trim().to_ascii_lowercase();
-        if hex.len() != len || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(InstanceInfoError::invalid(
-                field,
-                format!("a {algorithm} digest is {len} hex digits, got {:?}", hex),
-            ));
-        }
-        Ok(make(hex))
-    }
-}
-
 /// Image format, as Glance's `disk_format` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DiskFormat {
@@ -248,7 +92,7 @@ pub struct InstanceInfo {
     /// Keep the ephemeral partition on rebuild.
     pub preserve_ephemeral: bool,
     /// The image's digest, when given (checked by whoever writes the image).
-    pub checksum: Option<ImageChecksum>,
+    pub checksum: Option<ExpectedDigest>,
     /// The image's format, when given (`None` = let the writer detect it).
     pub disk_format: Option<DiskFormat>,
     /// Kernel of a partition image.
@@ -265,14 +109,14 @@ impl InstanceInfo {
     /// Reads and checks `instance_info`.
     pub fn parse(map: &JsonObject) -> Result<InstanceInfo, InstanceInfoError> {
         let image_source = match text(map, "image_source")? {
-            Some(s) => ImageRef::parse("image_source", &s)?,
+            Some(s) => image_ref("image_source", &s)?,
             None => return Err(InstanceInfoError::Missing("image_source")),
         };
         let kernel = text(map, "kernel")?
-            .map(|s| ImageRef::parse("kernel", &s))
+            .map(|s| image_ref("kernel", &s))
             .transpose()?;
         let ramdisk = text(map, "ramdisk")?
-            .map(|s| ImageRef::parse("ramdisk", &s))
+            .map(|s| image_ref("ramdisk", &s))
             .transpose()?;
         let root_gb = size(map, "root_gb")?;
         let swap_mb = size(map, "swap_mb")?.unwrap_or(0);
@@ -313,21 +157,27 @@ impl InstanceInfo {
         let algo = text(map, "image_os_hash_algo")?;
         let value = text(map, "image_os_hash_value")?;
         let checksum = match (algo, value) {
-            (Some(algo), Some(value)) => Some(ImageChecksum::from_algorithm(
-                "image_os_hash_value",
-                &algo,
-                &value,
-            )?),
+            (Some(algo), Some(value)) => {
+                let algo = algo.parse::<HashAlgo>().map_err(|_| {
+                    InstanceInfoError::invalid(
+                        "image_os_hash_algo",
+                        format!(
+                            "unsupported algorithm {:?} (sha256 or sha512)",
+                            algo.to_ascii_lowercase()
+                        ),
+                    )
+                })?;
+                Some(digest("image_os_hash_value", algo, &value)?)
+            }
             (Some(_), None) => return Err(InstanceInfoError::Missing("image_os_hash_value")),
             (None, Some(_)) => return Err(InstanceInfoError::Missing("image_os_hash_algo")),
             (None, None) => match text(map, "image_checksum")? {
                 // Legacy MD5; a SHA-2 digest put there (as modern Ironic allows) is told apart
                 // by its length, the only thing the field carries.
-                Some(hex) => Some(match hex.trim().len() {
-                    64 => ImageChecksum::from_algorithm("image_checksum", "sha256", &hex),
-                    128 => ImageChecksum::from_algorithm("image_checksum", "sha512", &hex),
-                    _ => ImageChecksum::from_algorithm("image_checksum", "md5", &hex),
-                }?),
+                Some(hex) => {
+                    let algo = HashAlgo::from_hex_len(hex.trim().len()).unwrap_or(HashAlgo::Md5);
+                    Some(digest("image_checksum", algo, &hex)?)
+                }
                 None => None,
             },
         };
@@ -396,7 +246,7 @@ impl InstanceInfo {
 
     /// The checksum, which a deploy needs unless Glance supplies it: the agent refuses to write
     /// an image it cannot verify (Ironic's agent `validate`).
-    pub fn required_checksum(&self) -> Result<Option<&ImageChecksum>, InstanceInfoError> {
+    pub fn required_checksum(&self) -> Result<Option<&ExpectedDigest>, InstanceInfoError> {
         match (&self.checksum, &self.image_source) {
             (Some(c), _) => Ok(Some(c)),
             (None, ImageRef::Glance(_)) => Ok(None),
@@ -405,6 +255,36 @@ impl InstanceInfo {
             )),
         }
     }
+}
+
+/// An image reference read from `field`.
+fn image_ref(field: &'static str, s: &str) -> Result<ImageRef, InstanceInfoError> {
+    ImageRef::parse(s).map_err(|e| match e {
+        ImageRefError::Empty => InstanceInfoError::Missing(field),
+        other => InstanceInfoError::invalid(field, other.to_string()),
+    })
+}
+
+/// A digest of `algo` read from `field`, hex kept lower case.
+fn digest(
+    field: &'static str,
+    algo: HashAlgo,
+    hex: &str,
+) -> Result<ExpectedDigest, InstanceInfoError> {
+    ExpectedDigest::new(algo, hex).map_err(|e| match e {
+        HashError::BadDigest {
+            algo,
+            value,
+            expected_len,
+        } => InstanceInfoError::invalid(
+            field,
+            format!(
+                "a {algo} digest is {expected_len} hex digits, got {:?}",
+                value.to_ascii_lowercase()
+            ),
+        ),
+        other => InstanceInfoError::invalid(field, other.to_string()),
+    })
 }
 
 /// A string value; numbers are taken as their text (Nova and the CLI disagree on types).
@@ -476,6 +356,7 @@ fn boolean(map: &JsonObject, field: &'static str) -> Result<Option<bool>, Instan
 mod tests {
     use proptest::prelude::*;
     use serde_json::json;
+    use uuid::Uuid;
 
     use super::*;
 
@@ -493,56 +374,34 @@ mod tests {
         InstanceInfo::parse(&object(v))
     }
 
+    /// The forms themselves are `image_ref`'s tests; here, that every error names its key.
     #[test]
-    fn image_references() {
-        let glance = "0b2d6bc1-1d1e-4b8f-93b0-6c1a4c0e8d5f";
-        for (input, want) in [
-            (
-                "http://10.0.0.1/img.raw",
-                ImageRef::Http(Url::parse("http://10.0.0.1/img.raw").expect("url")),
-            ),
-            (
-                "HTTPS://h:8443/a/b?x=1",
-                ImageRef::Http(Url::parse("https://h:8443/a/b?x=1").expect("url")),
-            ),
-            (
-                "file:///var/lib/images/a%20b.img",
-                ImageRef::File(PathBuf::from("/var/lib/images/a b.img")),
-            ),
-            (
-                "swift://images/os/ubuntu.qcow2",
-                ImageRef::Swift {
-                    container: "images".into(),
-                    object: "os/ubuntu.qcow2".into(),
-                },
-            ),
-            (
-                glance,
-                ImageRef::Glance(Uuid::parse_str(glance).expect("uuid")),
-            ),
-            (
-                &format!("glance://{glance}"),
-                ImageRef::Glance(Uuid::parse_str(glance).expect("uuid")),
-            ),
-        ] {
-            assert_eq!(ImageRef::parse("image_source", input), Ok(want), "{input}");
-        }
+    fn image_reference_errors_name_the_key() {
         for input in [
             "ftp://h/x",
             "http://",
             "file://relative/path",
             "swift://container",
-            "swift:///object",
             "glance://not-a-uuid",
             "/var/lib/x.img",
-            "image.qcow2",
         ] {
-            let err = ImageRef::parse("image_source", input).expect_err(input);
+            let err = parse(json!({"image_source": input})).expect_err(input);
             assert_eq!(err.field(), "image_source", "{input}: {err}");
+            let err = parse(json!({"image_source": "http://h/i", "kernel": input,
+                                   "ramdisk": "http://h/r", "root_gb": 1}))
+            .expect_err(input);
+            assert_eq!(err.field(), "kernel", "{input}: {err}");
         }
         assert_eq!(
-            ImageRef::parse("kernel", " "),
-            Err(InstanceInfoError::Missing("kernel"))
+            parse(json!({"image_source": "http://h/i", "kernel": "http://h/k",
+                         "ramdisk": " ", "root_gb": 1})),
+            Err(InstanceInfoError::Missing("ramdisk"))
+        );
+        let err = parse(json!({"image_source": "gopher://x/i"})).expect_err("gopher");
+        assert!(
+            err.to_string()
+                .starts_with("instance_info/image_source: \"gopher://x/i\": scheme \"gopher\""),
+            "{err}"
         );
     }
 
@@ -563,7 +422,10 @@ mod tests {
         .expect("parses");
         assert_eq!(info.root_gb, Some(10));
         assert_eq!(info.swap_mb, 0);
-        assert_eq!(info.checksum, Some(ImageChecksum::Md5(MD5.into())));
+        assert_eq!(
+            info.checksum,
+            Some(ExpectedDigest::new(HashAlgo::Md5, MD5).expect("md5"))
+        );
         assert_eq!(info.disk_format, Some(DiskFormat::Qcow2));
         assert!(!info.preserve_ephemeral);
         assert_eq!(info.capabilities.get("boot_mode"), Some("uefi"));
@@ -591,7 +453,10 @@ mod tests {
         assert_eq!((info.swap_mb, info.ephemeral_gb), (512, 5));
         assert_eq!(info.ephemeral_format.as_deref(), Some("ext4"));
         assert!(info.preserve_ephemeral);
-        assert_eq!(info.checksum, Some(ImageChecksum::Sha256(SHA256.into())));
+        assert_eq!(
+            info.checksum,
+            Some(ExpectedDigest::new(HashAlgo::Sha256, SHA256).expect("sha256"))
+        );
         assert!(!info.is_whole_disk(&JsonObject::new()));
         // The conductor's recorded flag wins.
         assert!(info.is_whole_disk(&object(json!({"is_whole_disk_image": true}))));
@@ -752,7 +617,9 @@ mod tests {
         let sha512 = "a".repeat(128);
         assert_eq!(
             parse_sum(json!({"image_checksum": SHA256})),
-            Ok(Some(ImageChecksum::Sha256(SHA256.into())))
+            Ok(Some(
+                ExpectedDigest::new(HashAlgo::Sha256, SHA256).expect("sha256")
+            ))
         );
         assert_eq!(
             parse_sum(json!({
@@ -760,7 +627,9 @@ mod tests {
                 "image_os_hash_value": sha512.to_uppercase(),
                 "image_checksum": MD5,
             })),
-            Ok(Some(ImageChecksum::Sha512(sha512.clone()))),
+            Ok(Some(
+                ExpectedDigest::new(HashAlgo::Sha512, &sha512).expect("sha512")
+            )),
             "os_hash wins over the legacy md5, hex kept lower case"
         );
         let glance =

@@ -33,7 +33,6 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use serde_json::json;
 use vmdeploy_shared::api::ValidPassDeployInfo;
-use vmdeploy_shared::io::hash::ExpectedDigest;
 use vmdeploy_shared::params::{BootMode, BootOption};
 
 use super::vmedia::{self, Ramdisk};
@@ -186,7 +185,7 @@ async fn cached_image(
     let image = image::any_instance_image(&node.instance_info)?;
     let url = match &image.source {
         // A file on the conductor is read where it is: no trip through the object store.
-        image::ImageRef::File(path) => format!("file://{}", path.display()),
+        file @ image::ImageRef::File(_) => file.to_string(),
         other => {
             image::resolve(
                 ctx.objects.as_ref(),
@@ -198,14 +197,7 @@ async fn cached_image(
             .await?
         }
     };
-    let digest = ExpectedDigest::new(
-        image.digest.algo.parse().with_context(|| {
-            format!("instance_info: checksum algorithm {:?}", image.digest.algo)
-        })?,
-        &image.digest.value,
-    )
-    .context("instance_info: the image checksum")?;
-    let source = ImageSource::new(&image.source_text, url, Some(digest));
+    let source = ImageSource::new(&image.source_text, url, Some(image.digest));
     images
         .get(&source)
         .await

@@ -111,7 +111,7 @@ pub async fn prepare(ctx: &DeployContext, node: &mut Node, root_uuid: &str) -> a
         text_field(node, "boot_iso"),
     ) {
         BootIsoSource::Given { field, reference } => {
-            let parsed = ImageRef::parse(field, reference)?;
+            let parsed = image::parse(field, reference)?;
             check_given(ctx, field, &parsed).await?;
             tracing::info!(node = %node.uuid, field, "netboot from a given boot ISO");
             NodeBootIso {
@@ -123,7 +123,7 @@ pub async fn prepare(ctx: &DeployContext, node: &mut Node, root_uuid: &str) -> a
         BootIsoSource::Build => {
             let lease = acquire_built(ctx, node, root_uuid).await?;
             NodeBootIso {
-                reference: format!("swift://{}/{}", lease.object.container, lease.object.object),
+                reference: ImageRef::Swift(lease.object.clone()).to_string(),
                 source: BUILT.to_string(),
                 counted: true,
             }
@@ -161,7 +161,7 @@ pub async fn validate(ctx: &DeployContext, node: &Node) -> anyhow::Result<()> {
         text_field(node, "boot_iso"),
     ) {
         BootIsoSource::Given { field, reference } => {
-            check_given(ctx, field, &ImageRef::parse(field, reference)?).await
+            check_given(ctx, field, &image::parse(field, reference)?).await
         }
         BootIsoSource::Build => {
             boot_isos(ctx)?.check_loaders()?;
@@ -255,14 +255,14 @@ async fn check_given(ctx: &DeployContext, field: &str, reference: &ImageRef) -> 
     let ImageRef::Http(url) = reference else {
         return image::check(ctx.objects.as_ref(), field, reference).await;
     };
-    let shown = crate::image_cache::error::shown_url(url);
+    let shown = crate::image_cache::error::shown_url(url.as_str());
     let client = crate::image_cache::fetch::build_client(&FetchPolicy {
         extra_ca_pem: ctx.config.api_ca_pem.clone(),
         ..FetchPolicy::default()
     })
     .context("an HTTP client to check the boot ISO")?;
     let response = client
-        .head(url)
+        .head(url.clone())
         .timeout(HEAD_TIMEOUT)
         .send()
         .await
@@ -279,7 +279,7 @@ async fn check_given(ctx: &DeployContext, field: &str, reference: &ImageRef) -> 
 /// Inserts the recorded ISO (a fresh URL) as the virtual CD and makes the CD the persistent
 /// boot device.
 async fn attach(ctx: &DeployContext, bmc: &Bmc, iso: &NodeBootIso) -> anyhow::Result<()> {
-    let reference = ImageRef::parse(&iso.source, &iso.reference)?;
+    let reference = image::parse(&iso.source, &iso.reference)?;
     let ttl = ctx
         .boot_isos
         .as_deref()
@@ -348,7 +348,7 @@ pub async fn release(ctx: &DeployContext, node: &mut Node) {
 }
 
 fn counted_object(iso: &NodeBootIso) -> anyhow::Result<ObjectPath> {
-    match ImageRef::parse(BOOT_ISO_KEY, &iso.reference)? {
+    match image::parse(BOOT_ISO_KEY, &iso.reference)? {
         ImageRef::Swift(path) => Ok(path),
         other => bail!("{other:?} is not a stored boot ISO"),
     }
