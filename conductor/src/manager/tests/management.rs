@@ -1,6 +1,5 @@
 //! Node management: delete, maintenance, validate and the boot device.
 
-use serde_json::json;
 use uuid::Uuid;
 
 use super::harness::*;
@@ -52,13 +51,17 @@ async fn delete_maintenance_pass_deploy_info_validate_and_boot_device() {
         })
         .await
         .expect("port");
-    let refused = h.manager.pass_deploy_info(&id(available), json!({})).await;
+    let report = pass_deploy_info_body("0123456789abcdef", "");
+    let refused = h
+        .manager
+        .pass_deploy_info(&id(available), report.clone())
+        .await;
     assert!(
         matches!(refused, Err(ManagerError::StateConflict { .. })),
         "{refused:?}"
     );
     let waiting = h.node_in(ProvisionState::WaitCallBack).await;
-    let refused = h.manager.pass_deploy_info(&id(waiting), json!({})).await;
+    let refused = h.manager.pass_deploy_info(&id(waiting), report).await;
     assert!(
         matches!(&refused, Err(ManagerError::Unsupported { message, .. }) if message.contains("iscsi_ilo")),
         "{refused:?}"
