@@ -28,7 +28,6 @@ use tracing::Instrument;
 use uuid::Uuid;
 use vmdeploy_shared::api::ipa::ValidHeartbeat;
 use vmdeploy_shared::api::ValidPassDeployInfo;
-use vmdeploy_shared::secret::Secret;
 
 use crate::deploy::{DeployContext, DeployInterface};
 use crate::objects::ObjectStore;
