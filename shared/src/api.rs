@@ -6,7 +6,9 @@
 
 use std::net::IpAddr;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::iqn;
 use crate::secret::Secret;
@@ -28,9 +30,45 @@ pub enum ApiError {
         /// Why.
         reason: String,
     },
+    /// A field holds a JSON value of the wrong type (a number where text is expected).
+    #[error("field {field:?}: {reason}")]
+    WrongType {
+        /// The field, as a path from the body's top (`key`, `a.b`).
+        field: String,
+        /// What serde found instead of what it expected.
+        reason: String,
+    },
     /// The body is not the JSON expected.
     #[error("malformed JSON body: {0}")]
     Json(String),
+}
+
+/// Reads a call-back body that is already JSON (the conductor's API has parsed it) into its
+/// wire type, naming the field whose value has the wrong type: serde's own message names only
+/// the type, and an operator reading a 400 needs the field.
+pub fn from_value<T: DeserializeOwned>(body: Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(body).map_err(naming_the_field)
+}
+
+/// [`from_value`] for the body's bytes.
+pub fn from_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let mut json = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut json).map_err(naming_the_field)
+}
+
+fn naming_the_field(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
+    let field = e.path().to_string();
+    let inner = e.into_inner();
+    // A path of "." is the body itself: not JSON, not an object, or a required field absent
+    // (serde's message names that field).
+    if field == "." || !inner.is_data() {
+        ApiError::Json(inner.to_string())
+    } else {
+        ApiError::WrongType {
+            field: field.chars().take(64).collect(),
+            reason: inner.to_string(),
+        }
+    }
 }
 
 /// `POST {ironic_api_url}/v1/nodes/{uuid}/vendor_passthru/pass_deploy_info`, sent by the agent
@@ -74,7 +112,7 @@ pub const MAX_AGENT_ERROR_LEN: usize = 4096;
 impl PassDeployInfo {
     /// Parses a JSON body.
     pub fn from_json(body: &[u8]) -> Result<Self, ApiError> {
-        serde_json::from_slice(body).map_err(|e| ApiError::Json(e.to_string()))
+        from_json(body)
     }
 
     /// Checks every field: `key` non-empty, `address` an IP address, `iqn` an iSCSI name (RFC
@@ -206,14 +244,41 @@ mod tests {
             matches!(got, Err(ApiError::InvalidField { field: "iqn", .. })),
             "{got:?}"
         );
-        assert!(matches!(
-            PassDeployInfo::from_json(b"[1,2"),
-            Err(ApiError::Json(_))
-        ));
-        assert!(matches!(
+        // serde reads a struct from a list too: the truncated list fails on its first item.
+        assert!(PassDeployInfo::from_json(b"[1,2").is_err());
+        assert_eq!(
             PassDeployInfo::from_json(br#"{"key": 5}"#),
-            Err(ApiError::Json(_))
-        ));
+            Err(ApiError::WrongType {
+                field: "key".into(),
+                reason: "invalid type: integer `5`, expected a string at line 1 column 9".into(),
+            })
+        );
+        let err = from_value::<PassDeployInfo>(serde_json::json!({"address": ["10.0.0.1"]}))
+            .expect_err("a list is no address");
+        assert_eq!(
+            err.to_string(),
+            "field \"address\": invalid type: sequence, expected a string"
+        );
+        assert!(from_value::<PassDeployInfo>(serde_json::json!([1])).is_err());
+    }
+
+    #[test]
+    fn fields_are_named_as_the_ramdisk_names_them() {
+        // The DIB ramdisk's body (docs/ironic-protocols.md §2.2 step 5), every field spelled
+        // out here so a renamed struct field cannot pass both ends.
+        let wire = serde_json::json!({
+            "address": "10.0.2.15",
+            "key": "0123456789abcdef",
+            "iqn": "iqn-1be26c0b-03f2-4d2e-ae87-c02d7f33c123",
+            "error": "no disk",
+        });
+        let info: PassDeployInfo = from_value(wire.clone()).expect("parse");
+        assert_eq!(serde_json::to_value(&info).expect("json"), wire);
+        let valid = info.validate().expect("valid");
+        assert_eq!(valid.address, IpAddr::from([10, 0, 2, 15]));
+        assert_eq!(valid.key.expose(), "0123456789abcdef");
+        assert_eq!(valid.iqn, "iqn-1be26c0b-03f2-4d2e-ae87-c02d7f33c123");
+        assert_eq!(valid.error.as_deref(), Some("no disk"));
     }
 
     #[test]

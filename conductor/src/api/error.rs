@@ -113,7 +113,6 @@ impl From<ManagerError> for ApiError {
             ManagerError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ManagerError::InvalidState { .. }
             | ManagerError::InvalidInput { .. }
-            | ManagerError::InvalidBody { .. }
             | ManagerError::Unsupported { .. }
             | ManagerError::InMaintenance { .. } => StatusCode::BAD_REQUEST,
             // A driver_info that does not say how to reach the BMC is the operator's to fix.
@@ -284,13 +283,6 @@ mod tests {
                 ManagerError::InvalidInput {
                     field: "timeout",
                     message: "x".into(),
-                },
-                StatusCode::BAD_REQUEST,
-            ),
-            (
-                ManagerError::InvalidBody {
-                    call: "pass_deploy_info",
-                    source: "x".into(),
                 },
                 StatusCode::BAD_REQUEST,
             ),

@@ -7,6 +7,10 @@
 //! Heartbeat fields are gated by microversion as Ironic gates them (`agent_version` 1.36,
 //! `agent_token` 1.62, `agent_verify_ca` 1.68, `agent_status*` 1.72): a field the negotiated
 //! version does not know is a 400 naming it, which is how the agent learns to leave it out.
+//!
+//! Both call-back bodies are read here, once, into their wire types in `vmdeploy_shared::api`
+//! and checked there (`validate`); the manager and the flows get only the checked form, so a
+//! body that does not parse is a 400 naming the field before any node is looked at.
 
 use std::collections::HashMap;
 
@@ -14,22 +18,23 @@ use axum::extract::{Path, Query};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use serde_json::Value;
-use vmdeploy_shared::secret::Secret;
+use vmdeploy_shared::api::ipa::{ApiVersion, Heartbeat, ValidHeartbeat};
+use vmdeploy_shared::api::{PassDeployInfo, ValidPassDeployInfo};
 
 use super::body::{self, cut, JsonBody};
 use super::error::ApiError;
 use super::version::Ctx;
 use super::State;
-use crate::manager::{HeartbeatRequest, LookupReply};
+use crate::manager::LookupReply;
 
 /// Heartbeat fields and the version that added each.
 const HEARTBEAT_FIELDS: &[(&str, u32)] = &[
     ("callback_url", 22),
-    ("agent_version", 36),
-    ("agent_token", 62),
-    ("agent_verify_ca", 68),
-    ("agent_status", 72),
-    ("agent_status_message", 72),
+    ("agent_version", ApiVersion::AGENT_VERSION.minor),
+    ("agent_token", ApiVersion::AGENT_TOKEN.minor),
+    ("agent_verify_ca", ApiVersion::AGENT_VERIFY_CA.minor),
+    ("agent_status", ApiVersion::AGENT_STATUS.minor),
+    ("agent_status_message", ApiVersion::AGENT_STATUS.minor),
 ];
 
 /// Most MACs a lookup may carry (a server has a handful of NICs).
@@ -85,7 +90,7 @@ fn lookup_body(reply: LookupReply) -> Value {
 }
 
 /// Parses a heartbeat body at the negotiated version.
-pub(super) fn parse_heartbeat(ctx: &Ctx, body: Value) -> Result<HeartbeatRequest, ApiError> {
+pub(super) fn parse_heartbeat(ctx: &Ctx, body: Value) -> Result<ValidHeartbeat, ApiError> {
     let obj = body::object(body, "a heartbeat")?;
     for key in obj.keys() {
         match HEARTBEAT_FIELDS.iter().find(|(name, _)| name == key) {
@@ -100,29 +105,22 @@ pub(super) fn parse_heartbeat(ctx: &Ctx, body: Value) -> Result<HeartbeatRequest
                 .map_err(|e| ApiError::bad_request(e.message))?,
         }
     }
-    let callback_url = body::req_str(&obj, "callback_url")?;
-    let lower = callback_url.to_ascii_lowercase();
-    if !(lower.starts_with("http://") || lower.starts_with("https://")) {
-        return Err(ApiError::bad_request(format!(
-            "Invalid value for field \"callback_url\": {:?} is not an http(s) URL.",
-            cut(&callback_url)
-        )));
-    }
-    if let Some(status) = body::opt_str(&obj, "agent_status")? {
-        if !["start", "end", "error"].contains(&status.as_str()) {
-            return Err(ApiError::bad_request(format!(
-                "Invalid value for field \"agent_status\": {:?} (expected start, end or error).",
-                cut(&status)
-            )));
-        }
-    }
-    Ok(HeartbeatRequest {
-        callback_url,
-        agent_token: body::opt_str(&obj, "agent_token")?.map(Secret::new),
-        agent_version: body::opt_str(&obj, "agent_version")?,
-        agent_verify_ca: body::opt_str(&obj, "agent_verify_ca")?,
-        agent_status_message: body::opt_str(&obj, "agent_status_message")?,
-    })
+    vmdeploy_shared::api::from_value::<Heartbeat>(Value::Object(obj))
+        .and_then(Heartbeat::validate)
+        .map_err(|e| invalid_body("heartbeat", &e))
+}
+
+/// Parses a `pass_deploy_info` body (any version may send it: the Kilo ramdisk sends none).
+pub(super) fn parse_pass_deploy_info(body: Value) -> Result<ValidPassDeployInfo, ApiError> {
+    let obj = body::object(body, "pass_deploy_info")?;
+    vmdeploy_shared::api::from_value::<PassDeployInfo>(Value::Object(obj))
+        .and_then(|info| info.validate())
+        .map_err(|e| invalid_body("pass_deploy_info", &e))
+}
+
+/// The 400 for a call-back body, in the shared check's words (which name the field).
+fn invalid_body(call: &str, e: &vmdeploy_shared::api::ApiError) -> ApiError {
+    ApiError::bad_request(format!("Invalid {call} body: {e}."))
 }
 
 /// `POST /v1/heartbeat/{node}`.
@@ -185,8 +183,8 @@ async fn passthru(
         Ok(uuid) => crate::store::NodeIdent::Uuid(uuid),
         Err(_) => super::nodes::ident(&ctx, node)?,
     };
-    let body = Value::Object(body::object(body, "pass_deploy_info")?);
-    state.manager.pass_deploy_info(&ident, body).await?;
+    let info = parse_pass_deploy_info(body)?;
+    state.manager.pass_deploy_info(&ident, info).await?;
     Ok(StatusCode::ACCEPTED)
 }
 
@@ -195,6 +193,7 @@ mod tests {
     use super::*;
     use crate::api::test_support::ctx;
     use serde_json::json;
+    use vmdeploy_shared::secret::Secret;
 
     #[test]
     fn lookup_masks_the_node_but_hands_over_the_token() {

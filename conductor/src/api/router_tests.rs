@@ -1171,6 +1171,47 @@ mod ramdisk {
         )
         .await;
         assert_fault(&reply, StatusCode::BAD_REQUEST, "JSON object");
+        // No node exists: each bad body is refused for its field before any node is looked up.
+        let cases = [
+            (
+                json!({"address": 5, "key": "k", "iqn": "iqn-x"}),
+                "Invalid pass_deploy_info body: field \"address\": invalid type: integer `5`, \
+                 expected a string.",
+            ),
+            (
+                json!({"address": "10.0.2.15", "iqn": "iqn-x"}),
+                "Invalid pass_deploy_info body: field \"key\" is required.",
+            ),
+            (
+                json!({"address": "node-1", "key": "k", "iqn": "iqn-x"}),
+                "Invalid pass_deploy_info body: field \"address\": \"node-1\" is not an IP \
+                 address.",
+            ),
+        ];
+        for (body, message) in cases {
+            let reply = call(
+                &router,
+                Method::POST,
+                "/v1/nodes/1be26c0b-03f2-4d2e-ae87-c02d7f33c123/vendor_passthru/pass_deploy_info",
+                Some(body),
+            )
+            .await;
+            assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.json);
+            assert_eq!(reply.fault(), message);
+        }
+        let reply = call(
+            &router,
+            Method::POST,
+            "/v1/heartbeat/1be26c0b-03f2-4d2e-ae87-c02d7f33c123",
+            Some(json!({"callback_url": "https://10.0.0.5:9999", "agent_version": ["10"]})),
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.json);
+        assert_eq!(
+            reply.fault(),
+            "Invalid heartbeat body: field \"agent_version\": invalid type: sequence, expected a \
+             string."
+        );
     }
 }
 

@@ -20,7 +20,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use time::OffsetDateTime;
-use vmdeploy_shared::api::ipa::{CommandResult, CommandStatus, WriteProgress};
+use vmdeploy_shared::api::ipa::{CommandResult, CommandStatus, ValidHeartbeat, WriteProgress};
 use vmdeploy_shared::secret::Secret;
 
 use super::agent_client::{AgentClient, AgentEndpoint};
@@ -28,7 +28,6 @@ use super::image;
 use super::vmedia::{self, AGENT_TOKEN_KEY};
 use super::{DeployContext, DeployInterface, DeployStep};
 use crate::bmc::{Bmc, PowerState};
-use crate::manager::HeartbeatRequest;
 use crate::store::{JsonObject, Node};
 
 /// `driver_internal_info`: where the agent's command API listens.
@@ -161,7 +160,7 @@ impl DeployInterface for AgentDeploy {
     async fn heartbeat(
         &self,
         node: &mut Node,
-        heartbeat: &HeartbeatRequest,
+        heartbeat: &ValidHeartbeat,
     ) -> anyhow::Result<DeployStep> {
         record_heartbeat(&mut node.driver_internal_info, heartbeat)?;
         if let Some(message) = &heartbeat.agent_status_message {
@@ -207,7 +206,7 @@ impl DeployInterface for AgentDeploy {
     async fn clean_heartbeat(
         &self,
         node: &mut Node,
-        heartbeat: &HeartbeatRequest,
+        heartbeat: &ValidHeartbeat,
     ) -> anyhow::Result<()> {
         super::clean::heartbeat(&self.ctx, node, heartbeat, &Default::default()).await
     }
@@ -298,7 +297,7 @@ pub(super) fn text<'a>(info: &'a JsonObject, key: &str) -> Option<&'a str> {
 /// Records the agent's URL and certificate at the first heartbeat; refuses a later heartbeat
 /// that changes either (Ironic refuses a changed `callback_url`; a changed certificate would
 /// undo the pinning).
-pub(super) fn record_heartbeat(info: &mut JsonObject, hb: &HeartbeatRequest) -> anyhow::Result<()> {
+pub(super) fn record_heartbeat(info: &mut JsonObject, hb: &ValidHeartbeat) -> anyhow::Result<()> {
     let url = hb.callback_url.trim().trim_end_matches('/');
     let parsed = url::Url::parse(url)
         .ok()
@@ -407,12 +406,13 @@ mod tests {
     use super::*;
     use vmdeploy_shared::api::ipa::{CommandError, IpaErrorKind};
 
-    fn hb(url: &str, ca: Option<&str>) -> HeartbeatRequest {
-        HeartbeatRequest {
+    fn hb(url: &str, ca: Option<&str>) -> ValidHeartbeat {
+        ValidHeartbeat {
             callback_url: url.into(),
             agent_token: None,
             agent_version: Some("1.0".into()),
             agent_verify_ca: ca.map(str::to_owned),
+            agent_status: None,
             agent_status_message: None,
         }
     }

@@ -36,7 +36,7 @@ use vmdeploy_shared::api::clean::{
     CleanStep, CleanStepsResult, ExecuteCleanStepParams, HardwareManagerVersion, ERASE_DEVICES,
     EXECUTE_CLEAN_STEP, GET_CLEAN_STEPS,
 };
-use vmdeploy_shared::api::ipa::{CommandResult, CommandStatus};
+use vmdeploy_shared::api::ipa::{CommandResult, CommandStatus, ValidHeartbeat};
 
 use super::agent::{
     agent_client, agent_failure, clear_agent_fields, power_off_through_agent, record_heartbeat,
@@ -45,7 +45,6 @@ use super::agent_client::AgentClient;
 use super::vmedia::{self, Ramdisk};
 use super::DeployContext;
 use crate::bmc::Bmc;
-use crate::manager::HeartbeatRequest;
 use crate::store::{JsonObject, Node};
 
 /// `driver_internal_info`: the steps of this cleaning, in the order they run (Ironic's key).
@@ -164,7 +163,7 @@ pub(super) async fn prepare(ctx: &DeployContext, node: &mut Node) -> anyhow::Res
 pub(super) async fn heartbeat(
     ctx: &DeployContext,
     node: &mut Node,
-    hb: &HeartbeatRequest,
+    hb: &ValidHeartbeat,
     timing: &CleanTiming,
 ) -> anyhow::Result<()> {
     let outcome = run(ctx, node, hb, timing).await;
@@ -177,7 +176,7 @@ pub(super) async fn heartbeat(
 async fn run(
     ctx: &DeployContext,
     node: &mut Node,
-    hb: &HeartbeatRequest,
+    hb: &ValidHeartbeat,
     timing: &CleanTiming,
 ) -> anyhow::Result<()> {
     record_heartbeat(&mut node.driver_internal_info, hb)?;
@@ -595,11 +594,12 @@ mod tests {
         crate::store::Store::create_node(store.as_ref(), &node)
             .await
             .expect("node");
-        let hb = HeartbeatRequest {
+        let hb = ValidHeartbeat {
             callback_url: url.to_owned(),
             agent_token: None,
             agent_version: Some("1".into()),
             agent_verify_ca: None,
+            agent_status: None,
             agent_status_message: None,
         };
         let timing = CleanTiming {

@@ -11,11 +11,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::manager::HeartbeatRequest;
 use crate::node::driver_info::IloDefaults;
 use crate::node::hardware_type::{BootMethod, DeployMethod, NodeInterfaces};
 use crate::objects::ObjectStore;
 use crate::store::{Node, Store};
+use vmdeploy_shared::api::ipa::ValidHeartbeat;
 
 pub mod agent;
 pub mod agent_client;
@@ -150,7 +150,7 @@ pub trait DeployInterface: Send + Sync {
     async fn heartbeat(
         &self,
         node: &mut Node,
-        heartbeat: &HeartbeatRequest,
+        heartbeat: &ValidHeartbeat,
     ) -> anyhow::Result<DeployStep> {
         let _ = heartbeat;
         tracing::debug!(node = %node.uuid, driver = %node.driver, "heartbeat ignored: this ramdisk reports through pass_deploy_info");
@@ -191,7 +191,7 @@ pub trait DeployInterface: Send + Sync {
     async fn clean_heartbeat(
         &self,
         node: &mut Node,
-        heartbeat: &HeartbeatRequest,
+        heartbeat: &ValidHeartbeat,
     ) -> anyhow::Result<()> {
         let _ = heartbeat;
         bail_no_cleaning(node)

@@ -38,15 +38,6 @@ pub enum ManagerError {
         /// The operator's words.
         message: String,
     },
-    /// A ramdisk call-back whose body does not parse or validate (400).
-    #[error("Invalid {call} body")]
-    InvalidBody {
-        /// The call-back (`pass_deploy_info`).
-        call: &'static str,
-        /// What is wrong with it.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
     /// The node's driver has no interface for what is asked (400): no deploy flow for its
     /// driver, or a call-back its deploy interface does not take.
     #[error("{message}")]

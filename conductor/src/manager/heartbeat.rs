@@ -23,9 +23,10 @@ use uuid::Uuid;
 
 use super::provision::{fail_clean, fail_deploy};
 use super::tasks::{self, apply};
-use super::{Core, HeartbeatRequest, LookupReply, ManagerError};
+use super::{Core, LookupReply, ManagerError};
 use crate::states::{Event, ProvisionState};
 use crate::store::{Node, NodeIdent, PortFilter, StoreError};
+use vmdeploy_shared::api::ipa::ValidHeartbeat;
 use vmdeploy_shared::redact::MASK;
 use vmdeploy_shared::secret::Secret;
 
@@ -164,7 +165,7 @@ pub(crate) fn wipe_agent_secrets(node: &mut Node) {
 pub(crate) async fn heartbeat(
     core: &Arc<Core>,
     ident: &NodeIdent,
-    heartbeat: HeartbeatRequest,
+    heartbeat: ValidHeartbeat,
 ) -> Result<(), ManagerError> {
     let node = core.store().node(ident).await?;
     let has_token = node
@@ -242,7 +243,7 @@ async fn clean(
     core: &Arc<Core>,
     mut node: Node,
     reservation: tasks::Reservation,
-    heartbeat: HeartbeatRequest,
+    heartbeat: ValidHeartbeat,
 ) -> Result<(), ManagerError> {
     let Some(flow) = core.flow_for(&node) else {
         let message = format!(

@@ -26,7 +26,8 @@ use serde::Serialize;
 use serde_json::Value;
 use tracing::Instrument;
 use uuid::Uuid;
-use vmdeploy_shared::secret::Secret;
+use vmdeploy_shared::api::ipa::ValidHeartbeat;
+use vmdeploy_shared::api::ValidPassDeployInfo;
 
 use crate::deploy::{DeployContext, DeployInterface};
 use crate::objects::ObjectStore;
@@ -80,21 +81,6 @@ pub struct BootDeviceReading {
     pub boot_device: Option<String>,
     /// Whether it is persistent, when known.
     pub persistent: Option<bool>,
-}
-
-/// A heartbeat as the ramdisk sent it (`POST /v1/heartbeat/{node}`), already parsed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HeartbeatRequest {
-    /// Where the agent's command API listens (`https://ip:9999`).
-    pub callback_url: String,
-    /// The agent token from the floppy: masked in `Debug`, compared in constant time.
-    pub agent_token: Option<Secret>,
-    /// The agent's version string.
-    pub agent_version: Option<String>,
-    /// The agent's self-signed certificate (PEM) to pin for calls to it (`agent_verify_ca`).
-    pub agent_verify_ca: Option<String>,
-    /// Free-form status text (progress of an image write).
-    pub agent_status_message: Option<String>,
 }
 
 /// What `GET /v1/lookup` returns to a ramdisk.
@@ -281,11 +267,12 @@ impl Manager {
         heartbeat::lookup(&self.core, addresses, node_uuid).await
     }
 
-    /// `POST /v1/heartbeat/{node}`: the agent is alive; drives the `agent_ilo` flow on.
+    /// `POST /v1/heartbeat/{node}`: the agent is alive; drives the `agent_ilo` flow on. The
+    /// API has parsed and checked the body.
     pub async fn heartbeat(
         &self,
         node: &NodeIdent,
-        heartbeat: HeartbeatRequest,
+        heartbeat: ValidHeartbeat,
     ) -> Result<(), ManagerError> {
         heartbeat::heartbeat(&self.core, node, heartbeat)
             .instrument(node_span(node))
@@ -293,14 +280,14 @@ impl Manager {
     }
 
     /// `POST /v1/nodes/{node}/vendor_passthru/pass_deploy_info` (and without `/v1`): the
-    /// iSCSI ramdisk's call-back; see [`pass_deploy_info`](self::pass_deploy_info) for the
-    /// checks and their answers.
+    /// iSCSI ramdisk's call-back, its body parsed and checked by the API; see
+    /// [`pass_deploy_info`](self::pass_deploy_info) for the checks and their answers.
     pub async fn pass_deploy_info(
         &self,
         node: &NodeIdent,
-        body: Value,
+        info: ValidPassDeployInfo,
     ) -> Result<(), ManagerError> {
-        pass_deploy_info::pass_deploy_info(&self.core, node, body)
+        pass_deploy_info::pass_deploy_info(&self.core, node, info)
             .instrument(node_span(node))
             .await
     }

@@ -3,9 +3,10 @@
 //! # Design
 //! The ramdisk exposes the node's disk over iSCSI and posts its address, target name and the
 //! one-use deploy key from its floppy. The checks, in this order:
-//! - a node that is not in `wait call-back`: 409, whatever the body;
+//! - a body that does not parse or misses a field: 400, from the API, which hands the manager
+//!   only a checked [`ValidPassDeployInfo`];
+//! - a node that is not in `wait call-back`: 409;
 //! - a driver whose ramdisk heartbeats instead (`agent_ilo`): 400;
-//! - a body that does not parse or misses a field: 400;
 //! - a key that is not the node's (compared in constant time), or one already used: 403, and
 //!   the node is unchanged.
 //!
@@ -21,7 +22,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use subtle::ConstantTimeEq;
 use time::OffsetDateTime;
-use vmdeploy_shared::api::{PassDeployInfo, ValidPassDeployInfo};
+use vmdeploy_shared::api::ValidPassDeployInfo;
 
 use super::heartbeat::wipe_agent_secrets;
 use super::provision::fail_deploy;
@@ -70,7 +71,7 @@ fn refused(node: &Node) -> ManagerError {
 pub(crate) async fn pass_deploy_info(
     core: &Arc<Core>,
     ident: &NodeIdent,
-    body: Value,
+    info: ValidPassDeployInfo,
 ) -> Result<(), ManagerError> {
     let node = core.store().node(ident).await?;
     if node.provision_state != ProvisionState::WaitCallBack {
@@ -89,15 +90,6 @@ pub(crate) async fn pass_deploy_info(
             ),
         });
     };
-    let info: PassDeployInfo =
-        serde_json::from_value(body).map_err(|e| ManagerError::InvalidBody {
-            call: "pass_deploy_info",
-            source: e.into(),
-        })?;
-    let info = info.validate().map_err(|e| ManagerError::InvalidBody {
-        call: "pass_deploy_info",
-        source: e.into(),
-    })?;
     // Checked before the reservation (a wrong key must not lock the node for the real
     // ramdisk), and again under it: another call may have burnt the key in between.
     if !key_matches(&node, &info) {

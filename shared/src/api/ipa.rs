@@ -11,6 +11,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::api::ApiError;
 use crate::secret::{serialize_exposed_option, Secret};
 
 /// What is wrong with a protocol body.
@@ -197,7 +198,9 @@ pub struct LookupConfig {
 /// the wire as it is, and is masked in `Debug`.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 pub struct Heartbeat {
-    /// Where the conductor reaches the agent's command API.
+    /// Where the conductor reaches the agent's command API (absent reads as empty, which
+    /// [`Heartbeat::validate`] refuses by name).
+    #[serde(default)]
     pub callback_url: String,
     /// The agent token (API >= 1.62).
     #[serde(
@@ -225,6 +228,99 @@ impl Heartbeat {
     /// Parses the JSON body of a heartbeat.
     pub fn from_json(body: &[u8]) -> Result<Heartbeat, IpaError> {
         from_json(body)
+    }
+
+    /// Checks the fields the conductor acts on: `callback_url` an `http(s)://host…` URL, and
+    /// `agent_status` one of Ironic's three words. Which fields the negotiated microversion
+    /// allows is the API's check, made before this one.
+    pub fn validate(self) -> Result<ValidHeartbeat, ApiError> {
+        let url = self.callback_url.trim();
+        if url.is_empty() {
+            return Err(ApiError::MissingField("callback_url"));
+        }
+        let lower = url.to_ascii_lowercase();
+        let host = ["http://", "https://"]
+            .iter()
+            .find_map(|scheme| lower.strip_prefix(scheme))
+            .map(|rest| rest.split(['/', '?', '#']).next().unwrap_or_default());
+        match host {
+            None => {
+                return Err(ApiError::InvalidField {
+                    field: "callback_url",
+                    reason: format!("{:?} is not an http(s) URL", cut(url)),
+                })
+            }
+            Some("") => {
+                return Err(ApiError::InvalidField {
+                    field: "callback_url",
+                    reason: format!("{:?} names no host", cut(url)),
+                })
+            }
+            Some(_) => {}
+        }
+        let agent_status = match self.agent_status.as_deref() {
+            None => None,
+            Some(word) => Some(
+                AgentStatus::parse(word).ok_or_else(|| ApiError::InvalidField {
+                    field: "agent_status",
+                    reason: format!("{:?} is not start, end or error", cut(word)),
+                })?,
+            ),
+        };
+        Ok(ValidHeartbeat {
+            callback_url: self.callback_url,
+            agent_token: self.agent_token,
+            agent_version: self.agent_version,
+            agent_verify_ca: self.agent_verify_ca,
+            agent_status,
+            agent_status_message: self.agent_status_message,
+        })
+    }
+}
+
+/// A checked [`Heartbeat`]: what the conductor's API hands to the manager and the flows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidHeartbeat {
+    /// Where the agent's command API listens (`https://ip:9999`): an http(s) URL with a host.
+    pub callback_url: String,
+    /// The agent token from the floppy: masked in `Debug`, compared in constant time.
+    pub agent_token: Option<Secret>,
+    /// The agent's version string.
+    pub agent_version: Option<String>,
+    /// The agent's self-signed certificate (PEM) to pin for calls to it.
+    pub agent_verify_ca: Option<String>,
+    /// Where the agent is in its current command, when it says.
+    pub agent_status: Option<AgentStatus>,
+    /// Free status text; vmdeploy's agent puts [`WriteProgress`] here.
+    pub agent_status_message: Option<String>,
+}
+
+/// A heartbeat's `agent_status` (Ironic accepts these three words only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentStatus {
+    /// `start`.
+    Start,
+    /// `end`.
+    End,
+    /// `error`.
+    Error,
+}
+
+impl AgentStatus {
+    /// The word on the wire.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Start => "start",
+            Self::End => "end",
+            Self::Error => "error",
+        }
+    }
+
+    /// The status a wire word names, if any (case matters, as for Ironic).
+    pub fn parse(word: &str) -> Option<AgentStatus> {
+        [Self::Start, Self::End, Self::Error]
+            .into_iter()
+            .find(|s| s.as_str() == word)
     }
 }
 
@@ -572,6 +668,86 @@ mod tests {
     }
 
     #[test]
+    fn heartbeat_fields_are_named_as_ironic_names_them() {
+        // The body of POST /v1/heartbeat/{node} (docs/ironic-protocols.md §3.2), every field
+        // spelled out here so a renamed struct field cannot pass both ends.
+        let wire = serde_json::json!({
+            "callback_url": "https://10.0.0.5:9999",
+            "agent_token": "tok-0123456789abcdef0123456789abcdef",
+            "agent_version": "10.0.0",
+            "agent_verify_ca": "PEM",
+            "agent_status": "end",
+            "agent_status_message": "image write: written=1 total=2 rate=3",
+        });
+        let hb: Heartbeat = crate::api::from_value(wire.clone()).expect("parse");
+        assert_eq!(serde_json::to_value(&hb).expect("json"), wire);
+        let valid = hb.validate().expect("valid");
+        assert_eq!(valid.callback_url, "https://10.0.0.5:9999");
+        assert_eq!(
+            valid.agent_token.as_ref().map(|t| t.expose().as_str()),
+            Some("tok-0123456789abcdef0123456789abcdef")
+        );
+        assert_eq!(valid.agent_version.as_deref(), Some("10.0.0"));
+        assert_eq!(valid.agent_verify_ca.as_deref(), Some("PEM"));
+        assert_eq!(valid.agent_status, Some(AgentStatus::End));
+        assert_eq!(
+            valid.agent_status_message.as_deref(),
+            Some("image write: written=1 total=2 rate=3")
+        );
+        assert!(
+            !format!("{valid:?}").contains("tok-0123"),
+            "the token is masked in Debug"
+        );
+        let words: Vec<&str> = [AgentStatus::Start, AgentStatus::End, AgentStatus::Error]
+            .map(AgentStatus::as_str)
+            .to_vec();
+        assert_eq!(words, ["start", "end", "error"]);
+    }
+
+    #[test]
+    fn a_bad_heartbeat_is_refused_naming_its_field() {
+        let cases = [
+            (serde_json::json!({}), "callback_url"),
+            (serde_json::json!({"callback_url": "  "}), "callback_url"),
+            (
+                serde_json::json!({"callback_url": "ftp://x"}),
+                "callback_url",
+            ),
+            (
+                serde_json::json!({"callback_url": "https://"}),
+                "callback_url",
+            ),
+            (serde_json::json!({"callback_url": 5}), "callback_url"),
+            (
+                serde_json::json!({"callback_url": "http://x", "agent_token": 5}),
+                "agent_token",
+            ),
+            (
+                serde_json::json!({"callback_url": "http://x", "agent_status": "done"}),
+                "agent_status",
+            ),
+            (
+                serde_json::json!({"callback_url": "http://x", "agent_status": "START"}),
+                "agent_status",
+            ),
+        ];
+        for (body, field) in cases {
+            let got =
+                crate::api::from_value::<Heartbeat>(body.clone()).and_then(Heartbeat::validate);
+            let err = got.expect_err(&body.to_string());
+            assert!(
+                err.to_string().contains(&format!("{field:?}")),
+                "{body}: {err}"
+            );
+        }
+        let ok = Heartbeat::validate(
+            crate::api::from_value(serde_json::json!({"callback_url": "HTTP://10.0.0.5:9999/"}))
+                .expect("parse"),
+        );
+        assert_eq!(ok.expect("valid").callback_url, "HTTP://10.0.0.5:9999/");
+    }
+
+    #[test]
     fn heartbeat_omits_absent_fields_and_masks_the_token() {
         let hb = Heartbeat {
             callback_url: "http://10.0.0.5:9999".into(),
@@ -749,7 +925,7 @@ mod tests {
         fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
             let _ = ApiRoot::from_json(&bytes).map(|r| r.max_version());
             let _ = LookupResponse::from_json(&bytes).map(|l| (l.heartbeat_timeout(), l.disclosed_token().map(|t| t.expose().len())));
-            let _ = Heartbeat::from_json(&bytes);
+            let _ = Heartbeat::from_json(&bytes).map(Heartbeat::validate);
             let _ = CommandRequest::from_json(&bytes);
             let _ = CommandResult::from_json(&bytes);
             let _ = CommandList::from_json(&bytes);

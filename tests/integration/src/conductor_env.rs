@@ -30,13 +30,15 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use vmdeploy_conductor::deploy::agent::AgentDeploy;
 use vmdeploy_conductor::deploy::{DeployConfig, DeployContext, DeployInterface};
-use vmdeploy_conductor::manager::{HeartbeatRequest, Manager, ManagerConfig, ManagerError};
+use vmdeploy_conductor::manager::{Manager, ManagerConfig, ManagerError};
 use vmdeploy_conductor::node::hardware_type::{DeployMethod, NodeInterfaces};
 use vmdeploy_conductor::objects::builtin::{BuiltinConfig, BuiltinStore};
 use vmdeploy_conductor::objects::ObjectStore;
 use vmdeploy_conductor::states::ProvisionState;
 use vmdeploy_conductor::store::sqlite::SqliteStore;
 use vmdeploy_conductor::store::{JsonObject, Node, NodeIdent, Port, Store, StoreError};
+use vmdeploy_shared::api::ipa::Heartbeat;
+use vmdeploy_shared::api::PassDeployInfo;
 use vmdeploy_shared::secret::Secret;
 
 use crate::http::TestPki;
@@ -383,7 +385,6 @@ fn refusal(err: &ManagerError) -> Response {
         }
         ManagerError::CallbackRefused { .. } => StatusCode::UNAUTHORIZED,
         ManagerError::InvalidInput { .. }
-        | ManagerError::InvalidBody { .. }
         | ManagerError::Unsupported { .. }
         | ManagerError::InMaintenance { .. }
         | ManagerError::InvalidState { .. } => StatusCode::BAD_REQUEST,
@@ -415,14 +416,11 @@ async fn heartbeat(
     UrlPath(node): UrlPath<String>,
     Json(body): Json<Value>,
 ) -> Response {
-    let s = |k: &str| body.get(k).and_then(Value::as_str).map(str::to_owned);
-    let request = HeartbeatRequest {
-        callback_url: s("callback_url").unwrap_or_default(),
-        agent_token: s("agent_token").map(vmdeploy_shared::secret::Secret::new),
-        agent_version: s("agent_version"),
-        agent_verify_ca: s("agent_verify_ca"),
-        agent_status_message: s("agent_status_message"),
-    };
+    let request =
+        match vmdeploy_shared::api::from_value::<Heartbeat>(body).and_then(Heartbeat::validate) {
+            Ok(request) => request,
+            Err(err) => return bad_body(&err),
+        };
     let result = shim
         .manager
         .heartbeat(&NodeIdent::parse(&node), request)
@@ -435,11 +433,23 @@ async fn pass_deploy_info(
     UrlPath(node): UrlPath<String>,
     Json(body): Json<Value>,
 ) -> Response {
+    let info = match vmdeploy_shared::api::from_value::<PassDeployInfo>(body)
+        .and_then(|info| info.validate())
+    {
+        Ok(info) => info,
+        Err(err) => return bad_body(&err),
+    };
     let result = shim
         .manager
-        .pass_deploy_info(&NodeIdent::parse(&node), body)
+        .pass_deploy_info(&NodeIdent::parse(&node), info)
         .await;
     shim.answer(result)
+}
+
+/// A call-back body the shared check refuses: 400, as the API answers it.
+fn bad_body(err: &vmdeploy_shared::api::ApiError) -> Response {
+    let body = Json(json!({"error_message": err.to_string()}));
+    (StatusCode::BAD_REQUEST, body).into_response()
 }
 
 impl ShimState {

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use serde_json::json;
 use vmdeploy_conductor::deploy::{vmedia, DeployContext, DeployInterface, DeployStep};
-use vmdeploy_conductor::manager::HeartbeatRequest;
 use vmdeploy_conductor::objects::swift::{SwiftAuth, SwiftConfig, SwiftStore};
 use vmdeploy_conductor::objects::{ObjectError, ObjectStore};
 use vmdeploy_conductor::states::ProvisionState;
@@ -25,6 +24,7 @@ use vmdeploy_integration_tests::free_port;
 use vmdeploy_integration_tests::http::TestPki;
 use vmdeploy_integration_tests::loopdev::{require_loop_devices, LoopDevice, LoopIo};
 use vmdeploy_integration_tests::swift::{SwiftPeer, KEY, USER};
+use vmdeploy_shared::api::ipa::ValidHeartbeat;
 use vmdeploy_shared::secret::Secret;
 
 /// Long enough for any step of these tests; the tests that wait for the timeout set it short.
@@ -454,7 +454,7 @@ impl DeployInterface for DiesAfterBoot {
     async fn heartbeat(
         &self,
         node: &mut Node,
-        heartbeat: &HeartbeatRequest,
+        heartbeat: &ValidHeartbeat,
     ) -> anyhow::Result<DeployStep> {
         self.0.heartbeat(node, heartbeat).await
     }

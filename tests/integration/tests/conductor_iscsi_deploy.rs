@@ -19,6 +19,7 @@ use vmdeploy_integration_tests::conductor_env::{
     enroll_iscsi, floppy_params, inserted_floppy, make_image, AgentProcess, IscsiEnv, CONTAINER,
 };
 use vmdeploy_integration_tests::loopdev::{LoopDevice, LoopIo};
+use vmdeploy_shared::api::PassDeployInfo;
 
 /// How long a deploy may take to reach a waiting or final state.
 const STEP: Duration = Duration::from_secs(120);
@@ -143,7 +144,11 @@ async fn a_whole_disk_image_goes_over_iscsi_byte_for_byte_and_the_node_boots_fro
         .manager
         .pass_deploy_info(
             &NodeIdent::Uuid(node.uuid),
-            json!({"address": "127.0.0.1", "key": key, "iqn": iqn}),
+            vmdeploy_shared::api::from_value::<PassDeployInfo>(
+                json!({"address": "127.0.0.1", "key": key, "iqn": iqn}),
+            )
+            .and_then(|info| info.validate())
+            .expect("the ramdisk's body is valid"),
         )
         .await;
     assert!(

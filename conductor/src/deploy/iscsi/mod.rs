@@ -32,6 +32,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use serde_json::json;
+use vmdeploy_shared::api::ipa::ValidHeartbeat;
 use vmdeploy_shared::api::ValidPassDeployInfo;
 use vmdeploy_shared::params::{BootMode, BootOption};
 
@@ -40,7 +41,6 @@ use super::{image, DeployContext, DeployInterface, DeployStep};
 use crate::bmc::Bmc;
 use crate::image_cache::ImageSource;
 use crate::initiator::{Session, SessionConfig};
-use crate::manager::HeartbeatRequest;
 use crate::node::instance_info::InstanceInfo;
 use crate::store::Node;
 
@@ -403,7 +403,7 @@ impl DeployInterface for IscsiDeploy {
     async fn clean_heartbeat(
         &self,
         node: &mut Node,
-        heartbeat: &HeartbeatRequest,
+        heartbeat: &ValidHeartbeat,
     ) -> anyhow::Result<()> {
         super::clean::heartbeat(&self.ctx, node, heartbeat, &Default::default()).await
     }

@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use uuid::Uuid;
 use vmdeploy_ilo_emulator::{Emulator, EmulatorConfig, Power as EmuPower};
+use vmdeploy_shared::api::ipa::ValidHeartbeat;
+use vmdeploy_shared::api::{PassDeployInfo, ValidPassDeployInfo};
+use vmdeploy_shared::secret::Secret;
 
 use crate::deploy::{DeployConfig, DeployInterface, DeployStep};
 use crate::manager::*;
@@ -95,7 +98,7 @@ impl DeployInterface for ScriptedFlow {
     async fn heartbeat(
         &self,
         _node: &mut Node,
-        _heartbeat: &HeartbeatRequest,
+        _heartbeat: &ValidHeartbeat,
     ) -> anyhow::Result<DeployStep> {
         let script = self.heartbeats.lock().expect("lock").pop_front();
         Self::play(script, DeployStep::Done).await
@@ -106,7 +109,7 @@ impl DeployInterface for ScriptedFlow {
     async fn pass_deploy_info(
         &self,
         _node: &mut Node,
-        info: &vmdeploy_shared::api::ValidPassDeployInfo,
+        info: &ValidPassDeployInfo,
     ) -> anyhow::Result<DeployStep> {
         self.seen_pass_deploy_info
             .lock()
@@ -125,7 +128,7 @@ impl DeployInterface for ScriptedFlow {
     async fn clean_heartbeat(
         &self,
         node: &mut Node,
-        _heartbeat: &HeartbeatRequest,
+        _heartbeat: &ValidHeartbeat,
     ) -> anyhow::Result<()> {
         self.clean_steps_run.fetch_add(1, Ordering::SeqCst);
         // What the API shows while a step runs.
@@ -391,14 +394,34 @@ pub(super) fn id(uuid: Uuid) -> NodeIdent {
     NodeIdent::Uuid(uuid)
 }
 
-pub(super) fn heartbeat(token: Option<&str>) -> HeartbeatRequest {
-    HeartbeatRequest {
+pub(super) fn heartbeat(token: Option<&str>) -> ValidHeartbeat {
+    ValidHeartbeat {
         callback_url: "https://127.0.0.1:9999".into(),
-        agent_token: token.map(vmdeploy_shared::secret::Secret::from),
+        agent_token: token.map(Secret::from),
         agent_version: Some("10.0.0".into()),
         agent_verify_ca: None,
+        agent_status: None,
         agent_status_message: None,
     }
+}
+
+/// A `pass_deploy_info` as the API hands it over: the iSCSI ramdisk's report with `key`, and
+/// its `error` (empty on success; an error report carries no address and no target).
+pub(super) fn pass_deploy_info_body(key: &str, error: &str) -> ValidPassDeployInfo {
+    let served = error.is_empty();
+    PassDeployInfo {
+        address: if served { "10.0.2.15" } else { "" }.into(),
+        key: Secret::new(key),
+        iqn: if served {
+            "iqn-5b8f6a52-2a0e-4c4e-9d42-8c1f0b7e9a31"
+        } else {
+            ""
+        }
+        .into(),
+        error: Some(error.into()),
+    }
+    .validate()
+    .expect("a body the API accepts")
 }
 
 pub(super) fn is_locked(result: &Result<(), ManagerError>) -> bool {

@@ -1,6 +1,5 @@
 //! Node management: delete, maintenance, validate and the boot device.
 
-use serde_json::json;
 
 use super::harness::*;
 use crate::manager::*;
@@ -38,13 +37,17 @@ async fn delete_maintenance_pass_deploy_info_validate_and_boot_device() {
 
     let available = h.node_in(ProvisionState::Available).await;
     let port = h.add_port(available, "52:54:00:00:00:01").await;
-    let refused = h.manager.pass_deploy_info(&id(available), json!({})).await;
+    let report = pass_deploy_info_body("0123456789abcdef", "");
+    let refused = h
+        .manager
+        .pass_deploy_info(&id(available), report.clone())
+        .await;
     assert!(
         matches!(refused, Err(ManagerError::StateConflict { .. })),
         "{refused:?}"
     );
     let waiting = h.node_in(ProvisionState::WaitCallBack).await;
-    let refused = h.manager.pass_deploy_info(&id(waiting), json!({})).await;
+    let refused = h.manager.pass_deploy_info(&id(waiting), report).await;
     assert!(
         matches!(&refused, Err(ManagerError::Unsupported { message, .. }) if message.contains("iscsi_ilo")),
         "{refused:?}"
