@@ -1,6 +1,5 @@
 //! Node management: delete, maintenance, validate and the boot device.
 
-
 use super::harness::*;
 use crate::manager::*;
 use crate::states::ProvisionState;
