@@ -26,9 +26,10 @@ pub fn chain(err: &(dyn Error + 'static)) -> String {
     out
 }
 
-/// An error shown with its causes, as [`chain`] words them, without building a `String` first:
-/// the log field habit is `tracing::warn!(error = %Chain(&err), "...")`, so a log line names the
-/// cause (`connecting to 10.0.0.5:443: connection refused`) and not only the last step.
+/// An error shown with its causes, as [`chain`] words them, for log fields:
+/// `tracing::warn!(error = %Chain(&err), "...")`, so a log line names the cause
+/// (`connecting to 10.0.0.5:443: connection refused`) and not only the last step. The text is
+/// built only when the field is formatted, that is when the line is actually logged.
 pub struct Chain<'a>(pub &'a (dyn Error + 'static));
 
 impl fmt::Display for Chain<'_> {
