@@ -7,7 +7,9 @@
 pub mod api;
 /// One node's BMC, built from its `driver_info`: the only way the manager and the flows reach it.
 pub mod bmc;
-/// The deploy flows and the virtual-media boot steps they share.
+/// The boot interfaces: virtual media and network boot of the ramdisk and the instance.
+pub mod boot;
+/// The deploy interfaces (agent, iSCSI) and cleaning on top of them.
 pub mod deploy;
 /// Power, management, virtual media and inventory interfaces, the iLO clients, the `ilo` CLI.
 pub mod drivers;

@@ -23,11 +23,11 @@ use time::OffsetDateTime;
 use vmdeploy_shared::api::ipa::{CommandResult, CommandStatus, ValidHeartbeat, WriteProgress};
 use vmdeploy_shared::secret::Secret;
 
-use super::agent_client::{AgentClient, AgentEndpoint};
+use super::agent_session::client::{AgentClient, AgentEndpoint};
 use super::image;
-use super::vmedia::{self, AGENT_TOKEN_KEY};
 use super::{DeployContext, DeployInterface, DeployStep};
 use crate::bmc::{Bmc, PowerState};
+use crate::boot::vmedia::{self, AGENT_TOKEN_KEY};
 use crate::store::{JsonObject, Node};
 
 /// `driver_internal_info`: where the agent's command API listens.

@@ -41,10 +41,10 @@ use vmdeploy_shared::api::ipa::{CommandResult, CommandStatus, ValidHeartbeat};
 use super::agent::{
     agent_client, agent_failure, clear_agent_fields, power_off_through_agent, record_heartbeat,
 };
-use super::agent_client::AgentClient;
-use super::vmedia::{self, Ramdisk};
+use super::agent_session::client::AgentClient;
 use super::DeployContext;
 use crate::bmc::Bmc;
+use crate::boot::vmedia::{self, Ramdisk};
 use crate::store::{JsonObject, Node};
 
 /// `driver_internal_info`: the steps of this cleaning, in the order they run (Ironic's key).

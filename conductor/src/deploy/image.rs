@@ -263,7 +263,7 @@ pub fn image_info(node: Uuid, image: &InstanceImage, url: &str) -> Value {
 }
 
 /// A kernel or ramdisk from the image cache, kept byte for byte.
-pub(super) async fn fetch_as_is(
+pub(crate) async fn fetch_as_is(
     ctx: &super::DeployContext,
     images: &crate::image_cache::ImageCache,
     field: &str,

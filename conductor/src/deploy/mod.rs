@@ -18,14 +18,10 @@ use crate::store::{Node, Store};
 use vmdeploy_shared::api::ipa::ValidHeartbeat;
 
 pub mod agent;
-pub mod agent_client;
-pub mod boot_iso;
+pub mod agent_session;
 pub mod clean;
-pub mod floppy;
 pub mod image;
 pub mod iscsi;
-pub mod pxe;
-pub mod vmedia;
 
 /// Settings of the flows (the `[deploy]` table of the configuration).
 #[derive(Debug, Clone)]
@@ -108,7 +104,7 @@ pub struct DeployContext {
     pub images: Option<Arc<crate::image_cache::ImageCache>>,
     /// The boot ISOs netboot instances share (`iscsi_ilo` partition images); `None` where no
     /// flow needs them.
-    pub boot_isos: Option<Arc<boot_iso::BootIsos>>,
+    pub boot_isos: Option<Arc<crate::boot::vmedia::boot_iso::BootIsos>>,
     /// The network boot service `pxe_ilo` boots nodes from; `None` when it is off.
     pub netboot: Option<Arc<crate::netboot::Netboot>>,
 }
@@ -223,7 +219,9 @@ pub fn for_node(node: &Node, context: Arc<DeployContext>) -> Option<Arc<dyn Depl
             (BootMethod::VirtualMedia, DeployMethod::Iscsi) => {
                 Arc::new(iscsi::IscsiDeploy::new(context))
             }
-            (BootMethod::Network, DeployMethod::Iscsi) => Arc::new(pxe::PxeDeploy::new(context)),
+            (BootMethod::Network, DeployMethod::Iscsi) => {
+                Arc::new(crate::boot::pxe::PxeDeploy::new(context))
+            }
             (BootMethod::Network, DeployMethod::Agent) => return None,
         };
     Some(flow)

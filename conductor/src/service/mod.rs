@@ -282,7 +282,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Netboot instances' boot ISOs, in the deploy container; the loaders directory is read
     // only when one is built, and ISOs are written next to the image cache, not in /tmp.
     let boot_isos = Arc::new(
-        crate::deploy::boot_iso::BootIsos::new(
+        crate::boot::vmedia::boot_iso::BootIsos::new(
             Arc::clone(&objects),
             settings.container.clone(),
             settings.boot_loaders_dir.clone(),

@@ -579,7 +579,7 @@ impl Conductor {
         objects: Arc<dyn ObjectStore>,
         settings: &Settings,
         images: Arc<vmdeploy_conductor::image_cache::ImageCache>,
-        boot_isos: Option<Arc<vmdeploy_conductor::deploy::boot_iso::BootIsos>>,
+        boot_isos: Option<Arc<vmdeploy_conductor::boot::vmedia::boot_iso::BootIsos>>,
         tune: impl FnOnce(&mut DeployConfig),
     ) -> Conductor {
         let mut config = deploy_config(settings.api_url.clone(), settings.ca_pem.clone());
@@ -609,7 +609,7 @@ impl Conductor {
         settings: &Settings,
         config: DeployConfig,
         images: Option<Arc<vmdeploy_conductor::image_cache::ImageCache>>,
-        boot_isos: Option<Arc<vmdeploy_conductor::deploy::boot_iso::BootIsos>>,
+        boot_isos: Option<Arc<vmdeploy_conductor::boot::vmedia::boot_iso::BootIsos>>,
         deploy_method: DeployMethod,
         flow: fn(Arc<DeployContext>) -> Arc<dyn DeployInterface>,
         automated_clean: bool,
@@ -1023,7 +1023,7 @@ pub struct IscsiEnv {
     /// The iLO emulator.
     pub emulator: Emulator,
     /// The conductor's boot ISO store, when [`IscsiOptions::netboot`] asked for one.
-    pub boot_isos: Option<Arc<vmdeploy_conductor::deploy::boot_iso::BootIsos>>,
+    pub boot_isos: Option<Arc<vmdeploy_conductor::boot::vmedia::boot_iso::BootIsos>>,
 }
 
 impl IscsiEnv {
@@ -1057,7 +1057,7 @@ impl IscsiEnv {
             let scratch = dir.path().join("iso-scratch");
             std::fs::create_dir(&scratch).expect("boot ISO scratch dir");
             Arc::new(
-                vmdeploy_conductor::deploy::boot_iso::BootIsos::new(
+                vmdeploy_conductor::boot::vmedia::boot_iso::BootIsos::new(
                     builtin.objects(),
                     CONTAINER.into(),
                     boot_loaders_dir(dir.path()),

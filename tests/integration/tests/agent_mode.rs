@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use md5::Md5;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256, Sha512};
-use vmdeploy_conductor::deploy::agent_client::{AgentClient, AgentClientError, AgentEndpoint};
+use vmdeploy_conductor::deploy::agent_session::client::{
+    AgentClient, AgentClientError, AgentEndpoint,
+};
 use vmdeploy_integration_tests::conductor_env::{make_image_seeded, AgentProcess};
 use vmdeploy_integration_tests::http::{ServerConfig, TestHttpServer};
 use vmdeploy_integration_tests::ipa_standin::{

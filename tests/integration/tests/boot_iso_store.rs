@@ -1,4 +1,4 @@
-//! The conductor's shared boot ISO store (`deploy::boot_iso`) with the real loaders, as
+//! The conductor's shared boot ISO store (`boot::vmedia::boot_iso`) with the real loaders, as
 //! `vmdeploy-image-build loaders -o DIR` writes them (isolinux and ldlinux.c32 of this system,
 //! GRUB built by grub-mkimage): the conductor reads what the command wrote, builds a BIOS + UEFI
 //! ISO with them, and counts nodes in the object's metadata, on the built-in store and on real
@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use vmdeploy_conductor::deploy::boot_iso::{self, BootIsoKey, BootIsos};
+use vmdeploy_conductor::boot::vmedia::boot_iso::{self, BootIsoKey, BootIsos};
 use vmdeploy_conductor::objects::swift::{SwiftAuth, SwiftConfig, SwiftStore};
 use vmdeploy_conductor::objects::ObjectStore;
 use vmdeploy_integration_tests::bin;

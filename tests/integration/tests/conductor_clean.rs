@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use vmdeploy_conductor::deploy::vmedia;
+use vmdeploy_conductor::boot::vmedia;
 use vmdeploy_conductor::objects::{ObjectError, ObjectPath, ObjectStore};
 use vmdeploy_conductor::states::ProvisionState;
 use vmdeploy_conductor::store::{Node, Store};

@@ -18,8 +18,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use time::OffsetDateTime;
+use vmdeploy_conductor::boot::vmedia;
 use vmdeploy_conductor::deploy::agent::AgentDeploy;
-use vmdeploy_conductor::deploy::{vmedia, DeployContext, DeployInterface, DeployStep};
+use vmdeploy_conductor::deploy::{DeployContext, DeployInterface, DeployStep};
 use vmdeploy_conductor::objects::swift::{SwiftAuth, SwiftConfig, SwiftStore};
 use vmdeploy_conductor::objects::{ObjectError, ObjectPath, ObjectStore};
 use vmdeploy_conductor::states::ProvisionState;

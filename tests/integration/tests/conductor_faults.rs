@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use vmdeploy_conductor::deploy::{vmedia, DeployContext, DeployInterface, DeployStep};
+use vmdeploy_conductor::boot::vmedia;
+use vmdeploy_conductor::deploy::{DeployContext, DeployInterface, DeployStep};
 use vmdeploy_conductor::objects::swift::{SwiftAuth, SwiftConfig, SwiftStore};
 use vmdeploy_conductor::objects::{ObjectError, ObjectStore};
 use vmdeploy_conductor::states::ProvisionState;
@@ -342,7 +343,7 @@ async fn an_agent_with_the_wrong_token_is_refused_and_the_node_times_out() {
     params
         .set("ipa-agent-token", &wrong)
         .expect("setting the token");
-    let floppy = vmdeploy_conductor::deploy::floppy::build_image(&params).expect("floppy");
+    let floppy = vmdeploy_conductor::boot::vmedia::floppy::build_image(&params).expect("floppy");
     let agent = AgentProcess::start(media.dir.path(), &floppy);
 
     let node = env

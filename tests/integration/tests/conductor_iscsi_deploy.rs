@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use vmdeploy_conductor::deploy::vmedia;
+use vmdeploy_conductor::boot::vmedia;
 use vmdeploy_conductor::manager::ManagerError;
 use vmdeploy_conductor::objects::ObjectStore as _;
 use vmdeploy_conductor::states::ProvisionState;

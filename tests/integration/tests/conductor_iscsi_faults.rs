@@ -417,7 +417,7 @@ async fn a_chap_secret_the_target_does_not_share_fails_the_deploy_naming_authent
         .set("vmdeploy-iscsi-chap-secret", "another-secret-9876")
         .expect("a parameter");
     let floppy =
-        vmdeploy_conductor::deploy::floppy::build_image(&params).expect("the changed floppy");
+        vmdeploy_conductor::boot::vmedia::floppy::build_image(&params).expect("the changed floppy");
     let agent =
         AgentProcess::start_iscsi(w.media.dir.path(), &floppy, env.iscsi_port, env.done_port);
     let node = finished(&env, &w.node, STEP).await;
@@ -453,7 +453,7 @@ async fn a_target_requiring_chap_refuses_a_conductor_without_it() {
         .set("vmdeploy-iscsi-chap-secret", CHAP_SECRET)
         .expect("a parameter");
     let floppy =
-        vmdeploy_conductor::deploy::floppy::build_image(&params).expect("the changed floppy");
+        vmdeploy_conductor::boot::vmedia::floppy::build_image(&params).expect("the changed floppy");
     let agent =
         AgentProcess::start_iscsi(w.media.dir.path(), &floppy, env.iscsi_port, env.done_port);
     let node = finished(&env, &w.node, STEP).await;

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use vmdeploy_conductor::deploy::boot_iso::{BootIsoKey, BootIsos, USAGE_COUNT};
+use vmdeploy_conductor::boot::vmedia::boot_iso::{BootIsoKey, BootIsos, USAGE_COUNT};
 use vmdeploy_conductor::drivers::ilo::IloClient;
 use vmdeploy_conductor::drivers::{BootDevice, Management as _, VirtualMedia as _, VmediaDevice};
 use vmdeploy_conductor::image_cache::{FetchPolicy, ImageCache};

@@ -36,9 +36,9 @@ use vmdeploy_shared::api::ipa::ValidHeartbeat;
 use vmdeploy_shared::api::ValidPassDeployInfo;
 use vmdeploy_shared::params::{BootMode, BootOption};
 
-use super::vmedia::{self, Ramdisk};
 use super::{image, DeployContext, DeployInterface, DeployStep};
 use crate::bmc::Bmc;
+use crate::boot::vmedia::{self, instance as netboot, Ramdisk};
 use crate::image_cache::ImageSource;
 use crate::initiator::{Session, SessionConfig};
 use crate::node::instance_info::InstanceInfo;
@@ -53,14 +53,13 @@ pub const ROOT_UUID_KEY: &str = "root_uuid_or_disk_id";
 pub const BOOT_OPTION_KEY: &str = "iscsi_boot_option";
 
 pub mod done;
-mod netboot;
 pub mod write;
 
 pub use done::notify_done;
 
 /// What both iSCSI flows (`iscsi_ilo`, `pxe_ilo`) do once the ramdisk has called back: the
 /// write planned ([`plan_write`]) and done ([`write_planned`]).
-pub(super) async fn write_over_iscsi(
+pub(crate) async fn write_over_iscsi(
     ctx: &DeployContext,
     node: &mut Node,
     info: &ValidPassDeployInfo,
@@ -70,7 +69,7 @@ pub(super) async fn write_over_iscsi(
 }
 
 /// A write ready to start: what goes on the disk, and the image from the cache.
-pub(super) struct PlannedWrite {
+pub(crate) struct PlannedWrite {
     job: write::DiskJob,
     image: crate::image_cache::CachedImage,
 }
@@ -101,7 +100,7 @@ impl PlannedWrite {
 
 /// Everything of the write that can fail without touching the disk: the job from
 /// `instance_info` and the image fetched into the cache (checksum verified, made raw).
-pub(super) async fn plan_write(ctx: &DeployContext, node: &Node) -> anyhow::Result<PlannedWrite> {
+pub(crate) async fn plan_write(ctx: &DeployContext, node: &Node) -> anyhow::Result<PlannedWrite> {
     let instance = InstanceInfo::of(node).context("instance_info")?;
     let whole_disk = instance.is_whole_disk(&node.driver_internal_info);
     let job = if whole_disk {
@@ -123,7 +122,7 @@ pub(super) async fn plan_write(ctx: &DeployContext, node: &Node) -> anyhow::Resu
 /// The planned image onto the ramdisk's LUN (whole disk, or partition table and partitions),
 /// the written disk's identifier recorded in `driver_internal_info`, a logout, and `done` to
 /// the ramdisk.
-pub(super) async fn write_planned(
+pub(crate) async fn write_planned(
     ctx: &DeployContext,
     node: &mut Node,
     info: &ValidPassDeployInfo,
@@ -248,7 +247,7 @@ fn recorded_boot_option(node: &Node) -> Option<BootOption> {
 
 /// Where the instance boots from as settled at deploy time (or, for a node deployed before it
 /// was recorded, as its fields say).
-pub(super) fn settled_boot_option(node: &Node) -> anyhow::Result<BootOption> {
+pub(crate) fn settled_boot_option(node: &Node) -> anyhow::Result<BootOption> {
     if let Some(option) = recorded_boot_option(node) {
         return Ok(option);
     }
@@ -261,7 +260,7 @@ pub(super) fn settled_boot_option(node: &Node) -> anyhow::Result<BootOption> {
 
 /// Where the instance will boot from, refusing what neither iSCSI flow can deploy: a partition
 /// image booting locally (see the module's limitations); records it for the call-back.
-pub(super) fn plan_boot_option(node: &mut Node) -> anyhow::Result<BootOption> {
+pub(crate) fn plan_boot_option(node: &mut Node) -> anyhow::Result<BootOption> {
     let info = InstanceInfo::of(node).context("instance_info")?;
     let whole_disk = info.is_whole_disk(&node.driver_internal_info);
     let option = checked_boot_option(node, &info, whole_disk)?;
@@ -277,7 +276,7 @@ pub(super) fn plan_boot_option(node: &mut Node) -> anyhow::Result<BootOption> {
 }
 
 /// [`boot_option`], refusing a partition image with local boot.
-pub(super) fn checked_boot_option(
+pub(crate) fn checked_boot_option(
     node: &Node,
     info: &InstanceInfo,
     whole_disk: bool,

@@ -433,7 +433,7 @@ impl Settings {
             boot_iso_ttl: seconds(
                 keys::DEPLOY_BOOT_ISO_TTL,
                 deploy.boot_iso_ttl,
-                crate::deploy::boot_iso::DEFAULT_TEMP_URL_TTL,
+                crate::boot::vmedia::boot_iso::DEFAULT_TEMP_URL_TTL,
             )?,
             iscsi_portal_port: port(
                 keys::DEPLOY_ISCSI_PORTAL_PORT,

@@ -15,11 +15,15 @@ use anyhow::{bail, Context};
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::image::{self, ImageRef};
-use super::{floppy, DeployContext};
 use crate::bmc::{Bmc, BootMode, VmediaDevice};
+use crate::deploy::image::{self, ImageRef};
+use crate::deploy::DeployContext;
 use crate::objects::{ObjectBody, ObjectPath, PutOptions};
 use crate::store::{JsonObject, Node};
+
+pub mod boot_iso;
+pub mod floppy;
+pub mod instance;
 
 /// `driver_internal_info` key of the pre-generated agent token.
 pub const AGENT_TOKEN_KEY: &str = "agent_secret_token";
@@ -63,7 +67,7 @@ pub fn requested_boot_mode(node: &Node) -> anyhow::Result<Option<BootMode>> {
 /// boot mode asked for, the iLO credentials and its virtual-media licence, and that the ISO and
 /// image references can be reached. Whether the flow writes partition images is the flow's
 /// own check.
-pub(super) async fn validate_node(ctx: &DeployContext, node: &Node) -> anyhow::Result<()> {
+pub(crate) async fn validate_node(ctx: &DeployContext, node: &Node) -> anyhow::Result<()> {
     let image = image::any_instance_image(&node.instance_info)?;
     let (iso_field, iso) = deploy_iso(node)?;
     requested_boot_mode(node)?;
@@ -106,7 +110,7 @@ pub enum Ramdisk<'a> {
 /// Boots `node`'s deploy ramdisk from virtual media; the node must be validated. Writes the
 /// ramdisk's secret (agent token or deploy key) to the store before the node powers on, so
 /// its first call back finds it.
-pub(super) async fn prepare(
+pub(crate) async fn prepare(
     ctx: &DeployContext,
     bmc: &Bmc,
     node: &mut Node,
@@ -209,7 +213,7 @@ fn without_signatures(err: crate::bmc::BmcError) -> anyhow::Error {
 
 /// Ejects both media, deletes the floppy object and wipes the token. Never fails; `bmc` is
 /// `None` when the BMC could not be reached (the media are then left, and said so).
-pub(super) async fn cleanup(ctx: &DeployContext, bmc: Option<&Bmc>, node: &mut Node) {
+pub(crate) async fn cleanup(ctx: &DeployContext, bmc: Option<&Bmc>, node: &mut Node) {
     let uuid = node.uuid;
     match bmc {
         Some(bmc) => {
@@ -231,7 +235,7 @@ pub(super) async fn cleanup(ctx: &DeployContext, bmc: Option<&Bmc>, node: &mut N
 }
 
 /// Forgets the ramdisk's secrets (agent token, deploy key).
-pub(super) fn wipe_token(info: &mut JsonObject) {
+pub(crate) fn wipe_token(info: &mut JsonObject) {
     info.remove(AGENT_TOKEN_KEY);
     info.remove(DEPLOY_KEY_KEY);
 }

@@ -1,6 +1,6 @@
 //! Netboot of a deployed partition image: the instance boots on every boot from a boot ISO on
-//! the virtual CD (docs/architecture.md §1, §6; [`super::super::boot_iso`]): the ISO is chosen (given, or
-//! built and shared by [`super::super::boot_iso::BootIsos`] under its usage count), attached,
+//! the virtual CD (docs/architecture.md §1, §6; [`super::boot_iso`]): the ISO is chosen (given, or
+//! built and shared by [`super::boot_iso::BootIsos`] under its usage count), attached,
 //! and the CD made the persistent boot device. Temp URLs expire, so every later power-on or
 //! reboot through the API attaches it again first.
 //!
@@ -42,10 +42,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use vmdeploy_shared::iso;
 
-use super::super::boot_iso::{self, BootIsoKey, BootIsoSource, BootIsos};
-use super::super::image::{self, ImageRef};
-use super::super::DeployContext;
+use super::boot_iso::{self, BootIsoKey, BootIsoSource, BootIsos};
 use crate::bmc::{Bmc, VmediaDevice};
+use crate::deploy::image::{self, ImageRef};
+use crate::deploy::DeployContext;
 use crate::image_cache::FetchPolicy;
 use crate::node::instance_info::InstanceInfo;
 use crate::objects::ObjectPath;

@@ -12,7 +12,7 @@
 //!   one-time network boot; power on → `wait call-back`.
 //! - `pass_deploy_info` (the manager has checked and burnt the key): the node's boot files go
 //!   (the ramdisk is up, and the command line held the key); the image is written over iSCSI
-//!   and `done` sent ([`super::iscsi::write_over_iscsi`]); then either the disk as the
+//!   and `done` sent ([`crate::deploy::iscsi::write_over_iscsi`]); then either the disk as the
 //!   persistent boot device (`boot_option=local`, whole-disk images) or, for a netboot
 //!   partition image, the instance's own kernel and ramdisk in the boot root with
 //!   `root=UUID=<written root>` and the network as the persistent boot device; power cycle →
@@ -32,10 +32,11 @@ use serde_json::Value;
 use vmdeploy_shared::api::ValidPassDeployInfo;
 use vmdeploy_shared::params::{keys, BootOption};
 
-use super::image;
-use super::iscsi::{self, BOOT_OPTION_KEY, ROOT_UUID_KEY};
-use super::{floppy, vmedia, DeployContext, DeployInterface, DeployStep};
+use super::vmedia::{self, floppy};
 use crate::bmc::{Bmc, BootMode};
+use crate::deploy::image;
+use crate::deploy::iscsi::{self, BOOT_OPTION_KEY, ROOT_UUID_KEY};
+use crate::deploy::{DeployContext, DeployInterface, DeployStep};
 use crate::netboot::config::Mac;
 use crate::netboot::files::BootFiles;
 use crate::netboot::Netboot;
@@ -219,7 +220,7 @@ fn deploy_refs(node: &Node, netboot: &Netboot) -> anyhow::Result<[(String, Strin
 /// (no `boot_method=vmedia`: the ramdisk reads its command line only), then
 /// `netboot.append_params`.
 fn deploy_cmdline(
-    config: &super::DeployConfig,
+    config: &crate::deploy::DeployConfig,
     netboot: &Netboot,
     node: &Node,
     ports: &[crate::store::Port],
@@ -451,7 +452,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let n = node();
         let key = floppy::new_deploy_key().expect("key");
-        let config = super::super::DeployConfig::for_tests();
+        let config = crate::deploy::DeployConfig::for_tests();
         let nb = netboot(dir.path(), true);
         let line = deploy_cmdline(
             &config,

@@ -1,0 +1,3 @@
+//! What the agent deploy and cleaning share with the agent ramdisk: its command API client.
+
+pub mod client;
