@@ -9,6 +9,8 @@ pub mod api;
 pub mod bmc;
 /// The boot interfaces: virtual media and network boot of the ramdisk and the instance.
 pub mod boot;
+/// What the boot and deploy interfaces work with: stores, settings, image references.
+pub mod context;
 /// The deploy interfaces (agent, iSCSI) and cleaning on top of them.
 pub mod deploy;
 /// Power, management, virtual media and inventory interfaces, the iLO clients, the `ilo` CLI.

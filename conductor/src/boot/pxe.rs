@@ -1,42 +1,36 @@
-//! The `pxe_ilo` deploy (docs/architecture.md §3; docs/ironic-protocols.md §1.5, §2): for
-//! a server whose iLO has no Advanced licence, so no virtual media. The iLO still manages
-//! power, the boot device and the boot mode; the deploy ramdisk boots from the network, and
-//! the image is written over iSCSI exactly as `iscsi_ilo` writes it.
+//! The network boot interface (Ironic's `ilo-pxe`; docs/architecture.md §3;
+//! docs/ironic-protocols.md §1.5, §2) of `pxe_ilo`: for a server whose iLO has no Advanced
+//! licence, so no virtual media. The iLO still manages power, the boot device and the boot
+//! mode; the ramdisk and a netboot instance boot from this conductor's boot root, which
+//! `crate::netboot` serves over TFTP and HTTP.
 //!
-//! # Flow
-//! - `deploy`: power off; the boot mode from the node's capabilities; the deploy kernel and
-//!   ramdisk (`driver_info.pxe_deploy_kernel`/`pxe_deploy_ramdisk`, else `netboot.deploy_*`)
-//!   from the image cache into the boot root, with PXELINUX, GRUB and iPXE configurations
-//!   under the node's MACs ([`crate::netboot::files`]); the deploy parameters on the kernel
-//!   command line (the PXE form of the floppy's keys, with a fresh one-use deploy key); a
-//!   one-time network boot; power on → `wait call-back`.
-//! - `pass_deploy_info` (the manager has checked and burnt the key): the node's boot files go
-//!   (the ramdisk is up, and the command line held the key); the image is written over iSCSI
-//!   and `done` sent ([`crate::deploy::iscsi::write_over_iscsi`]); then either the disk as the
-//!   persistent boot device (`boot_option=local`, whole-disk images) or, for a netboot
-//!   partition image, the instance's own kernel and ramdisk in the boot root with
-//!   `root=UUID=<written root>` and the network as the persistent boot device; power cycle →
-//!   `active`.
-//! - Tear-down and every failure remove the node's boot files and forget the key.
+//! # Design
+//! - The ramdisk: the deploy kernel and ramdisk (`driver_info.pxe_deploy_kernel`/
+//!   `pxe_deploy_ramdisk`, else `netboot.deploy_*`) from the image cache into the boot root,
+//!   with PXELINUX, GRUB and iPXE configurations under the node's MACs
+//!   ([`crate::netboot::files`]); the deploy parameters on the kernel command line (the PXE
+//!   form of the floppy's keys, with a fresh one-use deploy key); a one-time network boot;
+//!   power on.
+//! - Once the ramdisk has called back its files go (its command line held the key).
+//! - A netboot instance: its own kernel and ramdisk in the boot root with
+//!   `root=UUID=<root file system>`, the network as the persistent boot device. The files
+//!   stay until tear-down, so a later power-on needs nothing renewed.
 //!
 //! # Limitations
-//! As for `iscsi_ilo`, a partition image cannot boot locally (no boot loader is installed in
-//! it). DHCP stays the site's: the conductor serves files, the site's DHCP points servers at
-//! them (README). No automated cleaning: cleaning would boot the agent the same way, which is
-//! left for later.
+//! DHCP stays the site's: the conductor serves files, the site's DHCP points servers at them
+//! (README). Only the iSCSI ramdisk boots this way: no agent, so no automated cleaning.
 
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use serde_json::Value;
-use vmdeploy_shared::api::ValidPassDeployInfo;
 use vmdeploy_shared::params::{keys, BootOption};
 
 use super::vmedia::{self, floppy};
+use super::{wipe_token, BootInterface, Ramdisk, BOOT_MODE_KEY, DEPLOY_KEY_KEY};
 use crate::bmc::{Bmc, BootMode};
-use crate::deploy::image;
-use crate::deploy::iscsi::{self, BOOT_OPTION_KEY, ROOT_UUID_KEY};
-use crate::deploy::{DeployContext, DeployInterface, DeployStep};
+use crate::context::image;
+use crate::context::DeployContext;
 use crate::netboot::config::Mac;
 use crate::netboot::files::BootFiles;
 use crate::netboot::Netboot;
@@ -59,15 +53,15 @@ enum Entry {
     Instance,
 }
 
-/// The `pxe_ilo` deploy interface.
-pub struct PxeDeploy {
+/// The network boot interface.
+pub struct PxeBoot {
     ctx: Arc<DeployContext>,
 }
 
-impl PxeDeploy {
-    /// The flow over `ctx`.
-    pub fn new(ctx: Arc<DeployContext>) -> PxeDeploy {
-        PxeDeploy { ctx }
+impl PxeBoot {
+    /// The interface over `ctx`.
+    pub fn new(ctx: Arc<DeployContext>) -> PxeBoot {
+        PxeBoot { ctx }
     }
 
     fn netboot(&self) -> anyhow::Result<&Netboot> {
@@ -220,7 +214,7 @@ fn deploy_refs(node: &Node, netboot: &Netboot) -> anyhow::Result<[(String, Strin
 /// (no `boot_method=vmedia`: the ramdisk reads its command line only), then
 /// `netboot.append_params`.
 fn deploy_cmdline(
-    config: &crate::deploy::DeployConfig,
+    config: &crate::context::DeployConfig,
     netboot: &Netboot,
     node: &Node,
     ports: &[crate::store::Port],
@@ -268,64 +262,75 @@ fn deploy_cmdline(
 }
 
 #[async_trait::async_trait]
-impl DeployInterface for PxeDeploy {
+impl BootInterface for PxeBoot {
     async fn validate(&self, node: &Node) -> anyhow::Result<()> {
+        deploy_refs(node, self.netboot()?)?;
+        self.macs(node).await?;
+        Ok(())
+    }
+
+    async fn validate_bmc(&self, _bmc: &Bmc, _node: &Node) -> anyhow::Result<()> {
+        // No licence check: power, boot device and boot mode need none.
+        Ok(())
+    }
+
+    async fn validate_instance(&self, node: &Node) -> anyhow::Result<()> {
         self.netboot()?;
         let info = InstanceInfo::of(node).context("instance_info")?;
-        let whole_disk = info.is_whole_disk(&node.driver_internal_info);
-        let option = iscsi::checked_boot_option(node, &info, whole_disk)?;
-        if option == BootOption::Netboot && (info.kernel.is_none() || info.ramdisk.is_none()) {
+        if info.kernel.is_none() || info.ramdisk.is_none() {
             bail!(
                 "node {}: a netboot partition image needs instance_info.kernel and \
                  instance_info.ramdisk (the instance boots them from the network)",
                 node.uuid
             );
         }
-        let image = image::any_instance_image(&node.instance_info)?;
-        deploy_refs(node, self.netboot()?)?;
-        vmedia::requested_boot_mode(node)?;
-        self.macs(node).await?;
-        // No licence check: power, boot device and boot mode need none.
-        let bmc = Bmc::connect_read_only(node, &self.ctx.config.ilo_defaults).await?;
-        bmc.power_state()
-            .await
-            .context("checking the BMC credentials")?;
-        image::check(
-            self.ctx.objects.as_ref(),
-            "instance_info/image_source",
-            &image.source,
-        )
-        .await?;
         Ok(())
     }
 
-    async fn deploy(&self, node: &mut Node) -> anyhow::Result<DeployStep> {
-        self.validate(node).await.context("validating the node")?;
+    fn boots_agent(&self) -> bool {
+        false
+    }
+
+    async fn prepare_ramdisk(
+        &self,
+        bmc: &Bmc,
+        node: &mut Node,
+        ramdisk: Ramdisk<'_>,
+    ) -> anyhow::Result<()> {
+        // The CHAP credentials are the configuration's, which `deploy_cmdline` reads.
+        let Ramdisk::Iscsi { boot_option, .. } = ramdisk else {
+            bail!(
+                "node {}: the network boot serves the iSCSI ramdisk only, not the agent",
+                node.uuid
+            );
+        };
         let netboot = self.netboot()?;
-        let option = iscsi::plan_boot_option(node)?;
         let wanted_mode = vmedia::requested_boot_mode(node)?;
         let refs = deploy_refs(node, netboot)?;
         let [kernel, ramdisk] = self
             .fetch_pair(&refs)
             .await
             .context("fetching the deploy kernel and ramdisk")?;
-        let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
         bmc.power_off().await?;
         let mode = bmc.ensure_boot_mode(wanted_mode).await?;
         let ports = self.ctx.node_ports(node.uuid).await?;
         let key = floppy::new_deploy_key()?;
-        let cmdline = deploy_cmdline(&self.ctx.config, netboot, node, &ports, &key, option, mode)?;
+        let cmdline = deploy_cmdline(
+            &self.ctx.config,
+            netboot,
+            node,
+            &ports,
+            &key,
+            boot_option,
+            mode,
+        )?;
         self.write_entry(node, Entry::Deploy, [kernel, ramdisk], cmdline)
             .await?;
         bmc.boot_once_from_network().await?;
-        node.driver_internal_info.insert(
-            vmedia::DEPLOY_KEY_KEY.into(),
-            Value::String(key.expose().clone()),
-        );
-        node.driver_internal_info.insert(
-            vmedia::BOOT_MODE_KEY.into(),
-            Value::String(mode.to_string()),
-        );
+        node.driver_internal_info
+            .insert(DEPLOY_KEY_KEY.into(), Value::String(key.expose().clone()));
+        node.driver_internal_info
+            .insert(BOOT_MODE_KEY.into(), Value::String(mode.to_string()));
         self.ctx
             .store
             .update_node(node)
@@ -333,51 +338,31 @@ impl DeployInterface for PxeDeploy {
             .context("saving the deploy key before the node boots")?;
         bmc.power_on().await?;
         tracing::info!(node = %node.uuid, boot_mode = %mode, "deploy ramdisk booting from the network");
-        Ok(DeployStep::Wait)
-    }
-
-    fn takes_pass_deploy_info(&self) -> bool {
-        true
-    }
-
-    async fn pass_deploy_info(
-        &self,
-        node: &mut Node,
-        info: &ValidPassDeployInfo,
-    ) -> anyhow::Result<DeployStep> {
-        // The ramdisk is up: its boot files, whose command line held the key, go now.
-        self.remove_boot_files(node).await;
-        let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
-        let option = iscsi::settled_boot_option(node)?;
-        let written = iscsi::write_over_iscsi(&self.ctx, node, info).await?;
-        match option {
-            BootOption::Local => bmc.boot_from_disk().await?,
-            BootOption::Netboot => {
-                self.write_instance_entry(node, &written.root_uuid_or_disk_id)
-                    .await
-                    .context("booting the instance from the network")?;
-                bmc.boot_from_network().await?;
-            }
-        }
-        bmc.power_off().await?;
-        bmc.power_on().await?;
-        tracing::info!(node = %node.uuid, boot_option = ?option, "deployed: the instance is booting");
-        Ok(DeployStep::Done)
-    }
-
-    async fn tear_down(&self, node: &mut Node) -> anyhow::Result<()> {
-        let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
-        bmc.power_off().await?;
-        self.remove_boot_files(node).await;
-        vmedia::wipe_token(&mut node.driver_internal_info);
-        node.driver_internal_info.remove(ROOT_UUID_KEY);
-        node.driver_internal_info.remove(BOOT_OPTION_KEY);
         Ok(())
     }
 
-    async fn clean_up(&self, node: &mut Node) {
+    async fn clean_up_ramdisk(&self, _bmc: Option<&Bmc>, node: &mut Node) {
         self.remove_boot_files(node).await;
-        vmedia::wipe_token(&mut node.driver_internal_info);
+        wipe_token(&mut node.driver_internal_info);
+    }
+
+    async fn prepare_instance(&self, node: &mut Node, root_uuid: &str) -> anyhow::Result<()> {
+        self.write_instance_entry(node, root_uuid)
+            .await
+            .context("booting the instance from the network")
+    }
+
+    async fn boot_instance(&self, bmc: &Bmc, _node: &Node) -> anyhow::Result<()> {
+        Ok(bmc.boot_from_network().await?)
+    }
+
+    async fn reboot_instance(&self, _bmc: &Bmc, _node: &Node) -> anyhow::Result<()> {
+        // The instance's files stay in the boot root until tear-down.
+        Ok(())
+    }
+
+    async fn clean_up_instance(&self, node: &mut Node) {
+        self.remove_boot_files(node).await;
     }
 }
 
@@ -452,7 +437,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let n = node();
         let key = floppy::new_deploy_key().expect("key");
-        let config = crate::deploy::DeployConfig::for_tests();
+        let config = crate::context::DeployConfig::for_tests();
         let nb = netboot(dir.path(), true);
         let line = deploy_cmdline(
             &config,

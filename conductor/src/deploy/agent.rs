@@ -4,7 +4,8 @@
 //! # Design
 //! [`AgentDeploy`] keeps its progress in `driver_internal_info`, so each heartbeat can be
 //! handled by whichever task holds the node:
-//! - `deploy`: validate, then the virtual-media boot ([`super::vmedia::prepare`]) → wait;
+//! - `deploy`: validate, then the ramdisk booted by the boot interface (virtual media:
+//!   [`BootInterface::prepare_ramdisk`]) → wait;
 //! - a heartbeat records the agent's `callback_url` and pins its certificate
 //!   (`agent_url`, `agent_verify_ca`); a changed URL or certificate is refused;
 //! - the first heartbeat sends `standby.prepare_image` (not waiting) and marks it sent
@@ -24,10 +25,11 @@ use vmdeploy_shared::api::ipa::{CommandResult, CommandStatus, ValidHeartbeat, Wr
 use vmdeploy_shared::secret::Secret;
 
 use super::agent_session::client::{AgentClient, AgentEndpoint};
-use super::image;
-use super::{DeployContext, DeployInterface, DeployStep};
+use super::{Cleaning, DeployContext, DeployInterface, DeployStep};
 use crate::bmc::{Bmc, PowerState};
-use crate::boot::vmedia::{self, AGENT_TOKEN_KEY};
+use crate::boot::vmedia::VirtualMediaBoot;
+use crate::boot::{wipe_token, BootInterface, Ramdisk, AGENT_TOKEN_KEY};
+use crate::context::image;
 use crate::store::{JsonObject, Node};
 
 /// `driver_internal_info`: where the agent's command API listens.
@@ -55,15 +57,34 @@ pub const DEFAULT_AGENT_POWER_OFF_WAIT: Duration = Duration::from_secs(30);
 /// The `agent` deploy interface (`agent_ilo` and its hardware-type aliases).
 pub struct AgentDeploy {
     ctx: Arc<DeployContext>,
+    boot: Arc<dyn BootInterface>,
     agent_power_off_wait: Duration,
 }
 
 impl AgentDeploy {
-    /// The interface over `ctx`.
+    /// Undoes the ramdisk's boot (media out, floppy deleted), keeping the token: the agent
+    /// still needs it for `standby.power_off`.
+    async fn eject_and_delete(&self, bmc: &Bmc, node: &mut Node) {
+        let token = node.driver_internal_info.get(AGENT_TOKEN_KEY).cloned();
+        self.boot.clean_up_ramdisk(Some(bmc), node).await;
+        if let Some(token) = token {
+            node.driver_internal_info
+                .insert(AGENT_TOKEN_KEY.into(), token);
+        }
+    }
+
+    /// The interface over `ctx`, booting from virtual media.
     pub fn new(ctx: Arc<DeployContext>) -> AgentDeploy {
+        let boot = Arc::new(VirtualMediaBoot::new(ctx.clone()));
+        AgentDeploy::with_boot(ctx, boot)
+    }
+
+    /// The interface over `ctx`, booting the agent through `boot`.
+    pub fn with_boot(ctx: Arc<DeployContext>, boot: Arc<dyn BootInterface>) -> AgentDeploy {
         AgentDeploy {
             agent_power_off_wait: ctx.config.agent_power_off_wait,
             ctx,
+            boot,
         }
     }
 
@@ -125,7 +146,7 @@ impl AgentDeploy {
         let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
         bmc.boot_from_disk().await?;
         // Media out before the power cycle, so the next boot cannot come from the ramdisk.
-        eject_and_delete(&self.ctx, &bmc, node).await;
+        self.eject_and_delete(&bmc, node).await;
         power_off_through_agent(&bmc, client, node, self.agent_power_off_wait).await?;
         bmc.power_on().await?;
         clear_agent_fields(&mut node.driver_internal_info);
@@ -139,7 +160,7 @@ impl DeployInterface for AgentDeploy {
     async fn validate(&self, node: &Node) -> anyhow::Result<()> {
         // Whole-disk images only: the agent driver writes no partition images.
         image::instance_image(&node.instance_info)?;
-        vmedia::validate_node(&self.ctx, node).await
+        super::validate_boot(&self.ctx, self.boot.as_ref(), node).await
     }
 
     async fn deploy(&self, node: &mut Node) -> anyhow::Result<DeployStep> {
@@ -151,7 +172,8 @@ impl DeployInterface for AgentDeploy {
         info.remove(PROGRESS_KEY);
         info.remove(PARTITION_UUIDS_KEY);
         let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
-        vmedia::prepare(&self.ctx, &bmc, node, vmedia::Ramdisk::Agent)
+        self.boot
+            .prepare_ramdisk(&bmc, node, Ramdisk::Agent)
             .await
             .context("booting the deploy ramdisk from virtual media")?;
         Ok(DeployStep::Wait)
@@ -199,22 +221,17 @@ impl DeployInterface for AgentDeploy {
         }
     }
 
-    async fn prepare_cleaning(&self, node: &mut Node) -> anyhow::Result<()> {
-        super::clean::prepare(&self.ctx, node).await
-    }
-
-    async fn clean_heartbeat(
-        &self,
-        node: &mut Node,
-        heartbeat: &ValidHeartbeat,
-    ) -> anyhow::Result<()> {
-        super::clean::heartbeat(&self.ctx, node, heartbeat, &Default::default()).await
+    fn cleaning(&self) -> Option<Cleaning<'_>> {
+        Some(Cleaning {
+            ctx: &self.ctx,
+            boot: self.boot.as_ref(),
+        })
     }
 
     async fn tear_down(&self, node: &mut Node) -> anyhow::Result<()> {
         let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
         bmc.power_off().await?;
-        vmedia::cleanup(&self.ctx, Some(&bmc), node).await;
+        self.boot.clean_up_ramdisk(Some(&bmc), node).await;
         clear_agent_fields(&mut node.driver_internal_info);
         Ok(())
     }
@@ -227,7 +244,7 @@ impl DeployInterface for AgentDeploy {
                 tracing::warn!(node = %node.uuid, error = %format!("{e:#}"), "clean-up: powering off failed");
             }
         }
-        vmedia::cleanup(&self.ctx, bmc.as_ref(), node).await;
+        self.boot.clean_up_ramdisk(bmc.as_ref(), node).await;
         clear_agent_fields(&mut node.driver_internal_info);
     }
 }
@@ -274,17 +291,6 @@ pub(super) async fn power_off_through_agent(
         bmc.power_off().await?;
     }
     Ok(())
-}
-
-/// Ejects both media and deletes the floppy, keeping the token (the agent still needs it for
-/// `standby.power_off`).
-async fn eject_and_delete(ctx: &DeployContext, bmc: &Bmc, node: &mut Node) {
-    let token = node.driver_internal_info.get(AGENT_TOKEN_KEY).cloned();
-    vmedia::cleanup(ctx, Some(bmc), node).await;
-    if let Some(token) = token {
-        node.driver_internal_info
-            .insert(AGENT_TOKEN_KEY.into(), token);
-    }
 }
 
 /// A string field of a JSON object.
@@ -389,7 +395,7 @@ pub(super) fn agent_failure(what: &str, result: &CommandResult) -> String {
 
 /// Forgets the agent: its URL, certificate, token and the deploy step.
 pub(super) fn clear_agent_fields(info: &mut JsonObject) {
-    vmedia::wipe_token(info);
+    wipe_token(info);
     for key in [
         AGENT_URL_KEY,
         AGENT_CA_KEY,

@@ -1,11 +1,13 @@
 //! Automated cleaning through the agent (Ironic's `prepare_cleaning` and agent clean steps;
-//! docs/ironic-protocols.md §3.3, §3.5, §5.3), for `agent_ilo` and `iscsi_ilo`
-//! nodes alike: both boot the same deploy ISO, and its agent serves the `clean` extension.
+//! docs/ironic-protocols.md §3.3, §3.5, §5.3), on top of a deploy interface: for `agent_ilo`
+//! and `iscsi_ilo` nodes alike, whose virtual-media boot boots the same deploy ISO, whose
+//! agent serves the `clean` extension. The deploy hands over its boot interface
+//! ([`super::Cleaning`]).
 //!
 //! # Design
-//! - [`prepare`]: the agent ramdisk boots from virtual media exactly as an agent deploy boots
-//!   it ([`super::vmedia::prepare`] with a fresh agent token); the manager moves the node to
-//!   `clean wait`.
+//! - [`prepare`]: the agent ramdisk boots exactly as an agent deploy boots it
+//!   ([`BootInterface::prepare_ramdisk`] with a fresh agent token); the manager moves the node
+//!   to `clean wait`.
 //! - [`heartbeat`], on the agent's first heartbeat in `clean wait` (the manager has moved the
 //!   node to `cleaning` and holds it): the heartbeat is recorded and the agent's certificate
 //!   pinned as in a deploy; `clean.get_clean_steps`, then [`plan`] keeps the steps with a
@@ -44,7 +46,7 @@ use super::agent::{
 use super::agent_session::client::AgentClient;
 use super::DeployContext;
 use crate::bmc::Bmc;
-use crate::boot::vmedia::{self, Ramdisk};
+use crate::boot::{BootInterface, Ramdisk};
 use crate::store::{JsonObject, Node};
 
 /// `driver_internal_info`: the steps of this cleaning, in the order they run (Ironic's key).
@@ -150,23 +152,28 @@ pub fn forget_plan(info: &mut JsonObject) {
 }
 
 /// Boots the agent ramdisk for cleaning; the node is then left to wait for its heartbeat.
-pub(super) async fn prepare(ctx: &DeployContext, node: &mut Node) -> anyhow::Result<()> {
+pub(super) async fn prepare(
+    ctx: &DeployContext,
+    boot: &dyn BootInterface,
+    node: &mut Node,
+) -> anyhow::Result<()> {
     clear_agent_fields(&mut node.driver_internal_info);
     forget_plan(&mut node.driver_internal_info);
     let bmc = Bmc::connect(node, &ctx.config.ilo_defaults).await?;
-    vmedia::prepare(ctx, &bmc, node, Ramdisk::Agent)
+    boot.prepare_ramdisk(&bmc, node, Ramdisk::Agent)
         .await
-        .context("booting the agent ramdisk from virtual media for cleaning")
+        .context("booting the agent ramdisk for cleaning")
 }
 
 /// Runs the cleaning on the agent's first heartbeat in `clean wait`; see the module docs.
 pub(super) async fn heartbeat(
     ctx: &DeployContext,
+    boot: &dyn BootInterface,
     node: &mut Node,
     hb: &ValidHeartbeat,
     timing: &CleanTiming,
 ) -> anyhow::Result<()> {
-    let outcome = run(ctx, node, hb, timing).await;
+    let outcome = run(ctx, boot, node, hb, timing).await;
     if outcome.is_err() {
         forget_plan(&mut node.driver_internal_info);
     }
@@ -175,6 +182,7 @@ pub(super) async fn heartbeat(
 
 async fn run(
     ctx: &DeployContext,
+    boot: &dyn BootInterface,
     node: &mut Node,
     hb: &ValidHeartbeat,
     timing: &CleanTiming,
@@ -225,7 +233,7 @@ async fn run(
     node.driver_internal_info.remove(CLEAN_STEP_INDEX_KEY);
     let bmc = Bmc::connect(node, &ctx.config.ilo_defaults).await?;
     power_off_through_agent(&bmc, &client, node, ctx.config.agent_power_off_wait).await?;
-    vmedia::cleanup(ctx, Some(&bmc), node).await;
+    boot.clean_up_ramdisk(Some(&bmc), node).await;
     clear_agent_fields(&mut node.driver_internal_info);
     forget_plan(&mut node.driver_internal_info);
     tracing::info!(node = %node.uuid, "cleaned: powered off, media ejected");
@@ -576,14 +584,15 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let store =
             crate::store::sqlite::SqliteStore::open(&dir.path().join("db.sqlite")).expect("db");
-        let ctx = DeployContext {
+        let ctx = Arc::new(DeployContext {
             store: store.clone(),
             objects: Arc::new(NoObjects),
             config: super::super::DeployConfig::for_tests(),
             images: None,
             boot_isos: None,
             netboot: None,
-        };
+        });
+        let boot = crate::boot::vmedia::VirtualMediaBoot::new(ctx.clone());
         let mut node = Node::new(
             uuid::Uuid::new_v4(),
             "agent_ilo",
@@ -607,7 +616,7 @@ mod tests {
             step_timeout: Duration::from_secs(10),
             poll_failures: 3,
         };
-        let outcome = heartbeat(&ctx, &mut node, &hb, &timing).await;
+        let outcome = heartbeat(&ctx, &boot, &mut node, &hb, &timing).await;
         (outcome, node)
     }
 

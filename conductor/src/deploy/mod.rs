@@ -1,6 +1,17 @@
-//! The deploy flows (docs/architecture.md §1, §3): `agent` (`agent_ilo`) now, `iscsi` and `pxe` in the
-//! issues after this one, and the steps they share: the virtual-media boot of the deploy ISO
-//! (`vmedia`, the seeds' setup/cleanup_virtual_media_boot) and the floppy it carries.
+//! The deploy interfaces (docs/architecture.md §1, §2, §3): how the image gets onto the
+//! disk once a boot interface (`crate::boot`) has booted the ramdisk.
+//!
+//! - [`agent`]: the agent ramdisk heartbeats and streams the image itself;
+//! - [`iscsi`]: the iSCSI ramdisk exposes the disk and the conductor writes it;
+//! - [`clean`]: automated cleaning, on top of either: it boots the agent through the deploy's
+//!   boot interface and runs the agent's clean steps;
+//! - [`agent_session`]: what the agent deploy and cleaning share with a running agent: its
+//!   heartbeats, its pinned URL and certificate, its command client.
+//!
+//! A driver is a composition ([`for_node`]): `agent_ilo` and `redfish` = virtual-media boot +
+//! agent deploy, `iscsi_ilo` = virtual-media boot + iSCSI deploy, `pxe_ilo` = network boot +
+//! iSCSI deploy. No deploy interface imports another; cleaning is reached through
+//! [`DeployInterface::cleaning`].
 //!
 //! # Design
 //! A flow works on a node the manager has reserved: it talks to the BMC, the object store and
@@ -9,119 +20,24 @@
 //! [`crate::states::next`] and records `last_error`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use crate::node::driver_info::IloDefaults;
-use crate::node::hardware_type::{BootMethod, DeployMethod, NodeInterfaces};
-use crate::objects::ObjectStore;
-use crate::store::{Node, Store};
+use anyhow::Context as _;
+
+use crate::bmc::Bmc;
+use crate::boot::pxe::PxeBoot;
+use crate::boot::vmedia::VirtualMediaBoot;
+use crate::boot::BootInterface;
+use crate::context::image;
 use vmdeploy_shared::api::ipa::ValidHeartbeat;
+use crate::node::hardware_type::{BootMethod, DeployMethod, NodeInterfaces};
+use crate::store::Node;
+
+pub use crate::context::{DeployConfig, DeployContext, IscsiChap, DONE_PORT, ISCSI_PORT};
 
 pub mod agent;
 pub mod agent_session;
 pub mod clean;
-pub mod image;
 pub mod iscsi;
-
-/// Settings of the flows (the `[deploy]` table of the configuration).
-#[derive(Debug, Clone)]
-pub struct DeployConfig {
-    /// The API URL the ramdisk calls back (`ipa-api-url` / `ironic_api_url` on the floppy).
-    pub api_url: String,
-    /// The CAs (PEM bundle) the ramdisk must trust, `ipa-agent-ca` on the floppy: the API's when
-    /// it speaks TLS, and the built-in store's, whose temp URLs the agent downloads images from.
-    pub api_ca_pem: Option<String>,
-    /// Container for floppies and deploy ISOs in the object store.
-    pub container: String,
-    /// Lifetime of floppy objects and their temp URLs (`deploy_helper_images_ttl`, 10 min).
-    pub deploy_helper_images_ttl: Duration,
-    /// Talk plain HTTP to an agent that offers no certificate (off unless configured).
-    pub agent_allow_plain_http: bool,
-    /// Timeout of one call to an agent's command API.
-    pub agent_call_timeout: Duration,
-    /// How long the host may take to power off after the agent's `standby.power_off` before
-    /// the iLO powers it off (`agent_power_off_wait`; Ironic polls 6 × 5 s = 30 s).
-    pub agent_power_off_wait: Duration,
-    /// What a node's `driver_info` leaves out: iLO port, timeout, certificate check (`[ilo]`).
-    pub ilo_defaults: IloDefaults,
-    /// The iSCSI ramdisk's portal port (3260).
-    pub iscsi_port: u16,
-    /// The iSCSI ramdisk's `done` port (10000).
-    pub done_port: u16,
-    /// How `done` is sent to the iSCSI ramdisk (tries, wait between them).
-    pub done: iscsi::done::DonePolicy,
-    /// CHAP credentials the iSCSI ramdisk's target requires and the conductor logs in with
-    /// (`deploy.iscsi_chap_user` / `iscsi_chap_secret`); `None`: no authentication, as Ironic.
-    pub iscsi_chap: Option<IscsiChap>,
-}
-
-/// A CHAP user and secret for the iSCSI deploy (the secret masked in `Debug`).
-#[derive(Debug, Clone)]
-pub struct IscsiChap {
-    /// CHAP_N.
-    pub user: String,
-    /// The shared secret.
-    pub secret: vmdeploy_shared::secret::Secret,
-}
-
-/// The iSCSI portal port of the deploy ramdisk.
-pub const ISCSI_PORT: u16 = 3260;
-/// The port the iSCSI ramdisk waits for `done` on (docs/ironic-protocols.md §2.4).
-pub const DONE_PORT: u16 = 10000;
-
-#[cfg(test)]
-impl DeployConfig {
-    /// The settings the unit tests deploy with: the API on plain loopback HTTP, agents allowed
-    /// plain HTTP, short agent timeouts.
-    pub(crate) fn for_tests() -> DeployConfig {
-        DeployConfig {
-            api_url: "http://127.0.0.1:6385".into(),
-            api_ca_pem: None,
-            container: "vmdeploy".into(),
-            deploy_helper_images_ttl: Duration::from_secs(600),
-            agent_allow_plain_http: true,
-            agent_call_timeout: Duration::from_secs(5),
-            agent_power_off_wait: Duration::from_secs(2),
-            ilo_defaults: Default::default(),
-            iscsi_port: ISCSI_PORT,
-            done_port: DONE_PORT,
-            done: Default::default(),
-            iscsi_chap: None,
-        }
-    }
-}
-
-/// What a flow works with. Shared by every node task.
-pub struct DeployContext {
-    /// Nodes and ports.
-    pub store: Arc<dyn Store>,
-    /// Floppies, ISOs and images.
-    pub objects: Arc<dyn ObjectStore>,
-    /// Settings.
-    pub config: DeployConfig,
-    /// The instance image cache (`iscsi_ilo` writes images from it); `None` where no flow
-    /// needs it.
-    pub images: Option<Arc<crate::image_cache::ImageCache>>,
-    /// The boot ISOs netboot instances share (`iscsi_ilo` partition images); `None` where no
-    /// flow needs them.
-    pub boot_isos: Option<Arc<crate::boot::vmedia::boot_iso::BootIsos>>,
-    /// The network boot service `pxe_ilo` boots nodes from; `None` when it is off.
-    pub netboot: Option<Arc<crate::netboot::Netboot>>,
-}
-
-impl DeployContext {
-    /// The ports of `node` (BOOTIF on the floppy, the MACs the agent is told about).
-    pub async fn node_ports(&self, node: uuid::Uuid) -> anyhow::Result<Vec<crate::store::Port>> {
-        use anyhow::Context as _;
-        self.store
-            .list_ports(&crate::store::PortFilter {
-                node_uuid: Some(node),
-                ..crate::store::PortFilter::default()
-            })
-            .await
-            .context("listing the node's ports")
-    }
-}
 
 /// Where a flow stands after a step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,7 +48,16 @@ pub enum DeployStep {
     Done,
 }
 
-/// One deploy interface (`agent`, later `iscsi`, `pxe`). Errors are in operator words with
+/// What automated cleaning runs on: the deploy's context and the boot interface that boots the
+/// agent ramdisk.
+pub struct Cleaning<'a> {
+    /// The deploy's context.
+    pub ctx: &'a DeployContext,
+    /// Boots the agent for cleaning.
+    pub boot: &'a dyn BootInterface,
+}
+
+/// One deploy interface (`agent`, `iscsi`). Errors are in operator words with
 /// context (`anyhow`); the manager writes them to `last_error` and then calls
 /// [`DeployInterface::clean_up`].
 #[async_trait::async_trait]
@@ -177,10 +102,17 @@ pub trait DeployInterface: Send + Sync {
         let _ = node;
         Ok(())
     }
+    /// What automated cleaning runs on; `None` when this deploy's boot cannot boot the agent.
+    fn cleaning(&self) -> Option<Cleaning<'_>> {
+        None
+    }
     /// Automated cleaning starts (`cleaning`, after undeploy or `provide`): boots the agent
-    /// ramdisk from virtual media with a fresh token; the manager then waits in `clean wait`.
+    /// ramdisk with a fresh token; the manager then waits in `clean wait`.
     async fn prepare_cleaning(&self, node: &mut Node) -> anyhow::Result<()> {
-        bail_no_cleaning(node)
+        match self.cleaning() {
+            Some(cleaning) => clean::prepare(cleaning.ctx, cleaning.boot, node).await,
+            None => bail_no_cleaning(node),
+        }
     }
     /// The agent's heartbeat in `clean wait`: runs the clean steps, then powers the node off
     /// and ejects the media. `Ok` means the node is clean.
@@ -189,8 +121,19 @@ pub trait DeployInterface: Send + Sync {
         node: &mut Node,
         heartbeat: &ValidHeartbeat,
     ) -> anyhow::Result<()> {
-        let _ = heartbeat;
-        bail_no_cleaning(node)
+        match self.cleaning() {
+            Some(cleaning) => {
+                clean::heartbeat(
+                    cleaning.ctx,
+                    cleaning.boot,
+                    node,
+                    heartbeat,
+                    &Default::default(),
+                )
+                .await
+            }
+            None => bail_no_cleaning(node),
+        }
     }
     /// Undeploy: power off, eject, forget the instance's boot settings.
     async fn tear_down(&self, node: &mut Node) -> anyhow::Result<()>;
@@ -207,22 +150,44 @@ fn bail_no_cleaning(node: &Node) -> anyhow::Result<()> {
     )
 }
 
-/// The flow that runs the node's boot and deploy interfaces (`crate::node::hardware_type`), or
-/// `None` when its driver is not served here or no flow runs that pair.
+/// The checks every deploy makes, after its own: the instance image's fields, the boot
+/// interface's, the boot mode asked for, the BMC credentials and what the boot interface needs
+/// of the BMC, and that the instance image can be reached.
+async fn validate_boot(
+    ctx: &DeployContext,
+    boot: &dyn BootInterface,
+    node: &Node,
+) -> anyhow::Result<()> {
+    let image = image::any_instance_image(&node.instance_info)?;
+    boot.validate(node).await?;
+    crate::boot::vmedia::requested_boot_mode(node)?;
+    let bmc = Bmc::connect_read_only(node, &ctx.config.ilo_defaults).await?;
+    bmc.power_state()
+        .await
+        .context("checking the BMC credentials")?;
+    boot.validate_bmc(&bmc, node).await?;
+    image::check(
+        ctx.objects.as_ref(),
+        "instance_info/image_source",
+        &image.source,
+    )
+    .await
+}
+
+/// The node's driver as a composition of its boot and deploy interfaces
+/// (`crate::node::hardware_type`), or `None` when its driver is not served here or no deploy
+/// interface runs over that boot.
 pub fn for_node(node: &Node, context: Arc<DeployContext>) -> Option<Arc<dyn DeployInterface>> {
     let interfaces = NodeInterfaces::of(node).ok()?;
-    let flow: Arc<dyn DeployInterface> =
-        match (interfaces.boot_method(), interfaces.deploy_method()) {
-            (BootMethod::VirtualMedia, DeployMethod::Agent) => {
-                Arc::new(agent::AgentDeploy::new(context))
-            }
-            (BootMethod::VirtualMedia, DeployMethod::Iscsi) => {
-                Arc::new(iscsi::IscsiDeploy::new(context))
-            }
-            (BootMethod::Network, DeployMethod::Iscsi) => {
-                Arc::new(crate::boot::pxe::PxeDeploy::new(context))
-            }
-            (BootMethod::Network, DeployMethod::Agent) => return None,
-        };
-    Some(flow)
+    let boot: Arc<dyn BootInterface> = match interfaces.boot_method() {
+        BootMethod::VirtualMedia => Arc::new(VirtualMediaBoot::new(context.clone())),
+        BootMethod::Network => Arc::new(PxeBoot::new(context.clone())),
+    };
+    let deploy: Arc<dyn DeployInterface> = match interfaces.deploy_method() {
+        // The agent boots from virtual media only: no network-booted agent is served.
+        DeployMethod::Agent if !boot.boots_agent() => return None,
+        DeployMethod::Agent => Arc::new(agent::AgentDeploy::with_boot(context, boot)),
+        DeployMethod::Iscsi => Arc::new(iscsi::IscsiDeploy::with_boot(context, boot)),
+    };
+    Some(deploy)
 }

@@ -24,7 +24,7 @@
 //!
 //! # Limitations
 //! - `swift://` references are not fetched here: the caller resolves them to a temp URL first
-//!   (`deploy::image::resolve`) and sets [`FetchPolicy::extra_ca_pem`] when the store's
+//!   (`context::image::resolve`) and sets [`FetchPolicy::extra_ca_pem`] when the store's
 //!   certificate is the built-in one's. Glance ids likewise.
 //! - The limit counts raw (virtual) sizes, not allocated blocks. While an image downloads, its
 //!   spool (and, for qcow2, the converted copy) sit in `tmp/` beside the entries; eviction makes

@@ -32,7 +32,7 @@ use crate::deploy::DeployStep;
 use crate::states::{Event, ProvisionState};
 use crate::store::{Node, NodeIdent};
 
-pub(crate) use crate::boot::vmedia::DEPLOY_KEY_KEY;
+pub(crate) use crate::boot::DEPLOY_KEY_KEY;
 
 /// Whether `given` is the node's unused deploy key.
 fn key_matches(node: &Node, given: &ValidPassDeployInfo) -> bool {

@@ -9,7 +9,7 @@
 //! - HTTP serving of the same root for iPXE.
 //!
 //! # Design
-//! Nothing here knows a node's state: the `pxe_ilo` flow ([`crate::boot::pxe`]) decides what
+//! Nothing here knows a node's state: the network boot interface ([`crate::boot::pxe`]) decides what
 //! a node boots and calls [`files::BootRoot`]; the servers only read the root.
 
 pub mod config;

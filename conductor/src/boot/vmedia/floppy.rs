@@ -19,7 +19,7 @@ use vmdeploy_shared::fat::{self, FLOPPY_LABEL};
 use vmdeploy_shared::params::{keys, Params, RootDeviceHints};
 use vmdeploy_shared::secret::Secret;
 
-use crate::deploy::DeployConfig;
+use crate::context::DeployConfig;
 use crate::store::{JsonObject, Node, Port};
 
 /// The file the ramdisk reads.

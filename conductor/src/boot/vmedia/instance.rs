@@ -44,8 +44,8 @@ use vmdeploy_shared::iso;
 
 use super::boot_iso::{self, BootIsoKey, BootIsoSource, BootIsos};
 use crate::bmc::{Bmc, VmediaDevice};
-use crate::deploy::image::{self, ImageRef};
-use crate::deploy::DeployContext;
+use crate::context::image::{self, ImageRef};
+use crate::context::DeployContext;
 use crate::image_cache::FetchPolicy;
 use crate::node::instance_info::InstanceInfo;
 use crate::objects::ObjectPath;

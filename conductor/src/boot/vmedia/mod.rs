@@ -1,5 +1,7 @@
-//! The virtual-media boot of the deploy ramdisk, shared by the flows (the seeds'
-//! setup/cleanup_virtual_media_boot; docs/ironic-protocols.md §1.1, §3.5).
+//! The virtual-media boot interface (the seeds' setup/cleanup_virtual_media_boot;
+//! docs/ironic-protocols.md §1.1, §3.5): the deploy ramdisk boots from the deploy ISO with its
+//! parameters on a floppy ([`floppy`]); a netboot instance boots from a boot ISO
+//! ([`instance`], built by [`boot_iso`]). `agent_ilo`, `iscsi_ilo` and `redfish` boot this way.
 //!
 //! # Design
 //! [`prepare`] powers the node off, builds and stores its floppy (TTL
@@ -11,26 +13,22 @@
 //! The floppy object is named after the node alone (`<container>/<uuid>-floppy`), so a
 //! clean-up finds it without any state from the deploy that made it.
 
+use std::sync::Arc;
+
 use anyhow::{bail, Context};
 use bytes::Bytes;
 use serde_json::Value;
 
+use super::{wipe_token, BootInterface, Ramdisk, AGENT_TOKEN_KEY, BOOT_MODE_KEY, DEPLOY_KEY_KEY};
 use crate::bmc::{Bmc, BootMode, VmediaDevice};
-use crate::deploy::image::{self, ImageRef};
-use crate::deploy::DeployContext;
+use crate::context::image::{self, ImageRef};
+use crate::context::DeployContext;
 use crate::objects::{ObjectBody, ObjectPath, PutOptions};
-use crate::store::{JsonObject, Node};
+use crate::store::Node;
 
 pub mod boot_iso;
 pub mod floppy;
 pub mod instance;
-
-/// `driver_internal_info` key of the pre-generated agent token.
-pub const AGENT_TOKEN_KEY: &str = "agent_secret_token";
-/// `driver_internal_info` key of the iSCSI ramdisk's one-use deploy key (Ironic's name).
-pub const DEPLOY_KEY_KEY: &str = "deployment_key";
-/// `driver_internal_info` key of the boot mode the ramdisk was booted in.
-pub const BOOT_MODE_KEY: &str = "deploy_boot_mode";
 
 /// `driver_info` keys that name the deploy ISO, in the order they are looked at: the iLO
 /// drivers' own, then the generic and Redfish names of the modern hardware types.
@@ -63,54 +61,92 @@ pub fn requested_boot_mode(node: &Node) -> anyhow::Result<Option<BootMode>> {
     Ok(crate::node::capabilities::deploy_boot_mode(node)?)
 }
 
-/// The checks of every virtual-media deploy: the instance image fields, the deploy ISO, the
-/// boot mode asked for, the iLO credentials and its virtual-media licence, and that the ISO and
-/// image references can be reached. Whether the flow writes partition images is the flow's
-/// own check.
-pub(crate) async fn validate_node(ctx: &DeployContext, node: &Node) -> anyhow::Result<()> {
-    let image = image::any_instance_image(&node.instance_info)?;
-    let (iso_field, iso) = deploy_iso(node)?;
-    requested_boot_mode(node)?;
-    let bmc = Bmc::connect_read_only(node, &ctx.config.ilo_defaults).await?;
-    bmc.power_state()
-        .await
-        .context("checking the BMC credentials")?;
-    let (licensed, licences) = bmc.vmedia_licensed().await?;
-    if !licensed {
-        bail!(
-            "virtual media needs an iLO Advanced licence; this iLO has: {}. Deploy this node \
-             with the pxe_ilo driver (network boot, iLO for power and boot device only)",
-            if licences.is_empty() {
-                "none"
-            } else {
-                &licences
-            }
-        );
-    }
-    let objects = ctx.objects.as_ref();
-    image::check(objects, &iso_field, &iso).await?;
-    image::check(objects, "instance_info/image_source", &image.source).await?;
-    Ok(())
+/// The virtual-media boot interface (Ironic's `ilo-virtual-media`): the ramdisk from the
+/// deploy ISO and its floppy, a netboot instance from its boot ISO ([`instance`]).
+pub struct VirtualMediaBoot {
+    ctx: Arc<DeployContext>,
 }
 
-/// Which ramdisk a floppy is for, and so which secret it carries.
-#[derive(Debug, Clone, Copy)]
-pub enum Ramdisk<'a> {
-    /// The agent (`agent_ilo`): a pre-generated agent token, kept as [`AGENT_TOKEN_KEY`].
-    Agent,
-    /// The iSCSI ramdisk (`iscsi_ilo`): a one-use deploy key, kept as [`DEPLOY_KEY_KEY`].
-    Iscsi {
-        /// Where the instance boots from afterwards.
-        boot_option: vmdeploy_shared::params::BootOption,
-        /// CHAP user and secret the ramdisk's target requires.
-        chap: Option<(&'a str, &'a vmdeploy_shared::secret::Secret)>,
-    },
+impl VirtualMediaBoot {
+    /// The interface over `ctx`.
+    pub fn new(ctx: Arc<DeployContext>) -> VirtualMediaBoot {
+        VirtualMediaBoot { ctx }
+    }
+}
+
+#[async_trait::async_trait]
+impl BootInterface for VirtualMediaBoot {
+    async fn validate(&self, node: &Node) -> anyhow::Result<()> {
+        deploy_iso(node)?;
+        Ok(())
+    }
+
+    /// The virtual-media licence, and the deploy ISO there to be read.
+    async fn validate_bmc(&self, bmc: &Bmc, node: &Node) -> anyhow::Result<()> {
+        let (licensed, licences) = bmc.vmedia_licensed().await?;
+        if !licensed {
+            bail!(
+                "virtual media needs an iLO Advanced licence; this iLO has: {}. Deploy this node \
+                 with the pxe_ilo driver (network boot, iLO for power and boot device only)",
+                if licences.is_empty() {
+                    "none"
+                } else {
+                    &licences
+                }
+            );
+        }
+        let (iso_field, iso) = deploy_iso(node)?;
+        image::check(self.ctx.objects.as_ref(), &iso_field, &iso).await
+    }
+
+    async fn validate_instance(&self, node: &Node) -> anyhow::Result<()> {
+        instance::validate(&self.ctx, node)
+            .await
+            .context("checking the boot ISO the instance will boot from")
+    }
+
+    fn boots_agent(&self) -> bool {
+        true
+    }
+
+    async fn prepare_ramdisk(
+        &self,
+        bmc: &Bmc,
+        node: &mut Node,
+        ramdisk: Ramdisk<'_>,
+    ) -> anyhow::Result<()> {
+        prepare(&self.ctx, bmc, node, ramdisk).await
+    }
+
+    async fn clean_up_ramdisk(&self, bmc: Option<&Bmc>, node: &mut Node) {
+        cleanup(&self.ctx, bmc, node).await
+    }
+
+    async fn prepare_instance(&self, node: &mut Node, root_uuid: &str) -> anyhow::Result<()> {
+        instance::prepare(&self.ctx, node, root_uuid).await
+    }
+
+    async fn boot_instance(&self, bmc: &Bmc, node: &Node) -> anyhow::Result<()> {
+        instance::boot_instance(&self.ctx, bmc, node)
+            .await
+            .context("booting the instance from its boot ISO")
+    }
+
+    async fn reboot_instance(&self, bmc: &Bmc, node: &Node) -> anyhow::Result<()> {
+        instance::reattach(&self.ctx, bmc, node)
+            .await
+            .context("attaching the instance's boot ISO again")
+    }
+
+    async fn clean_up_instance(&self, node: &mut Node) {
+        instance::release(&self.ctx, node).await
+    }
 }
 
 /// Boots `node`'s deploy ramdisk from virtual media; the node must be validated. Writes the
 /// ramdisk's secret (agent token or deploy key) to the store before the node powers on, so
 /// its first call back finds it.
-pub(crate) async fn prepare(
+async fn prepare(
     ctx: &DeployContext,
     bmc: &Bmc,
     node: &mut Node,
@@ -213,7 +249,7 @@ fn without_signatures(err: crate::bmc::BmcError) -> anyhow::Error {
 
 /// Ejects both media, deletes the floppy object and wipes the token. Never fails; `bmc` is
 /// `None` when the BMC could not be reached (the media are then left, and said so).
-pub(crate) async fn cleanup(ctx: &DeployContext, bmc: Option<&Bmc>, node: &mut Node) {
+async fn cleanup(ctx: &DeployContext, bmc: Option<&Bmc>, node: &mut Node) {
     let uuid = node.uuid;
     match bmc {
         Some(bmc) => {
@@ -232,12 +268,6 @@ pub(crate) async fn cleanup(ctx: &DeployContext, bmc: Option<&Bmc>, node: &mut N
         tracing::warn!(node = %uuid, object = %path, error = %e, "clean-up: deleting the floppy failed (it expires by itself)");
     }
     wipe_token(&mut node.driver_internal_info);
-}
-
-/// Forgets the ramdisk's secrets (agent token, deploy key).
-pub(crate) fn wipe_token(info: &mut JsonObject) {
-    info.remove(AGENT_TOKEN_KEY);
-    info.remove(DEPLOY_KEY_KEY);
 }
 
 #[cfg(test)]

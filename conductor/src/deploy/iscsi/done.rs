@@ -9,42 +9,11 @@
 //! a few more tries, Ironic's 3 s apart, and then the deploy fails: never an unbounded wait.
 
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
 
 use anyhow::bail;
 use tokio::io::AsyncWriteExt;
 
-use crate::net::retry::RetryPolicy;
-
-/// How `done` is sent ([`DonePolicy::default`]: Ironic's wait, bounded tries).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DonePolicy {
-    /// How often `done` is tried before the deploy fails (at least once).
-    pub attempts: u32,
-    /// The wait between two tries.
-    pub retry_interval: Duration,
-    /// Time allowed for one try: connect and send.
-    pub timeout: Duration,
-}
-
-impl DonePolicy {
-    /// The tries as a retry policy: a fixed interval (the cap is the first pause).
-    pub fn retry(&self) -> RetryPolicy {
-        RetryPolicy::new(self.attempts, self.retry_interval).capped_at(self.retry_interval)
-    }
-}
-
-impl Default for DonePolicy {
-    /// 5 tries, 3 s apart (Ironic's sleep before its one try), 10 s each: at most about a
-    /// minute before the deploy fails.
-    fn default() -> Self {
-        DonePolicy {
-            attempts: 5,
-            retry_interval: Duration::from_secs(3),
-            timeout: Duration::from_secs(10),
-        }
-    }
-}
+pub use crate::context::DonePolicy;
 
 /// Tells the ramdisk at `address:port` to go on: a TCP connection carrying `done`
 /// (docs/ironic-protocols.md §2.4), tried as `policy` says.
@@ -96,6 +65,7 @@ pub async fn notify_done(address: IpAddr, port: u16, policy: &DonePolicy) -> any
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     const QUICK: DonePolicy = DonePolicy {
         attempts: 3,

@@ -1,24 +1,26 @@
-//! The `iscsi_ilo` deploy (docs/architecture.md §1; docs/ironic-protocols.md §2): the
-//! ramdisk exposes the node's disk over iSCSI and the conductor writes the image itself.
+//! The `iscsi` deploy interface (docs/architecture.md §1; docs/ironic-protocols.md §2): the
+//! ramdisk exposes the node's disk over iSCSI and the conductor writes the image itself. One
+//! implementation over a boot interface ([`BootInterface`]): `iscsi_ilo` boots from virtual
+//! media, `pxe_ilo` from the network.
 //!
 //! # Flow
-//! - `deploy`: the checks of every virtual-media deploy, then the deploy ramdisk boots with a
-//!   floppy holding a one-use deploy key and `iscsi_target_iqn` ([`super::vmedia::prepare`]
-//!   with [`Ramdisk::Iscsi`]) → `wait call-back`.
-//! - `pass_deploy_info` (the manager has checked and burnt the key): media out and the floppy
-//!   deleted; the image from the conductor's cache ([`crate::image_cache`]: one download per
-//!   image, checksum verified, qcow2 made raw); a login to `address:3260` with the built-in
-//!   initiator; a whole-disk image written to the whole LUN and the disk identifier read
-//!   back, or a partition image's table, root, swap, ephemeral and config drive written and
-//!   the root file system's UUID read back ([`write`]); log out; `done` to the ramdisk's port
-//!   10000; then the disk as the persistent boot device (local boot), or the boot ISO on the
-//!   virtual CD as the persistent boot device (netboot, [`netboot`]), and a power cycle →
-//!   `active`. An API power-on or reboot of a netboot node attaches its ISO again first
+//! - `deploy`: the boot interface's checks and the instance image's, then the deploy ramdisk
+//!   boots with a one-use deploy key and `iscsi_target_iqn`
+//!   ([`BootInterface::prepare_ramdisk`] with [`Ramdisk::Iscsi`]) → `wait call-back`.
+//! - `pass_deploy_info` (the manager has checked and burnt the key): the ramdisk's boot
+//!   undone; the image from the conductor's cache ([`crate::image_cache`]: one download per
+//!   image, checksum verified, qcow2 made raw); for a netboot instance its boot made ready
+//!   before anything is written ([`BootInterface::prepare_instance`]); a login to
+//!   `address:3260` with the built-in initiator; a whole-disk image written to the whole LUN
+//!   and the disk identifier read back, or a partition image's table, root, swap, ephemeral
+//!   and config drive written and the root file system's UUID read back ([`write`]); log out;
+//!   `done` to the ramdisk's port 10000; then the disk as the persistent boot device (local
+//!   boot), or the instance's boot (netboot, [`BootInterface::boot_instance`]), and a power
+//!   cycle → `active`. An API power-on or reboot of a netboot node renews its boot first
 //!   ([`DeployInterface::prepare_instance_boot`]).
 //!
 //! # Parts
 //! - [`write`]: the image onto the LUN: whole disk, or partition table and partitions;
-//! - [`netboot`]: the boot ISO a netboot instance boots from on every boot;
 //! - [`done`]: the `done` the ramdisk waits for.
 //!
 //! # Limitations
@@ -32,13 +34,14 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use serde_json::json;
-use vmdeploy_shared::api::ipa::ValidHeartbeat;
 use vmdeploy_shared::api::ValidPassDeployInfo;
 use vmdeploy_shared::params::{BootMode, BootOption};
 
-use super::{image, DeployContext, DeployInterface, DeployStep};
+use super::{Cleaning, DeployContext, DeployInterface, DeployStep};
 use crate::bmc::Bmc;
-use crate::boot::vmedia::{self, instance as netboot, Ramdisk};
+use crate::boot::vmedia::VirtualMediaBoot;
+use crate::boot::{BootInterface, Ramdisk, BOOT_MODE_KEY};
+use crate::context::image;
 use crate::image_cache::ImageSource;
 use crate::initiator::{Session, SessionConfig};
 use crate::node::instance_info::InstanceInfo;
@@ -57,19 +60,8 @@ pub mod write;
 
 pub use done::notify_done;
 
-/// What both iSCSI flows (`iscsi_ilo`, `pxe_ilo`) do once the ramdisk has called back: the
-/// write planned ([`plan_write`]) and done ([`write_planned`]).
-pub(crate) async fn write_over_iscsi(
-    ctx: &DeployContext,
-    node: &mut Node,
-    info: &ValidPassDeployInfo,
-) -> anyhow::Result<write::Written> {
-    let planned = plan_write(ctx, node).await?;
-    write_planned(ctx, node, info, planned).await
-}
-
 /// A write ready to start: what goes on the disk, and the image from the cache.
-pub(crate) struct PlannedWrite {
+struct PlannedWrite {
     job: write::DiskJob,
     image: crate::image_cache::CachedImage,
 }
@@ -100,7 +92,7 @@ impl PlannedWrite {
 
 /// Everything of the write that can fail without touching the disk: the job from
 /// `instance_info` and the image fetched into the cache (checksum verified, made raw).
-pub(crate) async fn plan_write(ctx: &DeployContext, node: &Node) -> anyhow::Result<PlannedWrite> {
+async fn plan_write(ctx: &DeployContext, node: &Node) -> anyhow::Result<PlannedWrite> {
     let instance = InstanceInfo::of(node).context("instance_info")?;
     let whole_disk = instance.is_whole_disk(&node.driver_internal_info);
     let job = if whole_disk {
@@ -122,7 +114,7 @@ pub(crate) async fn plan_write(ctx: &DeployContext, node: &Node) -> anyhow::Resu
 /// The planned image onto the ramdisk's LUN (whole disk, or partition table and partitions),
 /// the written disk's identifier recorded in `driver_internal_info`, a logout, and `done` to
 /// the ramdisk.
-pub(crate) async fn write_planned(
+async fn write_planned(
     ctx: &DeployContext,
     node: &mut Node,
     info: &ValidPassDeployInfo,
@@ -161,15 +153,23 @@ pub(crate) async fn write_planned(
     Ok(written)
 }
 
-/// The `iscsi_ilo` deploy interface.
+/// The `iscsi` deploy interface over a boot interface: `iscsi_ilo` with virtual media,
+/// `pxe_ilo` with the network boot.
 pub struct IscsiDeploy {
     ctx: Arc<DeployContext>,
+    boot: Arc<dyn BootInterface>,
 }
 
 impl IscsiDeploy {
-    /// The flow over `ctx`.
+    /// The interface over `ctx`, booting from virtual media (`iscsi_ilo`).
     pub fn new(ctx: Arc<DeployContext>) -> IscsiDeploy {
-        IscsiDeploy { ctx }
+        let boot = Arc::new(VirtualMediaBoot::new(ctx.clone()));
+        IscsiDeploy::with_boot(ctx, boot)
+    }
+
+    /// The interface over `ctx`, booting through `boot`.
+    pub fn with_boot(ctx: Arc<DeployContext>, boot: Arc<dyn BootInterface>) -> IscsiDeploy {
+        IscsiDeploy { ctx, boot }
     }
 }
 
@@ -220,18 +220,18 @@ pub fn boot_option(info: &InstanceInfo, whole_disk: bool) -> anyhow::Result<Boot
     }
 }
 
-/// The boot mode the ramdisk was booted in (recorded by [`vmedia::prepare`]).
+/// The boot mode the ramdisk was booted in (recorded by [`BootInterface::prepare_ramdisk`]).
 fn deployed_boot_mode(node: &Node) -> anyhow::Result<BootMode> {
     match node
         .driver_internal_info
-        .get(vmedia::BOOT_MODE_KEY)
+        .get(BOOT_MODE_KEY)
         .and_then(|v| v.as_str())
     {
         Some(m) if m.eq_ignore_ascii_case("uefi") => Ok(BootMode::Uefi),
         Some(m) if m.eq_ignore_ascii_case("bios") => Ok(BootMode::Bios),
         other => bail!(
             "driver_internal_info.{} is {other:?}: the deploy did not record the boot mode",
-            vmedia::BOOT_MODE_KEY
+            BOOT_MODE_KEY
         ),
     }
 }
@@ -247,7 +247,7 @@ fn recorded_boot_option(node: &Node) -> Option<BootOption> {
 
 /// Where the instance boots from as settled at deploy time (or, for a node deployed before it
 /// was recorded, as its fields say).
-pub(crate) fn settled_boot_option(node: &Node) -> anyhow::Result<BootOption> {
+fn settled_boot_option(node: &Node) -> anyhow::Result<BootOption> {
     if let Some(option) = recorded_boot_option(node) {
         return Ok(option);
     }
@@ -258,9 +258,9 @@ pub(crate) fn settled_boot_option(node: &Node) -> anyhow::Result<BootOption> {
     )
 }
 
-/// Where the instance will boot from, refusing what neither iSCSI flow can deploy: a partition
+/// Where the instance will boot from, refusing what the iSCSI deploy cannot do: a partition
 /// image booting locally (see the module's limitations); records it for the call-back.
-pub(crate) fn plan_boot_option(node: &mut Node) -> anyhow::Result<BootOption> {
+fn plan_boot_option(node: &mut Node) -> anyhow::Result<BootOption> {
     let info = InstanceInfo::of(node).context("instance_info")?;
     let whole_disk = info.is_whole_disk(&node.driver_internal_info);
     let option = checked_boot_option(node, &info, whole_disk)?;
@@ -276,7 +276,7 @@ pub(crate) fn plan_boot_option(node: &mut Node) -> anyhow::Result<BootOption> {
 }
 
 /// [`boot_option`], refusing a partition image with local boot.
-pub(crate) fn checked_boot_option(
+fn checked_boot_option(
     node: &Node,
     info: &InstanceInfo,
     whole_disk: bool,
@@ -301,33 +301,31 @@ impl DeployInterface for IscsiDeploy {
         let whole_disk = info.is_whole_disk(&node.driver_internal_info);
         let option = checked_boot_option(node, &info, whole_disk)?;
         if option == BootOption::Netboot {
-            netboot::validate(&self.ctx, node)
-                .await
-                .context("checking the boot ISO the instance will boot from")?;
+            self.boot.validate_instance(node).await?;
         }
-        vmedia::validate_node(&self.ctx, node).await
+        super::validate_boot(&self.ctx, self.boot.as_ref(), node).await
     }
 
     async fn deploy(&self, node: &mut Node) -> anyhow::Result<DeployStep> {
         self.validate(node).await.context("validating the node")?;
         let option = plan_boot_option(node)?;
         let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
-        vmedia::prepare(
-            &self.ctx,
-            &bmc,
-            node,
-            Ramdisk::Iscsi {
-                boot_option: option,
-                chap: self
-                    .ctx
-                    .config
-                    .iscsi_chap
-                    .as_ref()
-                    .map(|c| (c.user.as_str(), &c.secret)),
-            },
-        )
-        .await
-        .context("booting the deploy ramdisk from virtual media")?;
+        self.boot
+            .prepare_ramdisk(
+                &bmc,
+                node,
+                Ramdisk::Iscsi {
+                    boot_option: option,
+                    chap: self
+                        .ctx
+                        .config
+                        .iscsi_chap
+                        .as_ref()
+                        .map(|c| (c.user.as_str(), &c.secret)),
+                },
+            )
+            .await
+            .context("booting the deploy ramdisk")?;
         Ok(DeployStep::Wait)
     }
 
@@ -341,22 +339,21 @@ impl DeployInterface for IscsiDeploy {
         info: &ValidPassDeployInfo,
     ) -> anyhow::Result<DeployStep> {
         let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
-        // The ramdisk has read its floppy and booted: media out, floppy object gone.
-        vmedia::cleanup(&self.ctx, Some(&bmc), node).await;
+        // The ramdisk has read its parameters and booted: its boot media or files go.
+        self.boot.clean_up_ramdisk(Some(&bmc), node).await;
         let option = settled_boot_option(node)?;
         let planned = plan_write(&self.ctx, node).await?;
-        // The boot ISO is ready before the first byte goes to the disk: a kernel that cannot
-        // boot, or an ISO that cannot be built or stored, fails the deploy with the disk as
-        // it was. The deploy's clean-up releases the ISO when a later step fails.
+        // The instance's boot is ready before the first byte goes to the disk: a kernel that
+        // cannot boot, or a boot ISO that cannot be built or stored, fails the deploy with the
+        // disk as it was. The deploy's clean-up undoes it when a later step fails.
         let expected_root = if option == BootOption::Netboot {
             let root_uuid = planned.root_fs_uuid().await?.context(
                 "netboot needs a partition image: a whole-disk image boots from its disk",
             )?;
-            netboot::prepare(&self.ctx, node, &root_uuid)
+            self.boot
+                .prepare_instance(node, &root_uuid)
                 .await
-                .context(
-                    "preparing the boot ISO the instance will boot from (nothing written yet)",
-                )?;
+                .context("preparing the instance's boot (nothing written yet)")?;
             Some(root_uuid)
         } else {
             None
@@ -368,14 +365,12 @@ impl DeployInterface for IscsiDeploy {
                 if expected_root.as_deref() != Some(written.root_uuid_or_disk_id.as_str()) {
                     bail!(
                         "the root file system read back has UUID {}, not {:?} as the image \
-                         said: the boot ISO would not find it",
+                         said: the instance's boot would not find it",
                         written.root_uuid_or_disk_id,
                         expected_root
                     );
                 }
-                netboot::boot_instance(&self.ctx, &bmc, node)
-                    .await
-                    .context("booting the instance from its boot ISO")?
+                self.boot.boot_instance(&bmc, node).await?
             }
         }
         bmc.power_off().await?;
@@ -389,29 +384,22 @@ impl DeployInterface for IscsiDeploy {
             return Ok(());
         }
         let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
-        netboot::reattach(&self.ctx, &bmc, node)
-            .await
-            .context("attaching the instance's boot ISO again")
+        self.boot.reboot_instance(&bmc, node).await
     }
 
-    // Cleaning boots the same deploy ISO, whose agent serves the `clean` extension.
-    async fn prepare_cleaning(&self, node: &mut Node) -> anyhow::Result<()> {
-        super::clean::prepare(&self.ctx, node).await
-    }
-
-    async fn clean_heartbeat(
-        &self,
-        node: &mut Node,
-        heartbeat: &ValidHeartbeat,
-    ) -> anyhow::Result<()> {
-        super::clean::heartbeat(&self.ctx, node, heartbeat, &Default::default()).await
+    // Cleaning boots the agent: the deploy ISO's agent serves the `clean` extension.
+    fn cleaning(&self) -> Option<Cleaning<'_>> {
+        self.boot.boots_agent().then(|| Cleaning {
+            ctx: &self.ctx,
+            boot: self.boot.as_ref(),
+        })
     }
 
     async fn tear_down(&self, node: &mut Node) -> anyhow::Result<()> {
         let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
         bmc.power_off().await?;
-        vmedia::cleanup(&self.ctx, Some(&bmc), node).await;
-        netboot::release(&self.ctx, node).await;
+        self.boot.clean_up_ramdisk(Some(&bmc), node).await;
+        self.boot.clean_up_instance(node).await;
         node.driver_internal_info.remove(ROOT_UUID_KEY);
         node.driver_internal_info.remove(BOOT_OPTION_KEY);
         Ok(())
@@ -419,7 +407,7 @@ impl DeployInterface for IscsiDeploy {
 
     async fn clean_up(&self, node: &mut Node) {
         let bmc = Bmc::connect_for_cleanup(node, &self.ctx.config.ilo_defaults).await;
-        vmedia::cleanup(&self.ctx, bmc.as_ref(), node).await;
-        netboot::release(&self.ctx, node).await;
+        self.boot.clean_up_ramdisk(bmc.as_ref(), node).await;
+        self.boot.clean_up_instance(node).await;
     }
 }
