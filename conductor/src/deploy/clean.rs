@@ -40,10 +40,10 @@ use vmdeploy_shared::api::clean::{
 };
 use vmdeploy_shared::api::ipa::{CommandResult, CommandStatus, ValidHeartbeat};
 
-use super::agent::{
+use super::agent_session::client::AgentClient;
+use super::agent_session::{
     agent_client, agent_failure, clear_agent_fields, power_off_through_agent, record_heartbeat,
 };
-use super::agent_session::client::AgentClient;
 use super::DeployContext;
 use crate::bmc::Bmc;
 use crate::boot::{BootInterface, Ramdisk};

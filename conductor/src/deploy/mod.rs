@@ -28,9 +28,9 @@ use crate::boot::pxe::PxeBoot;
 use crate::boot::vmedia::VirtualMediaBoot;
 use crate::boot::BootInterface;
 use crate::context::image;
-use vmdeploy_shared::api::ipa::ValidHeartbeat;
 use crate::node::hardware_type::{BootMethod, DeployMethod, NodeInterfaces};
 use crate::store::Node;
+use vmdeploy_shared::api::ipa::ValidHeartbeat;
 
 pub use crate::context::{DeployConfig, DeployContext, IscsiChap, DONE_PORT, ISCSI_PORT};
 

@@ -416,7 +416,7 @@ impl Settings {
             agent_power_off_wait: seconds(
                 keys::DEPLOY_AGENT_POWER_OFF_WAIT,
                 deploy.agent_power_off_wait,
-                crate::deploy::agent::DEFAULT_AGENT_POWER_OFF_WAIT,
+                crate::deploy::agent_session::DEFAULT_AGENT_POWER_OFF_WAIT,
             )?,
             automated_clean: deploy.automated_clean,
             power_sync_interval: seconds(
