@@ -25,8 +25,8 @@ use vmdeploy_conductor::objects::{ObjectError, ObjectPath, ObjectStore};
 use vmdeploy_conductor::states::ProvisionState;
 use vmdeploy_conductor::store::{Node, Store};
 use vmdeploy_integration_tests::conductor_env::{
-    api_listener, enroll, inserted_floppy, AgentProcess, ApiShim, Builtin, Conductor, Emulator,
-    Media, Settings, CONTAINER,
+    api_listener, enroll, inserted_floppy, AgentProcess, Api, Builtin, Conductor, Emulator, Media,
+    Settings, CONTAINER,
 };
 use vmdeploy_integration_tests::http::TestPki;
 use vmdeploy_integration_tests::loopdev::{require_loop_devices, LoopDevice, LoopIo};
@@ -132,7 +132,7 @@ async fn exists(objects: &dyn ObjectStore, path: &ObjectPath) -> bool {
 /// Everything one test holds.
 struct Env {
     conductor: Conductor,
-    _api: ApiShim,
+    _api: Api,
     api_url: String,
     emulator: Emulator,
     builtin: Builtin,
@@ -160,13 +160,15 @@ impl Env {
             ca_pem: Some(pki.ca_pem.clone()),
             callback_timeout: Duration::from_secs(120),
         };
-        let conductor = Conductor::start_cleaning(
+        let conductor = Conductor::builder(
             &db.path().join("vmdeploy.sqlite"),
             builtin.objects(),
             &settings,
         )
+        .automated_clean()
+        .start()
         .await;
-        let api = ApiShim::serve_api(listener, Arc::clone(&conductor.manager));
+        let api = Api::serve(listener, Arc::clone(&conductor.manager));
         let node = enroll(
             &conductor.nodes,
             ProvisionState::Available,
