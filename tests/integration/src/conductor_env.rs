@@ -592,6 +592,9 @@ pub async fn enroll(
     properties: Value,
 ) -> Node {
     let mut node = Node::new(uuid::Uuid::new_v4(), "agent_ilo", state);
+    // Entered `state` now, as the transition that put it there would record: a node waiting
+    // for its ramdisk without this time counts as timed out at the Manager's next check.
+    node.provision_updated_at = Some(time::OffsetDateTime::now_utc());
     node.driver_info = driver_info;
     node.driver_info.insert(
         "ilo_deploy_iso".into(),

@@ -84,20 +84,21 @@ impl RealApi {
             ca_pem: Some(pki.ca_pem.clone()),
             callback_timeout: Duration::from_secs(600),
         };
-        let images = vmdeploy_conductor::image_cache::ImageCache::open_with(
-            dir.path().join("images"),
-            1 << 30,
-            Default::default(),
-        )
-        .expect("image cache");
         let builder = Conductor::builder(
             &dir.path().join("vmdeploy.sqlite"),
             builtin.objects(),
             &settings,
         );
-        let conductor = match driver {
-            "iscsi_ilo" => builder.iscsi(images).start().await,
-            _ => builder.start().await,
+        let conductor = if driver == "iscsi_ilo" {
+            let images = vmdeploy_conductor::image_cache::ImageCache::open_with(
+                dir.path().join("images"),
+                1 << 30,
+                Default::default(),
+            )
+            .expect("image cache");
+            builder.iscsi(images).start().await
+        } else {
+            builder.start().await
         };
         let api = Api::serve(listener, Arc::clone(&conductor.manager));
         let media = Media::new(&[1u8; 4096]);
