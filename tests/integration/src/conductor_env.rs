@@ -240,6 +240,21 @@ pub async fn api_listener() -> (tokio::net::TcpListener, String) {
     (listener, format!("http://{addr}"))
 }
 
+/// Binds the API's port ([`api_listener`]) and the settings naming its URL, with `ca_pem` for
+/// the floppy and `callback_timeout` for the ramdisk's call-backs.
+pub async fn api_settings(
+    ca_pem: Option<String>,
+    callback_timeout: Duration,
+) -> (tokio::net::TcpListener, Settings) {
+    let (listener, api_url) = api_listener().await;
+    let settings = Settings {
+        api_url,
+        ca_pem,
+        callback_timeout,
+    };
+    (listener, settings)
+}
+
 /// The conductor's real API router ([`vmdeploy_conductor::api::router`]: every `/v1`
 /// resource, and the unversioned paths old ramdisks post to) serving a Manager on loopback, as
 /// `vmdeploy-conductor serve` does, so the ramdisk's calls get the status codes, fault bodies
@@ -849,12 +864,8 @@ impl IscsiEnv {
         let pki = TestPki::new();
         let builtin = Builtin::start(&pki).await;
         let dir = tempfile::tempdir().expect("temp dir");
-        let (listener, api_url) = api_listener().await;
-        let settings = Settings {
-            api_url: api_url.clone(),
-            ca_pem: Some(pki.ca_pem.clone()),
-            callback_timeout: options.callback_timeout,
-        };
+        let (listener, settings) =
+            api_settings(Some(pki.ca_pem.clone()), options.callback_timeout).await;
         let images = vmdeploy_conductor::image_cache::ImageCache::open_with(
             dir.path().join("images"),
             4 << 30,
@@ -904,7 +915,7 @@ impl IscsiEnv {
             done_port,
             conductor,
             api,
-            api_url,
+            api_url: settings.api_url,
             emulator,
             boot_isos,
         }

@@ -25,8 +25,8 @@ use vmdeploy_conductor::objects::{ObjectError, ObjectPath, ObjectStore};
 use vmdeploy_conductor::states::ProvisionState;
 use vmdeploy_conductor::store::{Node, Store};
 use vmdeploy_integration_tests::conductor_env::{
-    api_listener, enroll, inserted_floppy, AgentProcess, Api, Builtin, Conductor, Emulator, Media,
-    Settings, CONTAINER,
+    api_settings, enroll, inserted_floppy, AgentProcess, Api, Builtin, Conductor, Emulator, Media,
+    CONTAINER,
 };
 use vmdeploy_integration_tests::http::TestPki;
 use vmdeploy_integration_tests::loopdev::{require_loop_devices, LoopDevice, LoopIo};
@@ -154,12 +154,8 @@ impl Env {
         let builtin = Builtin::start(&pki).await;
         let media = Media::new(&image);
         let db = tempfile::tempdir().expect("temp dir");
-        let (listener, api_url) = api_listener().await;
-        let settings = Settings {
-            api_url: api_url.clone(),
-            ca_pem: Some(pki.ca_pem.clone()),
-            callback_timeout: Duration::from_secs(120),
-        };
+        let (listener, settings) =
+            api_settings(Some(pki.ca_pem.clone()), Duration::from_secs(120)).await;
         let conductor = Conductor::builder(
             &db.path().join("vmdeploy.sqlite"),
             builtin.objects(),
@@ -181,7 +177,7 @@ impl Env {
         Env {
             conductor,
             _api: api,
-            api_url,
+            api_url: settings.api_url,
             emulator,
             builtin,
             disk,

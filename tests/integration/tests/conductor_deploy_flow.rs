@@ -24,8 +24,8 @@ use vmdeploy_conductor::states::ProvisionState;
 use vmdeploy_conductor::store::sqlite::SqliteStore;
 use vmdeploy_conductor::store::{Node, NodeIdent, Store};
 use vmdeploy_integration_tests::conductor_env::{
-    api_listener, deploy_config, enroll, fetch_media, floppy_params, inserted_floppy, make_image,
-    AgentProcess, Api, Builtin, Conductor, Emulator, Media, Settings, CONTAINER, FLOPPY_TTL, MAC,
+    api_settings, deploy_config, enroll, fetch_media, floppy_params, inserted_floppy, make_image,
+    AgentProcess, Api, Builtin, Conductor, Emulator, Media, CONTAINER, FLOPPY_TTL, MAC,
 };
 use vmdeploy_integration_tests::http::TestPki;
 use vmdeploy_integration_tests::loopdev::{require_loop_devices, LoopDevice, LoopIo};
@@ -344,12 +344,7 @@ async fn deploy_through_the_manager(objects: Arc<dyn ObjectStore>, ca_pem: Optio
     let emulator = Emulator::start(&[]);
     let media = Media::new(&image);
     let db = tempfile::tempdir().expect("temp dir");
-    let (listener, api_url) = api_listener().await;
-    let settings = Settings {
-        api_url: api_url.clone(),
-        ca_pem: ca_pem.clone(),
-        callback_timeout: Duration::from_secs(120),
-    };
+    let (listener, settings) = api_settings(ca_pem.clone(), Duration::from_secs(120)).await;
     let conductor = Conductor::builder(
         &db.path().join("vmdeploy.sqlite"),
         Arc::clone(&objects),
@@ -395,7 +390,7 @@ async fn deploy_through_the_manager(objects: Arc<dyn ObjectStore>, ca_pem: Optio
         .as_str()
         .expect("the token is stored before the node boots");
     assert_eq!(params.get("ipa-agent-token"), Some(token));
-    assert_eq!(params.get("ipa-api-url"), Some(api_url.as_str()));
+    assert_eq!(params.get("ipa-api-url"), Some(settings.api_url.as_str()));
     assert_eq!(params.get("ipa-driver-name"), Some("agent_ilo"));
     assert_eq!(params.get("BOOTIF"), Some(MAC));
     assert_eq!(

@@ -17,7 +17,7 @@ use vmdeploy_conductor::objects::{ObjectError, ObjectStore};
 use vmdeploy_conductor::states::ProvisionState;
 use vmdeploy_conductor::store::Node;
 use vmdeploy_integration_tests::conductor_env::{
-    agent_flow, api_listener, enroll, floppy_params, inserted_floppy, make_image, AgentProcess,
+    agent_flow, api_settings, enroll, floppy_params, inserted_floppy, make_image, AgentProcess,
     Api, Builtin, Conductor, Emulator, Media, Settings, CONTAINER, PASSWORD,
 };
 use vmdeploy_integration_tests::free_port;
@@ -48,12 +48,7 @@ impl Env {
         let pki = TestPki::new();
         let builtin = Builtin::start(&pki).await;
         let db = tempfile::tempdir().expect("temp dir");
-        let (listener, api_url) = api_listener().await;
-        let settings = Settings {
-            api_url,
-            ca_pem: Some(pki.ca_pem.clone()),
-            callback_timeout,
-        };
+        let (listener, settings) = api_settings(Some(pki.ca_pem.clone()), callback_timeout).await;
         let conductor = Conductor::builder(
             &db.path().join("vmdeploy.sqlite"),
             builtin.objects(),
@@ -247,12 +242,7 @@ async fn a_stopped_swift_fails_the_deploy_naming_the_store() {
     let emulator = Emulator::start(&[]);
     let media = Media::new(&[1u8; 4096]);
     let db = tempfile::tempdir().expect("temp dir");
-    let (listener, api_url) = api_listener().await;
-    let settings = Settings {
-        api_url,
-        ca_pem: None,
-        callback_timeout: LONG_CALLBACK,
-    };
+    let (listener, settings) = api_settings(None, LONG_CALLBACK).await;
     let conductor = Conductor::builder(
         &db.path().join("vmdeploy.sqlite"),
         Arc::clone(&store),

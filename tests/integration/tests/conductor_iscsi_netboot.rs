@@ -31,8 +31,8 @@ use vmdeploy_conductor::objects::{ObjectPath, ObjectStore};
 use vmdeploy_conductor::states::{NodePower, ProvisionState, ProvisionVerb};
 use vmdeploy_conductor::store::{Node, NodeIdent, Store as _};
 use vmdeploy_integration_tests::conductor_env::{
-    api_listener, boot_loaders_dir, enroll, inserted_floppy, stand_in_kernel_and_ramdisk,
-    AgentProcess, Api, Builtin, Conductor, Emulator, Media, Settings, CONTAINER,
+    api_settings, boot_loaders_dir, enroll, inserted_floppy, stand_in_kernel_and_ramdisk,
+    AgentProcess, Api, Builtin, Conductor, Emulator, Media, CONTAINER,
 };
 use vmdeploy_integration_tests::free_port;
 use vmdeploy_integration_tests::http::TestPki;
@@ -113,12 +113,7 @@ impl NetbootEnv {
             (Objects::Builtin(builtin), objects, Some(pki.ca_pem.clone()))
         };
         let dir = tempfile::tempdir().expect("temp dir");
-        let (listener, api_url) = api_listener().await;
-        let settings = Settings {
-            api_url,
-            ca_pem: ca_pem.clone(),
-            callback_timeout: STEP,
-        };
+        let (listener, settings) = api_settings(ca_pem.clone(), STEP).await;
         let images = ImageCache::open_with(
             dir.path().join("images"),
             1 << 30,

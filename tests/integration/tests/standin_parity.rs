@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use vmdeploy_conductor::states::ProvisionState;
 use vmdeploy_conductor::store::{Node, Store};
 use vmdeploy_integration_tests::conductor_env::{
-    api_listener, enroll, obj, Api, Builtin, Conductor, Media, Settings,
+    api_settings, enroll, obj, Api, Builtin, Conductor, Media,
 };
 use vmdeploy_integration_tests::fault::{self, Fault};
 use vmdeploy_integration_tests::http::TestPki;
@@ -78,12 +78,8 @@ impl RealApi {
         let pki = TestPki::new();
         let builtin = Builtin::start(&pki).await;
         let dir = tempfile::tempdir().expect("temp dir");
-        let (listener, url) = api_listener().await;
-        let settings = Settings {
-            api_url: url.clone(),
-            ca_pem: Some(pki.ca_pem.clone()),
-            callback_timeout: Duration::from_secs(600),
-        };
+        let (listener, settings) =
+            api_settings(Some(pki.ca_pem.clone()), Duration::from_secs(600)).await;
         let builder = Conductor::builder(
             &dir.path().join("vmdeploy.sqlite"),
             builtin.objects(),
@@ -128,7 +124,7 @@ impl RealApi {
             .await
             .expect("the node waits for its ramdisk");
         RealApi {
-            url,
+            url: settings.api_url,
             node,
             _api: api,
             _conductor: conductor,
@@ -142,6 +138,32 @@ impl RealApi {
 /// `body` as a fault, failing with `who` and the body when it is not one.
 fn fault_of(who: &str, body: &Value) -> Fault {
     fault::parse(body).unwrap_or_else(|e| panic!("{who}'s refusal is not Ironic's fault: {e}"))
+}
+
+/// Posts `wrong` (a call-back with the wrong `secret_name`) to `path` on the real API and on
+/// `standin` (named `who`): both must answer 403 with the same fault, and neither may show
+/// `secret`, the node's real one.
+async fn assert_same_refusal(
+    real: &RealApi,
+    (who, standin): (&str, &str),
+    path: &str,
+    wrong: Value,
+    (secret_name, secret): (&str, &str),
+) {
+    let (api_status, api_body) = post(&real.url, path, wrong.clone()).await;
+    let (standin_status, standin_body) = post(standin, path, wrong).await;
+
+    assert_eq!(
+        api_status, 403,
+        "the API refuses a wrong {secret_name}: {api_body}"
+    );
+    assert_eq!(standin_status, api_status, "{who}: {standin_body}");
+    let (api, standin) = (fault_of("the API", &api_body), fault_of(who, &standin_body));
+    assert_eq!(standin, api, "{who}'s fault is the API's");
+    assert!(
+        !api_body.to_string().contains(secret) && !standin_body.to_string().contains(secret),
+        "no answer shows the node's {secret_name}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,20 +182,9 @@ async fn the_iscsi_standin_refuses_a_wrong_deploy_key_as_the_api_does() {
     let wrong = json!({"address": "127.0.0.1", "key": "ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ",
                        "iqn": iqn, "error": ""});
 
-    let (api_status, api_body) = post(&real.url, &path, wrong.clone()).await;
-    let (standin_status, standin_body) = post(&standin.api_url(), &path, wrong).await;
-
-    assert_eq!(api_status, 403, "the API refuses a wrong key: {api_body}");
-    assert_eq!(standin_status, api_status, "{standin_body}");
-    let (api, standin) = (
-        fault_of("the API", &api_body),
-        fault_of("the iSCSI stand-in", &standin_body),
-    );
-    assert_eq!(standin, api, "the stand-in's fault is the API's");
-    assert!(
-        !api_body.to_string().contains(KEY) && !standin_body.to_string().contains(KEY),
-        "no answer shows the node's key"
-    );
+    let standin_url = standin.api_url();
+    let asked = ("the iSCSI stand-in", standin_url.as_str());
+    assert_same_refusal(&real, asked, &path, wrong, ("key", KEY)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,18 +207,7 @@ async fn the_ipa_standin_refuses_a_wrong_token_as_the_api_does() {
     let wrong = json!({"callback_url": "http://127.0.0.1:9999", "agent_version": "10.0.0",
                        "agent_token": "not-the-nodes-token"});
 
-    let (api_status, api_body) = post(&real.url, &path, wrong.clone()).await;
-    let (standin_status, standin_body) = post(&standin.url(), &path, wrong).await;
-
-    assert_eq!(api_status, 403, "the API refuses a wrong token: {api_body}");
-    assert_eq!(standin_status, api_status, "{standin_body}");
-    let (api, standin) = (
-        fault_of("the API", &api_body),
-        fault_of("the IPA stand-in", &standin_body),
-    );
-    assert_eq!(standin, api, "the stand-in's fault is the API's");
-    assert!(
-        !api_body.to_string().contains(TOKEN) && !standin_body.to_string().contains(TOKEN),
-        "no answer shows the node's token"
-    );
+    let standin_url = standin.url();
+    let asked = ("the IPA stand-in", standin_url.as_str());
+    assert_same_refusal(&real, asked, &path, wrong, ("token", TOKEN)).await;
 }
