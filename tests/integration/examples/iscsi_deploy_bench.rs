@@ -198,7 +198,6 @@ async fn main() {
     // Room for the partition table and alignment around a partition image's root.
     let disk_len = image.len() as u64 + (64 << 20);
     let env = IscsiEnv::start_with(IscsiOptions {
-        real_api: true,
         netboot: boot_files.is_some(),
         ..IscsiOptions::new(STEP)
     })

@@ -3,9 +3,10 @@
 //! need a target for the conductor's initiator. Killed when dropped.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::child::ChildGuard;
 use crate::{bin, free_port, tcp_listening};
 
 /// How long the target may take to listen.
@@ -13,7 +14,7 @@ const LISTEN_WAIT: Duration = Duration::from_secs(20);
 
 /// A running `vmdeploy-agent iscsi-target`.
 pub struct AgentTarget {
-    child: Child,
+    child: ChildGuard,
     /// `127.0.0.1:PORT` of its portal.
     pub portal: String,
     /// The port it waits for `done` on.
@@ -51,7 +52,7 @@ impl AgentTarget {
             .spawn()
             .expect("starting vmdeploy-agent iscsi-target (fix: cargo build --workspace --bins)");
         let mut target = AgentTarget {
-            child,
+            child: ChildGuard::new(child),
             portal,
             done_port,
         };
@@ -68,12 +69,5 @@ impl AgentTarget {
             std::thread::sleep(Duration::from_millis(10));
         }
         target
-    }
-}
-
-impl Drop for AgentTarget {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

@@ -1,46 +1,38 @@
-//! The set-up the conductor's deploy tests share (`conductor_deploy_flow.rs`,
-//! `conductor_faults.rs`): the iLO emulator as a process, the built-in object store over TLS,
-//! the real [`Manager`] on a SQLite file, the agent binary as a process, and a small HTTP shim
-//! that serves the agent's `lookup` and `heartbeat` by calling the Manager.
+//! The set-up the conductor's deploy tests share (`conductor_*.rs`): the iLO emulator as a
+//! process, the built-in object store over TLS, the real [`Manager`] on a SQLite file (one
+//! [`Conductor::builder`] for every flow and option), the conductor's real API router
+//! ([`Api`]) in front of it, and the agent binary as a process.
 //!
-//! The shim ([`ApiShim`]) is a stand-in for the conductor's API router, which comes with another
-//! branch: it only parses the two ramdisk requests and forwards them to
-//! [`Manager::lookup`] / [`Manager::heartbeat`], mapping the Manager's errors to the status codes
-//! Ironic gives. Everything behind it (token check, reservations, the `agent_ilo` flow) is the
-//! conductor's own code.
+//! The API is the service's own router, not a stand-in: the ramdisk's `lookup`, heartbeats and
+//! `pass_deploy_info` get exactly the status codes, fault bodies and masked node the service
+//! gives (a refused token or deploy key is a 403).
 //!
 //! One CA ([`TestPki`]) signs the built-in store's certificate and goes on the floppy as the
 //! conductor's CA (`ipa-agent-ca`), as the service's `tls = "auto"` does; the agent then trusts
 //! the store's temp URLs. The API itself is plain HTTP on loopback.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::{Path as UrlPath, Query, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use vmdeploy_conductor::deploy::agent::AgentDeploy;
 use vmdeploy_conductor::deploy::{DeployConfig, DeployContext, DeployInterface};
-use vmdeploy_conductor::manager::{Manager, ManagerConfig, ManagerError};
+use vmdeploy_conductor::manager::{Manager, ManagerConfig};
 use vmdeploy_conductor::node::hardware_type::{DeployMethod, NodeInterfaces};
 use vmdeploy_conductor::objects::builtin::{BuiltinConfig, BuiltinStore};
 use vmdeploy_conductor::objects::ObjectStore;
 use vmdeploy_conductor::states::ProvisionState;
 use vmdeploy_conductor::store::sqlite::SqliteStore;
-use vmdeploy_conductor::store::{JsonObject, Node, NodeIdent, Port, Store, StoreError};
-use vmdeploy_shared::api::ipa::Heartbeat;
-use vmdeploy_shared::api::PassDeployInfo;
+use vmdeploy_conductor::store::{JsonObject, Node, NodeIdent, Port, Store};
 use vmdeploy_shared::secret::Secret;
 
+use crate::child::ChildGuard;
 use crate::http::TestPki;
 use crate::{bin, free_port};
 
@@ -89,19 +81,12 @@ pub fn deploy_config(api_url: String, ca_pem: Option<String>) -> DeployConfig {
 
 /// A running `ilo-emulator`, killed on drop.
 pub struct Emulator {
-    child: Child,
+    _child: ChildGuard,
     /// `host:port` of its HTTPS server.
     pub address: String,
     /// Its certificate (PEM file), for `ilo_verify_ca`.
     pub cert: PathBuf,
     _dir: tempfile::TempDir,
-}
-
-impl Drop for Emulator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Emulator {
@@ -111,7 +96,7 @@ impl Emulator {
         let cert = dir.path().join("cert.pem");
         let (child, address) = crate::emulator::spawn(USER, password, &cert, extra);
         Emulator {
-            child,
+            _child: child,
             address,
             cert,
             _dir: dir,
@@ -244,77 +229,52 @@ impl Drop for Builtin {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The API shim and the Manager.
+// The API and the Manager.
 
-/// Binds the API shim's port first, because its URL goes on the floppy the Manager builds.
+/// Binds the API's port first, because its URL goes on the floppy the Manager builds.
 pub async fn api_listener() -> (tokio::net::TcpListener, String) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
-        .expect("binding the API shim");
+        .expect("binding the API");
     let addr = listener.local_addr().expect("bound address");
     (listener, format!("http://{addr}"))
 }
 
-#[derive(Clone)]
-struct ShimState {
-    manager: Arc<Manager>,
-    refused: Arc<AtomicUsize>,
-    accepted: Arc<AtomicUsize>,
+/// Binds the API's port ([`api_listener`]) and the settings naming its URL, with `ca_pem` for
+/// the floppy and `callback_timeout` for the ramdisk's call-backs.
+pub async fn api_settings(
+    ca_pem: Option<String>,
+    callback_timeout: Duration,
+) -> (tokio::net::TcpListener, Settings) {
+    let (listener, api_url) = api_listener().await;
+    let settings = Settings {
+        api_url,
+        ca_pem,
+        callback_timeout,
+    };
+    (listener, settings)
 }
 
-/// A stand-in of the API router for the ramdisk's two calls, forwarding to the Manager (see
-/// the module documentation). Stops on drop.
-pub struct ApiShim {
+/// The conductor's real API router ([`vmdeploy_conductor::api::router`]: every `/v1`
+/// resource, and the unversioned paths old ramdisks post to) serving a Manager on loopback, as
+/// `vmdeploy-conductor serve` does, so the ramdisk's calls get the status codes, fault bodies
+/// and masking the service gives. It counts the ramdisk call-backs (heartbeats and
+/// `pass_deploy_info`) it answers 202 (accepted) and 403 (refused). Stops on drop.
+pub struct Api {
     refused: Arc<AtomicUsize>,
     accepted: Arc<AtomicUsize>,
     stop: watch::Sender<bool>,
 }
 
-impl Drop for ApiShim {
+impl Drop for Api {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
     }
 }
 
-impl ApiShim {
-    /// Serves `GET /`, `GET /v1/lookup` and `POST /v1/heartbeat/{node}` on `listener`.
-    pub fn serve(listener: tokio::net::TcpListener, manager: Arc<Manager>) -> ApiShim {
-        let refused = Arc::new(AtomicUsize::new(0));
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let state = ShimState {
-            manager,
-            refused: Arc::clone(&refused),
-            accepted: Arc::clone(&accepted),
-        };
-        let router = Router::new()
-            .route("/", get(root))
-            .route("/v1/lookup", get(lookup))
-            .route("/v1/heartbeat/{node}", post(heartbeat))
-            .route(
-                "/v1/nodes/{node}/vendor_passthru/pass_deploy_info",
-                post(pass_deploy_info),
-            )
-            .with_state(state);
-        let (stop, mut stopped) = watch::channel(false);
-        tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            };
-            let _ = axum::serve(listener, router)
-                .with_graceful_shutdown(shutdown)
-                .await;
-        });
-        ApiShim {
-            refused,
-            accepted,
-            stop,
-        }
-    }
-
-    /// Serves the conductor's real API router ([`vmdeploy_conductor::api::router`]: every
-    /// `/v1` resource, and the unversioned paths old ramdisks post to) on `listener`, counting
-    /// the ramdisk call-backs it answers 202 (accepted) and 401/403 (refused).
-    pub fn serve_api(listener: tokio::net::TcpListener, manager: Arc<Manager>) -> ApiShim {
+impl Api {
+    /// Serves `manager`'s API on `listener` (from [`api_listener`]).
+    pub fn serve(listener: tokio::net::TcpListener, manager: Arc<Manager>) -> Api {
         let refused = Arc::new(AtomicUsize::new(0));
         let accepted = Arc::new(AtomicUsize::new(0));
         let counters = (Arc::clone(&refused), Arc::clone(&accepted));
@@ -328,9 +288,7 @@ impl ApiShim {
                         if path.contains("/heartbeat/") || path.ends_with("/pass_deploy_info") {
                             match response.status() {
                                 StatusCode::ACCEPTED => accepted.fetch_add(1, Ordering::SeqCst),
-                                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                                    refused.fetch_add(1, Ordering::SeqCst)
-                                }
+                                StatusCode::FORBIDDEN => refused.fetch_add(1, Ordering::SeqCst),
                                 _ => 0,
                             };
                         }
@@ -348,126 +306,21 @@ impl ApiShim {
                 .with_graceful_shutdown(shutdown)
                 .await;
         });
-        ApiShim {
+        Api {
             refused,
             accepted,
             stop,
         }
     }
 
-    /// Heartbeats the Manager refused with 401 (wrong or missing token).
+    /// Call-backs the API refused with 403 (wrong or missing token, wrong deploy key).
     pub fn refused_heartbeats(&self) -> usize {
         self.refused.load(Ordering::SeqCst)
     }
 
-    /// Heartbeats the Manager accepted (202).
+    /// Call-backs the API accepted (202).
     pub fn accepted_heartbeats(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
-    }
-}
-
-async fn root() -> Json<Value> {
-    Json(json!({
-        "name": "vmdeploy API shim (tests)",
-        "default_version": {"id": "v1", "version": "1.72", "min_version": "1.1",
-                            "status": "CURRENT"},
-        "versions": [{"id": "v1", "version": "1.72", "min_version": "1.1",
-                      "status": "CURRENT"}],
-    }))
-}
-
-/// Ironic's status code of a Manager error, with its text.
-fn refusal(err: &ManagerError) -> Response {
-    let status = match err {
-        ManagerError::Store(StoreError::NotFound { .. }) => StatusCode::NOT_FOUND,
-        ManagerError::Store(StoreError::Locked { .. }) | ManagerError::StateConflict { .. } => {
-            StatusCode::CONFLICT
-        }
-        ManagerError::CallbackRefused { .. } => StatusCode::UNAUTHORIZED,
-        ManagerError::InvalidInput { .. }
-        | ManagerError::Unsupported { .. }
-        | ManagerError::InMaintenance { .. }
-        | ManagerError::InvalidState { .. } => StatusCode::BAD_REQUEST,
-        e @ ManagerError::Bmc { .. } if e.is_bmc_settings() => StatusCode::BAD_REQUEST,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    (status, Json(json!({"error_message": err.chain()}))).into_response()
-}
-
-async fn lookup(
-    State(shim): State<ShimState>,
-    Query(query): Query<HashMap<String, String>>,
-) -> Response {
-    let addresses: Vec<String> = query
-        .get("addresses")
-        .map(|a| a.split(',').map(str::to_owned).collect())
-        .unwrap_or_default();
-    let node_uuid = query
-        .get("node_uuid")
-        .and_then(|u| uuid::Uuid::parse_str(u).ok());
-    match shim.manager.lookup(&addresses, node_uuid).await {
-        Ok(reply) => Json(json!({"node": reply.node, "config": reply.config})).into_response(),
-        Err(err) => refusal(&err),
-    }
-}
-
-async fn heartbeat(
-    State(shim): State<ShimState>,
-    UrlPath(node): UrlPath<String>,
-    Json(body): Json<Value>,
-) -> Response {
-    let request =
-        match vmdeploy_shared::api::from_value::<Heartbeat>(body).and_then(Heartbeat::validate) {
-            Ok(request) => request,
-            Err(err) => return bad_body(&err),
-        };
-    let result = shim
-        .manager
-        .heartbeat(&NodeIdent::parse(&node), request)
-        .await;
-    shim.answer(result)
-}
-
-async fn pass_deploy_info(
-    State(shim): State<ShimState>,
-    UrlPath(node): UrlPath<String>,
-    Json(body): Json<Value>,
-) -> Response {
-    let info = match vmdeploy_shared::api::from_value::<PassDeployInfo>(body)
-        .and_then(|info| info.validate())
-    {
-        Ok(info) => info,
-        Err(err) => return bad_body(&err),
-    };
-    let result = shim
-        .manager
-        .pass_deploy_info(&NodeIdent::parse(&node), info)
-        .await;
-    shim.answer(result)
-}
-
-/// A call-back body the shared check refuses: 400, as the API answers it.
-fn bad_body(err: &vmdeploy_shared::api::ApiError) -> Response {
-    let body = Json(json!({"error_message": err.to_string()}));
-    (StatusCode::BAD_REQUEST, body).into_response()
-}
-
-impl ShimState {
-    /// 202 for a call-back the Manager took, its refusal otherwise; counts both (a 403 is a
-    /// refused token or key).
-    fn answer(&self, result: Result<(), ManagerError>) -> Response {
-        match result {
-            Ok(()) => {
-                self.accepted.fetch_add(1, Ordering::SeqCst);
-                StatusCode::ACCEPTED.into_response()
-            }
-            Err(err) => {
-                if matches!(err, ManagerError::CallbackRefused { .. }) {
-                    self.refused.fetch_add(1, Ordering::SeqCst);
-                }
-                refusal(&err)
-            }
-        }
     }
 }
 
@@ -489,8 +342,16 @@ pub fn agent_flow(context: Arc<DeployContext>) -> Arc<dyn DeployInterface> {
     Arc::new(AgentDeploy::new(context).with_agent_power_off_wait(Duration::from_secs(1)))
 }
 
+/// The real `iscsi_ilo` flow.
+fn iscsi_flow(context: Arc<DeployContext>) -> Arc<dyn DeployInterface> {
+    Arc::new(vmdeploy_conductor::deploy::iscsi::IscsiDeploy::new(context))
+}
+
+/// A deploy flow the test's Manager runs, built from the Manager's context.
+pub type Flow = fn(Arc<DeployContext>) -> Arc<dyn DeployInterface>;
+
 /// The real Manager on the SQLite file `db` over `objects`, background duties (recovery,
-/// callback timeouts) started.
+/// callback timeouts) started. Built with [`Conductor::builder`].
 pub struct Conductor {
     /// The Manager.
     pub manager: Arc<Manager>,
@@ -505,134 +366,94 @@ impl Drop for Conductor {
     }
 }
 
-impl Conductor {
-    /// A Manager whose `agent_ilo` flow is [`agent_flow`], recovery run.
-    pub async fn start(db: &Path, objects: Arc<dyn ObjectStore>, settings: &Settings) -> Conductor {
-        Conductor::start_with(db, objects, settings, agent_flow).await
+/// A change to the flows' settings, made after [`deploy_config`] (see [`ConductorBuilder::tune`]).
+pub type Tune = Box<dyn FnOnce(&mut DeployConfig) + Send>;
+
+/// A [`Conductor`] to be started: by default the agent drivers' flow is [`agent_flow`], with no
+/// image cache, no boot ISO store and no automated cleaning; each method changes one part.
+pub struct ConductorBuilder {
+    db: PathBuf,
+    objects: Arc<dyn ObjectStore>,
+    settings: Settings,
+    deploy_method: DeployMethod,
+    flow: Flow,
+    images: Option<Arc<vmdeploy_conductor::image_cache::ImageCache>>,
+    boot_isos: Option<Arc<vmdeploy_conductor::boot::vmedia::boot_iso::BootIsos>>,
+    tune: Option<Tune>,
+    automated_clean: bool,
+}
+
+impl ConductorBuilder {
+    /// Runs the agent drivers' nodes through `flow` instead of [`agent_flow`].
+    pub fn agent_flow(mut self, flow: Flow) -> ConductorBuilder {
+        self.deploy_method = DeployMethod::Agent;
+        self.flow = flow;
+        self
     }
 
-    /// [`Conductor::start`] with another flow for the agent drivers.
-    pub async fn start_with(
-        db: &Path,
-        objects: Arc<dyn ObjectStore>,
-        settings: &Settings,
-        flow: fn(Arc<DeployContext>) -> Arc<dyn DeployInterface>,
-    ) -> Conductor {
-        let config = deploy_config(settings.api_url.clone(), settings.ca_pem.clone());
-        Conductor::start_full(
-            db,
-            objects,
-            settings,
-            config,
-            None,
-            None,
-            DeployMethod::Agent,
-            flow,
-            false,
-        )
-        .await
-    }
-
-    /// [`Conductor::start`] with `deploy.automated_clean` on: undeploy and provide clean the
-    /// node through the agent.
-    pub async fn start_cleaning(
-        db: &Path,
-        objects: Arc<dyn ObjectStore>,
-        settings: &Settings,
-    ) -> Conductor {
-        let config = deploy_config(settings.api_url.clone(), settings.ca_pem.clone());
-        Conductor::start_full(
-            db,
-            objects,
-            settings,
-            config,
-            None,
-            None,
-            DeployMethod::Agent,
-            agent_flow,
-            true,
-        )
-        .await
-    }
-
-    /// A Manager whose `iscsi_ilo` flow is the real one, with an image cache and the ramdisk's
-    /// iSCSI and `done` ports where the test's agent listens.
-    pub async fn start_iscsi(
-        db: &Path,
-        objects: Arc<dyn ObjectStore>,
-        settings: &Settings,
+    /// Runs the iSCSI drivers' nodes through the real `iscsi_ilo` flow, with `images` as the
+    /// instance image cache (the conductor writes the image itself).
+    pub fn iscsi(
+        mut self,
         images: Arc<vmdeploy_conductor::image_cache::ImageCache>,
-        iscsi_port: u16,
-        done_port: u16,
-    ) -> Conductor {
-        Conductor::start_iscsi_with(db, objects, settings, images, None, |config| {
-            config.iscsi_port = iscsi_port;
-            config.done_port = done_port;
-        })
-        .await
+    ) -> ConductorBuilder {
+        self.deploy_method = DeployMethod::Iscsi;
+        self.flow = iscsi_flow;
+        self.images = Some(images);
+        self
     }
 
-    /// [`Conductor::start_iscsi`] with a boot ISO store for netboot instances, and the flow's
-    /// settings as `tune` leaves them.
-    pub async fn start_iscsi_with(
-        db: &Path,
-        objects: Arc<dyn ObjectStore>,
-        settings: &Settings,
-        images: Arc<vmdeploy_conductor::image_cache::ImageCache>,
-        boot_isos: Option<Arc<vmdeploy_conductor::boot::vmedia::boot_iso::BootIsos>>,
-        tune: impl FnOnce(&mut DeployConfig),
-    ) -> Conductor {
-        let mut config = deploy_config(settings.api_url.clone(), settings.ca_pem.clone());
-        tune(&mut config);
-        fn iscsi(context: Arc<DeployContext>) -> Arc<dyn DeployInterface> {
-            Arc::new(vmdeploy_conductor::deploy::iscsi::IscsiDeploy::new(context))
+    /// Gives the flows a boot ISO store (netboot instances).
+    pub fn boot_isos(
+        mut self,
+        isos: Arc<vmdeploy_conductor::boot::vmedia::boot_iso::BootIsos>,
+    ) -> ConductorBuilder {
+        self.boot_isos = Some(isos);
+        self
+    }
+
+    /// Changes the flows' settings after [`deploy_config`] made them.
+    pub fn tune(
+        mut self,
+        tune: impl FnOnce(&mut DeployConfig) + Send + 'static,
+    ) -> ConductorBuilder {
+        self.tune = Some(Box::new(tune));
+        self
+    }
+
+    /// Turns `deploy.automated_clean` on: undeploy and provide clean the node through the agent.
+    pub fn automated_clean(mut self) -> ConductorBuilder {
+        self.automated_clean = true;
+        self
+    }
+
+    /// Opens the SQLite file, builds the Manager with the test's flow and starts its recovery
+    /// and background duties.
+    pub async fn start(self) -> Conductor {
+        let mut config = deploy_config(self.settings.api_url.clone(), self.settings.ca_pem.clone());
+        if let Some(tune) = self.tune {
+            tune(&mut config);
         }
-        Conductor::start_full(
-            db,
-            objects,
-            settings,
-            config,
-            Some(images),
-            boot_isos,
-            DeployMethod::Iscsi,
-            iscsi,
-            false,
-        )
-        .await
-    }
-
-    // One private constructor behind the public ones: each argument is one part of the set-up.
-    #[allow(clippy::too_many_arguments)]
-    async fn start_full(
-        db: &Path,
-        objects: Arc<dyn ObjectStore>,
-        settings: &Settings,
-        config: DeployConfig,
-        images: Option<Arc<vmdeploy_conductor::image_cache::ImageCache>>,
-        boot_isos: Option<Arc<vmdeploy_conductor::boot::vmedia::boot_iso::BootIsos>>,
-        deploy_method: DeployMethod,
-        flow: fn(Arc<DeployContext>) -> Arc<dyn DeployInterface>,
-        automated_clean: bool,
-    ) -> Conductor {
-        let nodes = SqliteStore::open(db).expect("opening SQLite");
+        let nodes = SqliteStore::open(&self.db).expect("opening SQLite");
         let context = Arc::new(DeployContext {
             store: Arc::clone(&nodes) as Arc<dyn Store>,
-            objects,
+            objects: self.objects,
             config,
-            images,
-            boot_isos,
+            images: self.images,
+            boot_isos: self.boot_isos,
             netboot: None,
         });
         let manager = Arc::new(Manager::new(
             Arc::clone(&context),
             ManagerConfig {
-                deploy_callback_timeout: settings.callback_timeout,
+                deploy_callback_timeout: self.settings.callback_timeout,
                 power_sync_interval: Duration::from_secs(3600),
-                automated_clean,
+                automated_clean: self.automated_clean,
                 conductor_name: CONDUCTOR.into(),
             },
         ));
-        let flow = flow(context);
+        let flow = (self.flow)(context);
+        let deploy_method = self.deploy_method;
         // The test's flow runs every node whose deploy interface is the one it stands for.
         manager.set_deploy_resolver(Arc::new(move |node: &Node| {
             NodeInterfaces::of(node)
@@ -648,6 +469,28 @@ impl Conductor {
             manager,
             nodes,
             stop,
+        }
+    }
+}
+
+impl Conductor {
+    /// A conductor on the SQLite file `db` (created when missing, reopened as a restarted
+    /// service does otherwise) over `objects`, set up as `settings` say.
+    pub fn builder(
+        db: &Path,
+        objects: Arc<dyn ObjectStore>,
+        settings: &Settings,
+    ) -> ConductorBuilder {
+        ConductorBuilder {
+            db: db.to_path_buf(),
+            objects,
+            settings: settings.clone(),
+            deploy_method: DeployMethod::Agent,
+            flow: agent_flow,
+            images: None,
+            boot_isos: None,
+            tune: None,
+            automated_clean: false,
         }
     }
 
@@ -764,6 +607,9 @@ pub async fn enroll(
     properties: Value,
 ) -> Node {
     let mut node = Node::new(uuid::Uuid::new_v4(), "agent_ilo", state);
+    // Entered `state` now, as the transition that put it there would record: a node waiting
+    // for its ramdisk without this time counts as timed out at the Manager's next check.
+    node.provision_updated_at = Some(time::OffsetDateTime::now_utc());
     node.driver_info = driver_info;
     node.driver_info.insert(
         "ilo_deploy_iso".into(),
@@ -840,8 +686,7 @@ pub fn inserted_floppy(emulator: &Emulator) -> Vec<u8> {
 
 /// The agent process, killed on drop; its log printed when the test fails.
 pub struct AgentProcess {
-    child: Child,
-    log: PathBuf,
+    child: ChildGuard,
 }
 
 impl AgentProcess {
@@ -911,34 +756,18 @@ impl AgentProcess {
             )
             .spawn()
             .expect("starting vmdeploy-agent run");
-        (AgentProcess { child, log }, listen)
+        let child = ChildGuard::new(child).with_log("agent", &log);
+        (AgentProcess { child }, listen)
     }
 
     /// Its output so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.child.log()
     }
 
     /// Its exit code, when it exits within `limit`.
     pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
-        let started = Instant::now();
-        while started.elapsed() < limit {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.code();
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        None
-    }
-}
-
-impl Drop for AgentProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!("--- agent log ---\n{}", self.log());
-        }
+        self.child.wait_exit(limit).and_then(|status| status.code())
     }
 }
 
@@ -977,8 +806,6 @@ pub fn make_image_seeded(len: usize, seed: u64) -> Vec<u8> {
 pub struct IscsiOptions {
     /// `deploy_callback_timeout`.
     pub callback_timeout: Duration,
-    /// Serve the conductor's real API router ([`ApiShim::serve_api`]) rather than the shim.
-    pub real_api: bool,
     /// Changes to the flow's settings (after the iSCSI and done ports are set to the env's).
     pub tune: Box<dyn FnOnce(&mut DeployConfig) + Send>,
     /// A boot ISO store over the built-in store, with the loaders `vmdeploy-image-build
@@ -987,11 +814,10 @@ pub struct IscsiOptions {
 }
 
 impl IscsiOptions {
-    /// The shim, `callback_timeout`, the settings as they are.
+    /// `callback_timeout`, the settings as they are, no boot ISO store.
     pub fn new(callback_timeout: Duration) -> IscsiOptions {
         IscsiOptions {
             callback_timeout,
-            real_api: false,
             tune: Box::new(|_| {}),
             netboot: false,
         }
@@ -999,7 +825,7 @@ impl IscsiOptions {
 }
 
 /// A conductor with the real `iscsi_ilo` flow over the built-in store, its image cache (trusting
-/// the test CA, as the service's trusts the built-in store's), the API (shim or real) and the
+/// the test CA, as the service's trusts the built-in store's), the real API and the
 /// emulator.
 pub struct IscsiEnv {
     /// The CA of the store's certificate (on the floppy).
@@ -1017,7 +843,7 @@ pub struct IscsiEnv {
     /// The conductor.
     pub conductor: Conductor,
     /// The API the ramdisk calls back.
-    pub api: ApiShim,
+    pub api: Api,
     /// The API's URL (on the floppy).
     pub api_url: String,
     /// The iLO emulator.
@@ -1027,7 +853,7 @@ pub struct IscsiEnv {
 }
 
 impl IscsiEnv {
-    /// The set-up with `callback_timeout` and the API shim.
+    /// The set-up with `callback_timeout`.
     pub async fn start(callback_timeout: Duration) -> IscsiEnv {
         IscsiEnv::start_with(IscsiOptions::new(callback_timeout)).await
     }
@@ -1038,12 +864,8 @@ impl IscsiEnv {
         let pki = TestPki::new();
         let builtin = Builtin::start(&pki).await;
         let dir = tempfile::tempdir().expect("temp dir");
-        let (listener, api_url) = api_listener().await;
-        let settings = Settings {
-            api_url: api_url.clone(),
-            ca_pem: Some(pki.ca_pem.clone()),
-            callback_timeout: options.callback_timeout,
-        };
+        let (listener, settings) =
+            api_settings(Some(pki.ca_pem.clone()), options.callback_timeout).await;
         let images = vmdeploy_conductor::image_cache::ImageCache::open_with(
             dir.path().join("images"),
             4 << 30,
@@ -1067,24 +889,22 @@ impl IscsiEnv {
         });
         let (iscsi_port, done_port) = (free_port(), free_port());
         let tune = options.tune;
-        let conductor = Conductor::start_iscsi_with(
+        let mut conductor = Conductor::builder(
             &dir.path().join("vmdeploy.sqlite"),
             builtin.objects(),
             &settings,
-            Arc::clone(&images),
-            boot_isos.clone(),
-            move |config| {
-                config.iscsi_port = iscsi_port;
-                config.done_port = done_port;
-                tune(config);
-            },
         )
-        .await;
-        let api = if options.real_api {
-            ApiShim::serve_api(listener, Arc::clone(&conductor.manager))
-        } else {
-            ApiShim::serve(listener, Arc::clone(&conductor.manager))
-        };
+        .iscsi(Arc::clone(&images))
+        .tune(move |config| {
+            config.iscsi_port = iscsi_port;
+            config.done_port = done_port;
+            tune(config);
+        });
+        if let Some(isos) = &boot_isos {
+            conductor = conductor.boot_isos(Arc::clone(isos));
+        }
+        let conductor = conductor.start().await;
+        let api = Api::serve(listener, Arc::clone(&conductor.manager));
         let emulator = Emulator::start(&[]);
         IscsiEnv {
             pki,
@@ -1095,7 +915,7 @@ impl IscsiEnv {
             done_port,
             conductor,
             api,
-            api_url,
+            api_url: settings.api_url,
             emulator,
             boot_isos,
         }

@@ -8,12 +8,18 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::bin;
+use crate::child::ChildGuard;
 
 /// Starts `ilo-emulator` with `username`/`password`, its certificate written to `cert_out`, and
-/// `extra` arguments; returns the child and the `host:port` of its HTTPS server once it printed
-/// `ready`. Panics (after killing the child) when it does not within 30 s.
-pub fn spawn(username: &str, password: &str, cert_out: &Path, extra: &[&str]) -> (Child, String) {
-    let mut child = Command::new(bin("ilo-emulator"))
+/// `extra` arguments; returns the guarded child and the `host:port` of its HTTPS server once it
+/// printed `ready`. Panics (after killing the child) when it does not within 30 s.
+pub fn spawn(
+    username: &str,
+    password: &str,
+    cert_out: &Path,
+    extra: &[&str],
+) -> (ChildGuard, String) {
+    let child = Command::new(bin("ilo-emulator"))
         .args(["--listen", "127.0.0.1:0", "--username", username])
         .args(["--password", password])
         .arg("--cert-out")
@@ -23,13 +29,11 @@ pub fn spawn(username: &str, password: &str, cert_out: &Path, extra: &[&str]) ->
         .stderr(Stdio::null())
         .spawn()
         .expect("starting ilo-emulator");
+    let mut child = ChildGuard::new(child);
     match ready_address(&mut child) {
         Some(address) => (child, address),
-        None => {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("ilo-emulator printed its address and `ready` within 30 s");
-        }
+        // The guard kills the emulator as the panic unwinds.
+        None => panic!("ilo-emulator did not print its address and `ready` within 30 s"),
     }
 }
 

@@ -5,7 +5,9 @@
 //!   and checks every field and the `X-OpenStack-Ironic-API-Version` header as Ironic would
 //!   (fields the version does not know are a 400, as in Ironic's ramdisk controller). It records
 //!   each heartbeat; every violation is kept in [`IpaStandin::violations`] for the test to
-//!   assert empty.
+//!   assert empty. Its refusals are the conductor's API's: a wrong or missing token is a 403 in
+//!   the API's words, and every error carries Ironic's fault body ([`crate::fault`];
+//!   `tests/standin_parity.rs` holds the two together).
 //! - With auto-TLS (the agent's default), each heartbeat must carry `callback_url` `https://` and
 //!   the agent's certificate in `agent_verify_ca` (Ironic's auto-TLS, §3.2): a PEM certificate
 //!   valid for the callback's IP address, the same in every heartbeat. [`IpaStandin::pinned_cert`]
@@ -217,12 +219,29 @@ fn read_request(stream: &mut impl Read) -> std::io::Result<Request> {
     })
 }
 
+/// Ironic's fault body.
+fn fault(status: u16, faultstring: &str) -> Value {
+    crate::fault::body(status, faultstring)
+}
+
+/// Whether the heartbeat carries the node's token, where its microversion has the field.
+fn token_matches(body: &[u8], cfg: &StandinConfig, version: (u32, u32)) -> bool {
+    if version < (1, 62) {
+        return true;
+    }
+    serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v.get("agent_token")?.as_str().map(str::to_owned))
+        .is_some_and(|token| token == cfg.token)
+}
+
 fn respond(stream: &mut impl Write, status: u16, body: &Value) -> std::io::Result<()> {
     let text = body.to_string();
     let reason = match status {
         200 => "OK",
         202 => "Accepted",
         400 => "Bad Request",
+        403 => "Forbidden",
         404 => "Not Found",
         406 => "Not Acceptable",
         409 => "Conflict",
@@ -278,7 +297,7 @@ fn serve(
                 }
             }
             if n < cfg.lookup_misses {
-                (404, json!({"error_message": "node not found"}))
+                (404, fault(404, "node not found"))
             } else {
                 let token = if cfg.pregenerated {
                     "******".to_owned()
@@ -316,20 +335,21 @@ fn serve(
                 None => problems.push("heartbeat body unreadable".into()),
             }
             let n = shared.heartbeat_count.fetch_add(1, Ordering::Relaxed);
-            if problems.is_empty() && n < cfg.heartbeat_conflicts {
-                (
-                    409,
-                    json!({"error_message": "node is locked (stand-in conflict)"}),
-                )
+            if !token_matches(&req.body, cfg, want) {
+                // The conductor checks the token before anything else of the node's, and
+                // answers in these words.
+                (403, fault(403, "Invalid or missing agent token received."))
+            } else if problems.is_empty() && n < cfg.heartbeat_conflicts {
+                (409, fault(409, "node is locked (stand-in conflict)"))
             } else if problems.is_empty() {
                 (202, Value::Null)
             } else {
-                (400, json!({"error_message": problems.join("; ")}))
+                (400, fault(400, &problems.join("; ")))
             }
         }
         (m, p) => {
             problems.push(format!("unexpected request {m} {p}"));
-            (404, json!({"error_message": "not found"}))
+            (404, fault(404, "not found"))
         }
     };
     if !problems.is_empty() {
@@ -434,7 +454,13 @@ fn check_heartbeat_raw(
     let text = |key: &str| obj.get(key).and_then(Value::as_str);
     for (key, value) in obj {
         if !value.is_string() {
-            problems.push(format!("raw heartbeat: {key} is not a string: {value}"));
+            // A secret's value stays out of the violations, which tests print.
+            let shown = if vmdeploy_shared::redact::is_secret_key(key) {
+                Value::String(vmdeploy_shared::redact::MASK.into())
+            } else {
+                value.clone()
+            };
+            problems.push(format!("raw heartbeat: {key} is not a string: {shown}"));
         }
     }
     match text("callback_url") {

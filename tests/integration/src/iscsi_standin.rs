@@ -4,7 +4,10 @@
 //! It serves `POST /v1/nodes/{node}/vendor_passthru/pass_deploy_info` on 127.0.0.1, checks the
 //! JSON body as the conductor does (400 for a missing or malformed field, 403 for a wrong key),
 //! optionally answers 503 to the first N calls (to drive the agent's retries), answers 202
-//! otherwise, and records every call. [`write_image`] and [`send_done`] then play the rest of the
+//! otherwise, and records every call. Its refusals are the conductor's API's: the same status
+//! and Ironic's fault body ([`crate::fault`]), the 403 in the API's words
+//! (`tests/standin_parity.rs` holds the two together). What it prints and shows in `Debug`
+//! carries no deploy key or token. [`write_image`] and [`send_done`] then play the rest of the
 //! conductor's part: the image goes through `vmdeploy-conductor iscsi write`, `done` is sent as
 //! Ironic's `notify` does (4 bytes, no newline, no reply read).
 //!
@@ -23,6 +26,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::child::ChildGuard;
 use crate::http::AcceptLoop;
 
 /// What the stand-in expects and how it misbehaves.
@@ -40,8 +44,8 @@ pub struct StandinConfig {
     pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
-/// One call as received.
-#[derive(Debug, Clone)]
+/// One call as received (its `Debug` masks the deploy key and the token).
+#[derive(Clone)]
 pub struct Received {
     /// `POST /v1/...` request line.
     pub request_line: String,
@@ -53,6 +57,29 @@ pub struct Received {
     pub problems: Vec<String>,
     /// The `X-Auth-Token` header, if sent.
     pub auth_token: Option<String>,
+}
+
+impl std::fmt::Debug for Received {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut body = self.body.clone();
+        if let Some(key) = body.get_mut("key").filter(|k| !k.is_null()) {
+            *key = serde_json::Value::String(vmdeploy_shared::redact::MASK.into());
+        }
+        vmdeploy_shared::redact::json(&mut body);
+        f.debug_struct("Received")
+            .field("request_line", &self.request_line)
+            .field("body", &body)
+            .field("status", &self.status)
+            .field("problems", &self.problems)
+            .field(
+                "auth_token",
+                &self
+                    .auth_token
+                    .as_ref()
+                    .map(|_| vmdeploy_shared::redact::MASK),
+            )
+            .finish()
+    }
 }
 
 impl Received {
@@ -335,12 +362,17 @@ fn handle<S: Read + Write + Prepare>(
     };
     let answer = match status {
         202 => String::new(),
-        403 => r#"{"error_message":"{\"faultstring\": \"Deploy key does not match\"}"}"#.to_owned(),
-        503 => r#"{"error_message":"conductor busy, try again"}"#.to_owned(),
-        _ => format!(
-            r#"{{"error_message":"{}"}}"#,
-            problems.join("; ").replace('"', "'")
-        ),
+        // The conductor's words for a wrong (or burnt) key.
+        403 => crate::fault::body(
+            403,
+            &format!(
+                "The deploy key for node {} is not valid (wrong, or already used).",
+                cfg.node
+            ),
+        )
+        .to_string(),
+        503 => crate::fault::body(503, "conductor busy, try again").to_string(),
+        _ => crate::fault::body(status, &problems.join("; ")).to_string(),
     };
     if let Some(gate) = gate {
         gate.wait();
@@ -371,7 +403,9 @@ fn raw_body_problems(body: &serde_json::Value) -> Vec<String> {
     let mut problems = Vec::new();
     for (name, value) in obj {
         match name.as_str() {
-            "address" | "key" | "iqn" if !value.is_string() => {
+            // The key's value is a secret even when it is of the wrong type.
+            "key" if !value.is_string() => problems.push("key is not a string".into()),
+            "address" | "iqn" if !value.is_string() => {
                 problems.push(format!("{name} is not a string: {value}"));
             }
             "key" if value.as_str() == Some("") => problems.push("key is empty".into()),
@@ -397,15 +431,17 @@ fn raw_body_problems(body: &serde_json::Value) -> Vec<String> {
 
 /// Writes `image` to LUN 1 of `iqn` at `portal` with the conductor's initiator CLI.
 pub fn write_image(portal: &str, iqn: &str, image: &Path, limit: Duration) -> Output {
-    let mut child = Command::new(crate::bin("vmdeploy-conductor"))
-        .args(["iscsi", "write"])
-        .arg(image)
-        .args(["--portal", portal, "--iqn", iqn, "--lun", "1"])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting vmdeploy-conductor iscsi write");
+    let mut child = ChildGuard::new(
+        Command::new(crate::bin("vmdeploy-conductor"))
+            .args(["iscsi", "write"])
+            .arg(image)
+            .args(["--portal", portal, "--iqn", iqn, "--lun", "1"])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting vmdeploy-conductor iscsi write"),
+    );
     let start = Instant::now();
     loop {
         if child.try_wait().expect("polling the initiator").is_some() {
@@ -414,7 +450,7 @@ pub fn write_image(portal: &str, iqn: &str, image: &Path, limit: Duration) -> Ou
                 .expect("collecting the initiator output");
         }
         if start.elapsed() > limit {
-            let _ = child.kill();
+            child.kill();
             let out = child
                 .wait_with_output()
                 .expect("collecting the initiator output");

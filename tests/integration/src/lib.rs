@@ -11,11 +11,13 @@ pub mod tgt;
 
 pub mod agent_target;
 pub mod baremetal;
+pub mod child;
 pub mod conductor_env;
 pub mod deploy_iso;
 pub mod disk_check;
 pub mod e2e;
 pub mod emulator;
+pub mod fault;
 pub mod freeze;
 pub mod http;
 pub mod ipa_standin;

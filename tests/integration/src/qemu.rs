@@ -13,9 +13,11 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use crate::child::ChildGuard;
 
 /// An unpacked kernel package.
 #[derive(Debug, Clone)]
@@ -145,9 +147,9 @@ pub struct ConsoleLine {
     pub text: String,
 }
 
-/// A running QEMU; killed (and reaped) on drop.
+/// A running QEMU; killed (and reaped) on drop, the console's tail printed when a test fails.
 pub struct Qemu {
-    child: Child,
+    child: ChildGuard,
     started: Instant,
     lines: Arc<Mutex<Vec<ConsoleLine>>>,
     log_path: PathBuf,
@@ -198,7 +200,7 @@ impl Qemu {
             }
         });
         Qemu {
-            child,
+            child: ChildGuard::new(child).with_log("serial console", log_path),
             started,
             lines,
             log_path: log_path.to_owned(),
@@ -263,8 +265,7 @@ impl Qemu {
 
     /// Kills QEMU now (the conductor powering the node off).
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.kill();
     }
 
     /// Prints the whole console (call before failing).
@@ -274,15 +275,6 @@ impl Qemu {
             self.log_path.display(),
             self.console_text()
         );
-    }
-}
-
-impl Drop for Qemu {
-    fn drop(&mut self) {
-        self.kill();
-        if std::thread::panicking() {
-            self.dump();
-        }
     }
 }
 

@@ -12,20 +12,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
+use crate::child::ChildGuard;
 use crate::{free_port, venv_bin};
 
 /// The fake system's UUID in the emulator config.
 pub const SYSTEM_UUID: &str = "27946b59-9e44-4fa7-8e91-f3527a1ef094";
-
-/// A child process killed on drop.
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A running sushy-emulator and image server.
 pub struct SushyEmulator {
@@ -113,7 +104,7 @@ impl SushyEmulator {
         std::fs::write(images.join("floppy.img"), vec![0u8; 1440 * 1024])
             .context("writing floppy.img")?;
         let image_port = free_port();
-        let mut image_child = Command::new(venv_bin("python"))
+        let image_child = Command::new(venv_bin("python"))
             .args([
                 "-m",
                 "http.server",
@@ -127,13 +118,13 @@ impl SushyEmulator {
             .stderr(Stdio::null())
             .spawn()
             .context("starting the image server")?;
+        let mut images_guard = ChildGuard::new(image_child);
         wait_for_port(
             image_port,
-            &mut image_child,
+            &mut images_guard,
             "image server",
             Duration::from_secs(20),
         )?;
-        let images_guard = ChildGuard(image_child);
 
         let port = free_port();
         let config_path = root.join("emulator.conf");
@@ -158,16 +149,21 @@ impl SushyEmulator {
         .context("writing emulator.conf")?;
         drop(config);
         let log = std::fs::File::create(root.join("emulator.log")).context("creating the log")?;
-        let mut child = Command::new(venv_bin("sushy-emulator"))
+        let child = Command::new(venv_bin("sushy-emulator"))
             .arg("--config")
             .arg(&config_path)
             .stdout(log.try_clone().context("cloning the log handle")?)
             .stderr(log)
             .spawn()
             .context("starting sushy-emulator")?;
-        if let Err(e) = wait_for_port(port, &mut child, "sushy-emulator", Duration::from_secs(60)) {
-            let _ = child.kill();
-            let _ = child.wait();
+        let mut emulator = ChildGuard::new(child);
+        if let Err(e) = wait_for_port(
+            port,
+            &mut emulator,
+            "sushy-emulator",
+            Duration::from_secs(60),
+        ) {
+            emulator.kill();
             let log = std::fs::read_to_string(root.join("emulator.log")).unwrap_or_default();
             bail!("{e}; log:\n{log}");
         }
@@ -177,7 +173,7 @@ impl SushyEmulator {
             username,
             password,
             image_base: format!("http://127.0.0.1:{image_port}"),
-            emulator: ChildGuard(child),
+            emulator,
             _images: images_guard,
             dir,
         })
@@ -198,6 +194,6 @@ impl SushyEmulator {
 
     /// Process id of the emulator (for diagnostics).
     pub fn pid(&self) -> u32 {
-        self.emulator.0.id()
+        self.emulator.id()
     }
 }

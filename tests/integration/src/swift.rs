@@ -7,11 +7,12 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 
+use crate::child::ChildGuard;
 use crate::{free_port, venv_bin};
 
 /// The tempauth account the peer is set up with.
@@ -21,7 +22,7 @@ pub const KEY: &str = "testing";
 
 /// A running Swift.
 pub struct SwiftPeer {
-    children: Vec<(String, Child)>,
+    children: Vec<(String, ChildGuard)>,
     /// The proxy's base URL, `http://127.0.0.1:PORT`.
     pub base_url: String,
     /// The proxy's port.
@@ -135,7 +136,8 @@ impl SwiftPeer {
             .stderr(log("memcached.err")?)
             .spawn()
             .context("starting memcached (scripts/setup installs it)")?;
-        peer.children.push(("memcached".into(), memcached));
+        peer.children
+            .push(("memcached".into(), ChildGuard::new(memcached)));
         for kind in ["object", "container", "account", "proxy"] {
             let child = Command::new(venv_bin(&format!("swift-{kind}-server")))
                 .arg(etc.join(format!("{kind}-server.conf")))
@@ -144,7 +146,7 @@ impl SwiftPeer {
                 .stderr(log(&format!("{kind}.err"))?)
                 .spawn()
                 .with_context(|| format!("starting swift-{kind}-server"))?;
-            peer.children.push((kind.into(), child));
+            peer.children.push((kind.into(), ChildGuard::new(child)));
         }
         peer.wait_ready(Duration::from_secs(60))?;
         Ok(peer)
@@ -247,14 +249,5 @@ impl SwiftPeer {
     /// The temporary directory holding the peer's files.
     pub fn dir(&self) -> PathBuf {
         self.dir.path().to_path_buf()
-    }
-}
-
-impl Drop for SwiftPeer {
-    fn drop(&mut self) {
-        for (_, child) in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }

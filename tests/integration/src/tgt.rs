@@ -7,10 +7,12 @@
 //! SIGINT, so shutdown is `tgtadm ... target --op delete --force` and then SIGKILL.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
+
+use crate::child::ChildGuard;
 
 const TGTD: &str = "/usr/sbin/tgtd";
 const TGTADM: &str = "/usr/sbin/tgtadm";
@@ -56,7 +58,7 @@ impl TgtOptions {
 
 /// A running tgtd; stopped (target deleted, then SIGKILL) on drop.
 pub struct Tgtd {
-    child: Option<Child>,
+    child: Option<ChildGuard>,
     control: u16,
     port: u16,
     iqn: String,
@@ -128,7 +130,7 @@ impl Tgtd {
             .spawn()
             .with_context(|| format!("starting {TGTD} (is the `tgt` package installed?)"))?;
         let mut tgtd = Tgtd {
-            child: Some(child),
+            child: Some(ChildGuard::new(child)),
             control,
             port,
             iqn: options.iqn.clone(),
@@ -302,10 +304,7 @@ impl Tgtd {
 
     /// Kills tgtd at once (SIGKILL), as a crash would: for "target gone" tests.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        drop(self.child.take());
     }
 }
 

@@ -16,10 +16,11 @@
 use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use vmdeploy_agent::floppy::{FloppySearch, PARAMS_FILE};
+use vmdeploy_integration_tests::child::ChildGuard;
 use vmdeploy_integration_tests::freeze;
 use vmdeploy_integration_tests::iscsi_standin::{self, IscsiStandin, StandinConfig};
 use vmdeploy_integration_tests::lock::ResourceLock;
@@ -93,7 +94,7 @@ fn iscsi_params(api_url: &str, extra: &str) -> String {
 
 /// The agent process; killed on drop.
 struct Agent {
-    child: Child,
+    child: ChildGuard,
     stderr_path: PathBuf,
     _dir: tempfile::TempDir,
     iscsi: SocketAddr,
@@ -122,7 +123,7 @@ impl Agent {
             .spawn()
             .expect("starting vmdeploy-agent run");
         Agent {
-            child,
+            child: ChildGuard::new(child),
             stderr_path,
             _dir: dir,
             iscsi,
@@ -167,18 +168,11 @@ impl Agent {
                 return (status, said);
             }
             if start.elapsed() > limit {
-                let _ = self.child.kill();
+                self.child.kill();
                 panic!("the agent ran over {limit:?}; stderr:\n{}", self.stderr());
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -408,7 +402,7 @@ fn a_refused_pass_deploy_info_stops_the_agent() {
         "{said}"
     );
     assert!(
-        said.contains("Deploy key does not match"),
+        said.contains("is not valid (wrong, or already used)"),
         "body logged: {said}"
     );
     let calls = standin.received();

@@ -7,11 +7,12 @@
 //! The veth subnet is 10.231.N.0/24 with N from the test's pid: it exists only between the host
 //! end and the namespace, and everything is deleted in Drop.
 
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use vmdeploy_integration_tests::bin;
+use vmdeploy_integration_tests::child::ChildGuard;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
@@ -36,7 +37,7 @@ struct Testbed {
     host_if: String,
     subnet: String,
     dir: tempfile::TempDir,
-    dnsmasq: Option<Child>,
+    dnsmasq: Option<ChildGuard>,
 }
 
 impl Testbed {
@@ -87,7 +88,7 @@ impl Testbed {
             .stderr(Stdio::null())
             .spawn()
             .expect("starting dnsmasq (scripts/setup installs dnsmasq-base)");
-        self.dnsmasq = Some(child);
+        self.dnsmasq = Some(ChildGuard::new(child));
         // dnsmasq binds its DHCP socket at start-up; give it a moment (the agent retransmits
         // anyway, so this only saves a 4 s retransmission).
         std::thread::sleep(Duration::from_millis(300));
@@ -103,7 +104,8 @@ impl Testbed {
             .expect("running the agent in the namespace")
     }
 
-    fn spawn_agent(&self, args: &[&str]) -> AgentProcess {
+    /// The agent started in the background; killed on drop if the test fails before waiting.
+    fn spawn_agent(&self, args: &[&str]) -> ChildGuard {
         let child = Command::new("ip")
             .args(["netns", "exec", &self.ns])
             .arg(bin("vmdeploy-agent"))
@@ -113,7 +115,7 @@ impl Testbed {
             .stderr(Stdio::piped())
             .spawn()
             .expect("starting the agent in the namespace");
-        AgentProcess(Some(child))
+        ChildGuard::new(child)
     }
 
     fn ip(&self, args: &[&str]) -> String {
@@ -124,38 +126,14 @@ impl Testbed {
 
 impl Drop for Testbed {
     fn drop(&mut self) {
-        if let Some(mut child) = self.dnsmasq.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        // dnsmasq goes before its namespace's link does.
+        drop(self.dnsmasq.take());
         // Deleting the namespace deletes eth0 and with it the veth pair.
         let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
         let _ = Command::new("ip")
             .args(["link", "del", &self.host_if])
             .stderr(Stdio::null())
             .status();
-    }
-}
-
-/// An agent started in the background; killed on Drop if the test fails before waiting.
-struct AgentProcess(Option<Child>);
-
-impl AgentProcess {
-    fn wait(mut self) -> Output {
-        self.0
-            .take()
-            .expect("waited once")
-            .wait_with_output()
-            .expect("waiting for the agent")
-    }
-}
-
-impl Drop for AgentProcess {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 
@@ -297,7 +275,7 @@ fn dhcp_retransmits_until_a_server_that_starts_late_answers() {
     // The first DISCOVER goes unanswered; RFC 2131 §4.1 retransmits after 4 s (±1 s).
     std::thread::sleep(Duration::from_secs(2));
     bed.start_dnsmasq();
-    let out = agent.wait();
+    let out = agent.wait_with_output().expect("waiting for the agent");
     let took = started.elapsed();
     let info = json_of(&out);
     assert!(info["address"]

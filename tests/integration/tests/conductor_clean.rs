@@ -25,8 +25,8 @@ use vmdeploy_conductor::objects::{ObjectError, ObjectPath, ObjectStore};
 use vmdeploy_conductor::states::ProvisionState;
 use vmdeploy_conductor::store::{Node, Store};
 use vmdeploy_integration_tests::conductor_env::{
-    api_listener, enroll, inserted_floppy, AgentProcess, ApiShim, Builtin, Conductor, Emulator,
-    Media, Settings, CONTAINER,
+    api_settings, enroll, inserted_floppy, AgentProcess, Api, Builtin, Conductor, Emulator, Media,
+    CONTAINER,
 };
 use vmdeploy_integration_tests::http::TestPki;
 use vmdeploy_integration_tests::loopdev::{require_loop_devices, LoopDevice, LoopIo};
@@ -132,7 +132,7 @@ async fn exists(objects: &dyn ObjectStore, path: &ObjectPath) -> bool {
 /// Everything one test holds.
 struct Env {
     conductor: Conductor,
-    _api: ApiShim,
+    _api: Api,
     api_url: String,
     emulator: Emulator,
     builtin: Builtin,
@@ -154,19 +154,17 @@ impl Env {
         let builtin = Builtin::start(&pki).await;
         let media = Media::new(&image);
         let db = tempfile::tempdir().expect("temp dir");
-        let (listener, api_url) = api_listener().await;
-        let settings = Settings {
-            api_url: api_url.clone(),
-            ca_pem: Some(pki.ca_pem.clone()),
-            callback_timeout: Duration::from_secs(120),
-        };
-        let conductor = Conductor::start_cleaning(
+        let (listener, settings) =
+            api_settings(Some(pki.ca_pem.clone()), Duration::from_secs(120)).await;
+        let conductor = Conductor::builder(
             &db.path().join("vmdeploy.sqlite"),
             builtin.objects(),
             &settings,
         )
+        .automated_clean()
+        .start()
         .await;
-        let api = ApiShim::serve_api(listener, Arc::clone(&conductor.manager));
+        let api = Api::serve(listener, Arc::clone(&conductor.manager));
         let node = enroll(
             &conductor.nodes,
             ProvisionState::Available,
@@ -179,7 +177,7 @@ impl Env {
         Env {
             conductor,
             _api: api,
-            api_url,
+            api_url: settings.api_url,
             emulator,
             builtin,
             disk,

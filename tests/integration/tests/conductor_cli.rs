@@ -10,11 +10,12 @@
 //! so the test holds the `port-6385` lock while it runs (the same lock file conductor/tests/serve.rs takes for the default port).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use vmdeploy_integration_tests::child::ChildGuard;
 use vmdeploy_integration_tests::emulator;
 use vmdeploy_integration_tests::http::{ServerConfig, TestHttpServer};
 use vmdeploy_integration_tests::lock::ResourceLock;
@@ -28,19 +29,9 @@ const MAC: &str = "52:54:00:12:34:56";
 /// The microversion the conductor serves up to (conductor/src/api/version.rs).
 const MAX_VERSION: &str = "1.73";
 
-/// A child process killed on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The in-memory iLO emulator: its `host:port` and the certificate it made.
 struct Emulator {
-    _proc: Proc,
+    _proc: ChildGuard,
     address: String,
     cert: PathBuf,
 }
@@ -50,7 +41,7 @@ impl Emulator {
         let cert = dir.join("ilo-cert.pem");
         let (child, address) = emulator::spawn(ILO_USER, ILO_PASSWORD, &cert, &[]);
         Emulator {
-            _proc: Proc(child),
+            _proc: child,
             address,
             cert,
         }
@@ -81,7 +72,7 @@ impl Emulator {
 }
 
 /// `vmdeploy-conductor serve` with no configuration, its state in `state_dir`.
-fn start_serve(state_dir: &Path) -> Proc {
+fn start_serve(state_dir: &Path) -> ChildGuard {
     assert!(
         !tcp_listening(API_PORT),
         "something already listens on 127.0.0.1:{API_PORT}: stop it (a `serve` left running?)"
@@ -96,10 +87,10 @@ fn start_serve(state_dir: &Path) -> Proc {
         .stderr(log)
         .spawn()
         .expect("starting vmdeploy-conductor serve");
-    let mut proc = Proc(child);
+    let mut proc = ChildGuard::new(child);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !tcp_listening(API_PORT) {
-        if let Ok(Some(status)) = proc.0.try_wait() {
+        if let Ok(Some(status)) = proc.try_wait() {
             panic!(
                 "serve exited ({status}) before listening; its log:\n{}",
                 std::fs::read_to_string(state_dir.join("serve.log")).unwrap_or_default()

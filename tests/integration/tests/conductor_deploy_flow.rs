@@ -8,10 +8,8 @@
 //! refusing an unlicensed iLO before anything is powered off, the tear-down. The last two run
 //! the whole deploy through the Manager, once with each object store.
 //!
-//! The only stand-in is the HTTP shim serving the agent's lookup and heartbeat by calling
-//! `Manager::lookup`/`Manager::heartbeat` (the API router comes with another branch); it and the
-//! rest of the set-up live in `vmdeploy_integration_tests::conductor_env`, shared with
-//! `conductor_faults.rs`.
+//! The agent calls the conductor's real API router; it and the rest of the set-up live in
+//! `vmdeploy_integration_tests::conductor_env`, shared with `conductor_faults.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,9 +25,8 @@ use vmdeploy_conductor::states::ProvisionState;
 use vmdeploy_conductor::store::sqlite::SqliteStore;
 use vmdeploy_conductor::store::{Node, NodeIdent, Store};
 use vmdeploy_integration_tests::conductor_env::{
-    api_listener, deploy_config, enroll, fetch_media, floppy_params, inserted_floppy, make_image,
-    AgentProcess, ApiShim, Builtin, Conductor, Emulator, Media, Settings, CONTAINER, FLOPPY_TTL,
-    MAC,
+    api_settings, deploy_config, enroll, fetch_media, floppy_params, inserted_floppy, make_image,
+    AgentProcess, Api, Builtin, Conductor, Emulator, Media, CONTAINER, FLOPPY_TTL, MAC,
 };
 use vmdeploy_integration_tests::http::TestPki;
 use vmdeploy_integration_tests::loopdev::{require_loop_devices, LoopDevice, LoopIo};
@@ -348,19 +345,15 @@ async fn deploy_through_the_manager(objects: Arc<dyn ObjectStore>, ca_pem: Optio
     let emulator = Emulator::start(&[]);
     let media = Media::new(&image);
     let db = tempfile::tempdir().expect("temp dir");
-    let (listener, api_url) = api_listener().await;
-    let settings = Settings {
-        api_url: api_url.clone(),
-        ca_pem: ca_pem.clone(),
-        callback_timeout: Duration::from_secs(120),
-    };
-    let conductor = Conductor::start(
+    let (listener, settings) = api_settings(ca_pem.clone(), Duration::from_secs(120)).await;
+    let conductor = Conductor::builder(
         &db.path().join("vmdeploy.sqlite"),
         Arc::clone(&objects),
         &settings,
     )
+    .start()
     .await;
-    let api = ApiShim::serve(listener, Arc::clone(&conductor.manager));
+    let api = Api::serve(listener, Arc::clone(&conductor.manager));
     let node = enroll(
         &conductor.nodes,
         ProvisionState::Available,
@@ -398,7 +391,7 @@ async fn deploy_through_the_manager(objects: Arc<dyn ObjectStore>, ca_pem: Optio
         .as_str()
         .expect("the token is stored before the node boots");
     assert_eq!(params.get("ipa-agent-token"), Some(token));
-    assert_eq!(params.get("ipa-api-url"), Some(api_url.as_str()));
+    assert_eq!(params.get("ipa-api-url"), Some(settings.api_url.as_str()));
     assert_eq!(params.get("ipa-driver-name"), Some("agent_ilo"));
     assert_eq!(params.get("BOOTIF"), Some(MAC));
     assert_eq!(

@@ -4,8 +4,8 @@
 //! `deploy failed` with a `last_error` naming the cause in words an operator can act on, the
 //! virtual media ejected (or never inserted) and the floppy object gone.
 //!
-//! The shared set-up (emulator, store, Manager, the API shim forwarding the agent's lookup and
-//! heartbeats to the Manager, the agent process) is `vmdeploy_integration_tests::conductor_env`.
+//! The shared set-up (emulator, store, Manager, the conductor's API router the agent calls, the
+//! agent process) is `vmdeploy_integration_tests::conductor_env`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,8 +18,8 @@ use vmdeploy_conductor::objects::{ObjectError, ObjectStore};
 use vmdeploy_conductor::states::ProvisionState;
 use vmdeploy_conductor::store::Node;
 use vmdeploy_integration_tests::conductor_env::{
-    agent_flow, api_listener, enroll, floppy_params, inserted_floppy, make_image, AgentProcess,
-    ApiShim, Builtin, Conductor, Emulator, Media, Settings, CONTAINER, PASSWORD,
+    agent_flow, api_settings, enroll, floppy_params, inserted_floppy, make_image, AgentProcess,
+    Api, Builtin, Conductor, Emulator, Media, Settings, CONTAINER, PASSWORD,
 };
 use vmdeploy_integration_tests::free_port;
 use vmdeploy_integration_tests::http::TestPki;
@@ -33,13 +33,13 @@ const LONG_CALLBACK: Duration = Duration::from_secs(120);
 /// How long a deploy may take to reach a waiting or final state.
 const STEP: Duration = Duration::from_secs(60);
 
-/// A conductor over the built-in store, with its API shim, in a temp directory.
+/// A conductor over the built-in store, with its API, in a temp directory.
 struct Env {
     /// The conductor's CA; its certificate serves the store.
     _pki: TestPki,
     builtin: Builtin,
     conductor: Conductor,
-    api: ApiShim,
+    api: Api,
     settings: Settings,
     db: tempfile::TempDir,
 }
@@ -49,19 +49,15 @@ impl Env {
         let pki = TestPki::new();
         let builtin = Builtin::start(&pki).await;
         let db = tempfile::tempdir().expect("temp dir");
-        let (listener, api_url) = api_listener().await;
-        let settings = Settings {
-            api_url,
-            ca_pem: Some(pki.ca_pem.clone()),
-            callback_timeout,
-        };
-        let conductor = Conductor::start(
+        let (listener, settings) = api_settings(Some(pki.ca_pem.clone()), callback_timeout).await;
+        let conductor = Conductor::builder(
             &db.path().join("vmdeploy.sqlite"),
             builtin.objects(),
             &settings,
         )
+        .start()
         .await;
-        let api = ApiShim::serve(listener, Arc::clone(&conductor.manager));
+        let api = Api::serve(listener, Arc::clone(&conductor.manager));
         Env {
             _pki: pki,
             builtin,
@@ -247,19 +243,15 @@ async fn a_stopped_swift_fails_the_deploy_naming_the_store() {
     let emulator = Emulator::start(&[]);
     let media = Media::new(&[1u8; 4096]);
     let db = tempfile::tempdir().expect("temp dir");
-    let (listener, api_url) = api_listener().await;
-    let settings = Settings {
-        api_url,
-        ca_pem: None,
-        callback_timeout: LONG_CALLBACK,
-    };
-    let conductor = Conductor::start(
+    let (listener, settings) = api_settings(None, LONG_CALLBACK).await;
+    let conductor = Conductor::builder(
         &db.path().join("vmdeploy.sqlite"),
         Arc::clone(&store),
         &settings,
     )
+    .start()
     .await;
-    let _api = ApiShim::serve(listener, Arc::clone(&conductor.manager));
+    let _api = Api::serve(listener, Arc::clone(&conductor.manager));
     let node = enroll(
         &conductor.nodes,
         ProvisionState::Available,
@@ -357,7 +349,7 @@ async fn an_agent_with_the_wrong_token_is_refused_and_the_node_times_out() {
     );
     assert_eq!(env.api.accepted_heartbeats(), 0, "none accepted");
     assert!(
-        agent.log().contains("heartbeat answered 401"),
+        agent.log().contains("heartbeat answered 403"),
         "the agent saw the refusal:\n{}",
         agent.log()
     );
@@ -477,8 +469,10 @@ async fn a_conductor_killed_mid_deploy_fails_the_node_at_restart_and_cleans_up()
     let emulator = Emulator::start(&[]);
     let media = Media::new(&[1u8; 4096]);
     let db = env.db.path().join("vmdeploy.sqlite");
-    let dying =
-        Conductor::start_with(&db, env.builtin.objects(), &env.settings, dies_after_boot).await;
+    let dying = Conductor::builder(&db, env.builtin.objects(), &env.settings)
+        .agent_flow(dies_after_boot)
+        .start()
+        .await;
     let node = enroll(
         &dying.nodes,
         ProvisionState::Available,
@@ -527,7 +521,9 @@ async fn a_conductor_killed_mid_deploy_fails_the_node_at_restart_and_cleans_up()
     );
 
     // The restarted conductor: a new Manager on the same file runs recovery at start.
-    let restarted = Conductor::start(&db, env.builtin.objects(), &env.settings).await;
+    let restarted = Conductor::builder(&db, env.builtin.objects(), &env.settings)
+        .start()
+        .await;
     let node = restarted
         .wait_for(node.uuid, &[ProvisionState::DeployFailed], STEP)
         .await;

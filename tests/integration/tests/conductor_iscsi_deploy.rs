@@ -3,7 +3,7 @@
 //! initiator, and the agent binary as the iSCSI ramdisk on a `losetup --direct-io=on` disk.
 //!
 //! The conductor boots the ramdisk with a floppy carrying a one-use deploy key; the agent
-//! serves the disk and calls `pass_deploy_info` (through the API shim of `conductor_env`); the
+//! serves the disk and calls `pass_deploy_info` (through the conductor's API router, `conductor_env`); the
 //! conductor checks and burns the key, writes the image from its cache over iSCSI, reads the
 //! disk identifier back, sends `done`, and boots the node from disk.
 
@@ -162,7 +162,7 @@ async fn a_whole_disk_image_goes_over_iscsi_byte_for_byte_and_the_node_boots_fro
 /// image whose checksum does not match (caught by the cache, which keeps nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_too_large_or_corrupt_image_fails_the_deploy_in_its_own_words() {
-    // Every field bound for the whole test: the temp dir, the CA and the shim must live on.
+    // Every field bound for the whole test: the temp dir, the CA and the API must live on.
     let IscsiEnv {
         pki: _pki,
         builtin,

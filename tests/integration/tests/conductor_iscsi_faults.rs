@@ -36,7 +36,6 @@ async fn env(
 ) -> IscsiEnv {
     IscsiEnv::start_with(IscsiOptions {
         callback_timeout,
-        real_api: true,
         tune: Box::new(tune),
         netboot: false,
     })

@@ -31,8 +31,8 @@ use vmdeploy_conductor::objects::{ObjectPath, ObjectStore};
 use vmdeploy_conductor::states::{NodePower, ProvisionState, ProvisionVerb};
 use vmdeploy_conductor::store::{Node, NodeIdent, Store as _};
 use vmdeploy_integration_tests::conductor_env::{
-    api_listener, boot_loaders_dir, enroll, inserted_floppy, stand_in_kernel_and_ramdisk,
-    AgentProcess, ApiShim, Builtin, Conductor, Emulator, Media, Settings, CONTAINER,
+    api_settings, boot_loaders_dir, enroll, inserted_floppy, stand_in_kernel_and_ramdisk,
+    AgentProcess, Api, Builtin, Conductor, Emulator, Media, CONTAINER,
 };
 use vmdeploy_integration_tests::free_port;
 use vmdeploy_integration_tests::http::TestPki;
@@ -81,7 +81,7 @@ struct NetbootEnv {
     iscsi_port: u16,
     done_port: u16,
     conductor: Conductor,
-    _api: ApiShim,
+    _api: Api,
     kernel: PathBuf,
     ramdisk: PathBuf,
     /// The conductor's boot ISO store (the same instance, so the same per-object locks).
@@ -113,12 +113,7 @@ impl NetbootEnv {
             (Objects::Builtin(builtin), objects, Some(pki.ca_pem.clone()))
         };
         let dir = tempfile::tempdir().expect("temp dir");
-        let (listener, api_url) = api_listener().await;
-        let settings = Settings {
-            api_url,
-            ca_pem: ca_pem.clone(),
-            callback_timeout: STEP,
-        };
+        let (listener, settings) = api_settings(ca_pem.clone(), STEP).await;
         let images = ImageCache::open_with(
             dir.path().join("images"),
             1 << 30,
@@ -147,19 +142,20 @@ impl NetbootEnv {
         }
         let isos = Arc::new(isos);
         let (iscsi_port, done_port) = (free_port(), free_port());
-        let conductor = Conductor::start_iscsi_with(
+        let conductor = Conductor::builder(
             &dir.path().join("vmdeploy.sqlite"),
             Arc::clone(&objects),
             &settings,
-            images,
-            Some(Arc::clone(&isos)),
-            |config| {
-                config.iscsi_port = iscsi_port;
-                config.done_port = done_port;
-            },
         )
+        .iscsi(images)
+        .boot_isos(Arc::clone(&isos))
+        .tune(move |config| {
+            config.iscsi_port = iscsi_port;
+            config.done_port = done_port;
+        })
+        .start()
         .await;
-        let api = ApiShim::serve(listener, Arc::clone(&conductor.manager));
+        let api = Api::serve(listener, Arc::clone(&conductor.manager));
         let (kernel, ramdisk) = stand_in_kernel_and_ramdisk(dir.path());
         NetbootEnv {
             _pki: pki,

@@ -6,13 +6,14 @@
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use vmdeploy_integration_tests::bin;
+use vmdeploy_integration_tests::child::ChildGuard;
 use vmdeploy_integration_tests::emulator;
 
 const USER: &str = "admin";
@@ -20,17 +21,10 @@ const PASSWORD: &str = "emu-pass";
 
 /// A running `ilo-emulator`, killed on drop.
 struct Emulator {
-    child: Child,
+    _child: ChildGuard,
     address: String,
     cert: PathBuf,
     dir: tempfile::TempDir,
-}
-
-impl Drop for Emulator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Emulator {
@@ -39,7 +33,7 @@ impl Emulator {
         let cert = dir.path().join("cert.pem");
         let (child, address) = emulator::spawn(USER, PASSWORD, &cert, extra);
         Emulator {
-            child,
+            _child: child,
             address,
             cert,
             dir,

@@ -9,20 +9,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+pub use vmdeploy_integration_tests::child::ChildGuard;
 use vmdeploy_integration_tests::{bin, venv_bin, workspace_root};
 
 /// How long a child may take to print its start-up lines.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A child process killed (and reaped) on drop, also when the test fails.
-pub struct ChildGuard(pub Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Reads the child's stdout lines on a thread until `done` says stop; returns what it matched.
 fn read_until<T: Send + 'static>(
@@ -73,7 +64,7 @@ impl EmulatorProcess {
         let cert = dir.join("ilo-cert.pem");
         let log = dir.join("ilo-emulator.log");
         let log_file = std::fs::File::create(&log).expect("creating the emulator log");
-        let mut child = Command::new(bin("ilo-emulator"))
+        let child = Command::new(bin("ilo-emulator"))
             .args(["--listen", "127.0.0.1:0", "--servers", &servers.to_string()])
             .args(["--username", USER, "--password", PASSWORD])
             .arg("--cert-out")
@@ -85,6 +76,7 @@ impl EmulatorProcess {
             .stderr(log_file)
             .spawn()
             .expect("starting ilo-emulator");
+        let mut child = ChildGuard::new(child);
         let addrs = read_until(&mut child, |line, found: &mut Vec<String>| {
             if let Some((_, url)) = line.split_once(" https://") {
                 if line.starts_with("server ") {
@@ -95,7 +87,7 @@ impl EmulatorProcess {
         });
         assert_eq!(addrs.len(), servers, "one address per server: {addrs:?}");
         EmulatorProcess {
-            guard: ChildGuard(child),
+            guard: child,
             addrs,
             cert,
             log,
@@ -112,7 +104,7 @@ pub struct ImageServer {
 
 impl ImageServer {
     pub fn start(dir: &Path) -> ImageServer {
-        let mut child = Command::new("python3")
+        let child = Command::new("python3")
             .args([
                 "-u",
                 "-m",
@@ -127,6 +119,7 @@ impl ImageServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("starting python3 -m http.server");
+        let mut child = ChildGuard::new(child);
         // "Serving HTTP on 127.0.0.1 port 40123 (http://127.0.0.1:40123/) ..."
         let base = read_until(&mut child, |line, found: &mut Vec<String>| {
             let port = line
@@ -141,7 +134,7 @@ impl ImageServer {
             }
         });
         ImageServer {
-            guard: ChildGuard(child),
+            guard: child,
             base: base.into_iter().next().expect("a base URL"),
         }
     }

@@ -6,11 +6,12 @@
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use vmdeploy_conductor::initiator::{BlockingLun, InitiatorError, Session, SessionConfig};
 use vmdeploy_integration_tests::agent_target::AgentTarget;
+use vmdeploy_integration_tests::child::ChildGuard;
 use vmdeploy_integration_tests::tgt::{TgtOptions, Tgtd};
 use vmdeploy_integration_tests::{bin, free_port};
 
@@ -25,19 +26,21 @@ fn conductor() -> Command {
 
 /// Runs the CLI with a time limit; the child is killed if it runs over.
 fn run_cli(args: &[&str], limit: Duration) -> Output {
-    let mut child = conductor()
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting vmdeploy-conductor");
+    let mut child = ChildGuard::new(
+        conductor()
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting vmdeploy-conductor"),
+    );
     let started = Instant::now();
     loop {
         if child.try_wait().expect("polling the CLI").is_some() {
             return child.wait_with_output().expect("collecting the CLI output");
         }
         if started.elapsed() > limit {
-            let _ = child.kill();
+            child.kill();
             let out = child.wait_with_output().expect("collecting the CLI output");
             panic!(
                 "vmdeploy-conductor {args:?} ran over {limit:?} (it hung); stderr:\n{}",
@@ -302,14 +305,16 @@ fn tgtd_target_killed_mid_write_fails_fast() {
     let mut tgtd = Tgtd::start(TgtOptions::new(IQN, GIB)).expect("starting tgtd");
     let portal = tgtd.portal();
     let image_arg = image.to_string_lossy().into_owned();
-    let mut child: Child = conductor()
-        .args([
-            "iscsi", "write", &image_arg, "--portal", &portal, "--iqn", IQN,
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting the write");
+    let mut child = ChildGuard::new(
+        conductor()
+            .args([
+                "iscsi", "write", &image_arg, "--portal", &portal, "--iqn", IQN,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting the write"),
+    );
     // Let the write get going, then take the target away.
     std::thread::sleep(Duration::from_millis(700));
     tgtd.kill();
@@ -319,7 +324,6 @@ fn tgtd_target_killed_mid_write_fails_fast() {
             break child.wait_with_output().expect("output");
         }
         if killed_at.elapsed() > Duration::from_secs(30) {
-            let _ = child.kill();
             panic!("the write did not notice the target was gone within 30 s");
         }
         std::thread::sleep(Duration::from_millis(50));

@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use vmdeploy_integration_tests::child::ChildGuard;
 use vmdeploy_integration_tests::loopdev::{LoopDevice, LoopIo};
 use vmdeploy_integration_tests::tgt::{TgtOptions, Tgtd};
 use vmdeploy_integration_tests::{bin, free_port};
@@ -45,7 +46,7 @@ enum Backing {
 
 /// A running `vmdeploy-agent iscsi-target`, killed on drop.
 struct Target {
-    child: Option<Child>,
+    child: ChildGuard,
     port: u16,
     done_port: u16,
     // Detached after Drop has killed the child.
@@ -94,7 +95,7 @@ impl Target {
         }
         let child = cmd.spawn().expect("starting vmdeploy-agent iscsi-target");
         let mut target = Target {
-            child: Some(child),
+            child: ChildGuard::new(child),
             port,
             done_port,
             _loop: loop_lun,
@@ -111,11 +112,7 @@ impl Target {
             if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
                 return;
             }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
+            if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("target exited early: {status}");
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -141,31 +138,13 @@ impl Target {
     }
 
     fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
-        let child = self.child.as_mut().expect("target still owned");
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = child.try_wait().expect("polling target") {
-                self.child = None;
-                return status;
-            }
-            assert!(Instant::now() < deadline, "target did not exit in time");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        self.child
+            .wait_exit(timeout)
+            .expect("target did not exit in time")
     }
 
     fn is_running(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| c.try_wait().expect("polling target").is_none())
-    }
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.child.is_running()
     }
 }
 
@@ -453,7 +432,7 @@ fn qemu_img_writes_an_image_and_done_flushes_and_exits_0() {
 #[test]
 fn sigterm_stops_the_target_cleanly() {
     let mut target = Target::start(16 << 20, None);
-    let pid = target.child.as_ref().expect("running").id();
+    let pid = target.child.id();
     let killed = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status()

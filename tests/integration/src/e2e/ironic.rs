@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use sha2::Digest as _;
 
-use super::{Firmware, Lab, LabOptions, Proc, GUEST_API, GUEST_MEDIA, ILO_PASSWORD, ILO_USER};
+use super::{Firmware, Lab, LabOptions, GUEST_API, GUEST_MEDIA, ILO_PASSWORD, ILO_USER};
 use crate::emulator::MediaServer;
 use crate::{bin, venv_bin};
 
@@ -198,8 +198,9 @@ impl Lab {
             .stderr(std::fs::File::create(&log).expect("ironic log"))
             .spawn()
             .expect("starting ironic (fix: scripts/setup installs Ironic into the venv)");
+        // Ironic leads its own process group: the lab's end stops its workers with it.
         self.conductor = Some(super::wait_api(
-            Proc(child),
+            crate::child::ChildGuard::new(child).killing_group(),
             "ironic",
             self.api_port,
             &log,

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::child::ChildGuard;
 use crate::emulator::MediaServer;
 use crate::{bin, free_port, workspace_root};
 
@@ -221,33 +222,14 @@ fn free_udp_port() -> u16 {
         .expect("a free UDP port")
 }
 
-/// A child process killed (and reaped) on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        // A child started as the leader of its own process group (Ironic, whose workers are
-        // its children) takes the whole group with it.
-        if let Ok(pid) = libc::pid_t::try_from(self.0.id()) {
-            // SAFETY: getpgid takes a plain integer and touches no memory of ours.
-            if unsafe { libc::getpgid(pid) } == pid {
-                // SAFETY: as above; the group is the child's own (it leads it).
-                unsafe { libc::kill(-pid, libc::SIGKILL) };
-            }
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A running lab: one emulated iLO with its QEMU node, a conductor, a media server.
 pub struct Lab {
     name: String,
     dir: tempfile::TempDir,
     // Field order is drop order: the conductor goes first (it would power the node off through
     // an emulator that is gone otherwise), then the emulator (QEMU dies with it).
-    conductor: Option<Proc>,
-    emulator: Option<Proc>,
+    conductor: Option<ChildGuard>,
+    emulator: Option<ChildGuard>,
     /// Ironic's HTTP server (`[deploy] http_root`), in an Ironic lab.
     ironic: Option<ironic::IronicHttp>,
     /// The media server (deploy ISO, images).
@@ -353,7 +335,7 @@ impl Lab {
             .stderr(std::fs::File::create(&emulator_log).expect("emulator log"));
         let mut child = emulator.spawn().expect("starting ilo-emulator");
         let ilo = read_emulator_address(&mut child, &emulator_log);
-        let emulator = Proc(child);
+        let emulator = ChildGuard::new(child);
 
         let mut lab = Lab {
             name: name.to_owned(),
@@ -453,7 +435,13 @@ impl Lab {
             .stderr(std::fs::File::create(&log).expect("conductor log"))
             .spawn()
             .expect("starting vmdeploy-conductor serve");
-        self.conductor = Some(wait_api(Proc(child), "serve", self.api_port, &log, 60));
+        self.conductor = Some(wait_api(
+            ChildGuard::new(child),
+            "serve",
+            self.api_port,
+            &log,
+            60,
+        ));
     }
 
     /// The emulated server's QEMU files (`disk.raw`, `serial.log`, `net-<run>.pcap`).
@@ -522,7 +510,7 @@ impl Lab {
         let Some(emulator) = self.emulator.as_ref() else {
             return Vec::new();
         };
-        let parent = emulator.0.id();
+        let parent = emulator.id();
         let mut pids = Vec::new();
         for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
             let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
@@ -807,7 +795,7 @@ impl Lab {
 
     /// The pid of `vmdeploy-conductor serve` (benchmarks sample its memory).
     pub fn conductor_pid(&self) -> Option<u32> {
-        self.conductor.as_ref().map(|c| c.0.id())
+        self.conductor.as_ref().map(|c| c.id())
     }
 
     /// The emulator's log so far (it logs each QEMU start, in UTC RFC 3339).
@@ -863,10 +851,16 @@ impl Drop for Lab {
 
 /// `proc` (`what`) once it listens on `port`, within `limit_secs`; panics with its `log` when it
 /// exits first or takes longer.
-fn wait_api(mut proc: Proc, what: &str, port: u16, log: &Path, limit_secs: u64) -> Proc {
+fn wait_api(
+    mut proc: ChildGuard,
+    what: &str,
+    port: u16,
+    log: &Path,
+    limit_secs: u64,
+) -> ChildGuard {
     let deadline = Instant::now() + Duration::from_secs(limit_secs);
     while !crate::tcp_listening(port) {
-        if let Ok(Some(status)) = proc.0.try_wait() {
+        if let Ok(Some(status)) = proc.try_wait() {
             panic!(
                 "{what} exited ({status}) before listening; its log:\n{}",
                 std::fs::read_to_string(log).unwrap_or_default()
