@@ -12,8 +12,9 @@
 #          flight and understates the disk)
 #   dd   : dd bs=4M oflag=direct from the image file (kept for comparison with earlier runs)
 # and, to tell the initiator's share from the target's, our initiator -> the same tuned tgtd.
-# Targets: ours >= 1.0x tgtd (tgtd runs near this disk's limit, so the fio row binds), ours >= 0.85x fio. Every copy is checked with cmp afterwards (fio
-# writes its own data, not the image).
+# Targets: ours >= 1.0x tgtd (tgtd runs near this disk's limit, so the fio row binds) and
+# ours >= 0.85x fio. Every copy is checked with cmp afterwards (fio writes its own data, not the
+# image).
 #
 # Environment: RUNS (default 3; medians are reported), SIZE_MB (1024), WORK (scratch directory,
 # default /var/tmp/vmdeploy-iscsi-bench), BUILD=0 to use binaries already built,
