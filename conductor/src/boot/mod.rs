@@ -15,7 +15,12 @@
 //! records in `driver_internal_info` ([`AGENT_TOKEN_KEY`], [`DEPLOY_KEY_KEY`]) before the
 //! node powers on. It imports no deploy interface.
 
-use crate::bmc::Bmc;
+use anyhow::Context as _;
+use serde_json::Value;
+use vmdeploy_shared::secret::Secret;
+
+use crate::bmc::{Bmc, BootMode};
+use crate::context::DeployContext;
 use crate::store::{JsonObject, Node};
 
 pub mod pxe;
@@ -40,6 +45,26 @@ pub enum Ramdisk<'a> {
         /// CHAP user and secret the ramdisk's target requires.
         chap: Option<(&'a str, &'a vmdeploy_shared::secret::Secret)>,
     },
+}
+
+/// Records the secret the ramdisk booting now was handed (under `secret_key`, one of
+/// [`AGENT_TOKEN_KEY`] and [`DEPLOY_KEY_KEY`]) and the boot mode it boots in, and saves the node
+/// before it powers on: the ramdisk's first call-back is checked against what is saved.
+pub(crate) async fn record_ramdisk_boot(
+    ctx: &DeployContext,
+    node: &mut Node,
+    secret_key: &str,
+    secret: &Secret,
+    mode: BootMode,
+) -> anyhow::Result<()> {
+    node.driver_internal_info
+        .insert(secret_key.into(), Value::String(secret.expose().clone()));
+    node.driver_internal_info
+        .insert(BOOT_MODE_KEY.into(), Value::String(mode.to_string()));
+    ctx.store
+        .update_node(node)
+        .await
+        .context("saving the ramdisk's secret before the node boots")
 }
 
 /// Forgets the ramdisk's secrets (agent token, deploy key).

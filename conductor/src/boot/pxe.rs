@@ -26,14 +26,15 @@ use anyhow::{bail, Context};
 use serde_json::Value;
 use vmdeploy_shared::params::{keys, BootOption};
 
-use super::vmedia::{self, floppy};
-use super::{wipe_token, BootInterface, Ramdisk, BOOT_MODE_KEY, DEPLOY_KEY_KEY};
+use super::vmedia::floppy;
+use super::{record_ramdisk_boot, wipe_token, BootInterface, Ramdisk, DEPLOY_KEY_KEY};
 use crate::bmc::{Bmc, BootMode};
 use crate::context::image;
 use crate::context::DeployContext;
 use crate::netboot::config::Mac;
 use crate::netboot::files::BootFiles;
 use crate::netboot::Netboot;
+use crate::node::capabilities::deploy_boot_mode;
 use crate::node::instance_info::InstanceInfo;
 use crate::store::Node;
 
@@ -222,10 +223,7 @@ fn deploy_cmdline(
     boot_option: BootOption,
     mode: BootMode,
 ) -> anyhow::Result<String> {
-    let boot_mode = match mode {
-        BootMode::Uefi => vmdeploy_shared::params::BootMode::Uefi,
-        BootMode::Bios => vmdeploy_shared::params::BootMode::Bios,
-    };
+    let boot_mode = mode.into();
     let params = floppy::iscsi_params(
         node,
         ports,
@@ -305,7 +303,7 @@ impl BootInterface for PxeBoot {
             );
         };
         let netboot = self.netboot()?;
-        let wanted_mode = vmedia::requested_boot_mode(node)?;
+        let wanted_mode = deploy_boot_mode(node)?;
         let refs = deploy_refs(node, netboot)?;
         let [kernel, ramdisk] = self
             .fetch_pair(&refs)
@@ -327,15 +325,7 @@ impl BootInterface for PxeBoot {
         self.write_entry(node, Entry::Deploy, [kernel, ramdisk], cmdline)
             .await?;
         bmc.boot_once_from_network().await?;
-        node.driver_internal_info
-            .insert(DEPLOY_KEY_KEY.into(), Value::String(key.expose().clone()));
-        node.driver_internal_info
-            .insert(BOOT_MODE_KEY.into(), Value::String(mode.to_string()));
-        self.ctx
-            .store
-            .update_node(node)
-            .await
-            .context("saving the deploy key before the node boots")?;
+        record_ramdisk_boot(&self.ctx, node, DEPLOY_KEY_KEY, &key, mode).await?;
         bmc.power_on().await?;
         tracing::info!(node = %node.uuid, boot_mode = %mode, "deploy ramdisk booting from the network");
         Ok(())

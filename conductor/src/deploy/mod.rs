@@ -160,7 +160,7 @@ async fn validate_boot(
 ) -> anyhow::Result<()> {
     let image = image::any_instance_image(&node.instance_info)?;
     boot.validate(node).await?;
-    crate::boot::vmedia::requested_boot_mode(node)?;
+    crate::node::capabilities::deploy_boot_mode(node)?;
     let bmc = Bmc::connect_read_only(node, &ctx.config.ilo_defaults).await?;
     bmc.power_state()
         .await

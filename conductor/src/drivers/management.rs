@@ -80,6 +80,17 @@ pub enum BootMode {
     Bios,
 }
 
+/// The same mode as the ramdisk's parameters name it (`boot_mode` on the floppy or the kernel
+/// command line).
+impl From<BootMode> for vmdeploy_shared::params::BootMode {
+    fn from(mode: BootMode) -> Self {
+        match mode {
+            BootMode::Uefi => vmdeploy_shared::params::BootMode::Uefi,
+            BootMode::Bios => vmdeploy_shared::params::BootMode::Bios,
+        }
+    }
+}
+
 impl fmt::Display for BootMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

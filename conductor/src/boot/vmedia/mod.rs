@@ -19,10 +19,13 @@ use anyhow::{bail, Context};
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::{wipe_token, BootInterface, Ramdisk, AGENT_TOKEN_KEY, BOOT_MODE_KEY, DEPLOY_KEY_KEY};
-use crate::bmc::{Bmc, BootMode, VmediaDevice};
+use super::{
+    record_ramdisk_boot, wipe_token, BootInterface, Ramdisk, AGENT_TOKEN_KEY, DEPLOY_KEY_KEY,
+};
+use crate::bmc::{Bmc, VmediaDevice};
 use crate::context::image::{self, ImageRef};
 use crate::context::DeployContext;
+use crate::node::capabilities::deploy_boot_mode;
 use crate::objects::{ObjectBody, ObjectPath, PutOptions};
 use crate::store::Node;
 
@@ -53,12 +56,6 @@ pub fn deploy_iso(node: &Node) -> anyhow::Result<(String, ImageRef)> {
         }
     }
     bail!("driver_info.ilo_deploy_iso is missing: the deploy ISO to boot the node from")
-}
-
-/// The boot mode the node asks for, with Ironic's precedence
-/// ([`crate::node::capabilities::deploy_boot_mode`]); `None` when nothing says.
-pub fn requested_boot_mode(node: &Node) -> anyhow::Result<Option<BootMode>> {
-    Ok(crate::node::capabilities::deploy_boot_mode(node)?)
 }
 
 /// The virtual-media boot interface (Ironic's `ilo-virtual-media`): the ramdisk from the
@@ -153,7 +150,7 @@ async fn prepare(
     ramdisk: Ramdisk<'_>,
 ) -> anyhow::Result<()> {
     let config = &ctx.config;
-    let wanted_mode = requested_boot_mode(node)?;
+    let wanted_mode = deploy_boot_mode(node)?;
     let (iso_field, iso) = deploy_iso(node)?;
     bmc.power_off().await?;
 
@@ -168,10 +165,7 @@ async fn prepare(
         }
         Ramdisk::Iscsi { boot_option, chap } => {
             let key = floppy::new_deploy_key()?;
-            let boot_mode = match mode {
-                BootMode::Uefi => vmdeploy_shared::params::BootMode::Uefi,
-                BootMode::Bios => vmdeploy_shared::params::BootMode::Bios,
-            };
+            let boot_mode = mode.into();
             let params = floppy::iscsi_params(
                 node,
                 &ports,
@@ -229,14 +223,7 @@ async fn prepare(
         .map_err(without_signatures)?;
     bmc.boot_once_from_cd().await?;
 
-    node.driver_internal_info
-        .insert(secret_key.into(), Value::String(secret.expose().clone()));
-    node.driver_internal_info
-        .insert(BOOT_MODE_KEY.into(), Value::String(mode.to_string()));
-    ctx.store
-        .update_node(node)
-        .await
-        .context("saving the ramdisk's secret before the node boots")?;
+    record_ramdisk_boot(ctx, node, secret_key, &secret, mode).await?;
     bmc.power_on().await?;
     tracing::info!(node = %node.uuid, boot_mode = %mode, "deploy ramdisk booting from virtual media");
     Ok(())
@@ -273,6 +260,7 @@ async fn cleanup(ctx: &DeployContext, bmc: Option<&Bmc>, node: &mut Node) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bmc::BootMode;
     use crate::states::ProvisionState;
     use serde_json::json;
     use uuid::Uuid;
@@ -294,13 +282,13 @@ mod tests {
             json!({"capabilities": "cpu_vt:true,boot_mode:uefi"}),
             json!({}),
         );
-        assert_eq!(requested_boot_mode(&n).expect("ok"), Some(BootMode::Uefi));
+        assert_eq!(deploy_boot_mode(&n).expect("ok"), Some(BootMode::Uefi));
         let n = node(json!({}), json!({"capabilities": {"boot_mode": "bios"}}));
-        assert_eq!(requested_boot_mode(&n).expect("ok"), Some(BootMode::Bios));
+        assert_eq!(deploy_boot_mode(&n).expect("ok"), Some(BootMode::Bios));
         let n = node(json!({"capabilities": "secure_boot:true"}), json!({}));
-        assert_eq!(requested_boot_mode(&n).expect("ok"), None);
+        assert_eq!(deploy_boot_mode(&n).expect("ok"), None);
         let n = node(json!({"capabilities": "boot_mode:efi"}), json!({}));
-        let err = requested_boot_mode(&n).expect_err("bad mode");
+        let err = deploy_boot_mode(&n).expect_err("bad mode");
         assert!(
             format!("{err}").contains("properties/capabilities"),
             "{err}"
