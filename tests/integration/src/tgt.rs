@@ -298,8 +298,7 @@ impl Tgtd {
     /// The last lines of tgtd's log, for failure messages.
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+        crate::child::tail(&text, 30)
     }
 
     /// Kills tgtd at once (SIGKILL), as a crash would: for "target gone" tests.

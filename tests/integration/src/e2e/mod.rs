@@ -25,7 +25,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -333,9 +333,8 @@ impl Lab {
             )
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&emulator_log).expect("emulator log"));
-        let mut child = emulator.spawn().expect("starting ilo-emulator");
-        let ilo = read_emulator_address(&mut child, &emulator_log);
-        let emulator = ChildGuard::new(child);
+        let mut emulator = ChildGuard::new(emulator.spawn().expect("starting ilo-emulator"));
+        let ilo = read_emulator_address(&mut emulator, &emulator_log);
 
         let mut lab = Lab {
             name: name.to_owned(),
@@ -876,17 +875,14 @@ fn wait_api(
     proc
 }
 
-/// The emulator's address once it is ready; kills it and panics with its log otherwise.
-fn read_emulator_address(child: &mut Child, log: &Path) -> String {
+/// The emulator's address once it is ready; panics with its log otherwise (the guard then
+/// kills it).
+fn read_emulator_address(child: &mut ChildGuard, log: &Path) -> String {
     match crate::emulator::ready_address(child) {
         Some(address) => address,
-        None => {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "ilo-emulator did not print its address and `ready` within 30 s; its log:\n{}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            );
-        }
+        None => panic!(
+            "ilo-emulator did not print its address and `ready` within 30 s; its log:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        ),
     }
 }
