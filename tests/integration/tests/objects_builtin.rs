@@ -511,12 +511,19 @@ async fn qemu_reads_an_object_by_range() {
         .expect("temp URL");
     let source = serde_json::json!({"file": {"driver": "https", "url": url, "sslverify": false}});
     let out = dir.path().join("copy.raw");
-    let output = tokio::process::Command::new("qemu-img")
-        .args(["convert", "-f", "raw", "-O", "raw"])
+    // `-m 1`: one read in flight, as from the emulator's CD drive (USB BOT or ATAPI carry one
+    // command at a time). With convert's default of 8, two ranges can end in the same wake-up,
+    // and QEMU 10.0's curl driver reaps one finished transfer per wake-up: qemu-img then waits
+    // forever on the other (docs/qemu-and-boot.md §9).
+    let convert = tokio::process::Command::new("qemu-img")
+        .args(["convert", "-m", "1", "-f", "raw", "-O", "raw"])
         .arg(format!("json:{source}"))
         .arg(&out)
-        .output()
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(60), convert)
         .await
+        .expect("qemu-img convert finishes a 3 MiB copy within 60 s")
         .expect("qemu-img runs (apt-get install qemu-utils qemu-block-extra)");
     assert!(
         output.status.success(),
