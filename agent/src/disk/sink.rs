@@ -233,7 +233,8 @@ impl ImageSink {
             .name("hasher".into())
             .spawn(move || {
                 for block in rx {
-                    hasher.update(&block);
+                    // The reading thread filled the block on its own core: cold here.
+                    hasher.update_cold(&block);
                     release(block, &free);
                 }
                 hasher

@@ -183,6 +183,25 @@ impl Hasher {
         }
     }
 
+    /// Adds bytes that are not in this core's cache (a block another thread just filled), at
+    /// the speed of cached ones: a piece at a time, each after asking for the next two pieces.
+    ///
+    /// The hardware prefetcher stops at every 4 KiB page, so a plain pass over a large cold
+    /// buffer stalls at the start of each page: SHA-256 over 512 MiB ran at 1100-1200 MiB/s here,
+    /// against 1630 on a 4 MiB buffer already cached, and at 1630 again with 1 KiB pieces and the
+    /// next 2 KiB prefetched (bench/agent-stream.sh compares the agent with the cached figure).
+    pub fn update_cold(&mut self, data: &[u8]) {
+        const PIECE: usize = 1024;
+        const AHEAD: usize = 2 * PIECE;
+        let mut pieces = data.chunks(PIECE).enumerate();
+        for (i, piece) in &mut pieces {
+            let ahead_start = (i * PIECE + AHEAD).min(data.len());
+            let ahead_end = (ahead_start + PIECE).min(data.len());
+            prefetch(&data[ahead_start..ahead_end]);
+            self.update(piece);
+        }
+    }
+
     /// The algorithm.
     pub fn algo(&self) -> HashAlgo {
         match self {
@@ -200,6 +219,21 @@ impl Hasher {
             Hasher::Sha512(h) => hex::encode(h.finalize()),
         }
     }
+}
+
+/// Asks for every cache line of `bytes` to be brought into this core's caches (a hint: no effect
+/// on the result, and none at all on targets without the instruction).
+#[inline]
+fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes.chunks(64) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch never faults and reads nothing the program sees; the pointer is
+        // inside `bytes` anyway.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
 }
 
 impl fmt::Debug for Hasher {
@@ -388,5 +422,33 @@ mod tests {
             let whole = digest_reader(HashAlgo::Sha256, &data[..]).expect("slice read");
             prop_assert_eq!(h.expect("hasher").finalize_hex(), whole);
         }
+
+        /// Lengths around the 1 KiB pieces and the 2 KiB look-ahead, for every algorithm, and
+        /// after bytes already digested: the same digest as one plain update.
+        #[test]
+        fn update_cold_is_update(
+            prefix in proptest::collection::vec(any::<u8>(), 0..100),
+            data in proptest::collection::vec(any::<u8>(), 0..5000),
+            algo in prop_oneof![Just(HashAlgo::Md5), Just(HashAlgo::Sha256), Just(HashAlgo::Sha512)],
+        ) {
+            let mut cold = Hasher::new(algo);
+            cold.update(&prefix);
+            cold.update_cold(&data);
+            let mut plain = Hasher::new(algo);
+            plain.update(&prefix);
+            plain.update(&data);
+            prop_assert_eq!(cold.finalize_hex(), plain.finalize_hex());
+        }
+    }
+
+    #[test]
+    fn update_cold_of_a_known_message() {
+        // FIPS 180-2's long example: a million 'a's, well past the pieces and the look-ahead.
+        let mut h = Hasher::new(HashAlgo::Sha256);
+        h.update_cold(&vec![b'a'; 1_000_000]);
+        assert_eq!(
+            h.finalize_hex(),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"
+        );
     }
 }
