@@ -21,6 +21,10 @@
 //! [`Files::scan`] deletes what a crash left half done (data without a
 //! sidecar, a sidecar without data or whose size disagrees).
 //!
+//! Every directory is made 0700 and every file 0600, whatever the umask and however the root
+//! came to exist: floppies carry the agent token, the deploy key and the CHAP secret, and
+//! systemd's `StateDirectory=` makes the directory above 0755.
+//!
 //! # Limitations
 //! An encoded name longer than 240 bytes is refused (file systems stop at 255). A GET that
 //! races a put of the same object may pair the new sidecar with the old bytes; the body is
@@ -109,7 +113,8 @@ impl Files {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        tokio::fs::create_dir_all(&tmp).await?;
+        make_private_dir(root).await?;
+        make_private_dir(&tmp).await?;
         Ok(Files {
             root: root.to_path_buf(),
             commit: Arc::new(tokio::sync::Mutex::new(())),
@@ -153,7 +158,7 @@ impl Files {
         let tmp_data = tmp_dir.join(format!("{stem}.data"));
         let tmp_sidecar = tmp_dir.join(format!("{stem}.json"));
         let result = async {
-            let mut file = tokio::fs::File::create(&tmp_data).await?;
+            let mut file = create_private(&tmp_data).await?;
             let mut hasher = sha2::Sha256::new();
             let mut size = 0u64;
             let mut buf = vec![0u8; COPY_BUFFER];
@@ -173,9 +178,11 @@ impl Files {
             sidecar.size = size;
             sidecar.sha256 = hex::encode(hasher.finalize());
             let json = serde_json::to_vec_pretty(&sidecar).map_err(io::Error::other)?;
-            tokio::fs::write(&tmp_sidecar, json).await?;
+            let mut file = create_private(&tmp_sidecar).await?;
+            file.write_all(&json).await?;
+            drop(file);
             if let Some(dir) = data_path.parent() {
-                tokio::fs::create_dir_all(dir).await?;
+                make_private_dir(dir).await?;
             }
             let _commit = self.commit.lock().await;
             tokio::fs::rename(&tmp_data, &data_path).await?;
@@ -245,7 +252,7 @@ impl Files {
             }
             sidecar.metadata = metadata;
             let json = serde_json::to_vec_pretty(&sidecar).map_err(io::Error::other)?;
-            let mut file = tokio::fs::File::create(&tmp_sidecar).await?;
+            let mut file = create_private(&tmp_sidecar).await?;
             file.write_all(&json).await?;
             // The rename replaces the only copy of the object's metadata: the new one must be
             // on disk before it does.
@@ -336,6 +343,29 @@ async fn read_sidecar(path: &Path) -> io::Result<Option<Sidecar>> {
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
+/// Creates (truncating) `path` as a file only its owner can read: 0600 whatever the umask.
+async fn create_private(path: &Path) -> io::Result<tokio::fs::File> {
+    tokio::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .await
+}
+
+/// Creates `dir` (and its parents) and makes it 0700, also when it was there already with a
+/// looser mode.
+async fn make_private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    tokio::fs::create_dir_all(dir).await?;
+    let mode = tokio::fs::metadata(dir).await?.permissions().mode() & 0o777;
+    if mode != 0o700 {
+        tokio::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).await?;
+    }
+    Ok(())
+}
+
 async fn remove_if_present(path: &Path) -> Result<bool, io::Error> {
     match tokio::fs::remove_file(path).await {
         Ok(()) => Ok(true),
@@ -376,6 +406,40 @@ mod tests {
             assert_eq!(encode_name(name), encoded, "{name}");
             assert!(!encode_name(name).contains('/'));
             assert!(!encode_name(name).starts_with('.'));
+        }
+    }
+
+    /// A floppy holds the agent token: whatever the umask and however loose the directories
+    /// found at start, no other user can list or read what the store keeps.
+    #[tokio::test]
+    async fn objects_are_private_in_a_root_found_loose() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path().join("objects");
+        std::fs::create_dir(&root).expect("root");
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let container = root.join(encode_name("vmdeploy"));
+        std::fs::create_dir(&container).expect("container");
+        std::fs::set_permissions(&container, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        let files = Files::open(&root).await.expect("opens");
+        let path = ObjectPath::new("vmdeploy", "floppy-n1.img");
+        files
+            .write(&path, &mut b"agent token".as_slice(), sidecar_for(&path))
+            .await
+            .expect("stored");
+        files
+            .replace_metadata(&path, BTreeMap::new(), |_| true)
+            .await
+            .expect("replaced")
+            .expect("live");
+        let (data, sidecar) = files.locate(&path).expect("named");
+        let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+        for d in [root.clone(), root.join(TMP_DIR), container] {
+            assert_eq!(mode(&d), 0o700, "{}", d.display());
+        }
+        for f in [data, sidecar] {
+            assert_eq!(mode(&f), 0o600, "{}", f.display());
         }
     }
 
