@@ -11,7 +11,9 @@
 //! it reserves the node and runs the flow's heartbeat on a task; `Done` makes the node
 //! `active`, an error `deploy failed`. In `clean wait` it moves the node to `cleaning` and runs
 //! the flow's clean steps on a task (`crate::deploy::clean`): `available` when they are done,
-//! `clean failed` on an error. In any other state it only records the heartbeat.
+//! `clean failed` on an error. In any other state it only records the heartbeat. A node that
+//! holds no token (none was issued, or its deploy or cleaning is over) answers every heartbeat
+//! as an unknown node does (404), before the node is read for anything else or locked.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -137,6 +139,30 @@ fn token_matches(node: &Node, given: Option<&Secret>) -> bool {
     }
 }
 
+/// The refusal of a heartbeat whose token does not match: 403 where the node holds a token
+/// (an agent of its own may be calling with a stale one), the unknown node's 404 where it
+/// holds none.
+fn refuse_heartbeat(ident: &NodeIdent, node: &Node) -> ManagerError {
+    let holds_token = node
+        .driver_internal_info
+        .get(AGENT_TOKEN_KEY)
+        .and_then(Value::as_str)
+        .is_some_and(|t| !t.is_empty());
+    if holds_token {
+        tracing::warn!(node = %node.uuid, "heartbeat refused: invalid or missing agent token");
+        ManagerError::CallbackRefused {
+            node: node.uuid,
+            message: "Invalid or missing agent token received.".into(),
+        }
+    } else {
+        tracing::info!(node = %node.uuid, state = %node.provision_state, "heartbeat refused: the node holds no agent token (answered as unknown)");
+        ManagerError::Store(StoreError::NotFound {
+            kind: "node",
+            ident: ident.to_string(),
+        })
+    }
+}
+
 /// Records when the agent last called. Its address, certificate and version are the flow's
 /// to record: it pins them at the first heartbeat and refuses a change, which a write here
 /// would defeat.
@@ -168,23 +194,20 @@ pub(crate) async fn heartbeat(
     heartbeat: ValidHeartbeat,
 ) -> Result<(), ManagerError> {
     let node = core.store().node(ident).await?;
-    let has_token = node
-        .driver_internal_info
-        .get(AGENT_TOKEN_KEY)
-        .and_then(Value::as_str)
-        .is_some_and(|t| !t.is_empty());
-    // A node that waits for its ramdisk always has a token; elsewhere a heartbeat without one
-    // is only recorded (a stray agent), as long as the node holds no token to check against.
-    if (has_token || node.provision_state.is_waiting())
-        && !token_matches(&node, heartbeat.agent_token.as_ref())
-    {
-        tracing::warn!(node = %node.uuid, "heartbeat refused: invalid or missing agent token");
-        return Err(ManagerError::CallbackRefused {
-            node: node.uuid,
-            message: "Invalid or missing agent token received.".into(),
-        });
+    // Checked before anything is written or locked: a stray or hostile caller can neither
+    // stamp the node nor hold its lock against an operator. A node that holds no token waits
+    // for no agent (Ironic refuses a heartbeat without one): it answers as an unknown node
+    // does, so the answer tells an outsider nothing about which nodes exist.
+    let refused = |node: &Node| refuse_heartbeat(ident, node);
+    if !token_matches(&node, heartbeat.agent_token.as_ref()) {
+        return Err(refused(&node));
     }
     let (mut node, reservation) = tasks::reserve_uuid(core, node.uuid).await?;
+    // The deploy may have ended (and its token been wiped) between the read and the lock.
+    if !token_matches(&node, heartbeat.agent_token.as_ref()) {
+        reservation.release().await;
+        return Err(refused(&node));
+    }
     record(&mut node);
     if node.provision_state == ProvisionState::CleanWait && !node.maintenance {
         return clean(core, node, reservation, heartbeat).await;

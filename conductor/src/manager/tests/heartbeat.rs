@@ -9,7 +9,7 @@ use serde_json::json;
 use super::harness::*;
 use crate::manager::*;
 use crate::states::ProvisionState;
-use crate::store::StoreError;
+use crate::store::{NodeIdent, StoreError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploy_waits_for_the_agent_whose_token_must_match() {
@@ -73,16 +73,65 @@ async fn deploy_waits_for_the_agent_whose_token_must_match() {
     assert_eq!(node.target_provision_state, None);
     assert_eq!(node.reservation, None);
     assert_eq!(h.flow.clean_ups.load(Ordering::SeqCst), 0);
-    // The deploy is over: the token is gone, and a late heartbeat is only recorded.
+    // The deploy is over: the token is gone, and a late heartbeat with the old one is
+    // answered as for an unknown node, and changes nothing.
     assert!(!node.driver_internal_info.contains_key("agent_secret_token"));
     assert!(!node.driver_internal_info.contains_key("agent_url"));
-    h.manager
-        .heartbeat(&id(uuid), heartbeat(Some(TOKEN)))
+    let late = h.manager.heartbeat(&id(uuid), heartbeat(Some(TOKEN))).await;
+    assert!(
+        matches!(late, Err(ManagerError::Store(StoreError::NotFound { .. }))),
+        "{late:?}"
+    );
+    assert_eq!(
+        h.node(uuid).await,
+        node,
+        "a late heartbeat changed the node"
+    );
+}
+
+/// Nobody can heartbeat a node that holds no agent token: not recorded, the lock never taken
+/// (an operator's PATCH goes through meanwhile), and the answer is the unknown node's, word
+/// for word, so it tells no outsider which node names exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_a_token_answers_heartbeats_as_unknown() {
+    let h = Harness::new().await;
+    let unknown = h
+        .manager
+        .heartbeat(&NodeIdent::Name("no-such-node".into()), heartbeat(None))
         .await
-        .expect("late heartbeat recorded");
-    let node = h.node(uuid).await;
-    assert_eq!(node.provision_state, ProvisionState::Active);
-    assert!(!node.driver_internal_info.contains_key("agent_url"));
+        .expect_err("unknown node");
+    for state in [
+        ProvisionState::Enroll,
+        ProvisionState::Manageable,
+        ProvisionState::Available,
+        ProvisionState::Active,
+    ] {
+        let uuid = h.node_in(state).await;
+        let mut node = h.node(uuid).await;
+        node.name = Some("no-such-node-2".into());
+        h.manager.store().update_node(&node).await.expect("named");
+        let before = h.node(uuid).await;
+        for token in [None, Some(TOKEN), Some("")] {
+            let refused = h
+                .manager
+                .heartbeat(&NodeIdent::Name("no-such-node-2".into()), heartbeat(token))
+                .await
+                .expect_err("refused");
+            assert!(
+                matches!(refused, ManagerError::Store(StoreError::NotFound { .. })),
+                "{state}: {refused:?}"
+            );
+            assert_eq!(
+                refused
+                    .to_string()
+                    .replace("no-such-node-2", "no-such-node"),
+                unknown.to_string(),
+                "{state}: the same words as for an unknown node"
+            );
+            assert_eq!(h.node(uuid).await, before, "{state}: the node changed");
+        }
+        h.manager.store().delete_node(uuid).await.expect("deleted");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
