@@ -31,7 +31,36 @@ impl Conductor {
     /// Starts `serve` with `args` and env `STATE_DIRECTORY=state`, and waits for the `serving`
     /// line. Panics with the log when it exits first or takes too long.
     fn start(args: &[&str], state: &Path) -> Conductor {
-        let mut child = Command::new(BIN)
+        Conductor::start_from(Command::new(BIN), args, state)
+    }
+
+    /// [`Conductor::start`] with the soft open-files limit at `soft` (the hard one kept), as
+    /// a shell or a unit without `LimitNOFILE=` starts it.
+    fn start_with_open_files(args: &[&str], state: &Path, soft: u64) -> Conductor {
+        use std::os::unix::process::CommandExt as _;
+        let mut command = Command::new(BIN);
+        // SAFETY: between fork and exec only async-signal-safe calls: getrlimit, setrlimit.
+        unsafe {
+            command.pre_exec(move || {
+                let mut limit = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                limit.rlim_cur = soft.min(limit.rlim_max);
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        Conductor::start_from(command, args, state)
+    }
+
+    fn start_from(mut command: Command, args: &[&str], state: &Path) -> Conductor {
+        let mut child = command
             .arg("serve")
             .args(args)
             .env("STATE_DIRECTORY", state)
@@ -391,6 +420,8 @@ fn tls_auto_makes_a_ca_clients_can_trust_and_reuses_it() {
 
 #[test]
 fn http_basic_refuses_without_or_with_wrong_credentials() {
+    /// Above the 1 MiB default, as for an inline config drive.
+    const MAX_BODY: usize = 3 * 1024 * 1024;
     let dir = tempfile::tempdir().expect("temp dir");
     let hash = bcrypt::hash("s3cret", 4).expect("bcrypt");
     let htpasswd = write(dir.path(), "htpasswd", &format!("admin:{hash}\n"));
@@ -398,7 +429,8 @@ fn http_basic_refuses_without_or_with_wrong_credentials() {
         dir.path(),
         "basic.toml",
         &format!(
-            "[api]\nlisten = [\"127.0.0.1:0\"]\n[auth]\nstrategy = \"http_basic\"\nhtpasswd = \"{}\"\n",
+            "[api]\nlisten = [\"127.0.0.1:0\"]\nmax_body = {MAX_BODY}\n\
+             [auth]\nstrategy = \"http_basic\"\nhtpasswd = \"{}\"\n",
             htpasswd.display()
         ),
     );
@@ -447,6 +479,228 @@ fn http_basic_refuses_without_or_with_wrong_credentials() {
         .block_on(http.get(format!("{url}/")).send())
         .expect("answer");
     assert_eq!(public.status(), 200, "the root document is public");
+
+    // The ramdisk's call-backs are public in both of Ironic's spellings (the deploy key is
+    // their check): an unknown node is a 404, not a 401.
+    for callback in [
+        "v1/nodes/no-such-node/vendor_passthru?method=pass_deploy_info",
+        "v1/nodes/no-such-node/vendor_passthru/pass_deploy_info",
+        "nodes/no-such-node/vendor_passthru?method=pass_deploy_info",
+    ] {
+        let answer = rt
+            .block_on(
+                http.post(format!("{url}/{callback}"))
+                    .json(&serde_json::json!({"address": "10.0.0.9", "key": "k"}))
+                    .send(),
+            )
+            .expect("answer");
+        // Past auth: the API's own answer to a node it does not know, or to the body.
+        assert!(
+            matches!(answer.status().as_u16(), 400 | 404)
+                && answer.headers().get("www-authenticate").is_none(),
+            "{callback}: {} (public: no 401)",
+            answer.status()
+        );
+    }
+    let other_method = rt
+        .block_on(
+            http.post(format!(
+                "{url}/v1/nodes/no-such-node/vendor_passthru?method=other"
+            ))
+            .send(),
+        )
+        .expect("answer");
+    assert_eq!(
+        other_method.status(),
+        401,
+        "other vendor methods need credentials"
+    );
+
+    // `api.max_body` is the limit: a body above the old fixed 1 MiB but below it is read (and
+    // refused for what it says), one above it is a 413 that names the limit.
+    let node_named = |len: usize| serde_json::json!({ "name": "n".repeat(len) }).to_string();
+    let below = rt
+        .block_on(
+            http.post(&nodes)
+                .basic_auth("admin", Some("s3cret"))
+                .header("content-type", "application/json")
+                .body(node_named(2 * 1024 * 1024))
+                .send(),
+        )
+        .expect("answer");
+    assert_eq!(
+        below.status(),
+        400,
+        "read under api.max_body, refused for its content"
+    );
+    let above = rt
+        .block_on(
+            http.post(&nodes)
+                .basic_auth("admin", Some("s3cret"))
+                .header("content-type", "application/json")
+                .body(node_named(MAX_BODY + 1))
+                .send(),
+        )
+        .expect("answer");
+    assert_eq!(above.status(), 413, "over api.max_body");
+    let text = rt.block_on(above.text()).expect("body");
+    assert!(
+        text.contains(&MAX_BODY.to_string()),
+        "names the limit: {text}"
+    );
+    let (status, _) = conductor.terminate();
+    assert!(status.success());
+}
+
+/// Stalled request bodies and connection floods, without credentials: the call-backs are
+/// public and read their body first. The conductor starts with a soft open-files limit of
+/// 256, as a shell gives it; 400 connections from one address that send a heartbeat's headers
+/// and stall its body neither exhaust its descriptors nor keep others out: a client on another
+/// address is answered at once, the stalled bodies get 408 after `api.body_timeout`, and the
+/// places are given back.
+#[test]
+fn stalled_bodies_and_connection_floods_leave_the_api_answering() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    const FLOOD: usize = 400;
+    const PER_CLIENT: usize = 100;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let hash = bcrypt::hash("s3cret", 4).expect("bcrypt");
+    let htpasswd = write(dir.path(), "htpasswd", &format!("admin:{hash}\n"));
+    let config = write(
+        dir.path(),
+        "flood.toml",
+        &format!(
+            "[api]\nlisten = [\"127.0.0.1:0\"]\nbody_timeout = 2\n\
+             max_connections_per_client = {PER_CLIENT}\n\
+             [auth]\nstrategy = \"http_basic\"\nhtpasswd = \"{}\"\n",
+            htpasswd.display()
+        ),
+    );
+    let conductor = Conductor::start_with_open_files(
+        &["--config", config.to_str().expect("utf-8")],
+        &dir.path().join("state"),
+        256,
+    );
+    let limit_line = conductor
+        .log
+        .iter()
+        .find(|l| l.contains("open-files limit"))
+        .unwrap_or_else(|| panic!("no open-files line:\n{}", conductor.log.join("\n")));
+    assert_eq!(
+        field(limit_line, "was").as_deref(),
+        Some("256"),
+        "{limit_line}"
+    );
+    assert_eq!(
+        field(limit_line, "soft"),
+        field(limit_line, "hard"),
+        "raised to the hard limit: {limit_line}"
+    );
+    let url = conductor.url();
+    let addr: std::net::SocketAddr = url
+        .trim_start_matches("http://")
+        .parse()
+        .expect("the API's address");
+    let rt = runtime();
+    let _enter = rt.enter();
+    let stalled_request = format!(
+        "POST /v1/heartbeat/{} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: 100\r\n\r\n{{",
+        uuid::Uuid::new_v4()
+    );
+    let flood = rt.block_on(async {
+        let mut flood = Vec::new();
+        for _ in 0..FLOOD {
+            let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+            socket
+                .bind("127.0.0.2:0".parse().expect("address"))
+                .expect("binding 127.0.0.2 (loopback)");
+            let Ok(mut stream) = socket.connect(addr).await else {
+                continue;
+            };
+            // Refused connections may be closed before this write lands.
+            let _ = stream.write_all(stalled_request.as_bytes()).await;
+            flood.push(stream);
+        }
+        flood
+    });
+    assert_eq!(
+        flood.len(),
+        FLOOD,
+        "every connection was accepted by the kernel"
+    );
+
+    // Another client is answered at once.
+    let http = client();
+    let started = Instant::now();
+    let answer = rt
+        .block_on(
+            http.get(format!("{url}/v1"))
+                .timeout(Duration::from_secs(10))
+                .send(),
+        )
+        .expect("GET /v1 answered during the flood");
+    assert_eq!(answer.status(), 200);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "GET /v1 took {:?} during the flood",
+        started.elapsed()
+    );
+
+    // Every flood connection ends: 408 for those let in, closed at once for the rest.
+    let (timed_out, closed) = rt.block_on(async {
+        let (mut timed_out, mut closed) = (0, 0);
+        for mut stream in flood {
+            let mut reply = Vec::new();
+            let read =
+                tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut reply))
+                    .await
+                    .expect("the conductor ended the connection within 20 s");
+            let reply = String::from_utf8_lossy(&reply);
+            if reply.starts_with("HTTP/1.1 408") {
+                timed_out += 1;
+            } else {
+                assert!(
+                    read.is_err() || reply.is_empty(),
+                    "unexpected reply: {reply}"
+                );
+                closed += 1;
+            }
+        }
+        (timed_out, closed)
+    });
+    assert_eq!(
+        timed_out, PER_CLIENT,
+        "one client's share got 408s ({closed} closed)"
+    );
+    assert_eq!(closed, FLOOD - PER_CLIENT);
+    assert!(
+        conductor.log.iter().all(|l| !l.contains("accept failed")),
+        "accept failed: {}",
+        conductor.log.join("\n")
+    );
+
+    // The places are given back: the flooding address is served again.
+    let again = rt.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind("127.0.0.2:0".parse().expect("address"))
+            .expect("bind");
+        let mut stream = socket.connect(addr).await.expect("connect");
+        stream
+            .write_all(
+                format!("GET /v1 HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+            )
+            .await
+            .expect("request");
+        let mut reply = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut reply))
+            .await
+            .expect("answered")
+            .expect("read");
+        String::from_utf8_lossy(&reply).into_owned()
+    });
+    assert!(again.starts_with("HTTP/1.1 200"), "{again}");
     let (status, _) = conductor.terminate();
     assert!(status.success());
 }
@@ -513,7 +767,7 @@ fn slow_app(delay: Duration, in_flight: InFlight) -> axum::Router {
             "done"
         }),
     );
-    service::app(router, None, 1024, in_flight)
+    service::app(router, None, in_flight)
 }
 
 #[test]
@@ -535,6 +789,7 @@ fn a_drain_lets_a_slow_request_finish_and_stops_accepting() {
             },
             Duration::from_secs(10),
             in_flight.clone(),
+            listen::Limits::default(),
         ));
         let http = client();
         let request = tokio::spawn({
@@ -584,6 +839,7 @@ fn a_drain_past_its_grace_names_the_requests_it_cut() {
             },
             Duration::from_millis(300),
             in_flight.clone(),
+            listen::Limits::default(),
         ));
         let http = client();
         let _request =
@@ -634,7 +890,7 @@ fn library_level_basic_auth_and_auto_tls() {
         let in_flight = InFlight::default();
         let router =
             axum::Router::new().route("/v1/nodes", axum::routing::get(|| async { "nodes" }));
-        let app = service::app(router, Some(users), 1024, in_flight.clone());
+        let app = service::app(router, Some(users), in_flight.clone());
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(listen::run(
             listeners,
@@ -644,6 +900,7 @@ fn library_level_basic_auth_and_auto_tls() {
             },
             Duration::from_secs(5),
             in_flight,
+            listen::Limits::default(),
         ));
         service::tls::install_crypto_provider();
         let http = reqwest::Client::builder()
@@ -734,7 +991,7 @@ fn library_level_json_warnings_carry_the_request_id() {
                 "ok"
             }),
         );
-        let app = service::app(router, None, 1024, in_flight.clone());
+        let app = service::app(router, None, in_flight.clone());
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(listen::run(
             listeners,
@@ -744,6 +1001,7 @@ fn library_level_json_warnings_carry_the_request_id() {
             },
             Duration::from_secs(5),
             in_flight,
+            listen::Limits::default(),
         ));
         let response = client()
             .get(format!("{url}/v1/warn"))

@@ -6,26 +6,38 @@
 //! `#[derive(Deserialize)]`: serde's messages point at a line and column, Ironic's (and ours)
 //! name the field, and unknown fields are refused with their names.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
+use super::ApiState;
 
 /// A JSON request body (any JSON value; handlers say which shape they need).
 pub(super) struct JsonBody(pub Value);
 
-impl<S: Send + Sync> FromRequest<S> for JsonBody {
+impl FromRequest<Arc<ApiState>> for JsonBody {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request(req: Request, state: &Arc<ApiState>) -> Result<Self, Self::Rejection> {
         let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            // 413 from the body limit, 400 for a body that broke off.
+            // 413 from the body limit, 408 for a body past its deadline (the service's
+            // `TimedBody`), 400 for a body that broke off.
             let status = rejection.status();
-            if status == http::StatusCode::PAYLOAD_TOO_LARGE {
+            if crate::net::timed_body::is_body_timeout(&rejection) {
+                ApiError::new(
+                    http::StatusCode::REQUEST_TIMEOUT,
+                    "The request body did not arrive in time (api.body_timeout).".to_string(),
+                )
+            } else if status == http::StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::new(
                     status,
-                    format!("The request body is larger than {} bytes.", super::MAX_BODY),
+                    format!(
+                        "The request body is larger than {} bytes.",
+                        state.options.max_body
+                    ),
                 )
             } else {
                 ApiError::new(

@@ -162,7 +162,10 @@ pub(super) async fn not_found(uri: http::Uri) -> ApiError {
 
 /// Gives an error response without a JSON body (made by axum itself: 405, a path parameter
 /// that does not parse, a body it could not read) Ironic's fault body.
-pub(super) async fn fault_bodies(response: Response) -> Response {
+pub(super) async fn fault_bodies(
+    axum::extract::State(max_body): axum::extract::State<usize>,
+    response: Response,
+) -> Response {
     let status = response.status();
     if !(status.is_client_error() || status.is_server_error()) {
         return response;
@@ -179,7 +182,7 @@ pub(super) async fn fault_bodies(response: Response) -> Response {
     let message = match status {
         StatusCode::METHOD_NOT_ALLOWED => "The method is not allowed for this resource.".into(),
         StatusCode::PAYLOAD_TOO_LARGE => {
-            format!("The request body is larger than {} bytes.", super::MAX_BODY)
+            format!("The request body is larger than {max_body} bytes.")
         }
         other => other
             .canonical_reason()

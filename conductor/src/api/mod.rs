@@ -8,7 +8,7 @@
 //! Every response passes two layers: `version::negotiate` (the microversion headers, 406 outside
 //! the range) and `error::fault_bodies` (any 4xx/5xx that does not carry Ironic's fault body yet,
 //! e.g. axum's own 404 and 405, gets one), so a client never sees an error it cannot parse.
-//! Request bodies are capped at [`MAX_BODY`] (413 above).
+//! Request bodies are capped at [`ApiOptions::max_body`] (`api.max_body`; 413 above).
 //!
 //! # Limitations
 //! Chassis, portgroups, VIFs, allocations, volumes, BIOS, traits and inspection are not served
@@ -47,16 +47,27 @@ pub use error::ApiError;
 pub use mask::mask_secrets;
 pub use version::{MAX_VERSION, MIN_VERSION};
 
-/// Largest request body accepted (Ironic's own limit is about the same; a node with a config
-/// drive inline is the largest body a client sends): 413 above.
-pub const MAX_BODY: usize = 1024 * 1024;
+/// Largest request body accepted unless configured (`api.max_body`; Ironic's own limit is
+/// about the same; a node with a config drive inline is the largest body a client sends).
+pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;
 
 /// What the router needs beyond the manager.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ApiOptions {
     /// The URL clients reach this API at (links in documents), e.g. `https://10.0.0.1:6385`;
     /// `None`: taken from each request's `Host`.
     pub public_url: Option<String>,
+    /// Largest request body, bytes (`api.max_body`): 413 above.
+    pub max_body: usize,
+}
+
+impl Default for ApiOptions {
+    fn default() -> Self {
+        ApiOptions {
+            public_url: None,
+            max_body: DEFAULT_MAX_BODY,
+        }
+    }
 }
 
 /// What every handler shares.
@@ -69,6 +80,7 @@ type State = axum::extract::State<Arc<ApiState>>;
 
 /// The API's routes (every `/v1` resource and the root document), ready to serve.
 pub fn router(manager: Arc<Manager>, options: ApiOptions) -> axum::Router {
+    let max_body = options.max_body;
     let state = Arc::new(ApiState { manager, options });
     // Ironic routes unversioned paths (`/nodes/...`) to v1 as well: old ramdisks post
     // `pass_deploy_info` without the prefix (docs/ironic-protocols.md §5.1).
@@ -83,8 +95,11 @@ pub fn router(manager: Arc<Manager>, options: ApiOptions) -> axum::Router {
             state,
             version::negotiate,
         ))
-        .layer(axum::middleware::map_response(error::fault_bodies))
-        .layer(DefaultBodyLimit::max(MAX_BODY));
+        .layer(axum::middleware::map_response_with_state(
+            max_body,
+            error::fault_bodies,
+        ))
+        .layer(DefaultBodyLimit::max(max_body));
     // python-ironicclient lists with a trailing slash (`GET /v1/ports/?detail=True`, `GET
     // /v1/drivers/?detail=True`), as Ironic's pecan routes allow: the path is normalised before
     // routing, so every route answers with and without it.

@@ -125,7 +125,7 @@ mod root_and_versions {
         );
         let big = format!(
             "{{\"driver\": \"agent_ilo\", \"extra\": {{\"x\": \"{}\"}}}}",
-            "a".repeat(super::super::MAX_BODY)
+            "a".repeat(super::super::DEFAULT_MAX_BODY)
         );
         let reply = call_raw(
             &router,

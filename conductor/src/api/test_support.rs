@@ -99,6 +99,7 @@ pub(super) fn app() -> (axum::Router, TestStore) {
         manager,
         super::ApiOptions {
             public_url: Some("http://api.test:6385".into()),
+            ..Default::default()
         },
     );
     (router, TestStore { store, _dir: dir })

@@ -161,7 +161,12 @@ pub fn unauthorized(reason: &str) -> Response {
 
 /// The `http_basic` check, for `axum::middleware::from_fn_with_state`.
 pub async fn layer(State(users): State<Htpasswd>, request: Request<Body>, next: Next) -> Response {
-    if crate::api::is_public(request.method(), request.uri().path()) {
+    // With the query: `POST .../vendor_passthru?method=pass_deploy_info` is a call-back.
+    let target = request
+        .uri()
+        .path_and_query()
+        .map_or_else(|| request.uri().path(), |pq| pq.as_str());
+    if crate::api::is_public(request.method(), target) {
         return next.run(request).await;
     }
     let Some((user, password)) = request

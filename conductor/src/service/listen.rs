@@ -5,9 +5,14 @@
 //! before the first request. [`run`] accepts on all of them (one accept task per listener,
 //! connections handed to one loop that owns hyper-util's `GracefulShutdown`), serves each
 //! connection with hyper's HTTP/1 server (header read timeout 30 s, TLS handshake timeout
-//! 10 s), and when `shutdown` completes: stops accepting (the listeners close), asks every
+//! 10 s, the body's deadline [`Limits::body_timeout`]), and when `shutdown` completes: stops accepting (the listeners close), asks every
 //! connection to finish its request in flight and close, and waits at most `grace`. What was
 //! still running then is returned, named by request id, so the caller can log what it cut.
+//!
+//! Every accepted connection first asks for a place ([`crate::net::admission`]): beyond
+//! [`Limits::max_connections`] in all, or [`Limits::max_connections_per_client`] from one
+//! address, it is closed at once, so a client that stalls thousands of connections holds only
+//! its own share and never the process's open files.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -25,12 +30,37 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
 use super::request::{InFlight, InFlightRequest};
+use crate::net::admission::{Admission, Ticket};
+use crate::net::timed_body::TimedBody;
 use vmdeploy_shared::error::Chain;
 
 /// How long a client may take to send a request's headers (slow clients hold a connection).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a TLS handshake may take.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How much the API's clients may hold (`api.body_timeout`, `api.max_connections`,
+/// `api.max_connections_per_client`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// How long a request's body may take to arrive, from the end of its headers (408 after).
+    pub body_timeout: Duration,
+    /// Connections at once, all clients together.
+    pub max_connections: usize,
+    /// Connections at once from one client address.
+    pub max_connections_per_client: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        use super::config;
+        Limits {
+            body_timeout: config::DEFAULT_BODY_TIMEOUT,
+            max_connections: config::DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_client: config::DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+        }
+    }
+}
 
 /// A bound listener.
 pub struct Bound {
@@ -102,17 +132,29 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
     grace: Duration,
     in_flight: InFlight,
+    limits: Limits,
 ) -> DrainReport {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<(TcpStream, Option<TlsAcceptor>)>(64);
+    type Accepted = (TcpStream, Option<TlsAcceptor>, Ticket);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Accepted>(64);
+    let admission = Admission::new(
+        "API",
+        limits.max_connections,
+        limits.max_connections_per_client,
+    );
     let mut accepters = Vec::new();
     for bound in listeners {
         let tx = tx.clone();
+        let admission = admission.clone();
         accepters.push(tokio::spawn(async move {
             loop {
                 match bound.listener.accept().await {
-                    Ok((stream, _peer)) => {
+                    Ok((stream, peer)) => {
+                        // Refused: dropping the stream closes it before a byte is read.
+                        let Ok(ticket) = admission.admit(peer.ip()) else {
+                            continue;
+                        };
                         let _ = stream.set_nodelay(true);
-                        if tx.send((stream, bound.tls.clone())).await.is_err() {
+                        if tx.send((stream, bound.tls.clone(), ticket)).await.is_err() {
                             return;
                         }
                     }
@@ -133,15 +175,18 @@ pub async fn run(
         tokio::select! {
             () = &mut shutdown => break,
             next = rx.recv() => match next {
-                Some((stream, tls)) => {
+                Some((stream, tls, ticket)) => {
                     let watcher = graceful.watcher();
                     let app = app.clone();
+                    let body_timeout = limits.body_timeout;
                     tokio::spawn(async move {
+                        // Held until the connection ends, however it ends.
+                        let _ticket = ticket;
                         match tls {
-                            None => serve_connection(stream, app, watcher).await,
+                            None => serve_connection(stream, app, watcher, body_timeout).await,
                             Some(acceptor) => {
                                 match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                                    Ok(Ok(tls)) => serve_connection(tls, app, watcher).await,
+                                    Ok(Ok(tls)) => serve_connection(tls, app, watcher, body_timeout).await,
                                     Ok(Err(err)) => tracing::debug!(error = %Chain(&err), "TLS handshake failed"),
                                     Err(_) => tracing::debug!("TLS handshake timed out"),
                                 }
@@ -181,13 +226,14 @@ pub async fn run(
     }
 }
 
-async fn serve_connection<I>(io: I, app: axum::Router, watcher: Watcher)
+async fn serve_connection<I>(io: I, app: axum::Router, watcher: Watcher, body_timeout: Duration)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
         let app = app.clone();
-        async move { app.oneshot(request.map(Body::new)).await }
+        let request = request.map(|body| Body::new(TimedBody::new(body, body_timeout)));
+        async move { app.oneshot(request).await }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder

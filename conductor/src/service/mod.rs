@@ -41,7 +41,7 @@ pub mod tls;
 
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -165,16 +165,15 @@ pub fn load_files(settings: &Settings) -> anyhow::Result<LoadedFiles> {
     Ok(loaded)
 }
 
-/// The API's layers around `router`, outermost first: request id and span ([`request`]), auth
-/// (`http_basic` only, [`auth`]), and the body limit (`api.max_body`, as axum's extractors
-/// read it).
+/// The API's layers around `router`, outermost first: request id and span ([`request`]) and
+/// auth (`http_basic` only, [`auth`]). The body limit is the router's own
+/// ([`ApiOptions::max_body`]).
 pub fn app(
     router: axum::Router,
     users: Option<auth::Htpasswd>,
-    max_body: usize,
     in_flight: InFlight,
 ) -> axum::Router {
-    let mut app = router.layer(axum::extract::DefaultBodyLimit::max(max_body));
+    let mut app = router;
     if let Some(users) = users {
         app = app.layer(axum::middleware::from_fn_with_state(users, auth::layer));
     }
@@ -225,8 +224,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!(key = fallback.key, value = %fallback.value, "default");
     }
 
-    // 3. State directory and certificates.
-    create_state_dir(&settings)?;
+    // 3. Open-files limit, state directory and certificates.
+    raise_open_files_limit();
+    create_state_dir(&settings.state_dir)?;
     let certs = certificates(&settings, files.api_cert, files.objects_cert)?;
 
     // 4. Bind.
@@ -337,9 +337,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         manager.clone(),
         ApiOptions {
             public_url: settings.public_url.clone(),
+            max_body: settings.max_body,
         },
     );
-    let app = app(router, files.htpasswd, settings.max_body, in_flight.clone());
+    let app = app(router, files.htpasswd, in_flight.clone());
     tracing::info!(startup_ms = started.elapsed().as_millis() as u64, "serving");
     let (signal_tx, signal_rx) = tokio::sync::oneshot::channel::<&'static str>();
     tokio::spawn(async move {
@@ -357,7 +358,15 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let grace = settings.shutdown_grace;
     let drain_started = Instant::now();
-    let report = listen::run(listeners, app, shutdown, grace, in_flight).await;
+    let report = listen::run(
+        listeners,
+        app,
+        shutdown,
+        grace,
+        in_flight,
+        settings.api_limits,
+    )
+    .await;
     if report.clean {
         tracing::info!("every request in flight finished");
     } else {
@@ -431,15 +440,56 @@ async fn start_netboot(
     }))
 }
 
-fn create_state_dir(settings: &Settings) -> anyhow::Result<()> {
-    let dir = &settings.state_dir;
-    let existed = dir.exists();
+/// Raises the soft open-files limit to the hard one: every API connection, object-store
+/// download, iSCSI session and database handle is a descriptor, and the usual soft limit of
+/// 1,024 would make `accept` fail long before the connection limits do. Logs both limits.
+fn raise_open_files_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        let err = std::io::Error::last_os_error();
+        tracing::warn!(error = %err, "reading the open-files limit");
+        return;
+    }
+    let was = limit.rlim_cur;
+    if was < limit.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: setrlimit reads one rlimit from a struct we own.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+            let err = std::io::Error::last_os_error();
+            tracing::warn!(error = %err, soft = was, hard = limit.rlim_max, "raising the open-files limit");
+            return;
+        }
+    }
+    tracing::info!(
+        soft = limit.rlim_max,
+        hard = limit.rlim_max,
+        was,
+        "open-files limit"
+    );
+}
+
+fn create_state_dir(dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("creating the state directory {}", dir.display()))?;
-    if !existed {
+    // The directory holds the database (BMC passwords) and the floppies (agent tokens, deploy
+    // keys, CHAP secrets): private even when it was there already, as systemd's
+    // `StateDirectory=` makes it 0755.
+    let mode = std::fs::metadata(dir)
+        .with_context(|| format!("reading the state directory {}", dir.display()))?
+        .permissions()
+        .mode()
+        & 0o777;
+    if mode != 0o700 {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-            .with_context(|| format!("making {} private", dir.display()))?;
-        tracing::info!(dir = %dir.display(), "state directory created (0700)");
+            .with_context(|| format!("making {} private (0700)", dir.display()))?;
+        tracing::info!(dir = %dir.display(), was = %format!("{mode:04o}"), "state directory made private (0700)");
     }
     Ok(())
 }
@@ -706,4 +756,25 @@ pub fn builtin_temp_url_key(state_dir: &std::path::Path) -> anyhow::Result<Strin
         .and_then(|()| file.sync_all())
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// systemd's `StateDirectory=` makes the directory 0755 before the conductor starts: it
+    /// is made private all the same, and a new one is made private too.
+    #[test]
+    fn the_state_directory_is_private_however_it_was_found() {
+        let base = tempfile::tempdir().expect("temp dir");
+        let found = base.path().join("found");
+        std::fs::create_dir(&found).expect("mkdir");
+        std::fs::set_permissions(&found, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let new = base.path().join("new/state");
+        for dir in [&found, &new] {
+            create_state_dir(dir).expect("made");
+            let mode = std::fs::metadata(dir).expect("stat").permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{}", dir.display());
+        }
+    }
 }

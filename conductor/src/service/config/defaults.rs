@@ -15,6 +15,14 @@ pub const DEFAULT_BUILTIN_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Ad
 pub const DEFAULT_MAX_BODY: u64 = 1024 * 1024;
 /// Grace period of the SIGTERM drain.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// How long a request body may take: a 1 MiB body at a slow 100 kB/s, with room.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// API connections at once: every CLI, Nova and ramdisk of a large fleet, well below the
+/// open-files limit the conductor raises itself to at start.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// API connections at once from one address: a busy Nova compute service or a proxy stays
+/// far below it, one client's flood of stalled connections cannot fill the listener.
+pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 256;
 /// The SQLite file in the state directory.
 pub const SQLITE_FILE: &str = "vmdeploy.sqlite";
 /// The built-in store's directory in the state directory.

@@ -52,6 +52,12 @@ pub struct ApiSection {
     pub max_body: Option<u64>,
     /// `shutdown_grace`, seconds.
     pub shutdown_grace: Option<u64>,
+    /// `body_timeout`, seconds.
+    pub body_timeout: Option<u64>,
+    /// `max_connections`.
+    pub max_connections: Option<u64>,
+    /// `max_connections_per_client`.
+    pub max_connections_per_client: Option<u64>,
 }
 
 /// `api.tls`: off, auto (generated CA and certificate), or files.

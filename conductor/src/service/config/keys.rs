@@ -19,6 +19,12 @@ pub const API_INSECURE: &str = "api.insecure_listen_without_tls";
 pub const API_MAX_BODY: &str = "api.max_body";
 /// Seconds in-flight requests get after SIGTERM.
 pub const API_SHUTDOWN_GRACE: &str = "api.shutdown_grace";
+/// Seconds a request's body may take to arrive.
+pub const API_BODY_TIMEOUT: &str = "api.body_timeout";
+/// Connections to the API at once.
+pub const API_MAX_CONNECTIONS: &str = "api.max_connections";
+/// Connections to the API at once from one client address.
+pub const API_MAX_CONNECTIONS_PER_CLIENT: &str = "api.max_connections_per_client";
 /// `noauth` or `http_basic`.
 pub const AUTH_STRATEGY: &str = "auth.strategy";
 /// The htpasswd file of `http_basic` (bcrypt hashes).
@@ -122,6 +128,9 @@ pub const ALL: &[&str] = &[
     API_INSECURE,
     API_MAX_BODY,
     API_SHUTDOWN_GRACE,
+    API_BODY_TIMEOUT,
+    API_MAX_CONNECTIONS,
+    API_MAX_CONNECTIONS_PER_CLIENT,
     AUTH_STRATEGY,
     AUTH_HTPASSWD,
     STATE_DIR,

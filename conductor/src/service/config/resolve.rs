@@ -11,10 +11,11 @@ use vmdeploy_shared::secret::Secret;
 use super::{
     keys, netboot, resolve_state_dir, ApiTls, AuthStrategy, ConfigError, ConfigFile, Env, Fallback,
     IloDefaults, ObjectsKind, ObjectsSettings, Settings, StateDirSource, TlsSetting, VerifyCa,
-    BOOT_LOADERS_DIR, DEFAULT_AGENT_CALL_TIMEOUT, DEFAULT_BUILTIN_LISTEN, DEFAULT_CALLBACK_TIMEOUT,
-    DEFAULT_CONTAINER, DEFAULT_HELPER_TTL, DEFAULT_ILO_PORT, DEFAULT_ILO_TIMEOUT, DEFAULT_LISTEN,
-    DEFAULT_MAX_BODY, DEFAULT_POWER_SYNC, DEFAULT_SHUTDOWN_GRACE, IMAGES_DIR, OBJECTS_DIR,
-    SQLITE_FILE,
+    BOOT_LOADERS_DIR, DEFAULT_AGENT_CALL_TIMEOUT, DEFAULT_BODY_TIMEOUT, DEFAULT_BUILTIN_LISTEN,
+    DEFAULT_CALLBACK_TIMEOUT, DEFAULT_CONTAINER, DEFAULT_HELPER_TTL, DEFAULT_ILO_PORT,
+    DEFAULT_ILO_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_CLIENT, DEFAULT_POWER_SYNC, DEFAULT_SHUTDOWN_GRACE, IMAGES_DIR,
+    OBJECTS_DIR, SQLITE_FILE,
 };
 
 fn parse_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
@@ -161,6 +162,28 @@ impl Settings {
         let shutdown_grace = match api.shutdown_grace {
             None => DEFAULT_SHUTDOWN_GRACE,
             Some(s) => Duration::from_secs(s),
+        };
+        let positive = |key: &'static str, value: u64| {
+            if value == 0 {
+                Err(ConfigError::new(key, "must be above 0"))
+            } else {
+                usize::try_from(value).map_err(|_| ConfigError::new(key, "too large"))
+            }
+        };
+        let api_limits = crate::service::listen::Limits {
+            body_timeout: match api.body_timeout {
+                None => DEFAULT_BODY_TIMEOUT,
+                Some(0) => return Err(ConfigError::new(keys::API_BODY_TIMEOUT, "must be above 0")),
+                Some(s) => Duration::from_secs(s),
+            },
+            max_connections: match api.max_connections {
+                None => DEFAULT_MAX_CONNECTIONS,
+                Some(n) => positive(keys::API_MAX_CONNECTIONS, n)?,
+            },
+            max_connections_per_client: match api.max_connections_per_client {
+                None => DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+                Some(n) => positive(keys::API_MAX_CONNECTIONS_PER_CLIENT, n)?,
+            },
         };
 
         let auth = file.auth.strategy;
@@ -388,6 +411,7 @@ impl Settings {
             public_url: api.public_url,
             max_body,
             shutdown_grace,
+            api_limits,
             auth,
             htpasswd,
             state_dir,

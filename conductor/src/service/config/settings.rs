@@ -88,6 +88,8 @@ pub struct Settings {
     pub max_body: usize,
     /// SIGTERM grace period.
     pub shutdown_grace: Duration,
+    /// The API's connection limits and body deadline.
+    pub api_limits: crate::service::listen::Limits,
     /// Auth.
     pub auth: AuthStrategy,
     /// The htpasswd file of `http_basic`.
