@@ -55,6 +55,11 @@ use vmdeploy_shared::error::Chain;
 pub const DEFAULT_MAX_BLKSIZE: u16 = 1468;
 /// Default retransmission timeout when the client does not ask for one (RFC 2349 `timeout`).
 pub const DEFAULT_RETRANSMIT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default longest retransmission timeout granted to a client's `timeout` option; a longer one
+/// is declined. PXE ROMs and boot loaders ask for a few seconds if at all (curl asks 6 by
+/// default and does without), while a never-acknowledged transfer at 255 s would hold its slot
+/// for 25 minutes.
+pub const DEFAULT_MAX_TIMEOUT_SECS: u8 = 5;
 /// Default retransmissions of one packet before a transfer is given up.
 pub const DEFAULT_MAX_RETRIES: u32 = 5;
 /// Default number of transfers at once: a rack of servers PXE-booting together, each fetching
@@ -73,6 +78,8 @@ pub struct TftpConfig {
     pub max_blksize: u16,
     /// Retransmission timeout unless the client asks for one with `timeout`.
     pub retransmit_timeout: Duration,
+    /// The longest `timeout` option granted, in seconds; a longer one is declined.
+    pub max_timeout_secs: u8,
     /// Retransmissions of one packet before the transfer is given up.
     pub max_retries: u32,
     /// Transfers at once; requests beyond are dropped (the client retries).
@@ -86,6 +93,7 @@ impl TftpConfig {
             root: root.into(),
             max_blksize: DEFAULT_MAX_BLKSIZE,
             retransmit_timeout: DEFAULT_RETRANSMIT_TIMEOUT,
+            max_timeout_secs: DEFAULT_MAX_TIMEOUT_SECS,
             max_retries: DEFAULT_MAX_RETRIES,
             max_transfers: DEFAULT_MAX_TRANSFERS,
         }
@@ -100,6 +108,7 @@ struct Settings {
     local_ip: IpAddr,
     max_blksize: u16,
     retransmit_timeout: Duration,
+    max_timeout_secs: u8,
     max_retries: u32,
 }
 
@@ -141,6 +150,7 @@ impl TftpServer {
                 local_ip: local_addr.ip(),
                 max_blksize: config.max_blksize,
                 retransmit_timeout: config.retransmit_timeout,
+                max_timeout_secs: config.max_timeout_secs,
                 max_retries: config.max_retries,
             }),
             max_transfers: config.max_transfers,

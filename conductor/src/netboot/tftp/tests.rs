@@ -442,3 +442,38 @@ async fn one_client_port_may_fetch_another_file_while_a_transfer_runs() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_timeout_above_the_server_maximum_is_declined() {
+    let server = Running::start(|_| {}).await;
+    server.file("f", &pattern(100));
+    let client = Client::new().await;
+    client
+        .rrq(
+            server.addr,
+            "f",
+            Mode::Octet,
+            &[("timeout", "255"), ("tsize", "0")],
+        )
+        .await;
+    let (oack, tid) = client.recv().await;
+    assert_eq!(
+        oack,
+        Packet::Oack {
+            options: vec![TftpOption::new("tsize", "100")]
+        },
+        "RFC 2349: a timeout the server will not use is left out of the OACK"
+    );
+    client.send(&Packet::Ack { block: 0 }, tid).await;
+    assert_eq!(client.fetch_rest(tid, 512, 1).await, pattern(100));
+
+    // Alone, it is no OACK at all: the transfer starts with DATA 1. (A new port: the finished
+    // transfer may not be reaped yet, and the same request from its port would be a repeat.)
+    let client = Client::new().await;
+    client
+        .rrq(server.addr, "f", Mode::Octet, &[("timeout", "6")])
+        .await;
+    let (payload, _) = client.expect_data(1).await;
+    assert_eq!(payload, pattern(100));
+    server.stop().await;
+}

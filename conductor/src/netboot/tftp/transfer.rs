@@ -98,11 +98,19 @@ pub async fn serve(request: ReadRequest, settings: Arc<Settings>) {
     // tftp_parse_option_ack) fails a download whose OACK says `tsize 0`; leaving the option out
     // is the RFC 2347 way of not accepting it.
     let size_up_front = (request.mode == Mode::Octet && opened.size > 0).then_some(opened.size);
-    let accepted = requested.accept(settings.max_blksize, size_up_front);
+    let accepted = requested.accept(
+        settings.max_blksize,
+        settings.max_timeout_secs,
+        size_up_front,
+    );
     let timeout = accepted
         .timeout_secs
         .map(|secs| Duration::from_secs(secs.into()))
         .unwrap_or(settings.retransmit_timeout);
+    if requested.timeout_secs.is_some() && accepted.timeout_secs.is_none() {
+        tracing::debug!(client = %request.client, requested_secs = requested.timeout_secs,
+            max_secs = settings.max_timeout_secs, "tftp: timeout option declined");
+    }
     let blksize = accepted.block_size();
     tracing::info!(client = %request.client, file = %request.filename, path = %opened.path.display(),
         mode = %request.mode, size = opened.size, blksize, timeout_secs = timeout.as_secs_f32(),
