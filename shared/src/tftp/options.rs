@@ -7,8 +7,10 @@
 //! \[them\] from the OACK"), values that are not decimal numbers, a blksize below 8 and a timeout
 //! outside 1..=255 s. A repeated option counts once, at its first occurrence.
 //! [`RequestedOptions::accept`] then applies the server's limits: a blksize above the server's
-//! maximum is lowered to it (RFC 2348 lets the server answer a smaller value), and tsize is
-//! answered with the file's size when the server knows it. What is left is the OACK; when
+//! maximum is lowered to it (RFC 2348 lets the server answer a smaller value), a timeout above
+//! the server's maximum is declined (RFC 2349 has the server take the value as sent or leave
+//! the option out; the transfer then runs at the server's own timeout), and tsize is answered
+//! with the file's size when the server knows it. What is left is the OACK; when
 //! nothing is left the server answers as RFC 1350 does, with DATA 1.
 
 use super::packet::{Packet, TftpOption};
@@ -96,14 +98,22 @@ impl RequestedOptions {
     }
 
     /// What the server grants, given its largest block size (itself kept within the RFC's
-    /// range) and the file's size (`None` when the server cannot tell it up front, e.g. a
-    /// netascii transfer, whose length changes with the conversion).
-    pub fn accept(&self, max_blksize: u16, file_size: Option<u64>) -> AcceptedOptions {
+    /// range), its longest timeout in seconds, and the file's size (`None` when the server
+    /// cannot tell it up front, e.g. a netascii transfer, whose length changes with the
+    /// conversion).
+    pub fn accept(
+        &self,
+        max_blksize: u16,
+        max_timeout_secs: u8,
+        file_size: Option<u64>,
+    ) -> AcceptedOptions {
         let max_blksize = max_blksize.clamp(MIN_BLKSIZE, MAX_BLKSIZE);
         AcceptedOptions {
             blksize: self.blksize.map(|size| size.min(max_blksize)),
             tsize: if self.tsize { file_size } else { None },
-            timeout_secs: self.timeout_secs,
+            // Declined, not lowered: RFC 2349 lets the server only accept the value or leave
+            // the option out, and a client may not expect a different value in the OACK.
+            timeout_secs: self.timeout_secs.filter(|&secs| secs <= max_timeout_secs),
         }
     }
 }
@@ -244,7 +254,7 @@ mod tests {
     #[test]
     fn accept_applies_the_server_limits() {
         let all = requested(&[("blksize", "8192"), ("tsize", "0"), ("timeout", "2")]);
-        let accepted = all.accept(1468, Some(12345));
+        let accepted = all.accept(1468, 5, Some(12345));
         assert_eq!(
             accepted,
             AcceptedOptions {
@@ -265,24 +275,48 @@ mod tests {
             })
         );
         // tsize without a known size (netascii) is left out; a smaller request is kept.
-        let small = requested(&[("blksize", "512"), ("tsize", "0")]).accept(1468, None);
+        let small = requested(&[("blksize", "512"), ("tsize", "0")]).accept(1468, 5, None);
         assert_eq!(small.to_options(), vec![TftpOption::new("blksize", "512")]);
         // A server maximum outside the RFC's range is brought back into it.
         assert_eq!(
             requested(&[("blksize", "65464")])
-                .accept(u16::MAX, None)
+                .accept(u16::MAX, 5, None)
                 .blksize,
             Some(MAX_BLKSIZE)
         );
         assert_eq!(
-            requested(&[("blksize", "100")]).accept(0, None).blksize,
+            requested(&[("blksize", "100")]).accept(0, 5, None).blksize,
             Some(MIN_BLKSIZE)
         );
         // Nothing accepted: no OACK, the RFC 1350 block size.
-        let none = requested(&[("tsize", "0")]).accept(1468, None);
+        let none = requested(&[("tsize", "0")]).accept(1468, 5, None);
         assert!(none.is_empty());
         assert_eq!(none.oack(), None);
         assert_eq!(none.block_size(), DEFAULT_BLKSIZE);
+    }
+
+    #[test]
+    fn a_timeout_above_the_server_maximum_is_declined_not_lowered() {
+        let slow = requested(&[("timeout", "255"), ("tsize", "0")]).accept(1468, 5, Some(7));
+        assert_eq!(slow.timeout_secs, None);
+        assert_eq!(
+            slow.oack(),
+            Some(Packet::Oack {
+                options: vec![TftpOption::new("tsize", "7")]
+            })
+        );
+        // Alone, a declined timeout leaves nothing to acknowledge: no OACK.
+        assert_eq!(
+            requested(&[("timeout", "6")]).accept(1468, 5, None).oack(),
+            None
+        );
+        // At the maximum it is granted as sent.
+        assert_eq!(
+            requested(&[("timeout", "5")])
+                .accept(1468, 5, None)
+                .timeout_secs,
+            Some(5)
+        );
     }
 
     proptest! {
@@ -291,16 +325,17 @@ mod tests {
             name in prop_oneof![Just("blksize".to_owned()), Just("timeout".to_owned()), Just("tsize".to_owned()), "[a-zA-Z]{1,8}"],
             value in prop_oneof!["[0-9]{1,30}", "[^\0]{0,12}"],
             max in any::<u16>(),
+            max_timeout in any::<u8>(),
             size in any::<Option<u64>>(),
         ) {
             let accepted = RequestedOptions::from_options(&[TftpOption::new(name, value)])
-                .accept(max, size);
+                .accept(max, max_timeout, size);
             if let Some(blksize) = accepted.blksize {
                 prop_assert!((MIN_BLKSIZE..=MAX_BLKSIZE).contains(&blksize));
                 prop_assert!(blksize <= max.max(MIN_BLKSIZE));
             }
             if let Some(secs) = accepted.timeout_secs {
-                prop_assert!(secs >= MIN_TIMEOUT_SECS);
+                prop_assert!((MIN_TIMEOUT_SECS..=max_timeout).contains(&secs));
             }
         }
     }

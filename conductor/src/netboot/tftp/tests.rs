@@ -68,8 +68,16 @@ struct Client {
 
 impl Client {
     async fn new() -> Client {
+        Client::on([127, 0, 0, 1]).await
+    }
+
+    /// A client on another loopback address (Linux routes all of 127.0.0.0/8 to `lo`), to play
+    /// other hosts.
+    async fn on(ip: [u8; 4]) -> Client {
         Client {
-            socket: UdpSocket::bind("127.0.0.1:0").await.expect("client socket"),
+            socket: UdpSocket::bind(SocketAddr::from((ip, 0)))
+                .await
+                .expect("client socket"),
         }
     }
 
@@ -101,6 +109,20 @@ impl Client {
             parse(&buf[..len]).expect("the server sends valid packets"),
             from,
         )
+    }
+
+    /// The next packet within `within`, or `None`; a packet that does not parse is a test
+    /// failure.
+    async fn try_recv(&self, within: Duration) -> Option<(Packet, SocketAddr)> {
+        let mut buf = vec![0; 70_000];
+        let (len, from) = tokio::time::timeout(within, self.socket.recv_from(&mut buf))
+            .await
+            .ok()?
+            .expect("receiving");
+        Some((
+            parse(&buf[..len]).expect("the server sends valid packets"),
+            from,
+        ))
     }
 
     async fn expect_silence(&self, for_: Duration) {
@@ -369,13 +391,16 @@ async fn a_request_beyond_max_transfers_is_dropped_and_served_when_retried() {
     // The same request again from the same port: the running transfer answers it, not a new one.
     first.rrq(server.addr, "f", Mode::Octet, &[]).await;
     first.expect_silence(Duration::from_millis(200)).await;
+    // Acknowledged, the transfer keeps its slot (a half-open one would give way).
+    first.send(&Packet::Ack { block: 1 }, tid).await;
+    let (last, _) = first.expect_data(2).await;
+    assert_eq!(last.len(), 1000 - 512);
 
     let second = Client::new().await;
     second.rrq(server.addr, "f", Mode::Octet, &[]).await;
     second.expect_silence(Duration::from_millis(300)).await;
 
-    first.send(&Packet::Ack { block: 1 }, tid).await;
-    assert_eq!(first.fetch_rest(tid, 512, 2).await.len(), 1000 - 512);
+    first.send(&Packet::Ack { block: 2 }, tid).await;
     // The slot is free once the finished transfer is reaped.
     let mut served = false;
     for _ in 0..20 {
@@ -439,6 +464,261 @@ async fn one_client_port_may_fetch_another_file_while_a_transfer_runs() {
     assert_eq!(
         client.fetch_rest(tid_a, 512, 2).await,
         pattern(600)[512..].to_vec()
+    );
+    server.stop().await;
+}
+
+/// Fetches `name` (no options, 512-byte blocks) the way a PXE ROM does: the read request again,
+/// from a fresh port, whenever a packet is late, until `within` has passed. The file's bytes,
+/// or `None` when no attempt got the whole file in time.
+async fn fetch_retrying(server: SocketAddr, name: &str, within: Duration) -> Option<Vec<u8>> {
+    /// How long an attempt waits for each packet: the first retransmission of a PXE ROM.
+    const LATE: Duration = Duration::from_millis(500);
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        let client = Client::new().await;
+        client.rrq(server, name, Mode::Octet, &[]).await;
+        let mut content = Vec::new();
+        let mut block: u16 = 1;
+        let whole = loop {
+            match client.try_recv(LATE).await {
+                Some((
+                    Packet::Data {
+                        block: got,
+                        payload,
+                    },
+                    tid,
+                )) if got == block => {
+                    content.extend_from_slice(&payload);
+                    client.send(&Packet::Ack { block }, tid).await;
+                    if payload.len() < 512 {
+                        break true;
+                    }
+                    block = block.wrapping_add(1);
+                }
+                // A retransmission of the previous block: our ACK crossed it.
+                Some((Packet::Data { .. }, _)) => {}
+                Some(other) => panic!("expected DATA {block}, got {other:?}"),
+                None => break false,
+            }
+        };
+        if whole {
+            return Some(content);
+        }
+    }
+    None
+}
+
+/// Read requests from `sockets`, each asking for the longest timeout RFC 2349 allows and never
+/// acknowledging anything: what the flood of the tests below is made of.
+async fn flood(server: SocketAddr, sockets: &[Client], name: &str) {
+    for socket in sockets {
+        socket
+            .rrq(
+                server,
+                name,
+                Mode::Octet,
+                &[("timeout", "255"), ("tsize", "0")],
+            )
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn never_acknowledged_requests_from_one_address_leave_the_server_serving() {
+    let server = Running::start(|_| {}).await;
+    server.file("pxelinux.0", &pattern(3000));
+    // 200 ports of one host, more than the default 64 slots, with `timeout 255`: each transfer
+    // would hold its slot for 6 × 255 s if the server let it.
+    let mut attackers = Vec::new();
+    for _ in 0..200 {
+        attackers.push(Client::on([127, 0, 0, 2]).await);
+    }
+    flood(server.addr, &attackers, "pxelinux.0").await;
+    let fetched = fetch_retrying(server.addr, "pxelinux.0", Duration::from_secs(3)).await;
+    assert!(
+        fetched.as_deref() == Some(&pattern(3000)[..]),
+        "the real client is served despite the flood (got {:?} bytes)",
+        fetched.map(|f| f.len())
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_flood_from_many_addresses_does_not_starve_a_real_client() {
+    let server = Running::start(|_| {}).await;
+    server.file("pxelinux.0", &pattern(3000));
+    // One port on each of 199 addresses (spoofed sources, as far as the server can tell), again
+    // and again while the real client fetches: more half-open transfers than slots, at about
+    // 2000 requests a second, some 200 times the rate that used to keep the server down. (A
+    // flood that fills every slot within one round trip of the real client still wins: see
+    // the module docs' limitations.)
+    let mut attackers = Vec::new();
+    for host in 2..=200u8 {
+        attackers.push(Client::on([127, 0, 0, host]).await);
+    }
+    flood(server.addr, &attackers, "pxelinux.0").await;
+    let addr = server.addr;
+    let flooding = tokio::spawn(async move {
+        loop {
+            flood(addr, &attackers, "pxelinux.0").await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let fetched = fetch_retrying(server.addr, "pxelinux.0", Duration::from_secs(5)).await;
+    flooding.abort();
+    assert!(
+        fetched.as_deref() == Some(&pattern(3000)[..]),
+        "the real client is served despite the flood (got {:?} bytes)",
+        fetched.map(|f| f.len())
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn garbage_interleaved_with_a_flood_leaves_the_server_serving() {
+    let server = Running::start(|_| {}).await;
+    server.file("pxelinux.0", &pattern(3000));
+    let garbage: &[&[u8]] = &[
+        b"",
+        b"\x00",
+        b"\xff\xff\xff\xff",
+        b"\x00\x01no-terminator",
+        b"\x00\x01pxelinux.0\x00octet\x00timeout\x00",
+        b"\x00\x01pxelinux.0\x00octet\x00timeout\x00255\x00blksize",
+        b"\x00\x02pxelinux.0\x00octet\x00",
+        b"\x00\x03\x00\x01data",
+        b"\x00\x04\x00\x00",
+        b"\x00\x05\x00\x01oops\x00",
+        b"\x00\x06timeout\x00255\x00",
+    ];
+    let mut attackers = Vec::new();
+    for host in 2..=101u8 {
+        attackers.push(Client::on([127, 0, 0, host]).await);
+    }
+    for (i, attacker) in attackers.iter().enumerate() {
+        let junk = garbage[i % garbage.len()];
+        attacker
+            .socket
+            .send_to(junk, server.addr)
+            .await
+            .expect("sending");
+        flood(server.addr, std::slice::from_ref(attacker), "pxelinux.0").await;
+        attacker
+            .socket
+            .send_to(&[0x00, 0x09, i as u8], server.addr)
+            .await
+            .expect("sending");
+    }
+    let fetched = fetch_retrying(server.addr, "pxelinux.0", Duration::from_secs(3)).await;
+    assert!(
+        fetched.as_deref() == Some(&pattern(3000)[..]),
+        "the real client is served despite the garbage (got {:?} bytes)",
+        fetched.map(|f| f.len())
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_timeout_above_the_server_maximum_is_declined() {
+    let server = Running::start(|_| {}).await;
+    server.file("f", &pattern(100));
+    let client = Client::new().await;
+    client
+        .rrq(
+            server.addr,
+            "f",
+            Mode::Octet,
+            &[("timeout", "255"), ("tsize", "0")],
+        )
+        .await;
+    let (oack, tid) = client.recv().await;
+    assert_eq!(
+        oack,
+        Packet::Oack {
+            options: vec![TftpOption::new("tsize", "100")]
+        },
+        "RFC 2349: a timeout the server will not use is left out of the OACK"
+    );
+    client.send(&Packet::Ack { block: 0 }, tid).await;
+    assert_eq!(client.fetch_rest(tid, 512, 1).await, pattern(100));
+
+    // Alone, it is no OACK at all: the transfer starts with DATA 1. (A new port: the finished
+    // transfer may not be reaped yet, and the same request from its port would be a repeat.)
+    let client = Client::new().await;
+    client
+        .rrq(server.addr, "f", Mode::Octet, &[("timeout", "6")])
+        .await;
+    let (payload, _) = client.expect_data(1).await;
+    assert_eq!(payload, pattern(100));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_half_open_transfer_retransmits_at_the_server_timeout() {
+    let server = Running::start(|config| {
+        config.retransmit_timeout = Duration::from_millis(200);
+        config.max_retries = 2;
+    })
+    .await;
+    server.file("f", &pattern(2000));
+    // The client asks for 3 s; until it acknowledges the OACK the server keeps its own 200 ms,
+    // so the unanswered OACK is sent three times within about 0.6 s, then given up.
+    let silent = Client::new().await;
+    silent
+        .rrq(server.addr, "f", Mode::Octet, &[("timeout", "3")])
+        .await;
+    for _ in 0..3 {
+        match silent.try_recv(Duration::from_secs(1)).await {
+            Some((Packet::Oack { options }, _)) => {
+                assert_eq!(options, vec![TftpOption::new("timeout", "3")]);
+            }
+            other => panic!("expected the OACK again within 1 s, got {other:?}"),
+        }
+    }
+    silent.expect_silence(Duration::from_millis(600)).await;
+
+    // Once acknowledged, the transfer runs at the granted 3 s.
+    let client = Client::new().await;
+    client
+        .rrq(server.addr, "f", Mode::Octet, &[("timeout", "3")])
+        .await;
+    let (_, tid) = client.recv().await;
+    client.send(&Packet::Ack { block: 0 }, tid).await;
+    client.expect_data(1).await;
+    client.expect_silence(Duration::from_secs(1)).await;
+    client.expect_data(1).await;
+    client.send(&Packet::Ack { block: 1 }, tid).await;
+    assert_eq!(
+        client.fetch_rest(tid, 512, 2).await,
+        pattern(2000)[512..].to_vec()
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn one_address_holds_at_most_its_share_of_acknowledged_transfers() {
+    let server = Running::start(|config| config.retransmit_timeout = Duration::from_secs(3)).await;
+    server.file("f", &pattern(2000));
+    // Transfers from one host, each acknowledged once and then left hanging.
+    let mut hogs = Vec::new();
+    for _ in 0..super::MAX_TRANSFERS_PER_CLIENT {
+        let hog = Client::on([127, 0, 0, 2]).await;
+        hog.rrq(server.addr, "f", Mode::Octet, &[]).await;
+        let (_, tid) = hog.expect_data(1).await;
+        hog.send(&Packet::Ack { block: 1 }, tid).await;
+        hog.expect_data(2).await;
+        hogs.push(hog);
+    }
+    // One more from that host is dropped; other hosts are still served.
+    let one_more = Client::on([127, 0, 0, 2]).await;
+    one_more.rrq(server.addr, "f", Mode::Octet, &[]).await;
+    one_more.expect_silence(Duration::from_millis(300)).await;
+    let fetched = fetch_retrying(server.addr, "f", Duration::from_secs(3)).await;
+    assert!(
+        fetched.as_deref() == Some(&pattern(2000)[..]),
+        "another host is served (got {:?} bytes)",
+        fetched.map(|f| f.len())
     );
     server.stop().await;
 }

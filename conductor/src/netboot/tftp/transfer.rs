@@ -3,7 +3,11 @@
 //! # Design
 //! Lock-step, as RFC 1350 has it: send a packet, wait for its ACK, retransmit after the timeout
 //! (the client's `timeout` option, else the server's), give up after `max_retries`
-//! retransmissions. An ACK of any other block is ignored and does not trigger a retransmission:
+//! retransmissions. Until the client acknowledges the first packet (OACK or DATA 1) the
+//! transfer is half-open and retransmits at the server's timeout when the client asked for a
+//! longer one: nothing yet shows the request came from its source address, so a forged request
+//! must not hold a slot for the client's timeout × retries. The first ACK sets the
+//! `acknowledged` flag the main loop reads (see `slots.rs`). An ACK of any other block is ignored and does not trigger a retransmission:
 //! answering duplicate ACKs doubles every later block ("Sorcerer's Apprentice", RFC 1123
 //! §4.2.3.1). Packets from any address but the client's get ERROR 5 and are otherwise ignored;
 //! the retransmission deadline is not moved by them. From the client, an ERROR ends the
@@ -14,6 +18,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -64,8 +69,9 @@ pub fn error_packet(code: ErrorCode, message: &str) -> Vec<u8> {
         .expect("an ERROR without NUL bytes always encodes")
 }
 
-/// Serves one read request to the end; failures are logged, never returned.
-pub async fn serve(request: ReadRequest, settings: Arc<Settings>) {
+/// Serves one read request to the end; failures are logged, never returned. `acknowledged` is
+/// set when the client acknowledges the first packet.
+pub async fn serve(request: ReadRequest, settings: Arc<Settings>, acknowledged: Arc<AtomicBool>) {
     let socket = match UdpSocket::bind(SocketAddr::new(settings.local_ip, 0)).await {
         Ok(socket) => socket,
         Err(err) => {
@@ -98,11 +104,19 @@ pub async fn serve(request: ReadRequest, settings: Arc<Settings>) {
     // tftp_parse_option_ack) fails a download whose OACK says `tsize 0`; leaving the option out
     // is the RFC 2347 way of not accepting it.
     let size_up_front = (request.mode == Mode::Octet && opened.size > 0).then_some(opened.size);
-    let accepted = requested.accept(settings.max_blksize, size_up_front);
+    let accepted = requested.accept(
+        settings.max_blksize,
+        settings.max_timeout_secs,
+        size_up_front,
+    );
     let timeout = accepted
         .timeout_secs
         .map(|secs| Duration::from_secs(secs.into()))
         .unwrap_or(settings.retransmit_timeout);
+    if requested.timeout_secs.is_some() && accepted.timeout_secs.is_none() {
+        tracing::debug!(client = %request.client, requested_secs = requested.timeout_secs,
+            max_secs = settings.max_timeout_secs, "tftp: timeout option declined");
+    }
     let blksize = accepted.block_size();
     tracing::info!(client = %request.client, file = %request.filename, path = %opened.path.display(),
         mode = %request.mode, size = opened.size, blksize, timeout_secs = timeout.as_secs_f32(),
@@ -114,7 +128,9 @@ pub async fn serve(request: ReadRequest, settings: Arc<Settings>) {
     let mut transfer = Transfer {
         socket,
         client: request.client,
-        timeout,
+        timeout: timeout.min(settings.retransmit_timeout),
+        negotiated_timeout: timeout,
+        acknowledged,
         max_retries: settings.max_retries,
         buf: vec![0; RECEIVE_BUFFER],
     };
@@ -202,7 +218,12 @@ async fn open(root: &Path, request: &ReadRequest) -> Result<Opened, (ErrorCode, 
 struct Transfer {
     socket: UdpSocket,
     client: SocketAddr,
+    /// The retransmission timeout now: at most the server's while half-open (module docs).
     timeout: Duration,
+    /// The retransmission timeout once the client has acknowledged a packet.
+    negotiated_timeout: Duration,
+    /// Set at the first ACK; read by the main loop.
+    acknowledged: Arc<AtomicBool>,
     max_retries: u32,
     buf: Vec<u8>,
 }
@@ -244,7 +265,13 @@ impl Transfer {
                 .map_err(TransferError::Socket)?;
             let deadline = tokio::time::Instant::now() + self.timeout;
             match tokio::time::timeout_at(deadline, self.wait_for_ack(block)).await {
-                Ok(result) => return result,
+                Ok(Ok(())) => {
+                    // The client answered from its address: the handshake is over.
+                    self.timeout = self.negotiated_timeout;
+                    self.acknowledged.store(true, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Ok(Err(err)) => return Err(err),
                 Err(_elapsed) if retries < self.max_retries => {
                     retries += 1;
                     tracing::debug!(client = %self.client, block, retries, "tftp: retransmitting");
