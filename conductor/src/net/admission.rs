@@ -20,6 +20,11 @@ use std::time::{Duration, Instant};
 
 /// How often a refusal is logged at most; the ones between are counted in the next line.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(1);
+/// Connections at once to a listener without a setting of its own (the built-in object store,
+/// netboot HTTP): every iLO and ramdisk of a large fleet fetching at once.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// Connections at once from one address to such a listener: a BMC or a ramdisk opens a few.
+pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 256;
 
 /// The connection limits of one listener (cheap to clone; clones share the counts).
 #[derive(Debug, Clone)]

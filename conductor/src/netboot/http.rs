@@ -22,6 +22,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use super::path::{resolve, PathError};
+use crate::net::admission::{self, Admission};
 use crate::objects::builtin::server::ReplyBody;
 use vmdeploy_shared::error::Chain;
 
@@ -39,6 +40,12 @@ pub async fn serve(
     // The confinement compares canonical paths.
     let root = Arc::new(root.canonicalize().unwrap_or(root));
     tokio::pin!(shutdown);
+    // GET and HEAD only, so no body to time out; one address cannot hold every descriptor.
+    let admission = Admission::new(
+        "netboot HTTP",
+        admission::DEFAULT_MAX_CONNECTIONS,
+        admission::DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+    );
     loop {
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -51,8 +58,12 @@ pub async fn serve(
             },
             () = &mut shutdown => return,
         };
+        let Ok(ticket) = admission.admit(peer.ip()) else {
+            continue;
+        };
         let root = root.clone();
         tokio::spawn(async move {
+            let _ticket = ticket;
             let service = hyper::service::service_fn(move |req| {
                 let root = root.clone();
                 async move { Ok::<_, Infallible>(handle(&root, &req, peer).await) }
@@ -191,6 +202,35 @@ mod tests {
         }
         let r = client.post(url("/n/k")).send().await.expect("post");
         assert_eq!(r.status().as_u16(), 405);
+
+        // One address that opens more than its share of idle connections: those beyond it
+        // are closed at once, and another address is served meanwhile.
+        use tokio::io::AsyncReadExt as _;
+        let share = admission::DEFAULT_MAX_CONNECTIONS_PER_CLIENT;
+        let mut idle = Vec::new();
+        for _ in 0..share + 20 {
+            let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+            socket
+                .bind("127.0.0.2:0".parse().expect("address"))
+                .expect("binding 127.0.0.2 (loopback)");
+            idle.push(socket.connect(addr).await.expect("connect"));
+        }
+        let got = client.get(url("/n/k")).send().await.expect("get during the flood");
+        assert_eq!(got.status(), 200);
+        let mut closed = 0;
+        // An admitted idle connection waits for its headers (nothing to read by the deadline);
+        // a refused one reads EOF or a reset (a timeout polls its read once even past it).
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+        for tcp in &mut idle {
+            let mut byte = [0u8; 1];
+            match tokio::time::timeout_at(deadline, tcp.read(&mut byte)).await {
+                Ok(Ok(0) | Err(_)) => closed += 1,
+                Ok(Ok(_)) => panic!("an idle connection got bytes"),
+                Err(_) => {}
+            }
+        }
+        assert_eq!(closed, 20, "the connections beyond the share were closed");
+        drop(idle);
         let _ = stop.send(());
         server.await.expect("server ends");
     }

@@ -34,6 +34,7 @@ use vmdeploy_shared::tempurl::{self, TempUrlDigest, TempUrlParams};
 use super::range::{parse_range, RangeReply};
 use super::{BuiltinStore, ACCOUNT};
 use crate::objects::ObjectPath;
+use crate::net::admission::{self, Admission};
 use vmdeploy_shared::error::Chain;
 
 /// Bytes per body frame: large enough for hundreds of MB/s over TLS, small enough that a slow
@@ -58,6 +59,12 @@ pub async fn serve(
     acceptor: TlsAcceptor,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    // GET and HEAD only, so no body to time out; one address cannot hold every descriptor.
+    let admission = Admission::new(
+        "object store",
+        admission::DEFAULT_MAX_CONNECTIONS,
+        admission::DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+    );
     loop {
         if *shutdown.borrow() {
             return;
@@ -78,10 +85,14 @@ pub async fn serve(
                 continue;
             }
         };
+        let Ok(ticket) = admission.admit(peer.ip()) else {
+            continue;
+        };
         let store = store.clone();
         let acceptor = acceptor.clone();
         let mut conn_shutdown = shutdown.clone();
         tokio::spawn(async move {
+            let _ticket = ticket;
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
