@@ -23,7 +23,10 @@ use vmdeploy_shared::iscsi::{
     TaskMgmtResponse, TextKeys, TextResponse, RESERVED_TAG,
 };
 
+use anyhow::Context as _;
+
 use super::backend::AlignedBuf;
+use super::budget::{Reservation, SessionQuota, MAX_WRITE_SLACK, SESSION_WRITE_QUOTA};
 use super::commands::{Outcome, Transfer};
 use super::framing::{self, Header, Limits};
 use super::gather::{Gather, Step};
@@ -36,9 +39,6 @@ use super::server::TargetShared;
 /// MaxRecvDataSegmentLength this target declares: big PDUs keep header work per byte low
 /// (docs/iscsi-and-swift-peers.md §3: 256 KiB PDUs bring tgtd near disk speed).
 pub const MAX_RECV_DATA_SEGMENT: u32 = 1 << 20;
-/// How much more data than its CDB asks for a WRITE may carry (residual overflow of the
-/// initiator's buffer) before it is refused instead of drained.
-const MAX_WRITE_SLACK: u32 = 1 << 20;
 /// Socket read buffer for headers and small PDUs.
 const READ_BUFFER: usize = 16 * 1024;
 /// Largest Data-In data segment this target sends, whatever the initiator allows.
@@ -49,6 +49,8 @@ struct PendingWrite {
     lun: u64,
     cmd: Cdb,
     buf: AlignedBuf,
+    /// `buf`'s bytes in the session's share of the write budget.
+    reservation: Reservation,
     gather: Gather,
     expected_len: u32,
     /// Residual to report (expected length and CDB disagree).
@@ -135,7 +137,7 @@ async fn run(
         let mut joined = tokio::io::join(&mut rd, &mut wr);
         login::login(&mut joined, &shared).await?
     };
-    let Some(session) = logged_in else {
+    let Some(login::Admitted { session, quota }) = logged_in else {
         return Ok(());
     };
     tracing::info!(
@@ -166,6 +168,7 @@ async fn run(
         window,
         out,
         pending: HashMap::new(),
+        quota,
         next_ttt: 1,
         stats: Arc::new(JobStats::default()),
         nexus: nexus.clone(),
@@ -177,7 +180,8 @@ async fn run(
         conn.stats.log();
     }
     // Dropping the outbox lets the writer drain what is queued and end; commands still running
-    // hold their own clones and finish first.
+    // hold their own clones and finish first. The writes still waiting for data give their
+    // buffers and reservations back here.
     drop(conn);
     match writer.await {
         Ok(Ok(())) => {}
@@ -197,6 +201,8 @@ struct Connection {
     window: Arc<CmdWindow>,
     out: Outbox,
     pending: HashMap<u32, Pending>,
+    /// The session's share of the write budget (`None` in a discovery session).
+    quota: Option<SessionQuota>,
     next_ttt: u32,
     stats: Arc<JobStats>,
     /// The I_T nexus of this session, for reservations (SPC-4 §5.13).
@@ -484,6 +490,8 @@ impl Connection {
             self.dispatch(lun, cdb, answer, DataOutBuf::Empty);
             return Ok(());
         }
+        // Reserved before the buffer exists: what a command announces is what it may cost.
+        let reservation = self.reserve(needed as usize).await?;
         let mut buf = self.shared.buffers.take(needed as usize);
         framing::read_body(rd, &mut buf[..immediate_len]).await?;
         framing::skip_padding(rd, header).await?;
@@ -492,6 +500,7 @@ impl Connection {
             lun,
             cmd: cdb,
             buf,
+            reservation,
             gather: Gather::new(
                 needed as usize,
                 immediate_len,
@@ -503,6 +512,41 @@ impl Connection {
         };
         self.advance_write(cmd.itt, pending);
         Ok(())
+    }
+
+    /// Reserves a write buffer of `len` bytes in the session's share of the budget. When the
+    /// share is short, waits for running commands to give theirs back, reading nothing more
+    /// meanwhile (the initiator's data waits in the socket: backpressure). When even that
+    /// cannot free enough, the share being held by writes that wait for data behind this
+    /// command on this very connection, the wait would never end: the connection is dropped.
+    async fn reserve(&self, len: usize) -> anyhow::Result<Reservation> {
+        let Some(quota) = &self.quota else {
+            anyhow::bail!("a write in a session without a write quota");
+        };
+        if let Some(r) = quota.try_reserve(len) {
+            return Ok(r);
+        }
+        let waiting_for_data: usize = self
+            .pending
+            .values()
+            .map(|p| match p {
+                Pending::Write(w) => w.reservation.bytes(),
+                Pending::Draining { .. } => 0,
+            })
+            .sum();
+        if waiting_for_data.saturating_add(len) > SESSION_WRITE_QUOTA {
+            anyhow::bail!(
+                "a write of {len} bytes does not fit the session's write buffer quota \
+                 ({SESSION_WRITE_QUOTA} bytes; {waiting_for_data} held by writes waiting for \
+                 their data)"
+            );
+        }
+        tracing::debug!(
+            len,
+            waiting_for_data,
+            "write quota in use; waiting for commands"
+        );
+        quota.reserve(len).await.context("reserving a write buffer")
     }
 
     /// Answers a failed command at once, or once its unsolicited Data-Out has been drained.
@@ -621,7 +665,12 @@ impl Connection {
             read: false,
             write_residual: p.residual,
         };
-        self.dispatch(p.lun, p.cmd, answer, p.buf.into());
+        self.dispatch(
+            p.lun,
+            p.cmd,
+            answer,
+            DataOutBuf::Aligned(p.buf, p.reservation),
+        );
     }
 
     /// Runs a command on the blocking pool and queues its response.
@@ -653,8 +702,10 @@ impl Connection {
                 )
                 .into())
             });
-            if let DataOutBuf::Aligned(buf) = data {
+            if let DataOutBuf::Aligned(buf, reservation) = data {
+                // Idle in the pool, the buffer no longer counts against the session.
                 shared.buffers.give(buf);
+                drop(reservation);
             }
             job_stats.finished();
             send_outcome(&out, &answer, outcome, limits);
@@ -684,20 +735,15 @@ impl Connection {
 /// Data-out handed to a command job.
 enum DataOutBuf {
     Empty,
-    Aligned(AlignedBuf),
+    /// The gathered data, and its bytes in the session's share until the job is done.
+    Aligned(AlignedBuf, Reservation),
 }
 
 impl DataOutBuf {
     fn as_slice(&self) -> &[u8] {
         match self {
             DataOutBuf::Empty => &[],
-            DataOutBuf::Aligned(b) => b,
+            DataOutBuf::Aligned(b, _) => b,
         }
-    }
-}
-
-impl From<AlignedBuf> for DataOutBuf {
-    fn from(b: AlignedBuf) -> Self {
-        DataOutBuf::Aligned(b)
     }
 }

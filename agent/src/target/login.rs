@@ -12,11 +12,14 @@ use vmdeploy_shared::iscsi::{
     OperationalParams, Pdu, Role, SessionKind, TextKeys,
 };
 
+use super::budget::{SessionQuota, MAX_SESSIONS};
 use super::framing::{self, Header, Limits};
 use super::server::TargetShared;
 
-/// Longest a login may wait for the initiator's next PDU.
-const LOGIN_PDU_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest a whole login may take: a connection that does not finish it (one that never sends
+/// a PDU, or trickles them) gives its place back (`server::MAX_CONNECTIONS`). Initiators log in
+/// in a few round trips.
+pub const LOGIN_TIMEOUT: Duration = Duration::from_secs(20);
 /// Data segment limit during login (RFC 7143 §13.12: 8192 until negotiated).
 const LOGIN_MAX_DATA: usize = 8192;
 /// Longest accumulated login text (several PDUs with the C bit).
@@ -52,11 +55,9 @@ async fn read_login_pdu<R: AsyncRead + Unpin>(
     r: &mut R,
 ) -> anyhow::Result<Option<(Header, Bhs, Vec<u8>)>> {
     let limits = Limits::new(LOGIN_MAX_DATA);
-    let header =
-        match tokio::time::timeout(LOGIN_PDU_TIMEOUT, framing::read_header(r, &limits)).await {
-            Ok(h) => h.context("reading a login PDU")?,
-            Err(_) => anyhow::bail!("no login PDU within {LOGIN_PDU_TIMEOUT:?}"),
-        };
+    let header = framing::read_header(r, &limits)
+        .await
+        .context("reading a login PDU")?;
     let Some(header) = header else {
         return Ok(None);
     };
@@ -66,12 +67,32 @@ async fn read_login_pdu<R: AsyncRead + Unpin>(
     Ok(Some((header, bhs, data)))
 }
 
-/// Runs the login on `stream`. `Ok(None)`: the initiator went away or was refused (already
-/// answered and logged).
+/// A completed login.
+#[derive(Debug)]
+pub struct Admitted {
+    /// What was negotiated.
+    pub session: LoggedIn,
+    /// The session's share of the write buffer budget (none for a discovery session, which
+    /// cannot write).
+    pub quota: Option<SessionQuota>,
+}
+
+/// Runs the login on `stream`, within [`LOGIN_TIMEOUT`]. `Ok(None)`: the initiator went away
+/// or was refused (already answered and logged).
 pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     shared: &TargetShared,
-) -> anyhow::Result<Option<LoggedIn>> {
+) -> anyhow::Result<Option<Admitted>> {
+    match tokio::time::timeout(LOGIN_TIMEOUT, negotiate(stream, shared)).await {
+        Ok(result) => result,
+        Err(_) => anyhow::bail!("the login did not complete within {LOGIN_TIMEOUT:?}"),
+    }
+}
+
+async fn negotiate<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    shared: &TargetShared,
+) -> anyhow::Result<Option<Admitted>> {
     let mut neg = Negotiation::new(Role::Target, local_params());
     let mut chap_state = ChapState::NotStarted;
     let mut auth_done = shared.chap.is_none();
@@ -339,6 +360,23 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
             resp.transit = true;
             resp.next_stage = next;
             if next == LoginStage::FullFeature {
+                // Admitted only with a share of the write budget: past MAX_SESSIONS, another
+                // session would take the memory the ones logged in count on.
+                let quota = match kind {
+                    SessionKind::Normal => match shared.budget.admit() {
+                        Some(q) => Some(q),
+                        None => {
+                            return send_refusal(
+                                stream,
+                                resp,
+                                LoginStatus::OUT_OF_RESOURCES,
+                                format!("{MAX_SESSIONS} sessions are logged in already"),
+                            )
+                            .await;
+                        }
+                    },
+                    SessionKind::Discovery => None,
+                };
                 answers.extend(neg.offer());
                 let tsih = shared.next_tsih();
                 resp.tsih = tsih;
@@ -348,7 +386,7 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                 // The digests this target uses are always None (it never offers or accepts CRC32C).
                 params.header_digest = false;
                 params.data_digest = false;
-                return Ok(Some(LoggedIn {
+                let session = LoggedIn {
                     kind,
                     params,
                     initiator_name: initiator,
@@ -357,7 +395,8 @@ pub async fn login<S: AsyncRead + AsyncWrite + Unpin>(
                     cmd_sn: req.cmd_sn,
                     max_cmd_sn,
                     stat_sn,
-                }));
+                };
+                return Ok(Some(Admitted { session, quota }));
             }
         }
         send(stream, resp, answers).await?;
@@ -386,7 +425,7 @@ async fn send_refusal<S: AsyncWrite + Unpin>(
     mut resp: LoginResponse,
     status: LoginStatus,
     reason: String,
-) -> anyhow::Result<Option<LoggedIn>> {
+) -> anyhow::Result<Option<Admitted>> {
     resp.status = status;
     resp.transit = false;
     let status = resp.status.description();

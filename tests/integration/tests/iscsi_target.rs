@@ -665,3 +665,232 @@ fn bad_input_is_answered_or_dropped_while_another_session_keeps_working() {
         text(&inq)
     );
 }
+
+/// A process's resident memory in bytes (`VmRSS`).
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read status");
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("a VmRSS line");
+    kib * 1024
+}
+
+/// How many file descriptors a process has open.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Bytes each stalling WRITE announces: the largest transfer the target's Block Limits allow.
+const STALLED_WRITE: u32 = 32 << 20;
+
+/// A connection that logs in asking for 16 MiB unsolicited bursts, announces `writes` WRITEs of
+/// [`STALLED_WRITE`] bytes, sends 4 KiB of each at the start and 4 KiB near the end of its
+/// first burst (a target that gathers into one buffer per command zeroes the gap, so the
+/// memory is really used) and then stalls. `None` when the target refused the login; a
+/// connection the target drops later is returned all the same (writes to it fail quietly).
+fn stalling_writer(addr: SocketAddr, writes: u32) -> Option<TcpStream> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let mut keys = TextKeys::new();
+    keys.push("InitiatorName", "iqn.2026-11.test.vmdeploy:staller");
+    keys.push("TargetName", IQN);
+    keys.push("SessionType", "Normal");
+    keys.push("AuthMethod", "None");
+    keys.push("InitialR2T", "No");
+    keys.push("ImmediateData", "Yes");
+    keys.push("FirstBurstLength", "16777215");
+    keys.push("MaxBurstLength", "16777215");
+    keys.push("MaxRecvDataSegmentLength", "262144");
+    let req = LoginRequest {
+        transit: true,
+        continue_: false,
+        current_stage: LoginStage::Security,
+        next_stage: LoginStage::FullFeature,
+        version_max: 0,
+        version_min: 0,
+        isid: [0x80, 0, 0, 0, 0, 9],
+        tsih: 0,
+        itt: 1,
+        cid: 0,
+        cmd_sn: 1,
+        exp_stat_sn: 0,
+    };
+    let wire = Pdu::with_data(req, keys.encode())
+        .encode(Digests::NONE)
+        .expect("encode");
+    s.write_all(&wire).ok()?;
+    let mut head = [0u8; BHS_LEN];
+    s.read_exact(&mut head).ok()?;
+    let (ahs, data) = segment_lengths(&head);
+    let mut rest = vec![0u8; ahs + padded_len(data)];
+    s.read_exact(&mut rest).ok()?;
+    let mut all = head.to_vec();
+    all.extend_from_slice(&rest);
+    let (reply, _) = Pdu::decode(&all, Digests::NONE, 1 << 24).ok()?;
+    match reply.bhs {
+        Bhs::LoginResponse(r) if r.status.is_success() && r.transit => {}
+        _ => return None,
+    }
+    let blocks = STALLED_WRITE / 512;
+    for i in 0..writes {
+        let itt = 100 + i;
+        let cmd = ScsiCommand {
+            final_: false,
+            write: true,
+            lun: Lun::from_number(1),
+            itt,
+            expected_data_len: STALLED_WRITE,
+            cmd_sn: 1 + i,
+            cdb: scsi::build::write_16(0, blocks, false),
+            ..Default::default()
+        };
+        let far = vmdeploy_shared::iscsi::DataOut {
+            final_: false,
+            lun: Lun::from_number(1),
+            itt,
+            ttt: vmdeploy_shared::iscsi::RESERVED_TAG,
+            data_sn: 0,
+            buffer_offset: (16 << 20) - 8192,
+            ..Default::default()
+        };
+        let mut wire = Pdu::with_data(cmd, vec![0xee; 4096])
+            .encode(Digests::NONE)
+            .expect("encode");
+        wire.extend(
+            Pdu::with_data(far, vec![0xee; 4096])
+                .encode(Digests::NONE)
+                .expect("encode"),
+        );
+        if s.write_all(&wire).is_err() {
+            break;
+        }
+    }
+    Some(s)
+}
+
+impl RawSession {
+    /// WRITE(16) of `data` (whole blocks, at most 64 KiB: the default FirstBurstLength) as
+    /// immediate data; returns the SCSI status.
+    fn write(&mut self, lba: u64, data: &[u8]) -> u8 {
+        let itt = self.itt;
+        self.itt += 1;
+        let cmd = ScsiCommand {
+            final_: true,
+            write: true,
+            lun: Lun::from_number(1),
+            itt,
+            expected_data_len: data.len() as u32,
+            cmd_sn: self.cmd_sn,
+            cdb: scsi::build::write_16(lba, (data.len() / 512) as u32, false),
+            ..Default::default()
+        };
+        self.cmd_sn += 1;
+        self.send(&Pdu::with_data(cmd, data.to_vec()));
+        loop {
+            let pdu = self.recv().expect("answer to a WRITE");
+            if let Bhs::ScsiResponse(r) = &pdu.bhs {
+                assert_eq!(r.itt, itt, "a response to another command: {pdu:?}");
+                return r.status;
+            }
+        }
+    }
+}
+
+#[test]
+fn stalled_writes_stay_within_the_buffer_budget_while_a_real_session_writes() {
+    let mut target = Target::start(64 << 20, None);
+    let pid = target.child.id();
+    let mut healthy = RawSession::login(target.addr());
+    let before = rss_bytes(pid);
+
+    // Eight connections of eight stalled 32 MiB writes each: 2 GiB announced, 1 GiB of it
+    // gathered into buffers if the target let them all in.
+    let attackers: Vec<TcpStream> = (0..8)
+        .filter_map(|_| stalling_writer(target.addr(), 8))
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let grown = rss_bytes(pid).saturating_sub(before);
+    assert!(
+        grown < 160 << 20,
+        "the target grew by {} MiB for stalled writes ({} stalling sessions admitted)",
+        grown >> 20,
+        attackers.len()
+    );
+
+    // The session that was there first still writes, at full size, while they stall.
+    let pattern: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+    for lba in [0u64, 4096, 65536] {
+        assert_eq!(healthy.write(lba, &pattern), 0, "WRITE at LBA {lba}");
+    }
+    let sync = healthy.command(scsi::build::synchronize_cache_16(), 0);
+    assert!(
+        matches!(sync.bhs, Bhs::ScsiResponse(ref r) if r.status == 0),
+        "{sync:?}"
+    );
+    let disk = std::fs::read(&target.disk).expect("read the LUN's file");
+    for lba in [0usize, 4096, 65536] {
+        let at = lba * 512;
+        assert_eq!(
+            &disk[at..at + pattern.len()],
+            &pattern[..],
+            "data at LBA {lba}"
+        );
+    }
+    let written: Vec<usize> = [0usize, 4096, 65536].iter().map(|l| l * 512).collect();
+    let stray = disk.iter().enumerate().position(|(i, &b)| {
+        b != 0 && !written.iter().any(|&w| (w..w + pattern.len()).contains(&i))
+    });
+    assert_eq!(stray, None, "bytes of a stalled write reached the disk");
+
+    drop(attackers);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(target.is_running(), "the target died under stalled writes");
+    // A new session from a real initiator works once they are gone.
+    let inq = run(Command::new("iscsi-inq").arg(target.url(None)));
+    assert!(
+        inq.status.success(),
+        "iscsi-inq after the stalls: {}",
+        text(&inq)
+    );
+}
+
+#[test]
+fn many_idle_connections_are_capped_while_a_session_keeps_working() {
+    let mut target = Target::start(16 << 20, None);
+    let pid = target.child.id();
+    let mut healthy = RawSession::login(target.addr());
+    let fds_before = open_fds(pid);
+    // Connections that never log in, far more than a deploy ever opens.
+    let idle: Vec<TcpStream> = (0..300)
+        .filter_map(|_| TcpStream::connect(target.addr()).ok())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let fds = open_fds(pid);
+    assert!(
+        fds < fds_before + 64,
+        "{} idle connections hold {} descriptors in the target ({fds_before} before)",
+        idle.len(),
+        fds - fds_before
+    );
+    let tur = healthy.command(scsi::build::test_unit_ready(), 0);
+    assert!(
+        matches!(tur.bhs, Bhs::ScsiResponse(ref r) if r.status == 0),
+        "the logged-in session under a connection flood: {tur:?}"
+    );
+    drop(idle);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        target.is_running(),
+        "the target died under a connection flood"
+    );
+    let inq = run(Command::new("iscsi-inq").arg(target.url(None)));
+    assert!(
+        inq.status.success(),
+        "iscsi-inq after the flood: {}",
+        text(&inq)
+    );
+}
