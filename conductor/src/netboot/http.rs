@@ -215,7 +215,11 @@ mod tests {
                 .expect("binding 127.0.0.2 (loopback)");
             idle.push(socket.connect(addr).await.expect("connect"));
         }
-        let got = client.get(url("/n/k")).send().await.expect("get during the flood");
+        let got = client
+            .get(url("/n/k"))
+            .send()
+            .await
+            .expect("get during the flood");
         assert_eq!(got.status(), 200);
         let mut closed = 0;
         // An admitted idle connection waits for its headers (nothing to read by the deadline);

@@ -33,8 +33,8 @@ use vmdeploy_shared::tempurl::{self, TempUrlDigest, TempUrlParams};
 
 use super::range::{parse_range, RangeReply};
 use super::{BuiltinStore, ACCOUNT};
-use crate::objects::ObjectPath;
 use crate::net::admission::{self, Admission};
+use crate::objects::ObjectPath;
 use vmdeploy_shared::error::Chain;
 
 /// Bytes per body frame: large enough for hundreds of MB/s over TLS, small enough that a slow
