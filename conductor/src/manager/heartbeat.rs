@@ -125,30 +125,31 @@ fn masked(object: &Map<String, Value>) -> Value {
     vmdeploy_shared::redact::json_map(object)
 }
 
-/// Whether `given` is the node's stored token, compared in constant time.
+/// The one-deploy secret the node holds under `key` in `driver_internal_info` (the agent
+/// token, the deploy key); an empty one is none.
+pub(crate) fn stored_secret<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
+    node.driver_internal_info
+        .get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+/// Whether `given` is the node's stored secret under `key`, compared in constant time.
+pub(crate) fn secret_matches(node: &Node, key: &str, given: &Secret) -> bool {
+    stored_secret(node, key)
+        .is_some_and(|stored| bool::from(stored.as_bytes().ct_eq(given.expose().as_bytes())))
+}
+
+/// Whether `given` is the node's stored agent token.
 fn token_matches(node: &Node, given: Option<&Secret>) -> bool {
-    let stored = node
-        .driver_internal_info
-        .get(AGENT_TOKEN_KEY)
-        .and_then(Value::as_str);
-    match (stored, given) {
-        (Some(stored), Some(given)) if !stored.is_empty() => {
-            bool::from(stored.as_bytes().ct_eq(given.expose().as_bytes()))
-        }
-        _ => false,
-    }
+    given.is_some_and(|given| secret_matches(node, AGENT_TOKEN_KEY, given))
 }
 
 /// The refusal of a heartbeat whose token does not match: 403 where the node holds a token
 /// (an agent of its own may be calling with a stale one), the unknown node's 404 where it
 /// holds none.
 fn refuse_heartbeat(ident: &NodeIdent, node: &Node) -> ManagerError {
-    let holds_token = node
-        .driver_internal_info
-        .get(AGENT_TOKEN_KEY)
-        .and_then(Value::as_str)
-        .is_some_and(|t| !t.is_empty());
-    if holds_token {
+    if stored_secret(node, AGENT_TOKEN_KEY).is_some() {
         tracing::warn!(node = %node.uuid, "heartbeat refused: invalid or missing agent token");
         ManagerError::CallbackRefused {
             node: node.uuid,

@@ -19,12 +19,10 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
-use subtle::ConstantTimeEq;
 use time::OffsetDateTime;
 use vmdeploy_shared::api::ValidPassDeployInfo;
 
-use super::heartbeat::wipe_agent_secrets;
+use super::heartbeat::{secret_matches, wipe_agent_secrets};
 use super::provision::fail_deploy;
 use super::tasks::{self, apply};
 use super::{Core, ManagerError};
@@ -36,15 +34,7 @@ pub(crate) use crate::boot::DEPLOY_KEY_KEY;
 
 /// Whether `given` is the node's unused deploy key.
 fn key_matches(node: &Node, given: &ValidPassDeployInfo) -> bool {
-    let stored = node
-        .driver_internal_info
-        .get(DEPLOY_KEY_KEY)
-        .and_then(Value::as_str)
-        .filter(|k| !k.is_empty());
-    match stored {
-        Some(stored) => bool::from(stored.as_bytes().ct_eq(given.key.expose().as_bytes())),
-        None => false,
-    }
+    secret_matches(node, DEPLOY_KEY_KEY, &given.key)
 }
 
 fn not_waiting(node: &Node) -> ManagerError {

@@ -102,23 +102,21 @@ impl<K: Copy + Eq + Hash, H> Slots<K, H> {
             return Admission::Duplicate;
         }
         let ip = client.ip();
-        if self.per_client.get(&ip).copied().unwrap_or(0) >= self.max_per_client {
-            return match self.oldest_half_open(Some(ip)) {
-                Some(key) => Admission::Admit {
-                    evicted: self.remove(key),
-                },
-                None => Admission::Busy { per_client: true },
-            };
+        // Which transfers may give way: the client's own at its cap, anyone's when full.
+        let per_client = self.per_client.get(&ip).copied().unwrap_or(0) >= self.max_per_client;
+        let scope = if per_client {
+            Some(ip)
+        } else if self.slots.len() >= self.max_total {
+            None
+        } else {
+            return Admission::Admit { evicted: None };
+        };
+        match self.oldest_half_open(scope) {
+            Some(key) => Admission::Admit {
+                evicted: self.remove(key),
+            },
+            None => Admission::Busy { per_client },
         }
-        if self.slots.len() >= self.max_total {
-            return match self.oldest_half_open(None) {
-                Some(key) => Admission::Admit {
-                    evicted: self.remove(key),
-                },
-                None => Admission::Busy { per_client: false },
-            };
-        }
-        Admission::Admit { evicted: None }
     }
 
     /// Records an admitted transfer; `acknowledged` is the flag its task sets.

@@ -11,8 +11,8 @@ pub const DEFAULT_LISTEN: SocketAddr =
     SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), DEFAULT_PORT);
 /// The built-in store's address when nothing says otherwise: loopback, a free port.
 pub const DEFAULT_BUILTIN_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
-/// Largest request body (bodies over 1 MiB are refused).
-pub const DEFAULT_MAX_BODY: u64 = 1024 * 1024;
+/// Largest request body: the API's own default (1 MiB).
+pub const DEFAULT_MAX_BODY: u64 = crate::api::DEFAULT_MAX_BODY as u64;
 /// Grace period of the SIGTERM drain.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// How long a request body may take: a 1 MiB body at a slow 100 kB/s, with room.
