@@ -1044,3 +1044,286 @@ fn library_level_json_warnings_carry_the_request_id() {
         "warn level keeps INFO lines out:\n{text}"
     );
 }
+
+/// One write the API acknowledged (2xx) during a burst.
+#[derive(Debug, Clone)]
+enum Acked {
+    /// `POST /v1/nodes` of a node with this name.
+    Create(String),
+    /// `PATCH` that added `extra/<key> = value` to the seed node `node`.
+    Patch {
+        node: String,
+        key: String,
+        value: u64,
+    },
+    /// `PUT …/states/power` on the seed node (202: a task reserved it).
+    Power(String),
+}
+
+/// A count from the environment (the full figures of the issue: `VMDEPLOY_CRASH_ROUNDS=5
+/// VMDEPLOY_CRASH_WRITES=200`), or `default` (the test command's smaller run).
+fn count_from_env(name: &str, default: usize) -> usize {
+    match std::env::var(name) {
+        Ok(text) => text
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={text:?} is not a count")),
+        Err(_) => default,
+    }
+}
+
+/// `PRAGMA integrity_check` of the conductor's database, read while no conductor runs.
+fn integrity_check(db: &Path) -> String {
+    let conn =
+        rusqlite::Connection::open(db).unwrap_or_else(|e| panic!("opening {}: {e}", db.display()));
+    conn.query_row("PRAGMA integrity_check", [], |row| row.get::<_, String>(0))
+        .unwrap_or_else(|e| panic!("integrity_check of {}: {e}", db.display()))
+}
+
+/// The conductor killed with SIGKILL in the middle of a burst of concurrent API writes (node
+/// creates, PATCHes, power changes that reserve the node), several times over on one SQLite
+/// database: after each restart every write the API acknowledged is there, recovery has left
+/// no reservation and no half-done power change, and the database passes its integrity check.
+/// The kill lands after a random share (20–80 %) of the burst was answered, so requests
+/// are in flight and tasks hold locks when it comes.
+#[test]
+fn a_kill_mid_burst_loses_no_acknowledged_write_and_leaves_no_lock() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    const SEEDS: usize = 16;
+    const VERSION: (&str, &str) = ("X-OpenStack-Ironic-API-Version", "1.73");
+    let rounds = count_from_env("VMDEPLOY_CRASH_ROUNDS", 3);
+    let writes = count_from_env("VMDEPLOY_CRASH_WRITES", 60);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let state = dir.path().join("state");
+    // Power syncs would take reservations of their own while the test reads the nodes.
+    let config = write(
+        dir.path(),
+        "crash.toml",
+        "[api]\nlisten = [\"127.0.0.1:0\"]\n[deploy]\npower_sync_interval = 86400\n",
+    );
+    let args = ["--config", config.to_str().expect("utf-8")];
+    // A BMC address where nothing listens: a power task fails fast, after it reserved the node.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let closed_port = closed.local_addr().expect("its address").port();
+    drop(closed);
+    let driver_info = serde_json::json!({
+        "ilo_address": "127.0.0.1", "client_port": closed_port, "client_timeout": 5,
+        "ilo_username": "admin", "ilo_password": "crash-Secret-1",
+        "ilo_deploy_iso": "http://127.0.0.1:1/deploy.iso",
+    });
+    let rt = runtime();
+    let http = client();
+    let mut conductor = Conductor::start(&args, &state);
+    let mut url = conductor.url();
+    rt.block_on(async {
+        for seed in 0..SEEDS {
+            let reply = http
+                .post(format!("{url}/v1/nodes"))
+                .header(VERSION.0, VERSION.1)
+                .json(&serde_json::json!({
+                    "name": format!("seed-{seed}"), "driver": "agent_ilo",
+                    "driver_info": driver_info,
+                }))
+                .send()
+                .await
+                .expect("creating a seed node");
+            assert_eq!(reply.status(), 201, "seed node {seed}");
+        }
+    });
+    let mut acked_all: Vec<Acked> = Vec::new();
+    let mut unacked_total = 0;
+    let mut seed_state = 0x9e37_79b9_7f4a_7c15_u64 ^ u64::from(std::process::id());
+    for round in 0..rounds {
+        // xorshift: a different kill point each round and run.
+        seed_state ^= seed_state << 13;
+        seed_state ^= seed_state >> 7;
+        seed_state ^= seed_state << 17;
+        let kill_after = writes * (20 + (seed_state % 61) as usize) / 100;
+        let acked = Arc::new(Mutex::new(Vec::new()));
+        let count = Arc::new(AtomicUsize::new(0));
+        let notify = Arc::new(tokio::sync::Notify::new());
+        let tasks: Vec<_> = (0..writes)
+            .map(|i| {
+                let (http, url, acked, count, notify) = (
+                    http.clone(),
+                    url.clone(),
+                    acked.clone(),
+                    count.clone(),
+                    notify.clone(),
+                );
+                let driver_info = driver_info.clone();
+                rt.spawn(async move {
+                    // PATCHes go to the first half of the seeds, power changes to the other
+                    // half: a power task's lock would refuse most PATCHes (409) otherwise.
+                    let seed = match i % 3 {
+                        2 => format!("seed-{}", SEEDS / 2 + i % (SEEDS / 2)),
+                        _ => format!("seed-{}", i % (SEEDS / 2)),
+                    };
+                    let (request, ack) = match i % 3 {
+                        0 => {
+                            let name = format!("r{round}-w{i}");
+                            let body = serde_json::json!({
+                                "name": name, "driver": "agent_ilo", "driver_info": driver_info,
+                            });
+                            (
+                                http.post(format!("{url}/v1/nodes")).json(&body),
+                                Acked::Create(name),
+                            )
+                        }
+                        1 => {
+                            let key = format!("r{round}_w{i}");
+                            let value = (round * writes + i) as u64;
+                            let body = serde_json::json!([
+                                {"op": "add", "path": format!("/extra/{key}"), "value": value}
+                            ]);
+                            let request = http.patch(format!("{url}/v1/nodes/{seed}")).json(&body);
+                            (
+                                request,
+                                Acked::Patch {
+                                    node: seed,
+                                    key,
+                                    value,
+                                },
+                            )
+                        }
+                        _ => {
+                            let target = if i % 2 == 0 { "power on" } else { "power off" };
+                            let request = http
+                                .put(format!("{url}/v1/nodes/{seed}/states/power"))
+                                .json(&serde_json::json!({ "target": target }));
+                            (request, Acked::Power(seed))
+                        }
+                    };
+                    let reply = request.header(VERSION.0, VERSION.1).send().await;
+                    if matches!(&reply, Ok(r) if r.status().is_success()) {
+                        acked.lock().expect("acks").push(ack);
+                    }
+                    // Answered, acknowledged or refused (a 409 while a task holds the node).
+                    count.fetch_add(1, Ordering::SeqCst);
+                    notify.notify_one();
+                })
+            })
+            .collect();
+        rt.block_on(async {
+            let waited = tokio::time::timeout(Duration::from_secs(60), async {
+                while count.load(Ordering::SeqCst) < kill_after {
+                    notify.notified().await;
+                }
+            })
+            .await;
+            assert!(
+                waited.is_ok(),
+                "round {round}: only {} of {kill_after} writes answered within 60 s",
+                count.load(Ordering::SeqCst)
+            );
+        });
+        conductor.child.kill().expect("SIGKILL to serve");
+        conductor.child.wait().expect("reaping serve");
+        rt.block_on(async {
+            for task in tasks {
+                // A request cut by the kill ends with a connection error, not an ack.
+                let _ = tokio::time::timeout(Duration::from_secs(30), task).await;
+            }
+        });
+        let acked = std::mem::take(&mut *acked.lock().expect("acks"));
+        eprintln!(
+            "round {round}: killed after {kill_after} answers, {} of {writes} writes acknowledged",
+            acked.len()
+        );
+        unacked_total += writes - acked.len();
+        acked_all.extend(acked);
+        let db = state.join("vmdeploy.sqlite");
+        assert_eq!(integrity_check(&db), "ok", "round {round}: after SIGKILL");
+
+        conductor = Conductor::start(&args, &state);
+        url = conductor.url();
+        rt.block_on(async {
+            for ack in &acked_all {
+                match ack {
+                    Acked::Create(name) => {
+                        let reply = http
+                            .get(format!("{url}/v1/nodes/{name}"))
+                            .header(VERSION.0, VERSION.1)
+                            .send()
+                            .await
+                            .expect("reading a node");
+                        assert_eq!(
+                            reply.status(),
+                            200,
+                            "round {round}: acknowledged create of {name} lost"
+                        );
+                    }
+                    Acked::Patch { node, key, value } => {
+                        let node_json: serde_json::Value = http
+                            .get(format!("{url}/v1/nodes/{node}"))
+                            .header(VERSION.0, VERSION.1)
+                            .send()
+                            .await
+                            .expect("reading a node")
+                            .json()
+                            .await
+                            .expect("a node as JSON");
+                        assert_eq!(
+                            node_json["extra"][key.as_str()],
+                            serde_json::json!(value),
+                            "round {round}: acknowledged PATCH {key} of {node} lost"
+                        );
+                    }
+                    // The BMC refuses every call, so an acknowledged power change ends in
+                    // a last_error: the task's own, or recovery's "restarted while changing".
+                    Acked::Power(node) => {
+                        let node_json: serde_json::Value = http
+                            .get(format!("{url}/v1/nodes/{node}"))
+                            .header(VERSION.0, VERSION.1)
+                            .send()
+                            .await
+                            .expect("reading a node")
+                            .json()
+                            .await
+                            .expect("a node as JSON");
+                        assert!(
+                            node_json["last_error"].is_string(),
+                            "round {round}: acknowledged power change of {node} left no trace: \
+                             {node_json}"
+                        );
+                    }
+                }
+            }
+            let list: serde_json::Value = http
+                .get(format!("{url}/v1/nodes?detail=true&limit=1000"))
+                .header(VERSION.0, VERSION.1)
+                .send()
+                .await
+                .expect("listing nodes")
+                .json()
+                .await
+                .expect("the node list as JSON");
+            let nodes = list["nodes"].as_array().expect("a node list");
+            assert!(nodes.len() >= SEEDS, "{list}");
+            for node in nodes {
+                assert!(
+                    node["reservation"].is_null() && node["target_power_state"].is_null(),
+                    "round {round}: recovery left a lock or a power change behind: {node}"
+                );
+            }
+        });
+    }
+    let powers = acked_all
+        .iter()
+        .filter(|a| matches!(a, Acked::Power(_)))
+        .count();
+    assert!(
+        powers > 0,
+        "no power change was acknowledged: nothing reserved a node"
+    );
+    assert!(
+        unacked_total > 0,
+        "every write was acknowledged before the kills: none cut a burst short"
+    );
+    let (status, log) = conductor.terminate();
+    assert!(
+        status.success(),
+        "serve after the last restart: {status:?}\n{}",
+        log.join("\n")
+    );
+}
