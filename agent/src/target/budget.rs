@@ -12,6 +12,11 @@
 //! long as its connection lives, and with one pool a couple of such sessions would leave the
 //! real one nothing. With shares, the deploy's session keeps its own whatever the others do;
 //! a login beyond the budget is refused (Out of resources).
+//!
+//! A READ's result draws on the same share, from before the disk is read until its last
+//! Data-In PDU is sent: the CmdSN window moves on as each command arrives, so without it an
+//! initiator that never reads its answers could queue results without end. "Write" in the
+//! names below is the larger user; read results count the same way.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

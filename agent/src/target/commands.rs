@@ -11,6 +11,7 @@ use vmdeploy_shared::iscsi::scsi::{
 };
 
 use super::backend::{AlignedBuf, BlockBackend};
+use super::budget::Reservation;
 use super::reservations::{Nexus, Reservations};
 
 mod pages;
@@ -38,6 +39,9 @@ pub enum Payload {
     Disk(AlignedBuf),
     /// Built in memory (INQUIRY, MODE SENSE, ...).
     Heap(Vec<u8>),
+    /// A result whose bytes count against the session's share of the buffer budget until the
+    /// last Data-In PDU that carries it has been sent and the payload is dropped.
+    Reserved(Box<Payload>, Reservation),
 }
 
 impl Payload {
@@ -46,6 +50,7 @@ impl Payload {
         match self {
             Payload::Disk(b) => b,
             Payload::Heap(v) => v,
+            Payload::Reserved(p, _) => p.as_slice(),
         }
     }
 }

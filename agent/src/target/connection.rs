@@ -27,7 +27,7 @@ use anyhow::Context as _;
 
 use super::backend::AlignedBuf;
 use super::budget::{Reservation, SessionQuota, MAX_WRITE_SLACK, SESSION_WRITE_QUOTA};
-use super::commands::{Outcome, Transfer};
+use super::commands::{Outcome, Payload, Transfer};
 use super::framing::{self, Header, Limits};
 use super::gather::{Gather, Step};
 use super::login::{self, PORTAL_GROUP_TAG};
@@ -435,13 +435,27 @@ impl Connection {
         };
         let Transfer::Out(needed) = transfer else {
             framing::skip(rd, header.body_len()).await?;
+            // A READ's result stays in memory until the initiator has taken its Data-In, and
+            // the CmdSN window moves on as each command arrives: an initiator that sends
+            // READs and never reads the answers would pile up results without end. They are
+            // reserved in the session's share like write buffers, before the read, so the
+            // reader stops taking commands (backpressure) once the share is out.
+            let data = match &cdb {
+                Cdb::Read(range) if range.blocks > 0 && self.quota.is_some() => {
+                    let len =
+                        u64::from(range.blocks) * u64::from(self.shared.lun.backend().block_len());
+                    let len = usize::try_from(len).context("a READ longer than memory")?;
+                    DataOutBuf::ReadResult(self.reserve(len).await?)
+                }
+                _ => DataOutBuf::Empty,
+            };
             let answer = Answer {
                 itt: cmd.itt,
                 edtl,
                 read: cmd.read,
                 write_residual: None,
             };
-            self.dispatch(lun, cdb, answer, DataOutBuf::Empty);
+            self.dispatch(lun, cdb, answer, data);
             return Ok(());
         };
         // A WRITE whose expected length differs from the CDB's transfers only what both allow
@@ -514,14 +528,15 @@ impl Connection {
         Ok(())
     }
 
-    /// Reserves a write buffer of `len` bytes in the session's share of the budget. When the
-    /// share is short, waits for running commands to give theirs back, reading nothing more
-    /// meanwhile (the initiator's data waits in the socket: backpressure). When even that
-    /// cannot free enough, the share being held by writes that wait for data behind this
-    /// command on this very connection, the wait would never end: the connection is dropped.
+    /// Reserves `len` bytes (a write buffer or a READ's result) in the session's share of the
+    /// budget. When the share is short, waits for running commands and unsent results to give
+    /// theirs back, reading nothing more meanwhile (the initiator's data waits in the socket:
+    /// backpressure). When even that cannot free enough, the share being held by writes that
+    /// wait for data behind this command on this very connection, the wait would never end:
+    /// the connection is dropped.
     async fn reserve(&self, len: usize) -> anyhow::Result<Reservation> {
         let Some(quota) = &self.quota else {
-            anyhow::bail!("a write in a session without a write quota");
+            anyhow::bail!("a data transfer in a session without a buffer quota");
         };
         if let Some(r) = quota.try_reserve(len) {
             return Ok(r);
@@ -536,7 +551,7 @@ impl Connection {
             .sum();
         if waiting_for_data.saturating_add(len) > SESSION_WRITE_QUOTA {
             anyhow::bail!(
-                "a write of {len} bytes does not fit the session's write buffer quota \
+                "a transfer of {len} bytes does not fit the session's buffer quota \
                  ({SESSION_WRITE_QUOTA} bytes; {waiting_for_data} held by writes waiting for \
                  their data)"
             );
@@ -544,7 +559,7 @@ impl Connection {
         tracing::debug!(
             len,
             waiting_for_data,
-            "write quota in use; waiting for commands"
+            "buffer quota in use; waiting for commands and unsent results"
         );
         quota.reserve(len).await.context("reserving a write buffer")
     }
@@ -691,21 +706,30 @@ impl Connection {
         // response was one more thread hop per command (bench/iscsi-write.sh).
         let job = move |permit: OwnedSemaphorePermit| {
             let _permit = permit;
-            let outcome: Outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                shared.lun.execute(&nexus, lun, &cmd, data.as_slice())
-            }))
-            .unwrap_or_else(|_| {
-                tracing::error!("SCSI command job panicked");
-                Err(Sense::new(
-                    vmdeploy_shared::iscsi::scsi::SenseKey::HardwareError,
-                    asc::INTERNAL_TARGET_FAILURE,
-                )
-                .into())
-            });
-            if let DataOutBuf::Aligned(buf, reservation) = data {
-                // Idle in the pool, the buffer no longer counts against the session.
-                shared.buffers.give(buf);
-                drop(reservation);
+            let mut outcome: Outcome =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    shared.lun.execute(&nexus, lun, &cmd, data.as_slice())
+                }))
+                .unwrap_or_else(|_| {
+                    tracing::error!("SCSI command job panicked");
+                    Err(Sense::new(
+                        vmdeploy_shared::iscsi::scsi::SenseKey::HardwareError,
+                        asc::INTERNAL_TARGET_FAILURE,
+                    )
+                    .into())
+                });
+            match data {
+                DataOutBuf::Aligned(buf, reservation) => {
+                    // Idle in the pool, the buffer no longer counts against the session.
+                    shared.buffers.give(buf);
+                    drop(reservation);
+                }
+                DataOutBuf::ReadResult(reservation) => {
+                    if let Ok(Some(payload)) = outcome {
+                        outcome = Ok(Some(Payload::Reserved(Box::new(payload), reservation)));
+                    }
+                }
+                DataOutBuf::Empty => {}
             }
             job_stats.finished();
             send_outcome(&out, &answer, outcome, limits);
@@ -737,12 +761,15 @@ enum DataOutBuf {
     Empty,
     /// The gathered data, and its bytes in the session's share until the job is done.
     Aligned(AlignedBuf, Reservation),
+    /// No data-out; the bytes of the READ's result in the session's share, handed on to the
+    /// result until it is sent.
+    ReadResult(Reservation),
 }
 
 impl DataOutBuf {
     fn as_slice(&self) -> &[u8] {
         match self {
-            DataOutBuf::Empty => &[],
+            DataOutBuf::Empty | DataOutBuf::ReadResult(_) => &[],
             DataOutBuf::Aligned(b, _) => b,
         }
     }

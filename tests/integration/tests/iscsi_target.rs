@@ -687,16 +687,13 @@ fn open_fds(pid: u32) -> usize {
 /// Bytes each stalling WRITE announces: the largest transfer the target's Block Limits allow.
 const STALLED_WRITE: u32 = 32 << 20;
 
-/// A connection that logs in asking for 16 MiB unsolicited bursts, announces `writes` WRITEs of
-/// [`STALLED_WRITE`] bytes, sends 4 KiB of each at the start and 4 KiB near the end of its
-/// first burst (a target that gathers into one buffer per command zeroes the gap, so the
-/// memory is really used) and then stalls. `None` when the target refused the login; a
-/// connection the target drops later is returned all the same (writes to it fail quietly).
-fn stalling_writer(addr: SocketAddr, writes: u32) -> Option<TcpStream> {
+/// A raw connection logged in as `name` asking for 16 MiB unsolicited bursts and 256 KiB
+/// segments each way. `None` when the target refused the login.
+fn raw_login(addr: SocketAddr, name: &str) -> Option<TcpStream> {
     let mut s = TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
     let mut keys = TextKeys::new();
-    keys.push("InitiatorName", "iqn.2026-11.test.vmdeploy:staller");
+    keys.push("InitiatorName", format!("iqn.2026-11.test.vmdeploy:{name}"));
     keys.push("TargetName", IQN);
     keys.push("SessionType", "Normal");
     keys.push("AuthMethod", "None");
@@ -732,9 +729,18 @@ fn stalling_writer(addr: SocketAddr, writes: u32) -> Option<TcpStream> {
     all.extend_from_slice(&rest);
     let (reply, _) = Pdu::decode(&all, Digests::NONE, 1 << 24).ok()?;
     match reply.bhs {
-        Bhs::LoginResponse(r) if r.status.is_success() && r.transit => {}
-        _ => return None,
+        Bhs::LoginResponse(r) if r.status.is_success() && r.transit => Some(s),
+        _ => None,
     }
+}
+
+/// A connection that logs in (see [`raw_login`]), announces `writes` WRITEs of
+/// [`STALLED_WRITE`] bytes, sends 4 KiB of each at the start and 4 KiB near the end of its
+/// first burst (a target that gathers into one buffer per command zeroes the gap, so the
+/// memory is really used) and then stalls. `None` when the target refused the login; a
+/// connection the target drops later is returned all the same (writes to it fail quietly).
+fn stalling_writer(addr: SocketAddr, writes: u32) -> Option<TcpStream> {
+    let mut s = raw_login(addr, "staller")?;
     let blocks = STALLED_WRITE / 512;
     for i in 0..writes {
         let itt = 100 + i;
@@ -856,6 +862,65 @@ fn stalled_writes_stay_within_the_buffer_budget_while_a_real_session_writes() {
         "iscsi-inq after the stalls: {}",
         text(&inq)
     );
+}
+
+/// A connection that logs in and sends `reads` READ(16)s of [`STALLED_WRITE`] bytes each,
+/// all within the CmdSN window, and never reads an answer, so the results pile up in the
+/// target. `None` when the target refused the login.
+fn stalling_reader(addr: SocketAddr, reads: u32) -> Option<TcpStream> {
+    let mut s = raw_login(addr, "unread")?;
+    let blocks = STALLED_WRITE / 512;
+    for i in 0..reads {
+        let cmd = ScsiCommand {
+            final_: true,
+            read: true,
+            lun: Lun::from_number(1),
+            itt: 100 + i,
+            expected_data_len: STALLED_WRITE,
+            cmd_sn: 1 + i,
+            cdb: scsi::build::read_16(0, blocks),
+            ..Default::default()
+        };
+        let wire = Pdu::new(cmd).encode(Digests::NONE).expect("encode");
+        if s.write_all(&wire).is_err() {
+            break;
+        }
+    }
+    Some(s)
+}
+
+/// Sessions that send READs and never take the answers hold at most their share of the
+/// target's buffer budget: the CmdSN window moves on with every command, so without the cap
+/// each unread 32 MiB result stayed in memory. The session that was there first keeps working.
+#[test]
+fn unread_read_results_stay_within_the_buffer_budget() {
+    let mut target = Target::start(64 << 20, None);
+    let pid = target.child.id();
+    let mut healthy = RawSession::login(target.addr());
+    let before = rss_bytes(pid);
+    // Two sessions (the third share of the budget) of 16 unread 32 MiB READs: 1 GiB of
+    // results if the target kept them all.
+    let readers: Vec<TcpStream> = (0..2)
+        .filter_map(|_| stalling_reader(target.addr(), 16))
+        .collect();
+    assert_eq!(readers.len(), 2, "the target refused a reader's login");
+    std::thread::sleep(Duration::from_secs(3));
+    let grown = rss_bytes(pid).saturating_sub(before);
+    assert!(
+        grown < 160 << 20,
+        "the target grew by {} MiB for unread READ results",
+        grown >> 20
+    );
+    let pattern: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+    assert_eq!(healthy.write(8192, &pattern), 0, "WRITE beside the readers");
+    let tur = healthy.command(scsi::build::test_unit_ready(), 0);
+    assert!(
+        matches!(tur.bhs, Bhs::ScsiResponse(ref r) if r.status == 0),
+        "the logged-in session beside unread results: {tur:?}"
+    );
+    drop(readers);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(target.is_running(), "the target died under unread results");
 }
 
 #[test]
