@@ -24,7 +24,9 @@
 //!   client's own retransmission of its request is the retry (an error would end a PXE ROM's
 //!   boot attempt for good). Forged requests, which nobody acknowledges, therefore cannot keep
 //!   real clients out; see `slots.rs`. Turned-away requests are counted and logged at warn at
-//!   most once per [`TURNAWAY_LOG_INTERVAL`], so a flood cannot flood the log.
+//!   most once per [`TURNAWAY_LOG_INTERVAL`], so a flood cannot flood the log; the lines
+//!   each request writes (started, done, refused) have a budget per interval too
+//!   (`request_log.rs`).
 //! - How long a transfer nobody answers holds its slot is bounded by the server: a `timeout`
 //!   option above `max_timeout_secs` is declined (left out of the OACK, RFC 2349), and a
 //!   half-open transfer retransmits at the server's timeout whatever the client asked (see
@@ -42,6 +44,7 @@
 //!   client's transfer before it is acknowledged; the client's retransmitted request then
 //!   competes again. Rate limiting belongs in front of the server (firewall).
 
+mod request_log;
 mod slots;
 mod source;
 mod transfer;
@@ -61,6 +64,7 @@ use tokio::net::UdpSocket;
 use tokio::task::{AbortHandle, JoinSet};
 use vmdeploy_shared::tftp::{parse, ErrorCode, Opcode, Packet};
 
+use self::request_log::RequestLog;
 use self::slots::{Admission, Slots};
 use self::transfer::{error_packet, ReadRequest};
 use vmdeploy_shared::error::Chain;
@@ -135,6 +139,8 @@ struct Settings {
     retransmit_timeout: Duration,
     max_timeout_secs: u8,
     max_retries: u32,
+    /// The budget of per-request log lines (`request_log.rs`).
+    request_log: RequestLog,
 }
 
 /// A bound TFTP server.
@@ -177,6 +183,7 @@ impl TftpServer {
                 retransmit_timeout: config.retransmit_timeout,
                 max_timeout_secs: config.max_timeout_secs,
                 max_retries: config.max_retries,
+                request_log: RequestLog::new(TURNAWAY_LOG_INTERVAL),
             }),
             max_transfers: config.max_transfers,
         })
@@ -215,7 +222,14 @@ impl TftpServer {
                     };
                     slots.remove(id);
                 }
-                _ = summary.tick() => turnaways.log(&slots, self.max_transfers),
+                _ = summary.tick() => {
+                    turnaways.log(&slots, self.max_transfers);
+                    let left_out = self.settings.request_log.take_left_out();
+                    if left_out > 0 {
+                        tracing::warn!(left_out, running = slots.len(),
+                            "tftp: per-request log lines left out (a burst of requests)");
+                    }
+                }
                 received = self.socket.recv_from(&mut buf) => {
                     let (len, client) = match received {
                         Ok(received) => received,
@@ -293,7 +307,9 @@ impl TftpServer {
                 })
             }
             Ok(Packet::Wrq { filename, .. }) => {
-                tracing::info!(%client, file = %filename, "tftp: write request refused");
+                if self.settings.request_log.admit() {
+                    tracing::info!(%client, file = %filename, "tftp: write request refused");
+                }
                 error_packet(ErrorCode::AccessViolation, "read-only server")
             }
             // Never answer an error (RFC 1350 §7): two servers could bounce errors forever.

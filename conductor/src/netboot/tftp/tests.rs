@@ -722,3 +722,58 @@ async fn one_address_holds_at_most_its_share_of_acknowledged_transfers() {
     );
     server.stop().await;
 }
+
+/// A `MakeWriter` that keeps what the subscriber writes, for counting log lines.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'w> tracing_subscriber::fmt::MakeWriter<'w> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'w self) -> Captured {
+        self.clone()
+    }
+}
+
+/// Read requests for missing files, one refusal line each, far more than the budget: the log
+/// holds at most the budget's lines for them, and the server still answers every request.
+#[tokio::test]
+async fn a_flood_of_refused_requests_writes_at_most_the_line_budget() {
+    use super::request_log::REQUEST_LINES_PER_INTERVAL;
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(captured.clone())
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .finish();
+    // The test's runtime has one thread: every task logs to this subscriber.
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let server = Running::start(|_| {}).await;
+    let client = Client::new().await;
+    let requests = 3 * REQUEST_LINES_PER_INTERVAL;
+    for i in 0..requests {
+        client
+            .rrq(server.addr, &format!("missing-{i}"), Mode::Octet, &[])
+            .await;
+        client.expect_error(ErrorCode::FileNotFound).await;
+    }
+    server.stop().await;
+    let text = String::from_utf8_lossy(&captured.0.lock().expect("log")).into_owned();
+    let refused = text.matches("tftp: refused").count();
+    assert!(
+        refused > 0 && refused <= REQUEST_LINES_PER_INTERVAL as usize,
+        "{refused} refusal lines for {requests} requests"
+    );
+}

@@ -85,7 +85,9 @@ pub async fn serve(request: ReadRequest, settings: Arc<Settings>, acknowledged: 
         Err((code, reason)) => {
             // A name that leaves the root is worth a warning; a missing file is routine
             // (PXELINUX probes a dozen configuration names before `default`).
-            if code == ErrorCode::AccessViolation {
+            // Within the per-request line budget only (request_log.rs).
+            if !settings.request_log.admit() {
+            } else if code == ErrorCode::AccessViolation {
                 tracing::warn!(client = %request.client, file = %request.filename,
                     mode = %request.mode, tftp_error = code.to_u16(), "tftp: refused: {reason}");
             } else {
@@ -118,9 +120,12 @@ pub async fn serve(request: ReadRequest, settings: Arc<Settings>, acknowledged: 
             max_secs = settings.max_timeout_secs, "tftp: timeout option declined");
     }
     let blksize = accepted.block_size();
-    tracing::info!(client = %request.client, file = %request.filename, path = %opened.path.display(),
-        mode = %request.mode, size = opened.size, blksize, timeout_secs = timeout.as_secs_f32(),
-        oack = !accepted.is_empty(), "tftp: transfer started");
+    if settings.request_log.admit() {
+        tracing::info!(client = %request.client, file = %request.filename,
+            path = %opened.path.display(), mode = %request.mode, size = opened.size, blksize,
+            timeout_secs = timeout.as_secs_f32(), oack = !accepted.is_empty(),
+            "tftp: transfer started");
+    }
     let source = match request.mode {
         Mode::Netascii => BlockSource::netascii(opened.file),
         _ => BlockSource::octet(opened.file),
@@ -147,20 +152,21 @@ pub async fn serve(request: ReadRequest, settings: Arc<Settings>, acknowledged: 
     }
     .await;
     let elapsed_ms = started.elapsed().as_millis();
+    if let Err(TransferError::Read(_)) = result {
+        let packet = error_packet(ErrorCode::NotDefined, "read error on the server");
+        let _ = transfer.socket.send_to(&packet, transfer.client).await;
+    }
+    if !settings.request_log.admit() {
+        return;
+    }
     match result {
         Ok(()) => tracing::info!(client = %request.client, file = %request.filename, bytes = sent,
             blksize, elapsed_ms, "tftp: transfer done"),
         Err(err @ TransferError::Client { .. }) => tracing::info!(client = %request.client,
             file = %request.filename, bytes = sent, blksize, elapsed_ms,
             "tftp: transfer ended by the client: {err}"),
-        Err(err) => {
-            if let TransferError::Read(_) = err {
-                let packet = error_packet(ErrorCode::NotDefined, "read error on the server");
-                let _ = transfer.socket.send_to(&packet, transfer.client).await;
-            }
-            tracing::warn!(client = %request.client, file = %request.filename, bytes = sent,
-                blksize, elapsed_ms, "tftp: transfer abandoned: {err}")
-        }
+        Err(err) => tracing::warn!(client = %request.client, file = %request.filename,
+            bytes = sent, blksize, elapsed_ms, "tftp: transfer abandoned: {err}"),
     }
 }
 
