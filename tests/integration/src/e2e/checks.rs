@@ -221,6 +221,7 @@ pub fn assert_no_secret_leaked(lab: &Lab, node: &str, issued: &super::secrets::I
         out.stdout,
     )];
     hits.extend(find_leaks(&needles, &rows));
+    hits.extend(loose_secret_files(&lab.dir().join("conductor")));
     assert!(
         hits.is_empty(),
         "{} secret(s) leaked ({} agent token(s), {} deploy key(s), {} signature(s) issued):\n{}",
@@ -232,9 +233,89 @@ pub fn assert_no_secret_leaked(lab: &Lab, node: &str, issued: &super::secrets::I
     );
 }
 
+/// The state files that hold secrets readable by others: the state directory must be 0700, and
+/// the database (BMC passwords, tokens while an agent runs), the TLS keys and the built-in
+/// store's objects (floppies: agent tokens, deploy keys, CHAP secrets) 0600 or tighter.
+fn loose_secret_files(state_dir: &std::path::Path) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = |p: &std::path::Path| {
+        std::fs::metadata(p)
+            .map(|m| m.permissions().mode() & 0o777)
+            .unwrap_or_else(|e| panic!("reading the mode of {}: {e}", p.display()))
+    };
+    let mut loose = Vec::new();
+    let dir_mode = mode(state_dir);
+    if dir_mode != 0o700 {
+        loose.push(format!(
+            "{}: the state directory is {dir_mode:04o}, not 0700",
+            state_dir.display()
+        ));
+    }
+    let secret = |p: &std::path::Path| {
+        let rel = p.strip_prefix(state_dir).unwrap_or(p);
+        let name = rel.to_string_lossy();
+        name.starts_with("vmdeploy.sqlite")
+            || name.starts_with("objects/")
+            || (name.starts_with("tls/") && name.ends_with("key.pem"))
+    };
+    let files: Vec<_> = files_under(state_dir, u64::MAX)
+        .into_iter()
+        .filter(|p| secret(p))
+        .collect();
+    assert!(
+        files.iter().any(|p| p.ends_with("vmdeploy.sqlite")),
+        "no database under {}: is this the conductor's state directory?",
+        state_dir.display()
+    );
+    for file in files {
+        let file_mode = mode(&file);
+        if file_mode & 0o077 != 0 {
+            loose.push(format!(
+                "{}: a state file with secrets is {file_mode:04o}, not 0600",
+                file.display()
+            ));
+        }
+    }
+    loose
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secret_state_files_open_to_others_are_named() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let state = dir.path().join("conductor");
+        std::fs::create_dir_all(state.join("objects/c")).expect("mkdir");
+        std::fs::create_dir_all(state.join("tls")).expect("mkdir");
+        std::fs::create_dir_all(state.join("images")).expect("mkdir");
+        let files = [
+            ("vmdeploy.sqlite", 0o644),
+            ("objects/c/floppy", 0o640),
+            ("tls/server-key.pem", 0o600),
+            ("tls/server.pem", 0o644),
+            ("images/cached", 0o644),
+        ];
+        for (name, mode) in files {
+            let path = state.join(name);
+            std::fs::write(&path, b"x").expect("write");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        }
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let loose = loose_secret_files(&state);
+        assert_eq!(loose.len(), 3, "{loose:?}");
+        assert!(loose[0].contains("0755"), "{loose:?}");
+        assert!(loose[1].contains("objects/c/floppy"), "{loose:?}");
+        assert!(loose[2].contains("vmdeploy.sqlite"), "{loose:?}");
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        for name in ["vmdeploy.sqlite", "objects/c/floppy"] {
+            std::fs::set_permissions(state.join(name), std::fs::Permissions::from_mode(0o600))
+                .expect("chmod");
+        }
+        assert!(loose_secret_files(&state).is_empty());
+    }
 
     #[test]
     fn a_planted_secret_is_found_and_not_repeated() {

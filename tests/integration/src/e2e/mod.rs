@@ -129,7 +129,7 @@ pub struct LabOptions {
     /// Which conductor serves the API: ours, or upstream Ironic 39 ([`ironic`]).
     pub peer: Peer,
     /// Debug logging on every component: the emulator (`RUST_LOG=debug`), the conductor
-    /// (`[log] level = "debug"`) and the agent (`ipa-debug=1` on the floppy through the node's
+    /// (`[log] level`: trace for our crates, debug for the libraries) and the agent (`ipa-debug=1` on the floppy through the node's
     /// `kernel_append_params`), for [`checks::assert_no_secret_leaked`].
     pub debug_logging: bool,
 }
@@ -401,7 +401,12 @@ impl Lab {
             self.api_port,
             deploy.join("\n"),
             self.ilo_cert.display(),
-            if options.debug_logging { "debug" } else { "info" },
+            // Every level of our own crates (trace included), debug for the libraries.
+            if options.debug_logging {
+                "debug,vmdeploy_conductor=trace,vmdeploy_shared=trace"
+            } else {
+                "info"
+            },
         );
         if let Some(http_port) = self.netboot_http_port {
             let iso = crate::deploy_iso::deploy_iso_build();
