@@ -196,7 +196,8 @@ who = target or f"vmdeploy-conductor serve on 127.0.0.1:{port} (defaults)"
 print(f"slowloris probe of {who}, GET {path}, load average {load}")
 print(f"flood: {flood} idle connections from {sources} address(es) 127.0.0.2.., held "
       f"{hold} s; opened {stats['opened']}, closed by the listener {stats['closed_by_server']}, "
-      f"held open at once (median) {int(statistics.median(held_samples)) if held_samples else 0}")
+      f"open on the flood's side at once (median; includes ones the listener closed that the flood "
+      f"has not read yet) {int(statistics.median(held_samples)) if held_samples else 0}")
 print()
 print(f"{'':<10} {'requests':>9} {'failed':>7} {'p50 ms':>9} {'p99 ms':>9}")
 for name, xs, failed in (("normal", normal, normal_failed), ("flooded", flooded, flooded_failed)):
