@@ -705,6 +705,81 @@ fn stalled_bodies_and_connection_floods_leave_the_api_answering() {
     assert!(status.success());
 }
 
+/// The listener tells the API each request's client address: an address that keeps naming
+/// unknown nodes in call-backs gets 429 with `Retry-After` (and one `warn` line, without any
+/// token), while another address is still answered as before.
+#[test]
+fn call_back_failures_are_counted_per_client_address() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = write(
+        dir.path(),
+        "limits.toml",
+        "[api]\nlisten = [\"127.0.0.1:0\"]\ncallback_failures_per_client = 3\n",
+    );
+    let mut conductor = Conductor::start(
+        &["--config", config.to_str().expect("utf-8")],
+        &dir.path().join("state"),
+    );
+    let url = conductor.url();
+    let rt = runtime();
+    let _enter = rt.enter();
+    let from = |ip: &str| {
+        vmdeploy_conductor::service::tls::install_crypto_provider();
+        reqwest::Client::builder()
+            .timeout(Duration::from_secs(20))
+            .local_address(Some(ip.parse().expect("address")))
+            .build()
+            .expect("an HTTP client")
+    };
+    let heartbeat = |client: &reqwest::Client| {
+        let request = client
+            .post(format!("{url}/v1/heartbeat/{}", uuid::Uuid::new_v4()))
+            .header("X-OpenStack-Ironic-API-Version", "1.62")
+            .json(&serde_json::json!({
+                "callback_url": "https://10.0.0.5:9999",
+                "agent_token": "a-guessed-token-never-logged"
+            }))
+            .send();
+        let answer = rt.block_on(request).expect("answered");
+        let retry_after = answer
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        (answer.status().as_u16(), retry_after)
+    };
+    let guesser = from("127.0.0.2");
+    let statuses: Vec<_> = (0..5).map(|_| heartbeat(&guesser)).collect();
+    assert_eq!(
+        statuses,
+        vec![
+            (404, None),
+            (404, None),
+            (404, None),
+            (429, Some("20".to_string())),
+            (429, Some("20".to_string())),
+        ]
+    );
+    assert_eq!(
+        heartbeat(&from("127.0.0.1")),
+        (404, None),
+        "another address"
+    );
+    let line = conductor.wait_for("throttled", Duration::from_secs(10));
+    assert!(line.contains("127.0.0.2"), "{line}");
+    let (status, log) = conductor.terminate();
+    assert!(status.success());
+    let throttled = log.iter().filter(|l| l.contains("throttled")).count();
+    assert_eq!(
+        throttled, 1,
+        "one line per episode, not per request: {log:#?}"
+    );
+    assert!(
+        log.iter().all(|l| !l.contains("a-guessed-token")),
+        "the token is never logged"
+    );
+}
+
 #[test]
 fn json_log_lines_parse_and_carry_the_request_id() {
     let dir = tempfile::tempdir().expect("temp dir");

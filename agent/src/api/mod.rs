@@ -4,7 +4,7 @@
 //! # Design
 //! The JSON bodies live in `vmdeploy_shared::api::ipa` (both ends use them). [`client`] makes the
 //! calls to the conductor, [`heartbeat`] decides when and with what progress, [`server`] is the
-//! `/v1/commands` API (over HTTPS with the certificate [`tls`] generates at boot, Ironic's
+//! `/v1/commands` API (its connections capped by [`admission`]; over HTTPS with the certificate [`tls`] generates at boot, Ironic's
 //! auto-TLS), [`standby`], [`deploy`], [`iscsi`], [`clean`] and [`log`] are the extensions
 //! (image write with [`crate::stream`], partition table with [`partitions`], deploy steps
 //! routed to the standby and clean code, the iSCSI target with [`crate::target`], cleaning with
@@ -14,6 +14,7 @@
 //! # Limitations
 //! `standby.prepare_image` writes whole-disk images only.
 
+pub mod admission;
 pub mod agent_mode;
 pub mod clean;
 pub mod client;

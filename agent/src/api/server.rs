@@ -11,16 +11,29 @@
 //! finished, on `POST` and on `GET` of one command. A command that fails with
 //! `IpaErrorKind::CleanVersionMismatch` ends `CLEAN_VERSION_MISMATCH`, as IPA's do: Ironic
 //! restarts cleaning or deployment on that status and not on `FAILED`.
+//!
+//! # Limits ([`ServerLimits`]; fixed, the agent has no configuration file)
+//! Anyone on the deploy network can reach port 9999, and the token is checked only once a
+//! request's headers are in, so the listener bounds what an unauthenticated client can hold:
+//! - connections: [`MAX_CONNECTIONS`] at once, [`MAX_CONNECTIONS_PER_CLIENT`] from one
+//!   address ([`super::admission`]); more are closed at once, before a byte is read;
+//! - headers: a request's headers must be in within [`HEADER_TIMEOUT`]. hyper starts that
+//!   clock when it starts waiting for a request, on a new connection and after each answer on
+//!   a kept-alive one, so it is also the idle keep-alive timeout;
+//! - bodies: at most [`MAX_BODY`] bytes (413, before any is read when `Content-Length` says
+//!   so), all in within [`BODY_TIMEOUT`] of the headers (408); either closes the connection.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::Value;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
@@ -30,10 +43,53 @@ use vmdeploy_shared::api::ipa::{
 };
 use vmdeploy_shared::secret::Secret;
 
+use super::admission::Admission;
+
 /// Largest request body accepted. Ironic's `execute_deploy_step` for `write_image` carries an
 /// inline configdrive (Ironic caps it at 64 MiB, base64) twice: in the step's `args` and in the
 /// node's `instance_info`. The body is read only after the token check.
 pub const MAX_BODY: usize = 160 * 1024 * 1024;
+
+/// How long a request's headers may take, from when the listener starts waiting for them (a
+/// new connection, or the end of the previous answer: the keep-alive idle timeout too). The
+/// conductor sends a request at once and keeps at most one idle connection per agent, which
+/// its pool drops when the agent closes it.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a request's body may take once its headers are in: [`MAX_BODY`] at 10 MB/s, more
+/// than the conductor's own call timeout (`deploy.agent_call_timeout`, 60 s) waits.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(120);
+/// Connections at once: the conductor makes one call at a time per agent; the rest is room
+/// for a second conductor, a `curl` by an operator, and retries.
+pub const MAX_CONNECTIONS: usize = 128;
+/// Connections at once from one address.
+pub const MAX_CONNECTIONS_PER_CLIENT: usize = 16;
+
+/// The listener's limits (module docs); [`Default`] is the constants', tests set small ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// [`HEADER_TIMEOUT`].
+    pub header_timeout: Duration,
+    /// [`BODY_TIMEOUT`].
+    pub body_timeout: Duration,
+    /// [`MAX_BODY`].
+    pub max_body: usize,
+    /// [`MAX_CONNECTIONS`].
+    pub max_connections: usize,
+    /// [`MAX_CONNECTIONS_PER_CLIENT`].
+    pub max_connections_per_client: usize,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits {
+            header_timeout: HEADER_TIMEOUT,
+            body_timeout: BODY_TIMEOUT,
+            max_body: MAX_BODY,
+            max_connections: MAX_CONNECTIONS,
+            max_connections_per_client: MAX_CONNECTIONS_PER_CLIENT,
+        }
+    }
+}
 
 /// Finished commands kept for `GET /v1/commands`.
 pub const HISTORY: usize = 64;
@@ -174,8 +230,12 @@ impl CommandApi {
         }
     }
 
-    /// Handles one request.
-    pub async fn handle(self: Arc<Self>, req: Request<hyper::body::Incoming>) -> Resp {
+    /// Handles one request, its body read within `limits`.
+    pub async fn handle(
+        self: Arc<Self>,
+        req: Request<hyper::body::Incoming>,
+        limits: &ServerLimits,
+    ) -> Resp {
         let path = req.uri().path().trim_end_matches('/').to_owned();
         let query = parse_query(req.uri().query().unwrap_or(""));
         let path = path.strip_prefix("/v1").unwrap_or(&path).to_owned();
@@ -221,15 +281,10 @@ impl CommandApi {
                     ),
                 }
             }
-            (Method::POST, "") => {
-                let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-                    Ok(b) => b.to_bytes(),
-                    Err(e) => {
-                        return fault(StatusCode::BAD_REQUEST, format!("reading the body: {e}"))
-                    }
-                };
-                self.post(&body, wait).await
-            }
+            (Method::POST, "") => match read_body(req, limits).await {
+                Ok(body) => self.post(&body, wait).await,
+                Err(refused) => refused,
+            },
             _ => fault(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
         }
     }
@@ -318,6 +373,51 @@ impl CommandApi {
     }
 }
 
+/// A request's body, at most `limits.max_body` bytes within `limits.body_timeout`; else the
+/// answer (413, 408, 400), which closes the connection: the rest of the body is never read.
+async fn read_body(
+    req: Request<hyper::body::Incoming>,
+    limits: &ServerLimits,
+) -> Result<Bytes, Resp> {
+    let close = |mut resp: Resp| {
+        resp.headers_mut().insert(
+            hyper::header::CONNECTION,
+            hyper::header::HeaderValue::from_static("close"),
+        );
+        resp
+    };
+    let too_large = || {
+        close(fault(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("The request body is larger than {} bytes.", limits.max_body),
+        ))
+    };
+    let declared = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limits.max_body as u64) {
+        return Err(too_large());
+    }
+    let reading = Limited::new(req.into_body(), limits.max_body).collect();
+    match tokio::time::timeout(limits.body_timeout, reading).await {
+        Ok(Ok(body)) => Ok(body.to_bytes()),
+        Ok(Err(e)) if e.is::<LengthLimitError>() => Err(too_large()),
+        Ok(Err(e)) => Err(close(fault(
+            StatusCode::BAD_REQUEST,
+            format!("reading the body: {e}"),
+        ))),
+        Err(_) => Err(close(fault(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "The request body did not arrive within {} s.",
+                limits.body_timeout.as_secs()
+            ),
+        ))),
+    }
+}
+
 fn parse_query(q: &str) -> Vec<(String, String)> {
     q.split('&')
         .filter(|p| !p.is_empty())
@@ -348,14 +448,26 @@ pub async fn serve(
 
 /// Serves `api` on `listener` until `shutdown` resolves: over HTTPS when `tls` is given (the
 /// handshake runs in the connection's own task, bounded by [`HANDSHAKE_TIMEOUT`]), else plain
-/// HTTP.
+/// HTTP; with the default [`ServerLimits`].
 pub async fn serve_with(
     listener: TcpListener,
     api: Arc<CommandApi>,
     tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    serve_limited(listener, api, tls, ServerLimits::default(), shutdown).await
+}
+
+/// [`serve_with`] with `limits` (tests use small ones).
+pub async fn serve_limited(
+    listener: TcpListener,
+    api: Arc<CommandApi>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    limits: ServerLimits,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    let admission = Admission::new(limits.max_connections, limits.max_connections_per_client);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -364,17 +476,25 @@ pub async fn serve_with(
                     Ok(a) => a,
                     Err(e) => {
                         tracing::warn!("accepting a command API connection: {e}");
+                        // EMFILE and friends: pause rather than spin on the same error.
+                        tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
+                };
+                // Refused: dropping the stream closes it before a byte is read.
+                let Some(ticket) = admission.admit(peer.ip()) else {
+                    continue;
                 };
                 let api = Arc::clone(&api);
                 let acceptor = acceptor.clone();
                 tokio::spawn(async move {
+                    // Held until the connection ends, however it ends.
+                    let _ticket = ticket;
                     match acceptor {
-                        None => serve_connection(stream, api, peer).await,
+                        None => serve_connection(stream, api, peer, limits).await,
                         Some(acceptor) => {
-                            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                                Ok(Ok(tls)) => serve_connection(tls, api, peer).await,
+                            match tokio::time::timeout(HANDSHAKE_TIMEOUT.min(limits.header_timeout), acceptor.accept(stream)).await {
+                                Ok(Ok(tls)) => serve_connection(tls, api, peer, limits).await,
                                 // A conductor that does not trust the certificate aborts here.
                                 Ok(Err(e)) => tracing::warn!(%peer, "command API TLS handshake failed: {e}"),
                                 Err(_) => tracing::warn!(%peer, "command API TLS handshake timed out"),
@@ -388,16 +508,22 @@ pub async fn serve_with(
     }
 }
 
-async fn serve_connection<S>(stream: S, api: Arc<CommandApi>, peer: std::net::SocketAddr)
-where
+async fn serve_connection<S>(
+    stream: S,
+    api: Arc<CommandApi>,
+    peer: std::net::SocketAddr,
+    limits: ServerLimits,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let svc = hyper::service::service_fn(move |req| {
         let api = Arc::clone(&api);
-        async move { Ok::<_, Infallible>(api.handle(req).await) }
+        async move { Ok::<_, Infallible>(api.handle(req, &limits).await) }
     });
     if let Err(e) = hyper::server::conn::http1::Builder::new()
-        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .serve_connection(TokioIo::new(stream), svc)
         .await
     {
         tracing::debug!(%peer, "command API connection: {e}");

@@ -64,6 +64,10 @@ struct TestApi {
 
 impl TestApi {
     async fn start(token: &str) -> TestApi {
+        TestApi::start_limited(token, ServerLimits::default()).await
+    }
+
+    async fn start_limited(token: &str, limits: ServerLimits) -> TestApi {
         let gate = Arc::new(tokio::sync::Notify::new());
         let api = CommandApi::new(
             Some(Secret::new(token)),
@@ -74,7 +78,7 @@ impl TestApi {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(listener, api, async move {
+        let server = tokio::spawn(serve_limited(listener, api, None, limits, async move {
             let _ = stop_rx.await;
         }));
         TestApi {
@@ -314,4 +318,195 @@ async fn https_with_the_boot_certificate_and_only_it() {
     );
     let _ = stop_tx.send(());
     server.await.expect("join").expect("serve");
+}
+
+/// Small limits, so the tests of the limits take milliseconds.
+fn small_limits() -> ServerLimits {
+    ServerLimits {
+        header_timeout: Duration::from_millis(400),
+        body_timeout: Duration::from_millis(400),
+        max_body: 1024,
+        max_connections: 64,
+        max_connections_per_client: 4,
+    }
+}
+
+/// A TCP connection to `addr` from `source` (a loopback address: 127.0.0.2 is a second
+/// client on Linux's 127/8).
+async fn connect_from(source: &str, addr: std::net::SocketAddr) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    let source: std::net::SocketAddr = format!("{source}:0").parse().expect("source");
+    socket.bind(source).expect("bind the source address");
+    socket.connect(addr).await.expect("connect")
+}
+
+/// Reads one answer: its status and body (by `Content-Length`), or `None` at EOF or reset
+/// before a whole answer.
+async fn read_answer(stream: &mut tokio::net::TcpStream) -> Option<(u16, String)> {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_string();
+            let status = head.split(' ').nth(1)?.parse().ok()?;
+            let length: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse().ok())?
+                })
+                .unwrap_or(0);
+            if got.len() >= end + 4 + length {
+                let body = String::from_utf8_lossy(&got[end + 4..end + 4 + length]).to_string();
+                return Some((status, body));
+            }
+        }
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// Whether the server closes `stream` within `within` (EOF or reset), reading and discarding
+/// whatever it sends first.
+async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 1024];
+    let closing = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(within, closing).await.is_ok()
+}
+
+const LIST: &[u8] = b"GET /v1/commands?agent_token=tok HTTP/1.1\r\nHost: agent\r\n\r\n";
+
+/// An address that holds its share of idle connections gets its next one closed at once,
+/// while its established ones still work and another address is answered.
+#[tokio::test]
+async fn past_its_share_an_address_is_refused_and_others_are_served() {
+    use tokio::io::AsyncWriteExt;
+    let api = TestApi::start_limited(
+        "tok",
+        ServerLimits {
+            header_timeout: Duration::from_secs(30),
+            ..small_limits()
+        },
+    )
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(connect_from("127.0.0.1", api.addr).await);
+    }
+    // Let the accept loop take them all before the next.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut refused = connect_from("127.0.0.1", api.addr).await;
+    assert!(
+        closed_within(&mut refused, Duration::from_secs(2)).await,
+        "the fifth connection from one address is closed"
+    );
+    let mut other = connect_from("127.0.0.2", api.addr).await;
+    other.write_all(LIST).await.expect("write");
+    let started = std::time::Instant::now();
+    let (status, body) = read_answer(&mut other).await.expect("an answer");
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    let first = &mut held[0];
+    first.write_all(LIST).await.expect("write");
+    let (status, _) = read_answer(first)
+        .await
+        .expect("an established one still works");
+    assert_eq!(status, 200);
+    drop(held);
+    api.stop().await;
+}
+
+/// Headers that stall are cut after the header timeout; so is a kept-alive connection that
+/// stays idle after its answer.
+#[tokio::test]
+async fn stalled_headers_and_idle_keep_alive_are_closed() {
+    use tokio::io::AsyncWriteExt;
+    let api = TestApi::start_limited("tok", small_limits()).await;
+    let mut stalled = connect_from("127.0.0.1", api.addr).await;
+    stalled
+        .write_all(b"GET /v1/commands?agent_token=tok HTTP/1.1\r\nHost: ag")
+        .await
+        .expect("write");
+    let started = std::time::Instant::now();
+    assert!(
+        closed_within(&mut stalled, Duration::from_secs(3)).await,
+        "a stalled header is cut"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let mut idle = connect_from("127.0.0.1", api.addr).await;
+    idle.write_all(LIST).await.expect("write");
+    let (status, _) = read_answer(&mut idle).await.expect("answered");
+    assert_eq!(status, 200);
+    let started = std::time::Instant::now();
+    assert!(
+        closed_within(&mut idle, Duration::from_secs(3)).await,
+        "an idle kept-alive connection is closed"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        started.elapsed()
+    );
+    api.stop().await;
+}
+
+/// A body over the limit is 413, declared or chunked; one that stalls is 408.
+#[tokio::test]
+async fn oversized_bodies_are_413_and_stalled_ones_408() {
+    use tokio::io::AsyncWriteExt;
+    let api = TestApi::start_limited("tok", small_limits()).await;
+    let declared = b"POST /v1/commands?agent_token=tok HTTP/1.1\r\nHost: agent\r\nContent-Length: 2048\r\n\r\n";
+    let mut conn = connect_from("127.0.0.1", api.addr).await;
+    conn.write_all(declared).await.expect("write");
+    let (status, body) = read_answer(&mut conn).await.expect("an answer");
+    assert_eq!(status, 413, "{body}");
+    assert!(body.contains("1024 bytes"), "{body}");
+
+    let mut conn = connect_from("127.0.0.1", api.addr).await;
+    let mut chunked =
+        b"POST /v1/commands?agent_token=tok HTTP/1.1\r\nHost: agent\r\nTransfer-Encoding: chunked\r\n\r\n"
+            .to_vec();
+    for _ in 0..3 {
+        chunked.extend_from_slice(b"200\r\n");
+        chunked.extend_from_slice(&[b' '; 0x200]);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    conn.write_all(&chunked).await.expect("write");
+    let (status, body) = read_answer(&mut conn).await.expect("an answer");
+    assert_eq!(status, 413, "{body}");
+
+    let mut conn = connect_from("127.0.0.1", api.addr).await;
+    conn.write_all(
+        b"POST /v1/commands?agent_token=tok HTTP/1.1\r\nHost: agent\r\nContent-Length: 100\r\n\r\n{\"name\"",
+    )
+    .await
+    .expect("write");
+    let (status, body) = read_answer(&mut conn).await.expect("an answer");
+    assert_eq!(status, 408, "{body}");
+    assert!(
+        closed_within(&mut conn, Duration::from_secs(2)).await,
+        "then closed"
+    );
+    api.stop().await;
 }

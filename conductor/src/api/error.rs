@@ -23,6 +23,8 @@ pub struct ApiError {
     pub status: StatusCode,
     /// What went wrong, in words naming the field or the node.
     pub message: String,
+    /// Seconds to send in `Retry-After` (a 429).
+    pub retry_after_secs: Option<u64>,
 }
 
 impl ApiError {
@@ -31,6 +33,15 @@ impl ApiError {
         ApiError {
             status,
             message: message.into(),
+            retry_after_secs: None,
+        }
+    }
+
+    /// 429 with `Retry-After`: too many failed call-back checks (`crate::net::failed_checks`).
+    pub fn too_many(message: impl Into<String>, retry_after_secs: u64) -> ApiError {
+        ApiError {
+            retry_after_secs: Some(retry_after_secs),
+            ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, message)
         }
     }
 
@@ -151,6 +162,11 @@ impl IntoResponse for ApiError {
         response
             .headers_mut()
             .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(secs) = self.retry_after_secs {
+            response
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         response
     }
 }

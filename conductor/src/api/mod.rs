@@ -10,11 +10,16 @@
 //! e.g. axum's own 404 and 405, gets one), so a client never sees an error it cannot parse.
 //! Request bodies are capped at [`ApiOptions::max_body`] (`api.max_body`; 413 above).
 //!
+//! The ramdisk's call-backs count their failed checks per client address and per node
+//! ([`crate::net::failed_checks`]; 429 past [`ApiOptions::callback_failures`]); the address is
+//! the [`ClientAddr`] the listener puts in every request.
+//!
 //! # Limitations
 //! Chassis, portgroups, VIFs, allocations, volumes, BIOS, traits and inspection are not served
 //! (404): nothing in this conductor backs them. Authentication is the service's (`is_public`
 //! tells it which routes skip it).
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
@@ -23,6 +28,7 @@ use axum::Router;
 use tower::ServiceExt as _;
 
 use crate::manager::Manager;
+use crate::net::failed_checks::{FailedChecks, FailureLimits};
 
 mod body;
 mod drivers;
@@ -59,6 +65,9 @@ pub struct ApiOptions {
     pub public_url: Option<String>,
     /// Largest request body, bytes (`api.max_body`): 413 above.
     pub max_body: usize,
+    /// Failed call-back checks allowed per client address and per node
+    /// (`api.callback_failures_per_client`, `api.callback_failures_per_node`): 429 past them.
+    pub callback_failures: FailureLimits,
 }
 
 impl Default for ApiOptions {
@@ -66,14 +75,23 @@ impl Default for ApiOptions {
         ApiOptions {
             public_url: None,
             max_body: DEFAULT_MAX_BODY,
+            callback_failures: FailureLimits::default(),
         }
     }
 }
+
+/// The address of the client that sent a request, put in the request's extensions by the
+/// listener (`crate::service::listen`). A request without one (served in-process, as in
+/// tests) is counted per node only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientAddr(pub IpAddr);
 
 /// What every handler shares.
 struct ApiState {
     manager: Arc<Manager>,
     options: ApiOptions,
+    /// The call-backs' failed checks, per address and per node.
+    failed_checks: FailedChecks,
 }
 
 type State = axum::extract::State<Arc<ApiState>>;
@@ -81,7 +99,12 @@ type State = axum::extract::State<Arc<ApiState>>;
 /// The API's routes (every `/v1` resource and the root document), ready to serve.
 pub fn router(manager: Arc<Manager>, options: ApiOptions) -> axum::Router {
     let max_body = options.max_body;
-    let state = Arc::new(ApiState { manager, options });
+    let failed_checks = FailedChecks::new(options.callback_failures);
+    let state = Arc::new(ApiState {
+        manager,
+        options,
+        failed_checks,
+    });
     // Ironic routes unversioned paths (`/nodes/...`) to v1 as well: old ramdisks post
     // `pass_deploy_info` without the prefix (docs/ironic-protocols.md §5.1).
     let routes = Router::new()

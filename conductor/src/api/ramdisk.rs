@@ -8,15 +8,26 @@
 //! `agent_token` 1.62, `agent_verify_ca` 1.68, `agent_status*` 1.72): a field the negotiated
 //! version does not know is a 400 naming it, which is how the agent learns to leave it out.
 //!
+//! Every call-back passes [`Caller`] before its body is read: an address that failed too many
+//! checks lately gets 429 there. A failed check afterwards (a wrong or missing token or key,
+//! 403; an unknown node or one without a secret, 404) is counted for the address and, for a
+//! 403, for the node, whose wrong secrets get 429 once it is throttled
+//! ([`crate::net::failed_checks`] says why the right one never does). The refusal is logged
+//! here, with the client's address, until either is throttled; then the one `warn` of the
+//! throttling stands for the rest.
+//!
 //! Both call-back bodies are read here, once, into their wire types in `vmdeploy_shared::api`
 //! and checked there (`validate`); the manager and the flows get only the checked form, so a
 //! body that does not parse is a 400 naming the field before any node is looked at.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
 
-use axum::extract::{Path, Query};
+use axum::extract::{FromRequestParts, Path, Query};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
+use http::request::Parts;
 use serde_json::Value;
 use vmdeploy_shared::api::ipa::{ApiVersion, Heartbeat, ValidHeartbeat};
 use vmdeploy_shared::api::{PassDeployInfo, ValidPassDeployInfo};
@@ -24,8 +35,10 @@ use vmdeploy_shared::api::{PassDeployInfo, ValidPassDeployInfo};
 use super::body::{self, cut, JsonBody};
 use super::error::ApiError;
 use super::version::Ctx;
-use super::State;
-use crate::manager::LookupReply;
+use super::{ApiState, ClientAddr, State};
+use crate::manager::{LookupReply, ManagerError};
+use crate::net::failed_checks::Throttled;
+use crate::store::StoreError;
 
 /// Heartbeat fields and the version that added each.
 const HEARTBEAT_FIELDS: &[(&str, u32)] = &[
@@ -40,9 +53,74 @@ const HEARTBEAT_FIELDS: &[(&str, u32)] = &[
 /// Most MACs a lookup may carry (a server has a handful of NICs).
 const MAX_LOOKUP_ADDRESSES: usize = 64;
 
+/// The client of a call-back, admitted: its address is not throttled (429 otherwise, before
+/// the body is read or a node looked at).
+pub(super) struct Caller(Option<IpAddr>);
+
+impl FromRequestParts<Arc<ApiState>> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<ApiState>,
+    ) -> Result<Self, Self::Rejection> {
+        let client = parts.extensions.get::<ClientAddr>().map(|c| c.0);
+        if let Some(ip) = client {
+            state.failed_checks.check_client(ip).map_err(|t| {
+                ApiError::too_many(
+                    format!(
+                        "Too many failed call-backs from this address; retry after {} s.",
+                        t.retry_after_secs
+                    ),
+                    t.retry_after_secs,
+                )
+            })?;
+        }
+        Ok(Caller(client))
+    }
+}
+
+/// A call-back's answer from the manager's: a failed check is counted (module docs), and a
+/// wrong secret for a throttled node becomes 429.
+fn judged<T>(
+    state: &ApiState,
+    caller: &Caller,
+    call: &'static str,
+    outcome: Result<T, ManagerError>,
+) -> Result<T, ApiError> {
+    let err = match outcome {
+        Ok(value) => return Ok(value),
+        Err(err) => err,
+    };
+    let node = match &err {
+        ManagerError::CallbackRefused { node, .. } => Some(*node),
+        ManagerError::Store(StoreError::NotFound { .. }) => None,
+        _ => return Err(err.into()),
+    };
+    let client = caller.0;
+    let counted = state.failed_checks.failed(client, node);
+    let client_throttled = client.is_some_and(|ip| state.failed_checks.check_client(ip).is_err());
+    if let Err(Throttled { retry_after_secs }) = counted {
+        let node = node.map(|n| n.to_string()).unwrap_or_default();
+        return Err(ApiError::too_many(
+            format!(
+                "Too many wrong agent tokens or deploy keys for node {node}; retry after \
+                 {retry_after_secs} s."
+            ),
+            retry_after_secs,
+        ));
+    }
+    if let (Some(node), false) = (node, client_throttled) {
+        let client = client.map(|ip| ip.to_string()).unwrap_or_default();
+        tracing::warn!(%node, %client, call, "call-back refused: invalid or missing agent token or deploy key");
+    }
+    Err(err.into())
+}
+
 /// `GET /v1/lookup?addresses=<mac>,<mac>[&node_uuid=<uuid>]`.
 pub(super) async fn lookup(
     state: State,
+    caller: Caller,
     Extension(ctx): Extension<Ctx>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
@@ -76,7 +154,12 @@ pub(super) async fn lookup(
             "Either \"node_uuid\" or valid \"addresses\" must be provided for a lookup.",
         ));
     }
-    let reply = state.manager.lookup(&addresses, node_uuid).await?;
+    let reply = judged(
+        &state,
+        &caller,
+        "lookup",
+        state.manager.lookup(&addresses, node_uuid).await,
+    )?;
     Ok(Json(lookup_body(reply)))
 }
 
@@ -126,6 +209,7 @@ fn invalid_body(call: &str, e: &vmdeploy_shared::api::ApiError) -> ApiError {
 /// `POST /v1/heartbeat/{node}`.
 pub(super) async fn heartbeat(
     state: State,
+    caller: Caller,
     Extension(ctx): Extension<Ctx>,
     Path(node): Path<String>,
     JsonBody(body): JsonBody,
@@ -137,13 +221,15 @@ pub(super) async fn heartbeat(
     }
     let ident = super::nodes::ident(&ctx, &node)?;
     let heartbeat = parse_heartbeat(&ctx, body)?;
-    state.manager.heartbeat(&ident, heartbeat).await?;
+    let outcome = state.manager.heartbeat(&ident, heartbeat).await;
+    judged(&state, &caller, "heartbeat", outcome)?;
     Ok(StatusCode::ACCEPTED)
 }
 
 /// `POST [/v1]/nodes/{node}/vendor_passthru?method=<method>`.
 pub(super) async fn vendor_passthru(
     state: State,
+    caller: Caller,
     Extension(ctx): Extension<Ctx>,
     Path(node): Path<String>,
     Query(query): Query<HashMap<String, String>>,
@@ -152,21 +238,23 @@ pub(super) async fn vendor_passthru(
     let method = query
         .get("method")
         .ok_or_else(|| ApiError::bad_request("Mandatory parameter \"method\" is missing."))?;
-    passthru(state, ctx, &node, method, body).await
+    passthru(state, caller, ctx, &node, method, body).await
 }
 
 /// `POST [/v1]/nodes/{node}/vendor_passthru/<method>`.
 pub(super) async fn vendor_passthru_method(
     state: State,
+    caller: Caller,
     Extension(ctx): Extension<Ctx>,
     Path((node, method)): Path<(String, String)>,
     JsonBody(body): JsonBody,
 ) -> Result<StatusCode, ApiError> {
-    passthru(state, ctx, &node, &method, body).await
+    passthru(state, caller, ctx, &node, &method, body).await
 }
 
 async fn passthru(
     state: State,
+    caller: Caller,
     ctx: Ctx,
     node: &str,
     method: &str,
@@ -184,7 +272,8 @@ async fn passthru(
         Err(_) => super::nodes::ident(&ctx, node)?,
     };
     let info = parse_pass_deploy_info(body)?;
-    state.manager.pass_deploy_info(&ident, info).await?;
+    let outcome = state.manager.pass_deploy_info(&ident, info).await;
+    judged(&state, &caller, "pass_deploy_info", outcome)?;
     Ok(StatusCode::ACCEPTED)
 }
 

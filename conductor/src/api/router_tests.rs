@@ -1215,6 +1215,279 @@ mod ramdisk {
     }
 }
 
+/// The call-backs' failed checks, counted per client address and per node
+/// (`crate::net::failed_checks`), through the router as the listener feeds it.
+mod failed_checks {
+    use std::net::IpAddr;
+
+    use super::*;
+    use crate::api::test_support::{app_with, call_from, TestStore};
+    use crate::api::ApiOptions;
+    use crate::net::failed_checks::FailureLimits;
+    use crate::states::ProvisionState;
+    use crate::store::Node;
+
+    const TOKEN: &str = "the-right-agent-token-of-43-characters-xxxx";
+    const KEY: &str = "the-right-deploy-key";
+
+    fn limits(per_client: u32, per_node: u32) -> ApiOptions {
+        ApiOptions {
+            callback_failures: FailureLimits {
+                per_client,
+                per_node,
+            },
+            ..ApiOptions::default()
+        }
+    }
+
+    fn ip(n: u32) -> IpAddr {
+        IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + n))
+    }
+
+    /// A node of `driver` in `state` that holds the agent token and the deploy key.
+    async fn node_with_secrets(
+        router: &axum::Router,
+        store: &TestStore,
+        name: &str,
+        driver: &str,
+        state: ProvisionState,
+    ) -> Node {
+        let reply = call(
+            router,
+            Method::POST,
+            "/v1/nodes",
+            Some(json!({"driver": driver, "name": name, "driver_info": driver_info()})),
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.json);
+        let mut node = store
+            .node(&NodeIdent::Name(name.into()))
+            .await
+            .expect("created");
+        node.provision_state = state;
+        node.driver_internal_info
+            .insert("agent_secret_token".into(), json!(TOKEN));
+        node.driver_internal_info
+            .insert("deployment_key".into(), json!(KEY));
+        store.update_node(&node).await.expect("arranged");
+        store.node(&NodeIdent::Uuid(node.uuid)).await.expect("read")
+    }
+
+    fn heartbeat(token: &str) -> Option<Value> {
+        Some(json!({"callback_url": "https://10.0.0.5:9999", "agent_token": token}))
+    }
+
+    fn retry_after(reply: &Reply) -> u64 {
+        reply
+            .header("retry-after")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no Retry-After: {:?}", reply.headers))
+    }
+
+    /// One address guessing tokens is stopped after its share (404s for unknown nodes count
+    /// too), for every call-back and before any check; another address is not, and the node's
+    /// own agent's heartbeat is taken.
+    #[tokio::test]
+    async fn a_guessing_address_gets_429_and_others_are_served() {
+        let (router, store) = app_with(limits(5, 1000));
+        let node = node_with_secrets(
+            &router,
+            &store,
+            "n1",
+            "agent_ilo",
+            ProvisionState::Deploying,
+        )
+        .await;
+        let path = format!("/v1/heartbeat/{}", node.uuid);
+        let attacker = ip(66);
+        for n in 0..4 {
+            let reply = call_from(
+                &router,
+                attacker,
+                Method::POST,
+                &path,
+                heartbeat(&format!("guess-{n}")),
+            )
+            .await;
+            assert_fault(&reply, StatusCode::FORBIDDEN, "agent token");
+        }
+        let unknown = "/v1/heartbeat/1be26c0b-03f2-4d2e-ae87-c02d7f33c123";
+        let reply = call_from(&router, attacker, Method::POST, unknown, heartbeat(TOKEN)).await;
+        assert_eq!(reply.status, StatusCode::NOT_FOUND, "{}", reply.json);
+        // Its share is used up: 429 whatever it sends, the right token included, and on every
+        // call-back, before the body is even parsed.
+        for (method, path, body) in [
+            (Method::POST, path.as_str(), heartbeat("guess")),
+            (Method::POST, path.as_str(), heartbeat(TOKEN)),
+            (Method::POST, path.as_str(), Some(json!("not a heartbeat"))),
+            (
+                Method::GET,
+                "/v1/lookup?node_uuid=1be26c0b-03f2-4d2e-ae87-c02d7f33c123",
+                None,
+            ),
+            (
+                Method::POST,
+                "/v1/nodes/n1/vendor_passthru/pass_deploy_info",
+                Some(json!({"address": "10.0.2.15", "key": "k", "iqn": "iqn-x"})),
+            ),
+        ] {
+            let reply = call_from(&router, attacker, method.clone(), path, body).await;
+            assert_fault(&reply, StatusCode::TOO_MANY_REQUESTS, "retry after");
+            let wait = retry_after(&reply);
+            assert!(
+                (1..=12).contains(&wait),
+                "5 a minute: one in 12 s, got {wait}"
+            );
+        }
+        let reply = call_from(&router, ip(7), Method::POST, &path, heartbeat(TOKEN)).await;
+        assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.json);
+        let reply = call_from(&router, ip(8), Method::POST, &path, heartbeat("wrong")).await;
+        assert_fault(&reply, StatusCode::FORBIDDEN, "agent token");
+    }
+
+    /// Wrong tokens for one node from many addresses (a few each, under the address limit):
+    /// past the node's share they get 429, but the right token's heartbeat is taken all along.
+    #[tokio::test]
+    async fn a_storm_against_a_node_does_not_keep_its_agent_out() {
+        let (router, store) = app_with(limits(3, 10));
+        let node = node_with_secrets(
+            &router,
+            &store,
+            "n1",
+            "agent_ilo",
+            ProvisionState::Deploying,
+        )
+        .await;
+        let other = node_with_secrets(
+            &router,
+            &store,
+            "n2",
+            "agent_ilo",
+            ProvisionState::Deploying,
+        )
+        .await;
+        let path = format!("/v1/heartbeat/{}", node.uuid);
+        let mut statuses = Vec::new();
+        for n in 0..60u32 {
+            let reply = call_from(
+                &router,
+                ip(1000 + n / 2),
+                Method::POST,
+                &path,
+                heartbeat("guess"),
+            )
+            .await;
+            statuses.push(reply.status);
+            if reply.status == StatusCode::TOO_MANY_REQUESTS {
+                assert!(
+                    reply.fault().contains(&node.uuid.to_string()),
+                    "{}",
+                    reply.json
+                );
+                assert!(retry_after(&reply) >= 1);
+            }
+            if n % 10 == 9 {
+                let reply = call_from(&router, ip(1), Method::POST, &path, heartbeat(TOKEN)).await;
+                assert_eq!(
+                    reply.status,
+                    StatusCode::ACCEPTED,
+                    "the agent's heartbeat after {n} guesses"
+                );
+            }
+        }
+        let forbidden = statuses
+            .iter()
+            .filter(|s| **s == StatusCode::FORBIDDEN)
+            .count();
+        let throttled = statuses
+            .iter()
+            .filter(|s| **s == StatusCode::TOO_MANY_REQUESTS)
+            .count();
+        assert_eq!((forbidden, throttled), (10, 50), "{statuses:?}");
+        // Another node is not throttled by it.
+        let path = format!("/v1/heartbeat/{}", other.uuid);
+        let reply = call_from(&router, ip(2), Method::POST, &path, heartbeat("wrong")).await;
+        assert_fault(&reply, StatusCode::FORBIDDEN, "agent token");
+    }
+
+    /// A refused or throttled call-back writes nothing: the node record stays as it was, every
+    /// field (`updated_at` included, so not even a write of the same values happened).
+    #[tokio::test]
+    async fn failed_and_throttled_checks_change_nothing_in_the_store() {
+        let (router, store) = app_with(limits(4, 6));
+        let agent = node_with_secrets(
+            &router,
+            &store,
+            "a1",
+            "agent_ilo",
+            ProvisionState::WaitCallBack,
+        )
+        .await;
+        let iscsi = node_with_secrets(
+            &router,
+            &store,
+            "i1",
+            "iscsi_ilo",
+            ProvisionState::WaitCallBack,
+        )
+        .await;
+        let heartbeat_path = format!("/v1/heartbeat/{}", agent.uuid);
+        let passthru_paths = [
+            format!("/v1/nodes/{}/vendor_passthru/pass_deploy_info", iscsi.uuid),
+            format!(
+                "/nodes/{}/vendor_passthru?method=pass_deploy_info",
+                iscsi.uuid
+            ),
+        ];
+        let mut statuses = Vec::new();
+        for n in 0..24u32 {
+            let client = ip(2000 + n / 3);
+            let reply = call_from(
+                &router,
+                client,
+                Method::POST,
+                &heartbeat_path,
+                heartbeat(""),
+            )
+            .await;
+            statuses.push(reply.status);
+            let body = json!({"address": "10.0.2.15", "key": format!("guess-{n}"), "iqn": "iqn.2008-10.org.openstack:x"});
+            let path = &passthru_paths[n as usize % 2];
+            let reply = call_from(&router, client, Method::POST, path, Some(body)).await;
+            statuses.push(reply.status);
+        }
+        assert!(statuses.contains(&StatusCode::FORBIDDEN), "{statuses:?}");
+        assert!(
+            statuses.contains(&StatusCode::TOO_MANY_REQUESTS),
+            "{statuses:?}"
+        );
+        assert!(
+            statuses
+                .iter()
+                .all(|s| *s == StatusCode::FORBIDDEN || *s == StatusCode::TOO_MANY_REQUESTS),
+            "{statuses:?}"
+        );
+        for before in [agent, iscsi] {
+            let after = store
+                .node(&NodeIdent::Uuid(before.uuid))
+                .await
+                .expect("read");
+            assert_eq!(
+                format!("{after:?}"),
+                format!("{before:?}"),
+                "node {}",
+                before.uuid
+            );
+            assert!(!after
+                .driver_internal_info
+                .contains_key("agent_last_heartbeat"));
+            assert_eq!(after.reservation, None);
+            assert_eq!(after.last_error, None);
+            assert_eq!(after.provision_state, ProvisionState::WaitCallBack);
+        }
+    }
+}
+
 /// Generated bodies and patches at the write endpoints: always a 2xx or 4xx with a well-formed
 /// fault body on 4xx, never a 5xx or a panic.
 mod fuzz {

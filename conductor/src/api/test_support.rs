@@ -76,6 +76,11 @@ pub(super) const CONDUCTOR: &str = "test-conductor";
 
 /// A router over a fresh store; the store too, to arrange and inspect records.
 pub(super) fn app() -> (axum::Router, TestStore) {
+    app_with(super::ApiOptions::default())
+}
+
+/// [`app`] with `options` (its `public_url` is the tests' own).
+pub(super) fn app_with(options: super::ApiOptions) -> (axum::Router, TestStore) {
     let dir = tempfile::tempdir().expect("temp dir");
     let store = SqliteStore::open(&dir.path().join("vmdeploy.sqlite")).expect("opening the store");
     let deploy = Arc::new(DeployContext {
@@ -99,7 +104,7 @@ pub(super) fn app() -> (axum::Router, TestStore) {
         manager,
         super::ApiOptions {
             public_url: Some("http://api.test:6385".into()),
-            ..Default::default()
+            ..options
         },
     );
     (router, TestStore { store, _dir: dir })
@@ -144,6 +149,30 @@ pub(super) async fn call_raw(
     version: Option<&str>,
     body: Option<Vec<u8>>,
 ) -> Reply {
+    call_as(router, None, method, path, version, body).await
+}
+
+/// One request at the newest version with a JSON body, from `client` as the listener would
+/// say ([`super::ClientAddr`]).
+pub(super) async fn call_from(
+    router: &axum::Router,
+    client: std::net::IpAddr,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> Reply {
+    let body = body.map(|b| b.to_string().into_bytes());
+    call_as(router, Some(client), method, path, Some("latest"), body).await
+}
+
+async fn call_as(
+    router: &axum::Router,
+    client: Option<std::net::IpAddr>,
+    method: Method,
+    path: &str,
+    version: Option<&str>,
+    body: Option<Vec<u8>>,
+) -> Reply {
     let mut req = Request::builder()
         .method(method)
         .uri(path)
@@ -153,6 +182,9 @@ pub(super) async fn call_raw(
     }
     if body.is_some() {
         req = req.header("content-type", "application/json");
+    }
+    if let Some(client) = client {
+        req = req.extension(super::ClientAddr(client));
     }
     let req = req
         .body(body.map(Body::from).unwrap_or_else(Body::empty))

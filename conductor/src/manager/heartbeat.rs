@@ -150,7 +150,9 @@ fn token_matches(node: &Node, given: Option<&Secret>) -> bool {
 /// holds none.
 fn refuse_heartbeat(ident: &NodeIdent, node: &Node) -> ManagerError {
     if stored_secret(node, AGENT_TOKEN_KEY).is_some() {
-        tracing::warn!(node = %node.uuid, "heartbeat refused: invalid or missing agent token");
+        // Debug only: the API logs the refusal with the client's address, and stops once the
+        // node or the address is throttled, so a storm of wrong tokens cannot flood the log.
+        tracing::debug!(node = %node.uuid, "heartbeat refused: invalid or missing agent token");
         ManagerError::CallbackRefused {
             node: node.uuid,
             message: "Invalid or missing agent token received.".into(),

@@ -48,7 +48,8 @@ fn not_waiting(node: &Node) -> ManagerError {
 }
 
 fn refused(node: &Node) -> ManagerError {
-    tracing::warn!(node = %node.uuid, "pass_deploy_info refused: wrong or already used deploy key");
+    // Debug only: the API logs the refusal (module docs of `crate::api::ramdisk`).
+    tracing::debug!(node = %node.uuid, "pass_deploy_info refused: wrong or already used deploy key");
     ManagerError::CallbackRefused {
         node: node.uuid,
         message: format!(

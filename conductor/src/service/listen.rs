@@ -15,7 +15,7 @@
 //! its own share and never the process's open files.
 
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +30,7 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
 use super::request::{InFlight, InFlightRequest};
+use crate::api::ClientAddr;
 use crate::net::admission::{Admission, Ticket};
 use crate::net::timed_body::TimedBody;
 use vmdeploy_shared::error::Chain;
@@ -134,7 +135,7 @@ pub async fn run(
     in_flight: InFlight,
     limits: Limits,
 ) -> DrainReport {
-    type Accepted = (TcpStream, Option<TlsAcceptor>, Ticket);
+    type Accepted = (TcpStream, IpAddr, Option<TlsAcceptor>, Ticket);
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Accepted>(64);
     let admission = Admission::new(
         "API",
@@ -154,7 +155,8 @@ pub async fn run(
                             continue;
                         };
                         let _ = stream.set_nodelay(true);
-                        if tx.send((stream, bound.tls.clone(), ticket)).await.is_err() {
+                        let accepted = (stream, peer.ip(), bound.tls.clone(), ticket);
+                        if tx.send(accepted).await.is_err() {
                             return;
                         }
                     }
@@ -175,7 +177,7 @@ pub async fn run(
         tokio::select! {
             () = &mut shutdown => break,
             next = rx.recv() => match next {
-                Some((stream, tls, ticket)) => {
+                Some((stream, client, tls, ticket)) => {
                     let watcher = graceful.watcher();
                     let app = app.clone();
                     let body_timeout = limits.body_timeout;
@@ -183,10 +185,10 @@ pub async fn run(
                         // Held until the connection ends, however it ends.
                         let _ticket = ticket;
                         match tls {
-                            None => serve_connection(stream, app, watcher, body_timeout).await,
+                            None => serve_connection(stream, client, app, watcher, body_timeout).await,
                             Some(acceptor) => {
                                 match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                                    Ok(Ok(tls)) => serve_connection(tls, app, watcher, body_timeout).await,
+                                    Ok(Ok(tls)) => serve_connection(tls, client, app, watcher, body_timeout).await,
                                     Ok(Err(err)) => tracing::debug!(error = %Chain(&err), "TLS handshake failed"),
                                     Err(_) => tracing::debug!("TLS handshake timed out"),
                                 }
@@ -226,13 +228,20 @@ pub async fn run(
     }
 }
 
-async fn serve_connection<I>(io: I, app: axum::Router, watcher: Watcher, body_timeout: Duration)
-where
+async fn serve_connection<I>(
+    io: I,
+    client: IpAddr,
+    app: axum::Router,
+    watcher: Watcher,
+    body_timeout: Duration,
+) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
         let app = app.clone();
-        let request = request.map(|body| Body::new(TimedBody::new(body, body_timeout)));
+        let mut request = request.map(|body| Body::new(TimedBody::new(body, body_timeout)));
+        // The call-backs count failed checks per address (`crate::net::failed_checks`).
+        request.extensions_mut().insert(ClientAddr(client));
         async move { app.oneshot(request).await }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();

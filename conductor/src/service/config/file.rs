@@ -58,6 +58,10 @@ pub struct ApiSection {
     pub max_connections: Option<u64>,
     /// `max_connections_per_client`.
     pub max_connections_per_client: Option<u64>,
+    /// `callback_failures_per_client`, a minute.
+    pub callback_failures_per_client: Option<u64>,
+    /// `callback_failures_per_node`, a minute.
+    pub callback_failures_per_node: Option<u64>,
 }
 
 /// `api.tls`: off, auto (generated CA and certificate), or files.

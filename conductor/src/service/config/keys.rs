@@ -25,6 +25,10 @@ pub const API_BODY_TIMEOUT: &str = "api.body_timeout";
 pub const API_MAX_CONNECTIONS: &str = "api.max_connections";
 /// Connections to the API at once from one client address.
 pub const API_MAX_CONNECTIONS_PER_CLIENT: &str = "api.max_connections_per_client";
+/// Failed call-back checks a minute from one client address (429 past it).
+pub const API_CALLBACK_FAILURES_PER_CLIENT: &str = "api.callback_failures_per_client";
+/// Failed call-back checks a minute against one node (its wrong secrets get 429 past it).
+pub const API_CALLBACK_FAILURES_PER_NODE: &str = "api.callback_failures_per_node";
 /// `noauth` or `http_basic`.
 pub const AUTH_STRATEGY: &str = "auth.strategy";
 /// The htpasswd file of `http_basic` (bcrypt hashes).
@@ -131,6 +135,8 @@ pub const ALL: &[&str] = &[
     API_BODY_TIMEOUT,
     API_MAX_CONNECTIONS,
     API_MAX_CONNECTIONS_PER_CLIENT,
+    API_CALLBACK_FAILURES_PER_CLIENT,
+    API_CALLBACK_FAILURES_PER_NODE,
     AUTH_STRATEGY,
     AUTH_HTPASSWD,
     STATE_DIR,

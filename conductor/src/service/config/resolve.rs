@@ -185,6 +185,23 @@ impl Settings {
                 Some(n) => positive(keys::API_MAX_CONNECTIONS_PER_CLIENT, n)?,
             },
         };
+        let per_minute = |key: &'static str, value: Option<u64>, default: u32| match value {
+            None => Ok(default),
+            Some(0) => Err(ConfigError::new(key, "must be above 0")),
+            Some(n) => u32::try_from(n).map_err(|_| ConfigError::new(key, "too large")),
+        };
+        let callback_failures = crate::net::failed_checks::FailureLimits {
+            per_client: per_minute(
+                keys::API_CALLBACK_FAILURES_PER_CLIENT,
+                api.callback_failures_per_client,
+                crate::net::failed_checks::DEFAULT_PER_CLIENT,
+            )?,
+            per_node: per_minute(
+                keys::API_CALLBACK_FAILURES_PER_NODE,
+                api.callback_failures_per_node,
+                crate::net::failed_checks::DEFAULT_PER_NODE,
+            )?,
+        };
 
         let auth = file.auth.strategy;
         let htpasswd = match (auth, file.auth.htpasswd) {
@@ -412,6 +429,7 @@ impl Settings {
             max_body,
             shutdown_grace,
             api_limits,
+            callback_failures,
             auth,
             htpasswd,
             state_dir,

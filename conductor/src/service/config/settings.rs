@@ -90,6 +90,8 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// The API's connection limits and body deadline.
     pub api_limits: crate::service::listen::Limits,
+    /// Failed call-back checks allowed per address and per node.
+    pub callback_failures: crate::net::failed_checks::FailureLimits,
     /// Auth.
     pub auth: AuthStrategy,
     /// The htpasswd file of `http_basic`.

@@ -104,6 +104,8 @@ fn no_file_means_every_default() {
     assert_eq!(s.auth, AuthStrategy::Noauth);
     assert_eq!(s.max_body, 1024 * 1024);
     assert_eq!(s.shutdown_grace, Duration::from_secs(30));
+    assert_eq!(s.callback_failures.per_client, 10);
+    assert_eq!(s.callback_failures.per_node, 20);
     assert_eq!(s.state_dir, PathBuf::from("/home/op/.local/state/vmdeploy"));
     assert_eq!(s.sqlite_path, s.state_dir.join("vmdeploy.sqlite"));
     assert_eq!(s.deploy_callback_timeout, Duration::from_secs(1800));
