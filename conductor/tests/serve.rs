@@ -705,6 +705,95 @@ fn stalled_bodies_and_connection_floods_leave_the_api_answering() {
     assert!(status.success());
 }
 
+/// A slowloris flood from many addresses, each within its share, past `api.max_connections`:
+/// half the connections stall their headers, half send headers and stall their body. The
+/// listener closes the longest-waiting of them to make room, so a client that sends a whole
+/// request is answered every time, at once.
+#[test]
+fn a_flood_from_many_addresses_cannot_fill_the_listener() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    const MAX: usize = 60;
+    const SOURCES: u8 = 12;
+    const PER_SOURCE: usize = 10;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = write(
+        dir.path(),
+        "many.toml",
+        &format!(
+            "[api]\nlisten = [\"127.0.0.1:0\"]\nmax_connections = {MAX}\n\
+             max_connections_per_client = {PER_SOURCE}\n"
+        ),
+    );
+    let conductor = Conductor::start(
+        &["--config", config.to_str().expect("utf-8")],
+        &dir.path().join("state"),
+    );
+    let url = conductor.url();
+    let addr: std::net::SocketAddr = url
+        .trim_start_matches("http://")
+        .parse()
+        .expect("the API's address");
+    let rt = runtime();
+    let flood = rt.block_on(async {
+        let mut flood = Vec::new();
+        for source in 0..SOURCES {
+            for n in 0..PER_SOURCE {
+                let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+                socket
+                    .bind(std::net::SocketAddr::from(([127, 0, 0, 2 + source], 0)))
+                    .expect("binding a loopback address");
+                let Ok(mut stream) = socket.connect(addr).await else {
+                    continue;
+                };
+                let stalled = if n % 2 == 0 {
+                    "GET /v1 HTTP/1.1\r\nHost: x\r\n".to_string()
+                } else {
+                    format!(
+                        "POST /v1/heartbeat/{} HTTP/1.1\r\nHost: x\r\n\
+                         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{",
+                        uuid::Uuid::new_v4()
+                    )
+                };
+                let _ = stream.write_all(stalled.as_bytes()).await;
+                flood.push(stream);
+            }
+        }
+        // Let the listener take them all in before the real client comes.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        flood
+    });
+    assert!(flood.len() > MAX, "only {} flood connections", flood.len());
+    for attempt in 0..5 {
+        let reply = rt.block_on(async {
+            let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            stream
+                .write_all(
+                    format!("GET /v1 HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
+                        .as_bytes(),
+                )
+                .await
+                .expect("request");
+            let mut reply = Vec::new();
+            let read =
+                tokio::time::timeout(Duration::from_secs(3), stream.read_to_end(&mut reply)).await;
+            (read.is_ok(), String::from_utf8_lossy(&reply).into_owned())
+        });
+        assert!(
+            reply.0 && reply.1.starts_with("HTTP/1.1 200"),
+            "attempt {attempt}: GET /v1 during a flood from {SOURCES} addresses: {reply:?}"
+        );
+    }
+    drop(flood);
+    let (status, log) = conductor.terminate();
+    assert!(status.success());
+    assert!(
+        log.iter()
+            .any(|l| l.contains("closed the connections that waited longest")),
+        "no line about making room:\n{}",
+        log.join("\n")
+    );
+}
+
 /// The listener tells the API each request's client address: an address that keeps naming
 /// unknown nodes in call-backs gets 429 with `Retry-After` (and one `warn` line, without any
 /// token), while another address is still answered as before.

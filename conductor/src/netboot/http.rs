@@ -22,7 +22,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use super::path::{resolve, PathError};
-use crate::net::admission::{self, Admission};
+use crate::net::admission::{self, Admission, HeldBody};
 use crate::objects::builtin::server::ReplyBody;
 use vmdeploy_shared::error::Chain;
 
@@ -63,17 +63,27 @@ pub async fn serve(
         };
         let root = root.clone();
         tokio::spawn(async move {
-            let _ticket = ticket;
+            let activity = ticket.activity();
             let service = hyper::service::service_fn(move |req| {
                 let root = root.clone();
-                async move { Ok::<_, Infallible>(handle(&root, &req, peer).await) }
+                let busy = activity.busy();
+                async move {
+                    let reply = handle(&root, &req, peer).await;
+                    Ok::<_, Infallible>(reply.map(|body| HeldBody::new(body, busy)))
+                }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT)
                 .serve_connection(TokioIo::new(tcp), service);
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %Chain(&e), "netboot HTTP: connection ended with an error");
+            // A full listener may close the connection for room while it waits for a request.
+            tokio::select! {
+                result = conn => {
+                    if let Err(e) = result {
+                        tracing::debug!(%peer, error = %Chain(&e), "netboot HTTP: connection ended with an error");
+                    }
+                }
+                () = ticket.evicted() => tracing::debug!(%peer, "netboot HTTP: closed for room while waiting for a request"),
             }
         });
     }

@@ -10,9 +10,10 @@
 //! still running then is returned, named by request id, so the caller can log what it cut.
 //!
 //! Every accepted connection first asks for a place ([`crate::net::admission`]): beyond
-//! [`Limits::max_connections`] in all, or [`Limits::max_connections_per_client`] from one
-//! address, it is closed at once, so a client that stalls thousands of connections holds only
-//! its own share and never the process's open files.
+//! [`Limits::max_connections_per_client`] from one address it is closed at once, so a client
+//! that stalls thousands of connections holds only its own share and never the process's open
+//! files; at [`Limits::max_connections`] in all, the connection that has waited longest for a
+//! request is closed to make room, so a flood from many addresses cannot keep others out.
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -31,7 +32,7 @@ use tower::ServiceExt as _;
 
 use super::request::{InFlight, InFlightRequest};
 use crate::api::ClientAddr;
-use crate::net::admission::{Admission, Ticket};
+use crate::net::admission::{Activity, Admission, HeldBody, PausingBody, Ticket};
 use crate::net::timed_body::TimedBody;
 use vmdeploy_shared::error::Chain;
 
@@ -182,17 +183,24 @@ pub async fn run(
                     let app = app.clone();
                     let body_timeout = limits.body_timeout;
                     tokio::spawn(async move {
-                        // Held until the connection ends, however it ends.
-                        let _ticket = ticket;
-                        match tls {
-                            None => serve_connection(stream, client, app, watcher, body_timeout).await,
-                            Some(acceptor) => {
-                                match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                                    Ok(Ok(tls)) => serve_connection(tls, client, app, watcher, body_timeout).await,
-                                    Ok(Err(err)) => tracing::debug!(error = %Chain(&err), "TLS handshake failed"),
-                                    Err(_) => tracing::debug!("TLS handshake timed out"),
+                        // Held until the connection ends, however it ends; a full listener
+                        // may close it for room while it waits for a request (admission.rs).
+                        let activity = ticket.activity();
+                        let connection = async move {
+                            match tls {
+                                None => serve_connection(stream, client, app, watcher, body_timeout, activity).await,
+                                Some(acceptor) => {
+                                    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                                        Ok(Ok(tls)) => serve_connection(tls, client, app, watcher, body_timeout, activity).await,
+                                        Ok(Err(err)) => tracing::debug!(error = %Chain(&err), "TLS handshake failed"),
+                                        Err(_) => tracing::debug!("TLS handshake timed out"),
+                                    }
                                 }
                             }
+                        };
+                        tokio::select! {
+                            () = connection => {}
+                            () = ticket.evicted() => tracing::debug!(%client, "closed for room while waiting for a request"),
                         }
                     });
                 }
@@ -234,15 +242,26 @@ async fn serve_connection<I>(
     app: axum::Router,
     watcher: Watcher,
     body_timeout: Duration,
+    activity: Activity,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
         let app = app.clone();
-        let mut request = request.map(|body| Body::new(TimedBody::new(body, body_timeout)));
+        let busy = activity.busy();
+        let body_activity = activity.clone();
+        let mut request = request.map(|body| {
+            let timed = TimedBody::new(body, body_timeout);
+            Body::new(PausingBody::new(timed, body_activity))
+        });
         // The call-backs count failed checks per address (`crate::net::failed_checks`).
         request.extensions_mut().insert(ClientAddr(client));
-        async move { app.oneshot(request).await }
+        async move {
+            let response = app.oneshot(request).await?;
+            Ok::<_, std::convert::Infallible>(
+                response.map(|body| Body::new(HeldBody::new(body, busy))),
+            )
+        }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder

@@ -33,7 +33,7 @@ use vmdeploy_shared::tempurl::{self, TempUrlDigest, TempUrlParams};
 
 use super::range::{parse_range, RangeReply};
 use super::{BuiltinStore, ACCOUNT};
-use crate::net::admission::{self, Admission};
+use crate::net::admission::{self, Activity, Admission, HeldBody};
 use crate::objects::ObjectPath;
 use vmdeploy_shared::error::Chain;
 
@@ -92,35 +92,55 @@ pub async fn serve(
         let acceptor = acceptor.clone();
         let mut conn_shutdown = shutdown.clone();
         tokio::spawn(async move {
-            let _ticket = ticket;
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %Chain(&e), "object store: TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "object store: TLS handshake timed out");
-                    return;
-                }
-            };
-            let service = hyper::service::service_fn(move |req| {
-                let store = store.clone();
-                async move { Ok::<_, Infallible>(handle(&store, &req).await) }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(tls), service);
+            // A full listener may close the connection for room while it waits for a request.
             tokio::select! {
-                result = conn => {
-                    if let Err(e) = result {
-                        tracing::debug!(%peer, error = %Chain(&e), "object store: connection ended with an error");
-                    }
-                }
-                _ = conn_shutdown.changed() => {}
+                () = serve_connection(tcp, peer, acceptor, store, ticket.activity(), &mut conn_shutdown) => {}
+                () = ticket.evicted() => tracing::debug!(%peer, "object store: closed for room while waiting for a request"),
             }
         });
+    }
+}
+
+/// One connection: the TLS handshake, then requests until the client, an error or `shutdown`
+/// ends it.
+async fn serve_connection(
+    tcp: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    acceptor: TlsAcceptor,
+    store: Arc<BuiltinStore>,
+    activity: Activity,
+    conn_shutdown: &mut watch::Receiver<bool>,
+) {
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %Chain(&e), "object store: TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "object store: TLS handshake timed out");
+            return;
+        }
+    };
+    let service = hyper::service::service_fn(move |req| {
+        let store = store.clone();
+        let busy = activity.busy();
+        async move {
+            let reply = handle(&store, &req).await;
+            Ok::<_, Infallible>(reply.map(|body| HeldBody::new(body, busy)))
+        }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(tls), service);
+    tokio::select! {
+        result = conn => {
+            if let Err(e) = result {
+                tracing::debug!(%peer, error = %Chain(&e), "object store: connection ended with an error");
+            }
+        }
+        _ = conn_shutdown.changed() => {}
     }
 }
 
