@@ -158,7 +158,8 @@ fn refuse_heartbeat(ident: &NodeIdent, node: &Node) -> ManagerError {
             message: "Invalid or missing agent token received.".into(),
         }
     } else {
-        tracing::info!(node = %node.uuid, state = %node.provision_state, "heartbeat refused: the node holds no agent token (answered as unknown)");
+        // Debug only, as above: a flood of heartbeats must not become a flood of log lines.
+        tracing::debug!(node = %node.uuid, state = %node.provision_state, "heartbeat refused: the node holds no agent token (answered as unknown)");
         ManagerError::Store(StoreError::NotFound {
             kind: "node",
             ident: ident.to_string(),

@@ -5,13 +5,16 @@
 //! one-use deploy key from its floppy. The checks, in this order:
 //! - a body that does not parse or misses a field: 400, from the API, which hands the manager
 //!   only a checked [`ValidPassDeployInfo`];
-//! - a node that is not in `wait call-back`: 409;
-//! - a driver whose ramdisk heartbeats instead (`agent_ilo`): 400;
-//! - a key that is not the node's (compared in constant time), or one already used: 403, and
-//!   the node is unchanged.
+//! - a node that holds no deploy key (it is not waiting for an iSCSI ramdisk, or its key was
+//!   used): 404, as for an unknown node, so the call-back tells an outsider nothing about which
+//!   nodes exist;
+//! - a key that is not the node's (compared in constant time): 403, and the node is unchanged;
+//! - then, for the key's holder only: a node that is not in `wait call-back`, 409; a driver
+//!   whose ramdisk heartbeats instead (`agent_ilo`), 400.
 //!
 //! A key that matches is burnt at once, in the store, before anything else happens: a replay,
-//! even while the first call is still being served, finds no key and gets 403. Then the reply
+//! even while the first call is still being served, finds no key and gets 404 (403 if it
+//! passed the first check just before the burn). Then the reply
 //! is 202 and the flow's [`crate::deploy::DeployInterface::pass_deploy_info`] runs on a node
 //! task (the image write takes minutes); `Done` makes the node `active`, an error
 //! `deploy failed`. An `error` the ramdisk reports fails the deploy with its text, through the
@@ -22,13 +25,13 @@ use std::sync::Arc;
 use time::OffsetDateTime;
 use vmdeploy_shared::api::ValidPassDeployInfo;
 
-use super::heartbeat::{secret_matches, wipe_agent_secrets};
+use super::heartbeat::{secret_matches, stored_secret, wipe_agent_secrets};
 use super::provision::fail_deploy;
 use super::tasks::{self, apply};
 use super::{Core, ManagerError};
 use crate::deploy::DeployStep;
 use crate::states::{Event, ProvisionState};
-use crate::store::{Node, NodeIdent};
+use crate::store::{Node, NodeIdent, StoreError};
 
 pub(crate) use crate::boot::DEPLOY_KEY_KEY;
 
@@ -65,6 +68,17 @@ pub(crate) async fn pass_deploy_info(
     info: ValidPassDeployInfo,
 ) -> Result<(), ManagerError> {
     let node = core.store().node(ident).await?;
+    if stored_secret(&node, DEPLOY_KEY_KEY).is_none() {
+        tracing::debug!(node = %node.uuid, state = %node.provision_state,
+            "pass_deploy_info refused: the node holds no deploy key (answered as unknown)");
+        return Err(ManagerError::Store(StoreError::NotFound {
+            kind: "node",
+            ident: ident.to_string(),
+        }));
+    }
+    if !key_matches(&node, &info) {
+        return Err(refused(&node));
+    }
     if node.provision_state != ProvisionState::WaitCallBack {
         return Err(not_waiting(&node));
     }
@@ -81,11 +95,8 @@ pub(crate) async fn pass_deploy_info(
             ),
         });
     };
-    // Checked before the reservation (a wrong key must not lock the node for the real
-    // ramdisk), and again under it: another call may have burnt the key in between.
-    if !key_matches(&node, &info) {
-        return Err(refused(&node));
-    }
+    // The key was checked before the reservation (a wrong key must not lock the node for the
+    // real ramdisk), and is again under it: another call may have burnt it in between.
     let (mut node, reservation) = tasks::reserve_uuid(core, node.uuid).await?;
     if node.provision_state != ProvisionState::WaitCallBack {
         reservation.release().await;

@@ -152,7 +152,12 @@ async fn a_whole_disk_image_goes_over_iscsi_byte_for_byte_and_the_node_boots_fro
         )
         .await;
     assert!(
-        matches!(replay, Err(ManagerError::StateConflict { .. })),
+        matches!(
+            replay,
+            Err(ManagerError::Store(
+                vmdeploy_conductor::store::StoreError::NotFound { .. }
+            ))
+        ),
         "{replay:?}"
     );
 }

@@ -181,11 +181,12 @@ async fn a_wrong_key_gets_403_and_the_callback_timeout_ends_the_deploy() {
     );
 }
 
-/// The right key is taken once (202) and burnt at once: the identical second call gets 403
-/// while the first deploys, and the node reaches `active` from the first. Both paths the
+/// The right key is taken once (202) and burnt at once: the identical second call, while the
+/// first deploys, finds no key and is answered as for an unknown node (404), and the node
+/// reaches `active` from the first. Both paths the
 /// ramdisk may post to, `/v1/nodes/...` and Kilo's `/nodes/...`, work the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replayed_key_gets_403_and_the_first_call_deploys_with_and_without_v1() {
+async fn a_replayed_key_gets_404_and_the_first_call_deploys_with_and_without_v1() {
     let env = env(STEP, |_| {}).await;
     for v1 in [true, false] {
         let w = deploy_until_wait(&env, IMAGE_LEN, DISK_LEN).await;
@@ -201,7 +202,7 @@ async fn a_replayed_key_gets_403_and_the_first_call_deploys_with_and_without_v1(
         let (status, reply) = post(&env, &path, &call).await;
         assert_eq!(status, 202, "v1={v1}: {reply}");
         let (status, reply) = post(&env, &path, &call).await;
-        assert_eq!(status, 403, "v1={v1}: the replay: {reply}");
+        assert_eq!(status, 404, "v1={v1}: the replay: {reply}");
         let node = finished(&env, &w.node, STEP).await;
         assert_eq!(
             node.provision_state,
@@ -215,15 +216,16 @@ async fn a_replayed_key_gets_403_and_the_first_call_deploys_with_and_without_v1(
             "v1={v1}: the disk holds the image"
         );
         assert!(!node.driver_internal_info.contains_key("deployment_key"));
-        // After the deploy, the same call is a conflict: the node waits for nothing.
+        // After the deploy too: the node holds no key, so it answers as an unknown node.
         let (status, _) = post(&env, &path, &call).await;
-        assert_eq!(status, 409, "v1={v1}");
+        assert_eq!(status, 404, "v1={v1}");
         env.assert_no_temporary_objects();
         drop(target);
         env.conductor.forget_ports(node.uuid).await;
     }
     assert_eq!(env.api.accepted_heartbeats(), 2);
-    assert_eq!(env.api.refused_heartbeats(), 2);
+    // The replays were 404s, not 403s: no key was there to refuse.
+    assert_eq!(env.api.refused_heartbeats(), 0);
 }
 
 /// The ramdisk reports an error (here a root device hint that names no disk): the deploy fails

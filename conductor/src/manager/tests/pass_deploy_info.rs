@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::harness::*;
 use crate::manager::*;
 use crate::states::ProvisionState;
+use crate::store::{NodeIdent, StoreError};
 
 const DEPLOY_KEY: &str = "0123456789abcdef0123456789abcdef";
 
@@ -81,8 +82,12 @@ async fn pass_deploy_info_checks_state_driver_and_key_then_burns_the_key() {
         .manager
         .pass_deploy_info(&id(uuid), pass_deploy_info_body(DEPLOY_KEY, ""))
         .await;
+    // The key is burnt: the replay is answered as for an unknown node.
     assert!(
-        matches!(replay, Err(ManagerError::CallbackRefused { .. })),
+        matches!(
+            replay,
+            Err(ManagerError::Store(StoreError::NotFound { .. }))
+        ),
         "replay: {replay:?}"
     );
     gate.add_permits(1);
@@ -99,15 +104,27 @@ async fn pass_deploy_info_checks_state_driver_and_key_then_burns_the_key() {
     assert_eq!(node.provision_state, ProvisionState::WaitCallBack);
     assert_eq!(node.reservation, None);
 
-    // A node that is not waiting: 409, whatever the key.
+    // A node that holds no key (not waiting): the same 404 as a node that does not exist,
+    // whatever the key, so the answer tells nothing about which nodes exist.
     let active = h.node_in(ProvisionState::Active).await;
     let reply = h
         .manager
         .pass_deploy_info(&id(active), pass_deploy_info_body(DEPLOY_KEY, ""))
         .await;
+    let unknown = h
+        .manager
+        .pass_deploy_info(
+            &NodeIdent::Uuid(uuid::Uuid::new_v4()),
+            pass_deploy_info_body(DEPLOY_KEY, ""),
+        )
+        .await;
     assert!(
-        matches!(reply, Err(ManagerError::StateConflict { .. })),
-        "{reply:?}"
+        matches!(reply, Err(ManagerError::Store(StoreError::NotFound { .. })))
+            && matches!(
+                unknown,
+                Err(ManagerError::Store(StoreError::NotFound { .. }))
+            ),
+        "{reply:?} / {unknown:?}"
     );
 }
 
