@@ -34,6 +34,16 @@ impl Conductor {
         Conductor::start_from(Command::new(BIN), args, state)
     }
 
+    /// [`Conductor::start`] with `config` written to `dir/conductor.toml` and the state in
+    /// `dir/state`.
+    fn with_config(dir: &Path, config: &str) -> Conductor {
+        let file = write(dir, "conductor.toml", config);
+        Conductor::start(
+            &["--config", file.to_str().expect("a UTF-8 temp path")],
+            &dir.join("state"),
+        )
+    }
+
     /// [`Conductor::start`] with the soft open-files limit at `soft` (the hard one kept), as
     /// a shell or a unit without `LimitNOFILE=` starts it.
     fn start_with_open_files(args: &[&str], state: &Path, soft: u64) -> Conductor {
@@ -425,18 +435,13 @@ fn http_basic_refuses_without_or_with_wrong_credentials() {
     let dir = tempfile::tempdir().expect("temp dir");
     let hash = bcrypt::hash("s3cret", 4).expect("bcrypt");
     let htpasswd = write(dir.path(), "htpasswd", &format!("admin:{hash}\n"));
-    let config = write(
+    let conductor = Conductor::with_config(
         dir.path(),
-        "basic.toml",
         &format!(
             "[api]\nlisten = [\"127.0.0.1:0\"]\nmax_body = {MAX_BODY}\n\
              [auth]\nstrategy = \"http_basic\"\nhtpasswd = \"{}\"\n",
             htpasswd.display()
         ),
-    );
-    let conductor = Conductor::start(
-        &["--config", config.to_str().expect("utf-8")],
-        &dir.path().join("state"),
     );
     let url = conductor.url();
     let rt = runtime();
@@ -716,17 +721,12 @@ fn a_flood_from_many_addresses_cannot_fill_the_listener() {
     const SOURCES: u8 = 12;
     const PER_SOURCE: usize = 10;
     let dir = tempfile::tempdir().expect("temp dir");
-    let config = write(
+    let conductor = Conductor::with_config(
         dir.path(),
-        "many.toml",
         &format!(
             "[api]\nlisten = [\"127.0.0.1:0\"]\nmax_connections = {MAX}\n\
              max_connections_per_client = {PER_SOURCE}\n"
         ),
-    );
-    let conductor = Conductor::start(
-        &["--config", config.to_str().expect("utf-8")],
-        &dir.path().join("state"),
     );
     let url = conductor.url();
     let addr: std::net::SocketAddr = url
@@ -800,14 +800,9 @@ fn a_flood_from_many_addresses_cannot_fill_the_listener() {
 #[test]
 fn call_back_failures_are_counted_per_client_address() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let config = write(
+    let mut conductor = Conductor::with_config(
         dir.path(),
-        "limits.toml",
         "[api]\nlisten = [\"127.0.0.1:0\"]\ncallback_failures_per_client = 3\n",
-    );
-    let mut conductor = Conductor::start(
-        &["--config", config.to_str().expect("utf-8")],
-        &dir.path().join("state"),
     );
     let url = conductor.url();
     let rt = runtime();
@@ -872,14 +867,9 @@ fn call_back_failures_are_counted_per_client_address() {
 #[test]
 fn json_log_lines_parse_and_carry_the_request_id() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let config = write(
+    let mut conductor = Conductor::with_config(
         dir.path(),
-        "json.toml",
         "[api]\nlisten = [\"127.0.0.1:0\"]\n[log]\nformat = \"json\"\n",
-    );
-    let mut conductor = Conductor::start(
-        &["--config", config.to_str().expect("utf-8")],
-        &dir.path().join("state"),
     );
     // The listening line is JSON: find the URL in its fields.
     let listening = conductor
