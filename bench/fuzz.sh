@@ -44,7 +44,7 @@ done
 max_len() {
     case "$1" in
     iscsi_target | iscsi_initiator | iscsi_pdu) echo 65536 ;;
-    floppy | configdrive | partition_tables | qcow2) echo 65536 ;;
+    floppy | configdrive | partition_tables | qcow2) echo 131072 ;;
     scsi | http_range | tftp | dhcp) echo 1024 ;;
     *) echo 8192 ;;
     esac
@@ -85,7 +85,7 @@ run_one() {
     local status=0
     cargo fuzz run "${FLAGS[@]}" "$t" "$corpus" -- \
         "${limit[@]}" -max_len="$(max_len "$t")" -rss_limit_mb="$RSS_MB" -timeout="$TIMEOUT" \
-        -artifact_prefix="$artifacts" -print_final_stats=1 -close_fd_mask=3 \
+        -artifact_prefix="$artifacts" -print_final_stats=1 \
         >"$LOGS/$t.log" 2>&1 || status=$?
     local log="$LOGS/$t.log"
     local runs rate cov ft crash
