@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs the cargo-fuzz targets in fuzz/ (one per parser of untrusted bytes; fuzz/README.md lists
-# them) and prints, per target: runs done, executions per second, crashes (0 or the artifact
-# the crash was saved to) and coverage (libFuzzer's final `cov:` edges and `ft:` features).
+# Runs the cargo-fuzz targets in fuzz/ (one per parser of untrusted bytes, listed in
+# bench/README.md) and prints, per target: runs done, executions per second, crashes (0 or the
+# artifact the crash was saved to) and coverage (libFuzzer's final `cov:` and `ft:` figures).
 #
 #   bash bench/fuzz.sh                      every target, RUNS runs each (default 10,000,000)
 #   bash bench/fuzz.sh --runs 200000 dhcp   one target, 200,000 runs

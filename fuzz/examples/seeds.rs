@@ -25,7 +25,13 @@ use vmdeploy_shared::iscsi::{
 const IQN: &str = "iqn.2008-10.org.openstack:fuzz";
 const ISID: [u8; 6] = [0x80, 1, 2, 3, 4, 5];
 
-fn login(stage: LoginStage, next: LoginStage, cmd_sn: u32, exp_stat_sn: u32, keys: &TextKeys) -> Pdu {
+fn login(
+    stage: LoginStage,
+    next: LoginStage,
+    cmd_sn: u32,
+    exp_stat_sn: u32,
+    keys: &TextKeys,
+) -> Pdu {
     let request = LoginRequest {
         transit: true,
         continue_: false,
@@ -69,15 +75,62 @@ fn initiator_stream() -> Vec<u8> {
     first.push(key::SESSION_TYPE, "Normal");
     first.push(key::TARGET_NAME, IQN);
     first.push(key::AUTH_METHOD, value::NONE);
-    push(login(LoginStage::Security, LoginStage::Operational, 1, 0, &first));
+    push(login(
+        LoginStage::Security,
+        LoginStage::Operational,
+        1,
+        0,
+        &first,
+    ));
     let params = SessionConfig::new("127.0.0.1:3260", IQN, 1).params;
     let mut negotiation = Negotiation::new(Role::Initiator, params);
-    push(login(LoginStage::Operational, LoginStage::FullFeature, 1, 1, &negotiation.offer()));
-    push(command(0x10, 1, build::read_capacity_16(32), true, 32, Vec::new()));
-    push(command(0x11, 2, build::read_16(0, 1), true, 512, Vec::new()));
-    push(command(0x12, 3, build::write_16(0, 1, false), false, 512, vec![0xa5; 512]));
-    push(command(0x13, 4, build::synchronize_cache_16(), false, 0, Vec::new()));
-    let logout = LogoutRequest { immediate: true, reason: 0, itt: 0x14, cid: 0, cmd_sn: 5, exp_stat_sn: 0 };
+    push(login(
+        LoginStage::Operational,
+        LoginStage::FullFeature,
+        1,
+        1,
+        &negotiation.offer(),
+    ));
+    push(command(
+        0x10,
+        1,
+        build::read_capacity_16(32),
+        true,
+        32,
+        Vec::new(),
+    ));
+    push(command(
+        0x11,
+        2,
+        build::read_16(0, 1),
+        true,
+        512,
+        Vec::new(),
+    ));
+    push(command(
+        0x12,
+        3,
+        build::write_16(0, 1, false),
+        false,
+        512,
+        vec![0xa5; 512],
+    ));
+    push(command(
+        0x13,
+        4,
+        build::synchronize_cache_16(),
+        false,
+        0,
+        Vec::new(),
+    ));
+    let logout = LogoutRequest {
+        immediate: true,
+        reason: 0,
+        itt: 0x14,
+        cid: 0,
+        cmd_sn: 5,
+        exp_stat_sn: 0,
+    };
     push(Pdu::new(logout));
     out
 }
@@ -87,7 +140,11 @@ fn initiator_stream() -> Vec<u8> {
 struct Capture(Arc<Mutex<Vec<u8>>>);
 
 impl tokio::io::AsyncWrite for Capture {
-    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         self.0.lock().expect("capture lock").extend_from_slice(buf);
         Poll::Ready(Ok(buf.len()))
     }
@@ -104,14 +161,24 @@ fn main() {
     let requests = initiator_stream();
     let dir = tempfile::tempdir().expect("scratch directory");
     let disk = dir.path().join("lun.img");
-    std::fs::File::create(&disk).and_then(|f| f.set_len(1 << 20)).expect("backing file");
+    std::fs::File::create(&disk)
+        .and_then(|f| f.set_len(1 << 20))
+        .expect("backing file");
     let backend = Arc::new(BlockBackend::open(&disk, true).expect("backing store"));
     let lun = TargetLun::new(backend, Identity::derive(IQN, &disk));
     let shared = Arc::new(TargetShared::new(IQN.to_owned(), None, lun));
     let capture = Capture::default();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     runtime
-        .block_on(serve_io(std::io::Cursor::new(requests.clone()), capture.clone(), None, shared))
+        .block_on(serve_io(
+            std::io::Cursor::new(requests.clone()),
+            capture.clone(),
+            None,
+            shared,
+        ))
         .expect("the target serves the seed session");
     let replies = capture.0.lock().expect("capture lock").clone();
     for (target, bytes) in [("iscsi_target", &requests), ("iscsi_initiator", &replies)] {
