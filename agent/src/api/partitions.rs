@@ -39,9 +39,7 @@ pub fn read_partition_uuids(disk: &Path) -> anyhow::Result<Value> {
         }
         out.insert("vmdeploy_partitions".into(), Value::Array(parts));
     } else if has_boot_signature {
-        file.seek(SeekFrom::Start(0))
-            .context("rewinding to the MBR")?;
-        let mbr = mbrman::MBR::read_from(&mut file, 512)
+        let mbr = read_mbr(&mut file, &sector)
             .with_context(|| format!("reading the MBR of {}", disk.display()))?;
         let parts = mbr
             .iter()
@@ -160,15 +158,33 @@ pub fn esp_extents(disk: &Path) -> anyhow::Result<Vec<(u64, u64)>> {
     if !has_boot_signature {
         return Ok(Vec::new());
     }
-    file.seek(SeekFrom::Start(0))
-        .context("rewinding to the MBR")?;
-    let mbr = mbrman::MBR::read_from(&mut file, 512)
+    let mbr = read_mbr(&mut file, &sector)
         .with_context(|| format!("reading the MBR of {}", disk.display()))?;
     Ok(mbr
         .iter()
         .filter(|(_, p)| p.is_used() && p.sys == 0xEF)
         .map(|(_, p)| (u64::from(p.starting_lba) * 512, u64::from(p.sectors) * 512))
         .collect())
+}
+
+/// The MBR of `file`, whose first sector is `sector`. A used primary entry starting at LBA 0
+/// (inside the MBR itself) is refused before mbrman sees it: mbrman 0.6 panics on a table whose
+/// used entries all start there (its alignment search unwraps an empty range), and the disk can
+/// hold anything when the agent reads it back after a restart.
+fn read_mbr(file: &mut File, sector: &[u8; 512]) -> anyhow::Result<mbrman::MBR> {
+    for (index, entry) in sector[446..510].chunks_exact(16).enumerate() {
+        let sys = entry[4];
+        let start = u32::from_le_bytes([entry[8], entry[9], entry[10], entry[11]]);
+        if sys != 0 && start == 0 {
+            anyhow::bail!(
+                "partition {} (type 0x{sys:02x}) starts at LBA 0, inside the MBR",
+                index + 1
+            );
+        }
+    }
+    file.seek(SeekFrom::Start(0))
+        .context("rewinding to the MBR")?;
+    Ok(mbrman::MBR::read_from(file, 512)?)
 }
 
 #[cfg(test)]
@@ -224,6 +240,24 @@ mod tests {
         assert_eq!(parts[1]["uuid"], root_guid.as_str());
         assert_eq!(parts[1]["name"], "root");
         assert_eq!(parts[0]["type"], ESP_TYPE);
+    }
+
+    #[test]
+    fn an_mbr_entry_at_lba_0_is_an_error_not_a_panic() {
+        // Found by fuzz/fuzz_targets/partition_tables.rs: mbrman panicked on this table.
+        let f = blank(1 << 20);
+        let mut img = vec![0u8; 512];
+        img[446 + 16 * 2 + 4] = 0x9c;
+        img[510] = 0x55;
+        img[511] = 0xAA;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(f.path())
+            .and_then(|mut w| w.write_all(&img))
+            .expect("write MBR");
+        let err = read_partition_uuids(f.path()).expect_err("an entry inside the MBR");
+        assert!(format!("{err:#}").contains("starts at LBA 0"), "{err:#}");
+        assert!(esp_extents(f.path()).is_err());
     }
 
     #[test]

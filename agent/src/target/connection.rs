@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tokio::io::{AsyncRead, BufReader, BufWriter};
+use tokio::io::{AsyncRead, AsyncWrite, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, TryAcquireError};
 use vmdeploy_shared::iscsi::keys::{key, value};
@@ -127,6 +127,22 @@ async fn run(
     shared: Arc<TargetShared>,
 ) -> anyhow::Result<()> {
     let (rd, wr) = stream.into_split();
+    serve_io(rd, wr, local, shared).await
+}
+
+/// One connection, login to logout, over any pair of byte streams: [`serve`]'s body, public so
+/// the fuzz target (`fuzz/`) can feed it a byte string instead of a socket.
+#[doc(hidden)]
+pub async fn serve_io<R, W>(
+    rd: R,
+    wr: W,
+    local: Option<SocketAddr>,
+    shared: Arc<TargetShared>,
+) -> anyhow::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     // Small on purpose: a read bigger than the buffer bypasses it and lands in the command's
     // aligned buffer, while every byte the buffer does take in is copied once more; with 256 KiB
     // up to a quarter of each 1 MiB Data-Out went through that copy (5 % of the target's time

@@ -51,6 +51,52 @@ mod test_support;
 
 pub use error::ApiError;
 pub use mask::mask_secrets;
+
+/// The request-body readers behind the routes, for the fuzz targets in `fuzz/` (client bodies
+/// are untrusted bytes); not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use serde_json::Value;
+
+    use super::error::ApiError;
+    use super::patch::{self, Rules};
+
+    /// A node's PATCH as `nodes::update` runs it on the node's document: parse, check against
+    /// the node's rules, apply.
+    pub fn patch_node(document: &mut Value, body: Value) -> Result<(), ApiError> {
+        let ops = patch::parse(body)?;
+        let present: Vec<String> = document
+            .as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default();
+        let writable: Vec<&str> = super::nodes::WRITABLE
+            .iter()
+            .copied()
+            .filter(|f| present.iter().any(|p| p == f))
+            .collect();
+        let read_only: Vec<&str> = present
+            .iter()
+            .map(String::as_str)
+            .filter(|f| !writable.contains(f))
+            .chain(["id", "reservation"])
+            .collect();
+        patch::check(
+            &ops,
+            &Rules {
+                writable: &writable,
+                read_only: &read_only,
+                mandatory: &["driver"],
+                kind: "node",
+            },
+        )?;
+        patch::apply(document, &ops)
+    }
+
+    /// The `pass_deploy_info` call-back body's check.
+    pub fn pass_deploy_info(body: Value) -> Result<(), ApiError> {
+        super::ramdisk::parse_pass_deploy_info(body).map(|_| ())
+    }
+}
 pub use version::{MAX_VERSION, MIN_VERSION};
 
 /// Largest request body accepted unless configured (`api.max_body`; Ironic's own limit is

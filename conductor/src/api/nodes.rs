@@ -27,7 +27,7 @@ use crate::states::ProvisionState;
 use crate::store::{Node, NodeFilter, NodeIdent};
 
 /// Node fields a patch may change (the rest of the document is the conductor's).
-const WRITABLE: &[&str] = &[
+pub(super) const WRITABLE: &[&str] = &[
     "name",
     "driver",
     "driver_info",
