@@ -51,6 +51,11 @@ max_len() {
 }
 
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+# The targets that read a disk image or a qcow2 file write each input to a scratch file first:
+# on tmpfs that costs a memory copy, on a disk a write and a flush (several times slower).
+if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then
+    export TMPDIR=/dev/shm
+fi
 if ! rustc --version | grep -q nightly; then
     export RUSTC_BOOTSTRAP=1
 fi
