@@ -182,9 +182,55 @@ fn read_mbr(file: &mut File, sector: &[u8; 512]) -> anyhow::Result<mbrman::MBR> 
             );
         }
     }
+    check_ebr_chain(file, sector)?;
     file.seek(SeekFrom::Start(0))
         .context("rewinding to the MBR")?;
     Ok(mbrman::MBR::read_from(file, 512)?)
+}
+
+/// Partition types that open an extended partition (mbrman's `is_extended`).
+const EXTENDED_TYPES: [u8; 3] = [0x05, 0x0f, 0x85];
+
+/// Walks the extended partition's chain of EBRs as mbrman 0.6 will, refusing a chain whose
+/// sector numbers do not fit in 32 bits: mbrman adds them as `u32`, which overflows (a panic
+/// with overflow checks, a wrapped LBA without) on a crafted or corrupt disk. Where mbrman
+/// stops or fails on its own (no EBR, a bad signature, a link that goes backwards), this
+/// stops too and leaves the error to it.
+fn check_ebr_chain(file: &mut File, sector: &[u8; 512]) -> anyhow::Result<()> {
+    let entry = |s: &[u8], i: usize| {
+        let e = &s[446 + 16 * i..446 + 16 * (i + 1)];
+        (e[4], u32::from_le_bytes([e[8], e[9], e[10], e[11]]))
+    };
+    let Some(extended_start) = (0..4)
+        .map(|i| entry(sector, i))
+        .find(|(sys, _)| EXTENDED_TYPES.contains(sys))
+        .map(|(_, start)| start)
+    else {
+        return Ok(());
+    };
+    let overflow =
+        || anyhow::anyhow!("the extended partition's chain of EBRs points past 2^32 sectors");
+    let mut relative = 0u32;
+    // Each link must go forward, so the chain ends within the disk; the cap keeps a
+    // pathological one on a huge disk from taking long.
+    for _ in 0..4096 {
+        let absolute = extended_start.checked_add(relative).ok_or_else(overflow)?;
+        let mut ebr = [0u8; 512];
+        let read = file
+            .seek(SeekFrom::Start(u64::from(absolute) * 512))
+            .and_then(|_| file.read_exact(&mut ebr));
+        if read.is_err() || ebr[510..512] != [0x55, 0xaa] {
+            return Ok(());
+        }
+        let (_, logical_start) = entry(&ebr, 0);
+        logical_start.checked_add(absolute).ok_or_else(overflow)?;
+        let (_, next) = entry(&ebr, 1);
+        if next == 0 || relative >= next {
+            return Ok(());
+        }
+        relative = next;
+    }
+    anyhow::bail!("the extended partition holds more than 4096 EBRs")
 }
 
 #[cfg(test)]
@@ -257,6 +303,34 @@ mod tests {
             .expect("write MBR");
         let err = read_partition_uuids(f.path()).expect_err("an entry inside the MBR");
         assert!(format!("{err:#}").contains("starts at LBA 0"), "{err:#}");
+        assert!(esp_extents(f.path()).is_err());
+    }
+
+    #[test]
+    fn an_ebr_chain_past_32_bit_sectors_is_an_error_not_a_panic() {
+        // Found by fuzz/fuzz_targets/partition_tables.rs: mbrman adds EBR sector numbers as
+        // u32, which overflowed (a panic with overflow checks on, a wrapped LBA without).
+        let f = blank(1 << 20);
+        let mut img = vec![0u8; 1024];
+        // An extended partition from LBA 1; its EBR there holds a logical partition whose
+        // start, relative to the EBR, is the largest u32.
+        img[446 + 4] = 0x0f;
+        img[446 + 8..446 + 12].copy_from_slice(&1u32.to_le_bytes());
+        img[446 + 12..446 + 16].copy_from_slice(&100u32.to_le_bytes());
+        img[510] = 0x55;
+        img[511] = 0xAA;
+        img[512 + 446 + 4] = 0x83;
+        img[512 + 446 + 8..512 + 446 + 12].copy_from_slice(&u32::MAX.to_le_bytes());
+        img[512 + 446 + 12..512 + 446 + 16].copy_from_slice(&8u32.to_le_bytes());
+        img[1022] = 0x55;
+        img[1023] = 0xAA;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(f.path())
+            .and_then(|mut w| w.write_all(&img))
+            .expect("write MBR and EBR");
+        let err = read_partition_uuids(f.path()).expect_err("an EBR chain past 2^32 sectors");
+        assert!(format!("{err:#}").contains("2^32 sectors"), "{err:#}");
         assert!(esp_extents(f.path()).is_err());
     }
 
