@@ -384,14 +384,19 @@ pub struct WriteImageArgs {
     /// PEM file with the only CA to trust for https:// URLs.
     #[arg(long)]
     pub ca: Option<std::path::PathBuf>,
-    /// Pause before the first download retry, in milliseconds (doubles per retry, capped at 10 s).
-    #[arg(
-        long,
-        hide = true,
-        env = "VMDEPLOY_RETRY_BACKOFF_MS",
-        default_value_t = 500
-    )]
-    pub retry_backoff_ms: u64,
+    /// Pause before the first download retry, in milliseconds (doubles per retry, capped at 10 s;
+    /// default `VMDEPLOY_RETRY_BACKOFF_MS` or 500). A test aid, read by hand: clap's `env`
+    /// feature is left out of the agent for the deploy ISO's size budget.
+    #[arg(long, hide = true)]
+    pub retry_backoff_ms: Option<u64>,
+}
+
+/// The retry pause when `--retry-backoff-ms` is not given.
+fn default_retry_backoff_ms() -> u64 {
+    std::env::var("VMDEPLOY_RETRY_BACKOFF_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500)
 }
 
 /// `vmdeploy-agent write-image`: stream, verify and write; progress on stderr.
@@ -416,7 +421,10 @@ pub fn run_write_image(args: WriteImageArgs) -> anyhow::Result<()> {
     let progress = Arc::new(Progress::default());
     let opts = source::HttpOptions {
         ca_pem,
-        retry_backoff: std::time::Duration::from_millis(args.retry_backoff_ms),
+        retry_backoff: std::time::Duration::from_millis(
+            args.retry_backoff_ms
+                .unwrap_or_else(default_retry_backoff_ms),
+        ),
         ..Default::default()
     };
     let source = source::spawn_download(&args.url, &opts, Arc::clone(&progress))?;
