@@ -1225,6 +1225,18 @@ fn count_from_env(name: &str, default: usize) -> usize {
     }
 }
 
+/// `GET /v1/nodes/{node}` as JSON.
+async fn read_node(http: &reqwest::Client, url: &str, node: &str) -> serde_json::Value {
+    http.get(format!("{url}/v1/nodes/{node}"))
+        .header("X-OpenStack-Ironic-API-Version", "1.73")
+        .send()
+        .await
+        .expect("reading a node")
+        .json()
+        .await
+        .expect("a node as JSON")
+}
+
 /// `PRAGMA integrity_check` of the conductor's database, read while no conductor runs.
 fn integrity_check(db: &Path) -> String {
     let conn =
@@ -1408,15 +1420,7 @@ fn a_kill_mid_burst_loses_no_acknowledged_write_and_leaves_no_lock() {
                         );
                     }
                     Acked::Patch { node, key, value } => {
-                        let node_json: serde_json::Value = http
-                            .get(format!("{url}/v1/nodes/{node}"))
-                            .header(VERSION.0, VERSION.1)
-                            .send()
-                            .await
-                            .expect("reading a node")
-                            .json()
-                            .await
-                            .expect("a node as JSON");
+                        let node_json = read_node(&http, &url, node).await;
                         assert_eq!(
                             node_json["extra"][key.as_str()],
                             serde_json::json!(value),
@@ -1426,15 +1430,7 @@ fn a_kill_mid_burst_loses_no_acknowledged_write_and_leaves_no_lock() {
                     // The BMC refuses every call, so an acknowledged power change ends in
                     // a last_error: the task's own, or recovery's "restarted while changing".
                     Acked::Power(node) => {
-                        let node_json: serde_json::Value = http
-                            .get(format!("{url}/v1/nodes/{node}"))
-                            .header(VERSION.0, VERSION.1)
-                            .send()
-                            .await
-                            .expect("reading a node")
-                            .json()
-                            .await
-                            .expect("a node as JSON");
+                        let node_json = read_node(&http, &url, node).await;
                         assert!(
                             node_json["last_error"].is_string(),
                             "round {round}: acknowledged power change of {node} left no trace: \

@@ -244,6 +244,15 @@ mod tests {
         f
     }
 
+    /// Writes `bytes` at the start of `f` (an MBR, an EBR after it).
+    fn write_start(f: &tempfile::NamedTempFile, bytes: &[u8]) {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(f.path())
+            .and_then(|mut w| w.write_all(bytes))
+            .expect("writing the table");
+    }
+
     #[test]
     fn reads_a_gpt_built_on_a_file() {
         let f = blank(64 << 20);
@@ -296,11 +305,7 @@ mod tests {
         img[446 + 16 * 2 + 4] = 0x9c;
         img[510] = 0x55;
         img[511] = 0xAA;
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(f.path())
-            .and_then(|mut w| w.write_all(&img))
-            .expect("write MBR");
+        write_start(&f, &img);
         let err = read_partition_uuids(f.path()).expect_err("an entry inside the MBR");
         assert!(format!("{err:#}").contains("starts at LBA 0"), "{err:#}");
         assert!(esp_extents(f.path()).is_err());
@@ -324,11 +329,7 @@ mod tests {
         img[512 + 446 + 12..512 + 446 + 16].copy_from_slice(&8u32.to_le_bytes());
         img[1022] = 0x55;
         img[1023] = 0xAA;
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(f.path())
-            .and_then(|mut w| w.write_all(&img))
-            .expect("write MBR and EBR");
+        write_start(&f, &img);
         let err = read_partition_uuids(f.path()).expect_err("an EBR chain past 2^32 sectors");
         assert!(format!("{err:#}").contains("2^32 sectors"), "{err:#}");
         assert!(esp_extents(f.path()).is_err());
@@ -347,11 +348,7 @@ mod tests {
         img[e + 12..e + 16].copy_from_slice(&4096u32.to_le_bytes());
         img[510] = 0x55;
         img[511] = 0xAA;
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(f.path())
-            .and_then(|mut w| w.write_all(&img))
-            .expect("write MBR");
+        write_start(&f, &img);
         let v = read_partition_uuids(f.path()).expect("read");
         assert_eq!(v["root uuid"], "0x01020304");
         assert_eq!(v["vmdeploy_table"], "mbr");
