@@ -59,36 +59,13 @@ pub mod fuzzing {
     use serde_json::Value;
 
     use super::error::ApiError;
-    use super::patch::{self, Rules};
+    use super::patch;
 
     /// A node's PATCH as `nodes::update` runs it on the node's document: parse, check against
     /// the node's rules, apply.
     pub fn patch_node(document: &mut Value, body: Value) -> Result<(), ApiError> {
         let ops = patch::parse(body)?;
-        let present: Vec<String> = document
-            .as_object()
-            .map(|o| o.keys().cloned().collect())
-            .unwrap_or_default();
-        let writable: Vec<&str> = super::nodes::WRITABLE
-            .iter()
-            .copied()
-            .filter(|f| present.iter().any(|p| p == f))
-            .collect();
-        let read_only: Vec<&str> = present
-            .iter()
-            .map(String::as_str)
-            .filter(|f| !writable.contains(f))
-            .chain(["id", "reservation"])
-            .collect();
-        patch::check(
-            &ops,
-            &Rules {
-                writable: &writable,
-                read_only: &read_only,
-                mandatory: &["driver"],
-                kind: "node",
-            },
-        )?;
+        super::nodes::check_node_patch(document, &ops)?;
         patch::apply(document, &ops)
     }
 

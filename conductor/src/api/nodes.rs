@@ -27,7 +27,7 @@ use crate::states::ProvisionState;
 use crate::store::{Node, NodeFilter, NodeIdent};
 
 /// Node fields a patch may change (the rest of the document is the conductor's).
-pub(super) const WRITABLE: &[&str] = &[
+const WRITABLE: &[&str] = &[
     "name",
     "driver",
     "driver_info",
@@ -281,16 +281,9 @@ pub(super) async fn show(
     Ok(Json(render::node(&node, &ctx, conductor(&state), &select)))
 }
 
-/// `PATCH /v1/nodes/{node}`.
-pub(super) async fn update(
-    state: State,
-    Extension(ctx): Extension<Ctx>,
-    Path(node): Path<String>,
-    JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
-    let ops = patch::parse(body)?;
-    let current = load(&state, &ctx, &node).await?;
-    let document = render::node_document(&current, &ctx, conductor(&state));
+/// Checks a node PATCH against the node's document as the API renders it: the fields it shows
+/// are writable where [`WRITABLE`] says so and read-only otherwise, and `driver` must stay.
+pub(super) fn check_node_patch(document: &Value, ops: &[patch::PatchOp]) -> Result<(), ApiError> {
     let present: Vec<&str> = document
         .as_object()
         .map(|o| o.keys().map(String::as_str).collect())
@@ -307,14 +300,27 @@ pub(super) async fn update(
         .chain(["id", "reservation"])
         .collect();
     patch::check(
-        &ops,
+        ops,
         &Rules {
             writable: &writable,
             read_only: &read_only,
             mandatory: &["driver"],
             kind: "node",
         },
-    )?;
+    )
+}
+
+/// `PATCH /v1/nodes/{node}`.
+pub(super) async fn update(
+    state: State,
+    Extension(ctx): Extension<Ctx>,
+    Path(node): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let ops = patch::parse(body)?;
+    let current = load(&state, &ctx, &node).await?;
+    let document = render::node_document(&current, &ctx, conductor(&state));
+    check_node_patch(&document, &ops)?;
     // Hold the node while writing: a running task's own writes are never overwritten, and a
     // client learns it must retry (409 NodeLocked).
     let store = state.manager.store();
