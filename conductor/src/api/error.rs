@@ -97,6 +97,8 @@ impl From<StoreError> for ApiError {
                 StatusCode::CONFLICT
             }
             StoreError::Database(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            StoreError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            StoreError::Invalid(_) => StatusCode::BAD_REQUEST,
         };
         let message = match &e {
             // Ironic's words (`NodeNotFound`, `PortNotFound`), which clients and operators grep.
@@ -277,6 +279,16 @@ mod tests {
                 StoreError::Database("disk full".into()),
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "disk full",
+            ),
+            (
+                StoreError::Unavailable("the server closed the connection".into()),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "database unavailable: the server closed the connection",
+            ),
+            (
+                StoreError::Invalid("the node's last_error holds a NUL character".into()),
+                StatusCode::BAD_REQUEST,
+                "holds a NUL character",
             ),
         ];
         for (e, status, words) in cases {

@@ -8,7 +8,6 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::{Extension, Json};
 use serde_json::{Map, Value};
-use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::body::{self, JsonBody};
@@ -76,7 +75,7 @@ pub(super) async fn create(
         node_uuid,
         pxe_enabled: body::opt_bool(&obj, "pxe_enabled")?.unwrap_or(true),
         extra: body::opt_object(&obj, "extra")?.unwrap_or_default(),
-        created_at: OffsetDateTime::now_utc(),
+        created_at: crate::store::now(),
         updated_at: None,
     };
     let store = state.manager.store();

@@ -646,6 +646,52 @@ async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
             tracing::info!(path = %settings.sqlite_path.display(), "node store: sqlite");
             Ok(store)
         }
+        config::StoreKind::Postgresql => {
+            let config = settings
+                .postgres
+                .as_ref()
+                .context("store.kind is postgresql but [database] was not resolved")?;
+            let store = open_postgres(config).await?;
+            let (_, max) = store.connections();
+            tracing::info!(
+                database = %store.target(), max_connections = max,
+                "node store: postgresql"
+            );
+            if matches!(settings.objects, ObjectsSettings::Builtin { .. }) {
+                tracing::warn!(
+                    "the built-in object store keeps floppies and ISOs on this conductor's disk: \
+                     several conductors on one database need a shared object store \
+                     (objects.kind = \"swift\")"
+                );
+            }
+            Ok(store)
+        }
+    }
+}
+
+/// How long `serve` keeps trying to reach PostgreSQL at start (a conductor started with its
+/// database, or while the database restarts, waits for it rather than exiting).
+const DATABASE_START_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Opens the PostgreSQL store, retrying while the server cannot be reached (never on a refused
+/// login or a schema newer than this binary: waiting would not change those).
+async fn open_postgres(
+    config: &crate::store::postgres::PostgresConfig,
+) -> anyhow::Result<Arc<crate::store::postgres::PostgresStore>> {
+    use crate::store::postgres::PostgresStore;
+    use crate::store::StoreError;
+    let started = tokio::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(500);
+    loop {
+        match PostgresStore::open(config).await {
+            Ok(store) => return Ok(store),
+            Err(StoreError::Unavailable(why)) if started.elapsed() < DATABASE_START_WAIT => {
+                tracing::warn!(error = %why, retry_in_ms = pause.as_millis() as u64, "PostgreSQL not reachable yet");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(5));
+            }
+            Err(e) => return Err(anyhow::anyhow!("opening the PostgreSQL store: {e}")),
+        }
     }
 }
 

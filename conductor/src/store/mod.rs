@@ -2,9 +2,12 @@
 //!
 //! # Design
 //! [`Store`] is an async trait object (`Arc<dyn Store>`): the embedded SQLite implementation
-//! ([`sqlite::SqliteStore`], rusqlite on a blocking thread) is the default, and a PostgreSQL one
-//! (tokio-postgres, for several conductors) can follow without touching a caller
-//! (docs/crates.md §3.4).
+//! ([`sqlite::SqliteStore`], rusqlite on a blocking thread) is the default, and
+//! [`postgres::PostgresStore`] (tokio-postgres, pooled) is the store several conductors share
+//! (docs/crates.md §3.4). One contract suite ([`testing`]) runs against both.
+//!
+//! Times are kept to the microsecond ([`now`]): PostgreSQL's `timestamptz` has no finer unit,
+//! and a record must read back equal to the one written, whichever store holds it.
 //!
 //! One task per node: [`Store::reserve_node`] sets `reservation` atomically only when it is
 //! empty, and fails with [`StoreError::Locked`] (the API's 409 `NodeLocked`) otherwise. Writes of
@@ -19,9 +22,64 @@ use uuid::Uuid;
 
 use crate::states::{NodePower, ProvisionState};
 
+mod abandoned;
+mod broken;
+mod columns;
+pub mod postgres;
 pub mod sqlite;
 #[cfg(test)]
 pub mod testing;
+
+/// Now, in UTC, to the microsecond: the precision both stores keep.
+pub fn now() -> OffsetDateTime {
+    let t = OffsetDateTime::now_utc();
+    t.replace_nanosecond(t.nanosecond() / 1_000 * 1_000)
+        .unwrap_or(t)
+}
+
+/// Refuses a node whose text fields hold a NUL character (JSON fields may: they are stored as
+/// JSON text, where it is the escape `\u0000`). `last_error` is not checked: it is the
+/// conductor's own words, often quoting a BMC, and a failure must always be recorded; the stores
+/// write it through [`storable_error`].
+pub(crate) fn check_node_text(node: &Node) -> Result<(), StoreError> {
+    let fields = [
+        ("name", node.name.as_deref()),
+        ("driver", Some(node.driver.as_str())),
+        ("boot_interface", node.boot_interface.as_deref()),
+        ("deploy_interface", node.deploy_interface.as_deref()),
+        ("instance_uuid", node.instance_uuid.as_deref()),
+        ("maintenance_reason", node.maintenance_reason.as_deref()),
+        ("reservation", node.reservation.as_deref()),
+    ];
+    check_text("node", &fields)
+}
+
+/// `last_error` as both stores keep it: a NUL character becomes U+FFFD.
+pub(crate) fn storable_error(last_error: Option<&str>) -> Option<String> {
+    last_error.map(|text| text.replace('\0', "\u{FFFD}"))
+}
+
+/// Refuses a port whose MAC holds a NUL character.
+pub(crate) fn check_port_text(port: &Port) -> Result<(), StoreError> {
+    check_text("port", &[("address", Some(port.address.as_str()))])
+}
+
+fn check_text(kind: &str, fields: &[(&str, Option<&str>)]) -> Result<(), StoreError> {
+    match fields
+        .iter()
+        .find(|(_, value)| value.is_some_and(|v| v.contains('\0')))
+    {
+        Some((field, _)) => Err(StoreError::Invalid(format!(
+            "the {kind}'s {field} holds a NUL character, which cannot be stored"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// A MAC as stored and compared: lower case, so `AA:BB:..` and `aa:bb:..` are one port.
+pub fn normalise_mac(address: &str) -> String {
+    address.to_ascii_lowercase()
+}
 
 /// A JSON object field of a record.
 pub type JsonObject = Map<String, Value>;
@@ -106,7 +164,7 @@ impl Node {
             last_error: None,
             reservation: None,
             console_enabled: false,
-            created_at: OffsetDateTime::now_utc(),
+            created_at: now(),
             updated_at: None,
         }
     }
@@ -230,6 +288,34 @@ pub enum StoreError {
     /// The database failed (500): I/O, corruption, a migration.
     #[error("database: {0}")]
     Database(String),
+    /// The database cannot be reached now (503): the server is down or restarting, the
+    /// connection broke mid-call, or every pooled connection stayed busy. Nothing is known to
+    /// have been written; the caller may retry.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    /// The record cannot be stored as it is (400): a text field holds a NUL character, which
+    /// PostgreSQL's `text` cannot keep. Both stores refuse it, so a node does not work on one
+    /// and fail on the other.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl StoreError {
+    /// No node named `ident`.
+    pub fn node_not_found(ident: impl ToString) -> StoreError {
+        StoreError::NotFound {
+            kind: "node",
+            ident: ident.to_string(),
+        }
+    }
+
+    /// No port named `ident`.
+    pub fn port_not_found(ident: impl ToString) -> StoreError {
+        StoreError::NotFound {
+            kind: "port",
+            ident: ident.to_string(),
+        }
+    }
 }
 
 /// Where nodes and ports live. Every method is one transaction.

@@ -25,6 +25,10 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 256;
 /// The SQLite file in the state directory.
 pub const SQLITE_FILE: &str = "vmdeploy.sqlite";
+/// PostgreSQL connections one conductor opens at most (`database.max_connections`): enough for
+/// the API's concurrent requests and the power sync's workers, well under PostgreSQL's default
+/// limit of 100 for several conductors together.
+pub const DEFAULT_DATABASE_MAX_CONNECTIONS: usize = 16;
 /// The built-in store's directory in the state directory.
 pub const OBJECTS_DIR: &str = "objects";
 /// The instance image cache in the state directory (`images.cache_dir`'s default).

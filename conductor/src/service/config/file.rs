@@ -22,6 +22,8 @@ pub struct ConfigFile {
     pub state: StateSection,
     /// `[store]`
     pub store: StoreSection,
+    /// `[database]`
+    pub database: DatabaseSection,
     /// `[objects]`
     pub objects: ObjectsSection,
     /// `[ilo]`
@@ -147,8 +149,8 @@ pub struct StateSection {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreSection {
-    /// `kind`.
-    pub kind: StoreKind,
+    /// `kind` (`None`: follows `database.url`).
+    pub kind: Option<StoreKind>,
 }
 
 /// The node store.
@@ -158,6 +160,22 @@ pub enum StoreKind {
     /// SQLite in the state directory.
     #[default]
     Sqlite,
+    /// PostgreSQL at `database.url`, which several conductors may share.
+    Postgresql,
+}
+
+/// `[database]`: the PostgreSQL server.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseSection {
+    /// `url` (may carry a password: kept as a secret).
+    pub url: Option<Secret>,
+    /// `password_file`.
+    pub password_file: Option<PathBuf>,
+    /// `ca_file`.
+    pub ca_file: Option<PathBuf>,
+    /// `max_connections`.
+    pub max_connections: Option<u64>,
 }
 
 /// `[objects]`

@@ -35,8 +35,16 @@ pub const AUTH_STRATEGY: &str = "auth.strategy";
 pub const AUTH_HTPASSWD: &str = "auth.htpasswd";
 /// The state directory.
 pub const STATE_DIR: &str = "state.dir";
-/// The node store: `sqlite`.
+/// The node store: `sqlite` or `postgresql` (the default follows `database.url`).
 pub const STORE_KIND: &str = "store.kind";
+/// PostgreSQL: `postgresql://user@host:port/database?sslmode=...`.
+pub const DATABASE_URL: &str = "database.url";
+/// PostgreSQL: a file holding the password.
+pub const DATABASE_PASSWORD_FILE: &str = "database.password_file";
+/// PostgreSQL: CA certificates (PEM) the server's certificate must chain to.
+pub const DATABASE_CA_FILE: &str = "database.ca_file";
+/// PostgreSQL: the most connections this conductor opens.
+pub const DATABASE_MAX_CONNECTIONS: &str = "database.max_connections";
 /// The object store: `builtin` or `swift`.
 pub const OBJECTS_KIND: &str = "objects.kind";
 /// Where the built-in store listens (`ip:port`, port 0 picks one).
@@ -141,6 +149,10 @@ pub const ALL: &[&str] = &[
     AUTH_HTPASSWD,
     STATE_DIR,
     STORE_KIND,
+    DATABASE_URL,
+    DATABASE_PASSWORD_FILE,
+    DATABASE_CA_FILE,
+    DATABASE_MAX_CONNECTIONS,
     OBJECTS_KIND,
     BUILTIN_LISTEN,
     BUILTIN_PUBLIC_URL,

@@ -8,14 +8,16 @@ use std::time::Duration;
 
 use vmdeploy_shared::secret::Secret;
 
+use crate::store::postgres::PostgresConfig;
+
 use super::{
-    keys, netboot, resolve_state_dir, ApiTls, AuthStrategy, ConfigError, ConfigFile, Env, Fallback,
-    IloDefaults, ObjectsKind, ObjectsSettings, Settings, StateDirSource, TlsSetting, VerifyCa,
-    BOOT_LOADERS_DIR, DEFAULT_AGENT_CALL_TIMEOUT, DEFAULT_BODY_TIMEOUT, DEFAULT_BUILTIN_LISTEN,
-    DEFAULT_CALLBACK_TIMEOUT, DEFAULT_CONTAINER, DEFAULT_HELPER_TTL, DEFAULT_ILO_PORT,
-    DEFAULT_ILO_TIMEOUT, DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_CONNECTIONS_PER_CLIENT, DEFAULT_POWER_SYNC, DEFAULT_SHUTDOWN_GRACE, IMAGES_DIR,
-    OBJECTS_DIR, SQLITE_FILE,
+    keys, netboot, resolve_state_dir, ApiTls, AuthStrategy, ConfigError, ConfigFile,
+    DatabaseSection, Env, Fallback, IloDefaults, ObjectsKind, ObjectsSettings, Settings,
+    StateDirSource, StoreKind, TlsSetting, VerifyCa, BOOT_LOADERS_DIR, DEFAULT_AGENT_CALL_TIMEOUT,
+    DEFAULT_BODY_TIMEOUT, DEFAULT_BUILTIN_LISTEN, DEFAULT_CALLBACK_TIMEOUT, DEFAULT_CONTAINER,
+    DEFAULT_DATABASE_MAX_CONNECTIONS, DEFAULT_HELPER_TTL, DEFAULT_ILO_PORT, DEFAULT_ILO_TIMEOUT,
+    DEFAULT_LISTEN, DEFAULT_MAX_BODY, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+    DEFAULT_POWER_SYNC, DEFAULT_SHUTDOWN_GRACE, IMAGES_DIR, OBJECTS_DIR, SQLITE_FILE,
 };
 
 fn parse_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
@@ -55,6 +57,86 @@ pub(super) fn check_url(key: &str, value: &str) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
+}
+
+/// `store.kind` and `[database]`: SQLite in the state directory unless `database.url` names a
+/// PostgreSQL server (or `store.kind` asks for one, which then needs the URL).
+fn resolve_store(
+    kind: Option<StoreKind>,
+    database: DatabaseSection,
+    sqlite_path: &Path,
+    fallbacks: &mut Vec<Fallback>,
+) -> Result<(StoreKind, Option<PostgresConfig>), ConfigError> {
+    let kind = match (kind, &database.url) {
+        (Some(kind), _) => kind,
+        (None, Some(_)) => StoreKind::Postgresql,
+        (None, None) => StoreKind::Sqlite,
+    };
+    if kind == StoreKind::Sqlite {
+        let stray = [
+            (keys::DATABASE_URL, database.url.is_some()),
+            (
+                keys::DATABASE_PASSWORD_FILE,
+                database.password_file.is_some(),
+            ),
+            (keys::DATABASE_CA_FILE, database.ca_file.is_some()),
+            (
+                keys::DATABASE_MAX_CONNECTIONS,
+                database.max_connections.is_some(),
+            ),
+        ];
+        if let Some((key, _)) = stray.iter().find(|(_, set)| *set) {
+            return Err(ConfigError::new(
+                *key,
+                "is for PostgreSQL, but store.kind is \"sqlite\": remove one of them",
+            ));
+        }
+        fallbacks.push(Fallback {
+            key: keys::STORE_KIND,
+            value: format!("sqlite at {}", sqlite_path.display()),
+        });
+        return Ok((kind, None));
+    }
+    let url = database.url.ok_or_else(|| {
+        ConfigError::new(
+            keys::DATABASE_URL,
+            "store.kind is \"postgresql\": database.url must name the server \
+             (postgresql://user@host:port/database)",
+        )
+    })?;
+    crate::store::postgres::parse_url(url.expose())
+        .map_err(|e| ConfigError::new(keys::DATABASE_URL, e))?;
+    if let Some(path) = &database.password_file {
+        check_file(keys::DATABASE_PASSWORD_FILE, path)?;
+    }
+    if let Some(path) = &database.ca_file {
+        check_file(keys::DATABASE_CA_FILE, path)?;
+    }
+    let max_connections = match database.max_connections {
+        None => {
+            fallbacks.push(Fallback {
+                key: keys::DATABASE_MAX_CONNECTIONS,
+                value: DEFAULT_DATABASE_MAX_CONNECTIONS.to_string(),
+            });
+            DEFAULT_DATABASE_MAX_CONNECTIONS
+        }
+        Some(0) => {
+            return Err(ConfigError::new(
+                keys::DATABASE_MAX_CONNECTIONS,
+                "must be at least 1",
+            ))
+        }
+        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+    };
+    Ok((
+        kind,
+        Some(PostgresConfig {
+            url,
+            password_file: database.password_file,
+            ca_file: database.ca_file,
+            max_connections,
+        }),
+    ))
 }
 
 fn check_file(key: &str, path: &Path) -> Result<(), ConfigError> {
@@ -250,12 +332,9 @@ impl Settings {
             ));
         }
 
-        let store = file.store.kind;
         let sqlite_path = state_dir.join(SQLITE_FILE);
-        fallbacks.push(Fallback {
-            key: keys::STORE_KIND,
-            value: format!("sqlite at {}", sqlite_path.display()),
-        });
+        let (store, postgres) =
+            resolve_store(file.store.kind, file.database, &sqlite_path, &mut fallbacks)?;
 
         let objects = match file.objects.kind {
             ObjectsKind::Builtin => {
@@ -436,6 +515,7 @@ impl Settings {
             state_dir_source,
             store,
             sqlite_path,
+            postgres,
             objects,
             ilo,
             api_url: deploy.api_url,

@@ -104,6 +104,8 @@ pub struct Settings {
     pub store: StoreKind,
     /// The SQLite file.
     pub sqlite_path: PathBuf,
+    /// The PostgreSQL server, when `store` is `Postgresql`.
+    pub postgres: Option<crate::store::postgres::PostgresConfig>,
     /// The object store.
     pub objects: ObjectsSettings,
     /// iLO defaults.

@@ -331,6 +331,80 @@ fn iscsi_chap_is_both_keys_or_neither_and_its_secret_is_never_shown() {
 }
 
 #[test]
+fn a_database_url_chooses_postgresql_and_its_password_is_never_shown() {
+    let s = resolve("").expect("defaults");
+    assert_eq!(s.store, StoreKind::Sqlite);
+    assert!(s.postgres.is_none());
+
+    let s =
+        resolve("[database]\nurl = \"postgresql://vm:db-pass-8642@db.example:5432/vmdeploy\"\n")
+            .expect("a URL alone");
+    assert_eq!(s.store, StoreKind::Postgresql);
+    let pg = s.postgres.as_ref().expect("PostgreSQL settings");
+    assert_eq!(pg.max_connections, DEFAULT_DATABASE_MAX_CONNECTIONS);
+    assert!(s
+        .fallbacks
+        .iter()
+        .any(|f| f.key == keys::DATABASE_MAX_CONNECTIONS));
+    assert!(
+        !format!("{s:?}").contains("db-pass-8642"),
+        "the URL is masked"
+    );
+
+    let dir = tempfile::TempDir::new().expect("temp dir");
+    let password = dir.path().join("password");
+    std::fs::write(&password, "pw\n").expect("writing");
+    let s = resolve(&format!(
+        "[store]\nkind = \"postgresql\"\n[database]\nurl = \"postgresql://vm@db/vmdeploy\"\n\
+         password_file = \"{}\"\nmax_connections = 4\n",
+        password.display()
+    ))
+    .expect("all keys");
+    let pg = s.postgres.as_ref().expect("PostgreSQL settings");
+    assert_eq!(pg.max_connections, 4);
+    assert_eq!(pg.password_file.as_deref(), Some(password.as_path()));
+
+    for (text, key, words) in [
+        (
+            "[store]\nkind = \"postgresql\"\n",
+            keys::DATABASE_URL,
+            "must name the server",
+        ),
+        (
+            "[store]\nkind = \"sqlite\"\n[database]\nurl = \"postgresql://vm@db/x\"\n",
+            keys::DATABASE_URL,
+            "is for PostgreSQL",
+        ),
+        (
+            "[database]\nurl = \"mysql://vm:db-pass-8642@db/x\"\n",
+            keys::DATABASE_URL,
+            "not a PostgreSQL URL",
+        ),
+        (
+            "[database]\nurl = \"postgresql://db/x\"\n",
+            keys::DATABASE_URL,
+            "names no user",
+        ),
+        (
+            "[database]\nurl = \"postgresql://vm@db/x\"\npassword_file = \"/nonexistent/pw\"\n",
+            keys::DATABASE_PASSWORD_FILE,
+            "/nonexistent/pw",
+        ),
+        (
+            "[database]\nurl = \"postgresql://vm@db/x\"\nmax_connections = 0\n",
+            keys::DATABASE_MAX_CONNECTIONS,
+            "at least 1",
+        ),
+        ("[store]\nkind = \"mysql\"\n", keys::STORE_KIND, "mysql"),
+    ] {
+        let err = resolve(text).expect_err(text);
+        assert_eq!(err.key, key, "{text}");
+        assert!(err.to_string().contains(words), "{text}: {err}");
+        assert!(!err.to_string().contains("db-pass-8642"), "{err}");
+    }
+}
+
+#[test]
 fn the_example_file_parses_and_names_every_key() {
     let text = include_str!("../../../vmdeploy-conductor.example.toml");
     parse(text).expect("the example parses");

@@ -4,7 +4,7 @@
 
 use crate::store::{Node, Port, StoreError};
 
-use super::rows::normalise_mac;
+use crate::store::broken::Broken;
 
 /// The message of a `Database` error without its variant (to add context in front).
 pub(super) fn strip_db(e: StoreError) -> String {
@@ -12,14 +12,6 @@ pub(super) fn strip_db(e: StoreError) -> String {
         StoreError::Database(msg) => msg,
         other => other.to_string(),
     }
-}
-
-/// What a failed write broke, read from SQLite's error.
-pub(super) enum Broken {
-    /// A UNIQUE constraint on this column (`nodes.name` → `name`).
-    Unique(&'static str),
-    /// A FOREIGN KEY constraint (a port's node does not exist).
-    ForeignKey,
 }
 
 pub(super) fn broken_constraint(e: &rusqlite::Error) -> Option<Broken> {
@@ -51,49 +43,24 @@ pub(super) fn db(what: &str, e: rusqlite::Error) -> StoreError {
 }
 
 pub(super) fn node_not_found(ident: impl ToString) -> StoreError {
-    StoreError::NotFound {
-        kind: "node",
-        ident: ident.to_string(),
-    }
+    StoreError::node_not_found(ident)
 }
 
 pub(super) fn port_not_found(ident: impl ToString) -> StoreError {
-    StoreError::NotFound {
-        kind: "port",
-        ident: ident.to_string(),
-    }
+    StoreError::port_not_found(ident)
 }
 
 /// Maps a failed node write: a taken unique field is `Duplicate` with its value.
 pub(super) fn node_write_error(what: &str, node: &Node, e: rusqlite::Error) -> StoreError {
-    match broken_constraint(&e) {
-        Some(Broken::Unique(field)) => StoreError::Duplicate {
-            kind: "node",
-            field,
-            value: match field {
-                "name" => node.name.clone().unwrap_or_default(),
-                "instance_uuid" => node.instance_uuid.clone().unwrap_or_default(),
-                _ => node.uuid.to_string(),
-            },
-        },
-        _ => db(what, e),
-    }
+    broken_constraint(&e)
+        .and_then(|broken| broken.on_node(node))
+        .unwrap_or_else(|| db(what, e))
 }
 
 /// Maps a failed port write: a taken UUID or MAC is `Duplicate`, a missing node `NotFound`.
 pub(super) fn port_write_error(what: &str, port: &Port, e: rusqlite::Error) -> StoreError {
     match broken_constraint(&e) {
-        Some(Broken::Unique(field @ "address")) => StoreError::Duplicate {
-            kind: "port",
-            field,
-            value: normalise_mac(&port.address),
-        },
-        Some(Broken::Unique(field)) => StoreError::Duplicate {
-            kind: "port",
-            field,
-            value: port.uuid.to_string(),
-        },
-        Some(Broken::ForeignKey) => node_not_found(port.node_uuid),
+        Some(broken) => broken.on_port(port),
         None => db(what, e),
     }
 }

@@ -17,8 +17,8 @@
 //!
 //! A blocking call runs to its end even when its caller's future is dropped (an API client that
 //! hung up). For every call but one that is harmless; a reserve that commits after its caller
-//! left would hold the node's lock with no task to release it, so `reserve_node` keeps a guard
-//! that releases such a lock in the background.
+//! left would hold the node's lock with no task to release it, so `reserve_node` waits through
+//! [`crate::store::abandoned`], which releases such a lock in the background.
 //!
 //! # Limitations
 //! One connection: reads wait for a running write. The conductor's load (a few nodes, a
@@ -38,14 +38,13 @@ use std::time::Duration;
 
 use rusqlite::types::Value;
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension, TransactionBehavior};
-use time::OffsetDateTime;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use self::errors::{
     db, node_not_found, node_write_error, port_not_found, port_write_error, strip_db,
 };
-use self::guard::{release, task_failed, ReserveGuard};
+use self::guard::{release, task_failed};
 use self::rows::{
     json, node_from_row, node_values, normalise_mac, port_from_row, time, NODE_COLUMNS,
     NODE_WRITABLE, PORT_COLUMNS,
@@ -162,7 +161,7 @@ fn create_private(path: &Path) -> Result<(), StoreError> {
 }
 
 fn now() -> Result<Value, StoreError> {
-    time(OffsetDateTime::now_utc())
+    time(super::now())
 }
 
 fn limit_value(limit: Option<usize>) -> Value {
@@ -188,6 +187,7 @@ fn read_node(conn: &Connection, ident: &NodeIdent) -> Result<Node, StoreError> {
 #[async_trait::async_trait]
 impl Store for SqliteStore {
     async fn create_node(&self, node: &Node) -> Result<(), StoreError> {
+        super::check_node_text(node)?;
         let node = node.clone();
         self.run("creating a node", move |conn| {
             let mut values = node_values(&node)?;
@@ -257,6 +257,7 @@ impl Store for SqliteStore {
     }
 
     async fn update_node(&self, node: &Node) -> Result<(), StoreError> {
+        super::check_node_text(node)?;
         let node = node.clone();
         self.run("updating a node", move |conn| {
             let mut values = node_values(&node)?;
@@ -327,19 +328,19 @@ impl Store for SqliteStore {
             tx.commit().map_err(|e| db(&what(), e))?;
             Ok(node)
         });
-        let mut guard = ReserveGuard {
-            handle: Some(handle),
-            conn: Arc::clone(&self.conn),
-            holder: holder.to_string(),
-        };
-        let result = match guard.handle.as_mut() {
-            Some(handle) => handle.await,
-            // Not reached: the handle was put there just above.
-            None => return Err(StoreError::Database("reserving a node: no task".into())),
-        };
-        // The answer reached the caller: from here on the lock is theirs to release.
-        guard.handle = None;
-        result.map_err(|e| task_failed("reserving a node", e))?
+        let conn = Arc::clone(&self.conn);
+        let holder = holder.to_string();
+        let release: crate::store::abandoned::Release = Box::new(move |uuid| {
+            Box::pin(async move {
+                tokio::task::spawn_blocking(move || {
+                    let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
+                    release(&conn, uuid, &holder)
+                })
+                .await
+                .map_err(|e| task_failed("releasing a node", e))?
+            })
+        });
+        crate::store::abandoned::reserve_to_the_end(handle, release).await
     }
 
     async fn release_node(&self, uuid: Uuid, holder: &str) -> Result<(), StoreError> {
@@ -379,6 +380,7 @@ impl Store for SqliteStore {
     }
 
     async fn create_port(&self, port: &Port) -> Result<(), StoreError> {
+        super::check_port_text(port)?;
         let port = port.clone();
         self.run("creating a port", move |conn| {
             conn.execute(
@@ -439,6 +441,7 @@ impl Store for SqliteStore {
     }
 
     async fn update_port(&self, port: &Port) -> Result<(), StoreError> {
+        super::check_port_text(port)?;
         let port = port.clone();
         self.run("updating a port", move |conn| {
             let changed = conn

@@ -11,42 +11,7 @@ use uuid::Uuid;
 
 use crate::store::{JsonObject, Node, Port, StoreError};
 
-/// The node columns every read selects, in the order [`node_from_row`] reads them.
-pub(super) const NODE_COLUMNS: &str = "uuid, name, driver, driver_info, driver_internal_info, \
-     properties, instance_info, extra, network_data, instance_uuid, provision_state, \
-     target_provision_state, provision_updated_at, power_state, target_power_state, maintenance, \
-     maintenance_reason, last_error, reservation, console_enabled, created_at, updated_at, \
-     boot_interface, deploy_interface";
-
-/// The port columns every read selects, in the order [`port_from_row`] reads them.
-pub(super) const PORT_COLUMNS: &str =
-    "uuid, address, node_uuid, pxe_enabled, extra, created_at, updated_at";
-
-/// The columns [`node_values`] fills, in its order: every field but `reservation`,
-/// `created_at` and `updated_at`, which only their own statements write.
-pub(super) const NODE_WRITABLE: [&str; 21] = [
-    "name",
-    "driver",
-    "driver_info",
-    "driver_internal_info",
-    "properties",
-    "instance_info",
-    "extra",
-    "network_data",
-    "instance_uuid",
-    "provision_state",
-    "target_provision_state",
-    "provision_updated_at",
-    "power_state",
-    "target_power_state",
-    "maintenance",
-    "maintenance_reason",
-    "last_error",
-    "console_enabled",
-    "boot_interface",
-    "deploy_interface",
-    "uuid",
-];
+pub(super) use crate::store::columns::{NODE_COLUMNS, NODE_WRITABLE, PORT_COLUMNS};
 
 /// Values of [`NODE_WRITABLE`], `uuid` last (the `WHERE` of an update).
 pub(super) fn node_values(node: &Node) -> Result<Vec<Value>, StoreError> {
@@ -67,7 +32,7 @@ pub(super) fn node_values(node: &Node) -> Result<Vec<Value>, StoreError> {
         opt_text(node.target_power_state.map(|p| p.as_str().to_string())),
         Value::Integer(i64::from(node.maintenance)),
         opt_text(node.maintenance_reason.clone()),
-        opt_text(node.last_error.clone()),
+        opt_text(crate::store::storable_error(node.last_error.as_deref())),
         Value::Integer(i64::from(node.console_enabled)),
         opt_text(node.boot_interface.clone()),
         opt_text(node.deploy_interface.clone()),
@@ -118,10 +83,7 @@ pub(super) fn port_from_row(row: &Row<'_>) -> rusqlite::Result<Port> {
     })
 }
 
-/// A MAC as stored and compared: lower case, so `AA:BB:..` and `aa:bb:..` are one port.
-pub(super) fn normalise_mac(address: &str) -> String {
-    address.to_ascii_lowercase()
-}
+pub(super) use crate::store::normalise_mac;
 
 /// A JSON object as TEXT.
 pub(super) fn json(object: &JsonObject) -> Result<Value, StoreError> {

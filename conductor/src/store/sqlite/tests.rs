@@ -2,15 +2,17 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use rusqlite::Connection;
-use serde_json::Value;
 use tempfile::TempDir;
 use uuid::Uuid;
 
 use super::schema::{latest_version, MIGRATIONS};
 use super::SqliteStore;
-use crate::states::{NodePower, ProvisionState};
+
+use crate::store::testing::arbitrary::{
+    arbitrary_node, arbitrary_port, node_round_trip, ports_round_trip, runtime,
+};
 use crate::store::testing::{full_node, store_contract_suite};
-use crate::store::{JsonObject, Node, NodeIdent, Store, StoreError};
+use crate::store::{Node, NodeIdent, Store, StoreError};
 
 fn db_path(dir: &TempDir) -> std::path::PathBuf {
     // A directory that does not exist yet: open creates it.
@@ -151,151 +153,25 @@ async fn a_corrupt_row_is_a_database_error_not_a_panic() {
 
 // --- round trip of arbitrary records ---
 
-fn odd_string() -> impl Strategy<Value = String> {
-    prop_oneof![
-        any::<String>(),
-        "[a-z]{0,8}",
-        Just(String::new()),
-        Just("\u{0}nul\u{0}".to_string()),
-        Just("'; DROP TABLE nodes; --".to_string()),
-        Just("\u{feff}\u{1F600}\r\n\t\\\"".to_string()),
-    ]
-}
-
-fn json_value() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(Value::from),
-        any::<u64>().prop_map(Value::from),
-        // Floats that print and parse exactly (serde_json without float_roundtrip may be off by
-        // one ULP on others; that is serde_json's parser, not the store).
-        (-1_000_000i32..1_000_000).prop_map(|i| Value::from(f64::from(i) / 4.0)),
-        odd_string().prop_map(Value::String),
-    ];
-    leaf.prop_recursive(3, 24, 4, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-            prop::collection::btree_map(odd_string(), inner, 0..4)
-                .prop_map(|m| Value::Object(m.into_iter().collect())),
-        ]
-    })
-}
-
-fn json_object() -> impl Strategy<Value = JsonObject> {
-    prop::collection::btree_map(odd_string(), json_value(), 0..5)
-        .prop_map(|m| m.into_iter().collect())
-}
-
-fn timestamp() -> impl Strategy<Value = time::OffsetDateTime> {
-    // Years 1..9999 (RFC 3339's range), any nanosecond, any offset: stored in UTC.
-    (
-        -62_135_596_800i64..253_402_300_799,
-        0u32..1_000_000_000,
-        -86_399i32..86_399,
-    )
-        .prop_map(|(secs, nanos, offset)| {
-            let utc = time::OffsetDateTime::from_unix_timestamp(secs)
-                .expect("in range")
-                .replace_nanosecond(nanos)
-                .expect("in range");
-            let offset = time::UtcOffset::from_whole_seconds(offset).expect("in range");
-            // Keep the local date inside RFC 3339's years too.
-            let local = utc.to_offset(offset);
-            if (1..=9999).contains(&local.year()) {
-                local
-            } else {
-                utc
-            }
-        })
-}
-
-fn power() -> impl Strategy<Value = Option<NodePower>> {
-    prop::option::of(prop::sample::select(vec![
-        NodePower::On,
-        NodePower::Off,
-        NodePower::Rebooting,
-        NodePower::SoftRebooting,
-        NodePower::SoftPowerOff,
-    ]))
-}
-
-fn state() -> impl Strategy<Value = ProvisionState> {
-    prop::sample::select(ProvisionState::ALL.to_vec())
-}
-
-prop_compose! {
-    fn arbitrary_node()(
-        name in prop::option::of(odd_string()),
-        driver in odd_string(),
-        objects in prop::collection::vec(json_object(), 6),
-        instance_uuid in prop::option::of(odd_string()),
-        provision_state in state(),
-        target in prop::option::of(state()),
-        times in (timestamp(), prop::option::of(timestamp()), prop::option::of(timestamp())),
-        power_state in power(),
-        target_power_state in power(),
-        flags in (any::<bool>(), any::<bool>()),
-        texts in (prop::option::of(odd_string()), prop::option::of(odd_string())),
-        interfaces in (prop::option::of(odd_string()), prop::option::of(odd_string())),
-    ) -> Node {
-        let mut objects = objects.into_iter();
-        let mut next = move || objects.next().unwrap_or_default();
-        Node {
-            uuid: Uuid::new_v4(),
-            name,
-            driver,
-            boot_interface: interfaces.0,
-            deploy_interface: interfaces.1,
-            driver_info: next(),
-            driver_internal_info: next(),
-            properties: next(),
-            instance_info: next(),
-            extra: next(),
-            network_data: next(),
-            instance_uuid,
-            provision_state,
-            target_provision_state: target,
-            provision_updated_at: times.1,
-            power_state,
-            target_power_state,
-            maintenance: flags.0,
-            maintenance_reason: texts.0,
-            last_error: texts.1,
-            reservation: None,
-            console_enabled: flags.1,
-            created_at: times.0,
-            updated_at: times.2,
-        }
-    }
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
     #[test]
     fn arbitrary_nodes_round_trip(node in arbitrary_node()) {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
         let store: Arc<dyn Store> = SqliteStore::open_in_memory().expect("opening");
-        let read = runtime.block_on(async {
-            store.create_node(&node).await.expect("creating");
-            store.node(&NodeIdent::Uuid(node.uuid)).await.expect("reading")
-        });
-        // Byte-equal: the JSON and every text field come back exactly as written.
-        prop_assert_eq!(
-            serde_json::to_string(&read.driver_info).expect("json"),
-            serde_json::to_string(&node.driver_info).expect("json")
-        );
-        prop_assert_eq!(&read, &node);
-        if let Some(name) = &node.name {
-            let by_name = runtime
-                .block_on(store.node(&NodeIdent::Name(name.clone())))
-                .expect("by name");
-            prop_assert_eq!(by_name.uuid, node.uuid);
-        }
+        runtime().block_on(node_round_trip(&*store, &node))?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn arbitrary_ports_round_trip_with_the_mac_in_lower_case(
+        ports in prop::collection::vec(arbitrary_port(Uuid::nil()), 1..4)
+    ) {
+        let store: Arc<dyn Store> = SqliteStore::open_in_memory().expect("opening");
+        runtime().block_on(ports_round_trip(&*store, ports))?;
     }
 }
 
@@ -374,57 +250,6 @@ async fn the_database_is_private_to_the_conductor() {
         0o700,
         "state directory"
     );
-}
-
-prop_compose! {
-    fn arbitrary_port(node: Uuid)(
-        address in odd_string(),
-        pxe_enabled in any::<bool>(),
-        extra in json_object(),
-        created_at in timestamp(),
-        updated_at in prop::option::of(timestamp()),
-    ) -> crate::store::Port {
-        crate::store::Port {
-            uuid: Uuid::new_v4(),
-            address,
-            node_uuid: node,
-            pxe_enabled,
-            extra,
-            created_at,
-            updated_at,
-        }
-    }
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
-
-    #[test]
-    fn arbitrary_ports_round_trip_with_the_mac_in_lower_case(
-        ports in prop::collection::vec(arbitrary_port(Uuid::nil()), 1..4)
-    ) {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let store: Arc<dyn Store> = SqliteStore::open_in_memory().expect("opening");
-        let node = Node::new(Uuid::nil(), "agent_ilo", ProvisionState::Available);
-        runtime.block_on(store.create_node(&node)).expect("creating node");
-        let mut macs = std::collections::HashSet::new();
-        for port in ports {
-            let result = runtime.block_on(store.create_port(&port));
-            let mac = port.address.to_ascii_lowercase();
-            if !macs.insert(mac.clone()) {
-                let duplicate =
-                    matches!(result, Err(StoreError::Duplicate { field: "address", .. }));
-                prop_assert!(duplicate, "{result:?}");
-                continue;
-            }
-            result.expect("creating port");
-            let read = runtime.block_on(store.port(port.uuid)).expect("reading port");
-            prop_assert_eq!(read, crate::store::Port { address: mac, ..port });
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

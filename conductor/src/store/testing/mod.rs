@@ -1,5 +1,7 @@
-//! The [`Store`] contract as one test suite, run against every implementation (SQLite here; a
-//! PostgreSQL store runs the same function), so they cannot drift apart.
+//! The [`Store`] contract as one test suite, run against every implementation (SQLite and
+//! PostgreSQL), so they cannot drift apart.
+
+pub mod arbitrary;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -50,7 +52,7 @@ fn port(node: Uuid, mac: &str) -> Port {
         node_uuid: node,
         pxe_enabled: true,
         extra: object(json!({"vif_port_id": "abc"})),
-        created_at: time::OffsetDateTime::now_utc(),
+        created_at: super::now(),
         updated_at: None,
     }
 }

@@ -1,0 +1,173 @@
+//! From `[database]` to a pool of connections: the URL (libpq's `postgresql://` form, as
+//! tokio-postgres reads it), the password file, TLS, the pool's bounds.
+//!
+//! TLS: tokio-postgres follows the URL's `sslmode` (`disable`, `prefer`, the default, or
+//! `require`). Whenever TLS is used, the server's certificate is verified, against
+//! `database.ca_file` when it is set, else the system's trust store: stronger than libpq's
+//! `require` (which does not verify), like its `verify-full`. A Unix socket never uses TLS.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::config::Host;
+use tokio_postgres_rustls::MakeRustlsConnect;
+use vmdeploy_shared::secret::Secret;
+
+use crate::store::StoreError;
+
+/// How long a call waits for a free pooled connection, and a new connection may take.
+pub(super) const POOL_WAIT: Duration = Duration::from_secs(10);
+
+/// `[database]` for PostgreSQL.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PostgresConfig {
+    /// `postgresql://user@host:port/database?sslmode=...` (a password in the URL works, but
+    /// `password_file` keeps it out of the configuration file; masked in `Debug`).
+    pub url: Secret,
+    /// A file whose content (trailing newline removed) is the password.
+    pub password_file: Option<PathBuf>,
+    /// CA certificates (PEM) the server's certificate must chain to.
+    pub ca_file: Option<PathBuf>,
+    /// The most connections this conductor opens.
+    pub max_connections: usize,
+}
+
+/// The settings of a `postgresql://` URL, which must name a user and a database. The message of
+/// an error never repeats the URL (it may hold a password).
+pub fn parse_url(url: &str) -> Result<tokio_postgres::Config, String> {
+    let pg =
+        tokio_postgres::Config::from_str(url).map_err(|e| format!("not a PostgreSQL URL: {e}"))?;
+    if pg.get_user().is_none() {
+        return Err("names no user (postgresql://USER@host/database)".into());
+    }
+    if pg.get_dbname().is_none() {
+        return Err("names no database (postgresql://user@host/DATABASE)".into());
+    }
+    Ok(pg)
+}
+
+/// The connection settings of `config`, with the password read from its file.
+pub(super) fn client_config(config: &PostgresConfig) -> Result<tokio_postgres::Config, StoreError> {
+    let mut pg = parse_url(config.url.expose())
+        .map_err(|e| StoreError::Database(format!("database.url {e}")))?;
+    if let Some(path) = &config.password_file {
+        if pg.get_password().is_some() {
+            return Err(StoreError::Database(
+                "database.url has a password and database.password_file is set: keep one".into(),
+            ));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            StoreError::Database(format!(
+                "reading database.password_file {}: {e}",
+                path.display()
+            ))
+        })?;
+        let password = text.trim_end_matches(['\n', '\r']);
+        if password.is_empty() {
+            return Err(StoreError::Database(format!(
+                "database.password_file {} is empty",
+                path.display()
+            )));
+        }
+        pg.password(password);
+    }
+    if pg.get_connect_timeout().is_none() {
+        pg.connect_timeout(POOL_WAIT);
+    }
+    if pg.get_application_name().is_none() {
+        pg.application_name("vmdeploy-conductor");
+    }
+    Ok(pg)
+}
+
+/// The pool over `pg`, verifying TLS against `ca_file` or the system's trust store.
+pub(super) fn pool(
+    pg: tokio_postgres::Config,
+    config: &PostgresConfig,
+) -> Result<Pool, StoreError> {
+    crate::net::https::install_crypto_provider();
+    let tls = match &config.ca_file {
+        Some(path) => {
+            let pem = std::fs::read(path).map_err(|e| {
+                StoreError::Database(format!("reading database.ca_file {}: {e}", path.display()))
+            })?;
+            let mut roots = rustls::RootCertStore::empty();
+            let mut found = 0;
+            use rustls_pki_types::pem::PemObject as _;
+            for cert in rustls_pki_types::CertificateDer::pem_slice_iter(&pem) {
+                let cert = cert.map_err(|e| {
+                    StoreError::Database(format!("database.ca_file {}: {e}", path.display()))
+                })?;
+                roots.add(cert).map_err(|e| {
+                    StoreError::Database(format!("database.ca_file {}: {e}", path.display()))
+                })?;
+                found += 1;
+            }
+            if found == 0 {
+                return Err(StoreError::Database(format!(
+                    "database.ca_file {} holds no PEM certificate",
+                    path.display()
+                )));
+            }
+            rustls::ClientConfig::builder()
+                .with_root_certificates(roots)
+                .with_no_client_auth()
+        }
+        None => {
+            use rustls_platform_verifier::ConfigVerifierExt as _;
+            rustls::ClientConfig::with_platform_verifier().map_err(|e| {
+                StoreError::Database(format!("loading the system's trusted certificates: {e}"))
+            })?
+        }
+    };
+    let manager = Manager::from_config(
+        pg,
+        MakeRustlsConnect::new(tls),
+        ManagerConfig {
+            // A connection the server closed is noticed at checkout (`is_closed`); one that died
+            // silently fails its next statement, which is then `Unavailable`.
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(config.max_connections.max(1))
+        .wait_timeout(Some(POOL_WAIT))
+        .create_timeout(Some(POOL_WAIT))
+        .recycle_timeout(Some(POOL_WAIT))
+        .runtime(Runtime::Tokio1)
+        .build()
+        .map_err(|e| StoreError::Database(format!("building the connection pool: {e}")))
+}
+
+/// `user@host:port/database` of `pg`, without its password: for logs and errors.
+pub fn describe(pg: &tokio_postgres::Config) -> String {
+    let hosts: Vec<String> = pg
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            let port = pg
+                .get_ports()
+                .get(i)
+                .or(pg.get_ports().first())
+                .copied()
+                .unwrap_or(5432);
+            match host {
+                Host::Tcp(name) => format!("{name}:{port}"),
+                Host::Unix(path) => format!("{}/.s.PGSQL.{port}", path.display()),
+            }
+        })
+        .collect();
+    format!(
+        "{}@{}/{}",
+        pg.get_user().unwrap_or("?"),
+        if hosts.is_empty() {
+            "localhost:5432".to_string()
+        } else {
+            hosts.join(",")
+        },
+        pg.get_dbname().unwrap_or("?")
+    )
+}

@@ -1,0 +1,490 @@
+//! The shared store: PostgreSQL, for several conductors on one database (docs/architecture.md
+//! §8; `[database] url = "postgresql://…"`).
+//!
+//! # Design
+//! tokio-postgres connections in a deadpool pool ([`connect`]): opened on demand up to
+//! `database.max_connections`, each statement prepared once per connection. Every [`Store`]
+//! method is one statement, so autocommit makes each one transaction, and no transaction is
+//! ever left open across an `await` of anything but the database.
+//!
+//! The node lock is one conditional `UPDATE … WHERE reservation IS NULL RETURNING …`.
+//! PostgreSQL serialises writers of a row: of two conductors racing for a node, the second waits
+//! for the first's commit, re-checks the condition on the new row version, and changes nothing.
+//! As in the SQLite store, a reserve runs to its end in a task of its own and a lock taken for a
+//! caller that left is released ([`crate::store::abandoned`]).
+//!
+//! A server that cannot be reached, restarts or cuts a connection fails the call in flight with
+//! [`StoreError::Unavailable`] (the API's 503); the pool drops a closed connection at its next
+//! checkout and opens a new one, so calls after the server is back succeed with no restart of
+//! the conductor.
+
+mod connect;
+mod errors;
+mod rows;
+mod schema;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use deadpool_postgres::Pool;
+use tokio_postgres::types::ToSql;
+use uuid::Uuid;
+
+pub use self::connect::{describe, parse_url, PostgresConfig};
+use self::errors::{classify, node_write_error, pool_error, port_write_error};
+use self::rows::{node_from_row, node_values, port_from_row, port_values, refs, Param};
+use super::columns::{NODE_COLUMNS, NODE_WRITABLE, PORT_COLUMNS};
+use super::{normalise_mac, Node, NodeFilter, NodeIdent, Port, PortFilter, Store, StoreError};
+
+/// The PostgreSQL store. Cheap to share: hold it as `Arc<dyn Store>`.
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: Pool,
+    /// `user@host:port/database`, for logs.
+    target: String,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("target", &self.target)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresStore {
+    /// Connects to the database of `config` and brings its schema up to date. Fails (at once,
+    /// or after the connect timeout) when the server cannot be reached or refuses the login.
+    pub async fn open(config: &PostgresConfig) -> Result<Arc<PostgresStore>, StoreError> {
+        let pg = connect::client_config(config)?;
+        let target = describe(&pg);
+        let pool = connect::pool(pg, config)?;
+        let store = PostgresStore { pool, target };
+        let mut client = store
+            .pool
+            .get()
+            .await
+            .map_err(|e| pool_error(&format!("connecting to {}", store.target), e))?;
+        schema::migrate(&mut client).await.map_err(|e| match e {
+            StoreError::Database(m) => StoreError::Database(format!("{}: {m}", store.target)),
+            StoreError::Unavailable(m) => StoreError::Unavailable(format!("{}: {m}", store.target)),
+            other => other,
+        })?;
+        Ok(Arc::new(store))
+    }
+
+    /// `user@host:port/database`, without the password.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// Connections open now and the pool's bound.
+    pub fn connections(&self) -> (usize, usize) {
+        let status = self.pool.status();
+        (status.size, status.max_size)
+    }
+
+    async fn client(&self, what: &str) -> Result<deadpool_postgres::Client, StoreError> {
+        self.pool.get().await.map_err(|e| pool_error(what, e))
+    }
+
+    /// Runs `sql` with `params` and returns the rows.
+    async fn query(
+        &self,
+        what: &str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        let client = self.client(what).await?;
+        let stmt = client
+            .prepare_cached(sql)
+            .await
+            .map_err(|e| classify(what, e))?;
+        client
+            .query(&stmt, params)
+            .await
+            .map_err(|e| classify(what, e))
+    }
+
+    /// Runs `sql` with `params` and returns how many rows it changed; `on_error` maps a failure.
+    async fn execute(
+        &self,
+        what: &str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+        on_error: impl FnOnce(tokio_postgres::Error) -> StoreError,
+    ) -> Result<u64, StoreError> {
+        let client = self.client(what).await?;
+        let stmt = client
+            .prepare_cached(sql)
+            .await
+            .map_err(|e| classify(what, e))?;
+        client.execute(&stmt, params).await.map_err(on_error)
+    }
+
+    async fn read_node(&self, ident: &NodeIdent) -> Result<Node, StoreError> {
+        let what = format!("reading node {ident}");
+        let rows = match ident {
+            NodeIdent::Uuid(uuid) => {
+                let sql = format!("SELECT {NODE_COLUMNS} FROM nodes WHERE uuid = $1");
+                self.query(&what, &sql, &[uuid]).await?
+            }
+            NodeIdent::Name(name) => {
+                let sql = format!("SELECT {NODE_COLUMNS} FROM nodes WHERE name = $1");
+                self.query(&what, &sql, &[name]).await?
+            }
+        };
+        match rows.first() {
+            Some(row) => node_from_row(row),
+            None => Err(StoreError::node_not_found(ident)),
+        }
+    }
+
+    /// The reserve itself, run as a task of its own by [`Store::reserve_node`].
+    async fn try_reserve(&self, uuid: Uuid, holder: &str) -> Result<Node, StoreError> {
+        let what = format!("reserving node {uuid}");
+        let sql = format!(
+            "UPDATE nodes SET reservation = $1 WHERE uuid = $2 AND reservation IS NULL \
+             RETURNING {NODE_COLUMNS}"
+        );
+        // A lock released between the UPDATE and the read of its holder: try again, a few
+        // times, rather than report a lock nobody holds.
+        for _ in 0..3 {
+            let rows = self.query(&what, &sql, &[&holder, &uuid]).await?;
+            if let Some(row) = rows.first() {
+                return node_from_row(row);
+            }
+            let held = self
+                .query(
+                    &what,
+                    "SELECT reservation FROM nodes WHERE uuid = $1",
+                    &[&uuid],
+                )
+                .await?;
+            let Some(row) = held.first() else {
+                return Err(StoreError::node_not_found(uuid));
+            };
+            let holder: Option<String> = row.try_get(0).map_err(|e| classify(&what, e))?;
+            if let Some(holder) = holder {
+                return Err(StoreError::Locked { node: uuid, holder });
+            }
+        }
+        Err(StoreError::Locked {
+            node: uuid,
+            holder: String::new(),
+        })
+    }
+
+    async fn release(&self, uuid: Uuid, holder: &str) -> Result<(), StoreError> {
+        let what = format!("releasing node {uuid}");
+        self.execute(
+            &what,
+            "UPDATE nodes SET reservation = NULL WHERE uuid = $1 AND reservation = $2",
+            &[&uuid, &holder],
+            |e| classify(&what, e),
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+/// A `SELECT` of a list, built clause by clause with numbered parameters.
+struct ListQuery {
+    table: &'static str,
+    clauses: Vec<String>,
+    params: Vec<Param>,
+}
+
+impl ListQuery {
+    fn new(table: &'static str) -> ListQuery {
+        ListQuery {
+            table,
+            clauses: Vec::new(),
+            params: Vec::new(),
+        }
+    }
+
+    /// Adds `clause`, whose one `?` takes `value`.
+    fn bind(&mut self, clause: &str, value: Param) {
+        self.params.push(value);
+        self.clauses
+            .push(clause.replace('?', &format!("${}", self.params.len())));
+    }
+
+    fn clause(&mut self, clause: &str) {
+        self.clauses.push(clause.to_string());
+    }
+
+    /// The statement for `columns`, in creation order, at most `limit` rows.
+    fn sql(&mut self, columns: &str, limit: Option<usize>) -> String {
+        let filters = if self.clauses.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", self.clauses.join(" AND "))
+        };
+        let limit = match limit {
+            Some(n) => {
+                self.params
+                    .push(Box::new(i64::try_from(n).unwrap_or(i64::MAX)));
+                format!(" LIMIT ${}", self.params.len())
+            }
+            None => String::new(),
+        };
+        format!(
+            "SELECT {columns} FROM {}{filters} ORDER BY id{limit}",
+            self.table
+        )
+    }
+}
+
+impl PostgresStore {
+    /// Keeps the records of `query`'s table created after `marker`; a marker that names no
+    /// record is `not_found`.
+    async fn after(
+        &self,
+        query: &mut ListQuery,
+        marker: Uuid,
+        not_found: fn(Uuid) -> StoreError,
+    ) -> Result<(), StoreError> {
+        let table = query.table;
+        let found = self
+            .query(
+                "reading the list marker",
+                &format!("SELECT 1 FROM {table} WHERE uuid = $1"),
+                &[&marker],
+            )
+            .await?;
+        if found.is_empty() {
+            return Err(not_found(marker));
+        }
+        query.bind(
+            &format!("id > (SELECT id FROM {table} WHERE uuid = ?)"),
+            Box::new(marker),
+        );
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for PostgresStore {
+    async fn create_node(&self, node: &Node) -> Result<(), StoreError> {
+        super::check_node_text(node)?;
+        let what = format!("creating node {}", node.uuid);
+        let mut values = node_values(node)?;
+        values.push(Box::new(node.reservation.clone()));
+        values.push(Box::new(node.created_at));
+        values.push(Box::new(node.updated_at));
+        let columns = NODE_WRITABLE.join(", ");
+        let marks = (1..=values.len())
+            .map(|i| format!("${i}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "INSERT INTO nodes ({columns}, reservation, created_at, updated_at) VALUES ({marks})"
+        );
+        self.execute(&what, &sql, &refs(&values), |e| {
+            node_write_error(&what, node, e)
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn node(&self, ident: &NodeIdent) -> Result<Node, StoreError> {
+        self.read_node(ident).await
+    }
+
+    async fn list_nodes(&self, filter: &NodeFilter) -> Result<Vec<Node>, StoreError> {
+        let mut query = ListQuery::new("nodes");
+        if let Some(state) = filter.provision_state {
+            query.bind("provision_state = ?", Box::new(state.as_str().to_string()));
+        }
+        if let Some(driver) = &filter.driver {
+            query.bind("driver = ?", Box::new(driver.clone()));
+        }
+        if let Some(maintenance) = filter.maintenance {
+            query.bind("maintenance = ?", Box::new(maintenance));
+        }
+        if let Some(instance) = &filter.instance_uuid {
+            query.bind("instance_uuid = ?", Box::new(instance.clone()));
+        }
+        if let Some(holder) = &filter.reserved_by {
+            query.bind("reservation = ?", Box::new(holder.clone()));
+        }
+        if let Some(marker) = filter.marker {
+            self.after(&mut query, marker, StoreError::node_not_found)
+                .await?;
+        }
+        match filter.associated {
+            Some(true) => query.clause("instance_uuid IS NOT NULL"),
+            Some(false) => query.clause("instance_uuid IS NULL"),
+            None => {}
+        }
+        let sql = query.sql(NODE_COLUMNS, filter.limit);
+        self.query("listing nodes", &sql, &refs(&query.params))
+            .await?
+            .iter()
+            .map(node_from_row)
+            .collect()
+    }
+
+    async fn update_node(&self, node: &Node) -> Result<(), StoreError> {
+        super::check_node_text(node)?;
+        let what = format!("updating node {}", node.uuid);
+        let mut values = node_values(node)?;
+        values.push(Box::new(super::now()));
+        // Every writable column but the last (uuid, the WHERE); then updated_at.
+        let uuid_index = NODE_WRITABLE.len();
+        let assignments = NODE_WRITABLE[..uuid_index - 1]
+            .iter()
+            .enumerate()
+            .map(|(i, column)| format!("{column} = ${}", i + 1))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "UPDATE nodes SET {assignments}, updated_at = ${} WHERE uuid = ${uuid_index}",
+            uuid_index + 1
+        );
+        let changed = self
+            .execute(&what, &sql, &refs(&values), |e| {
+                node_write_error(&what, node, e)
+            })
+            .await?;
+        if changed == 0 {
+            return Err(StoreError::node_not_found(node.uuid));
+        }
+        Ok(())
+    }
+
+    async fn delete_node(&self, uuid: Uuid) -> Result<(), StoreError> {
+        let what = format!("deleting node {uuid}");
+        // Ports go with it: ports.node_uuid is ON DELETE CASCADE.
+        let changed = self
+            .execute(&what, "DELETE FROM nodes WHERE uuid = $1", &[&uuid], |e| {
+                classify(&what, e)
+            })
+            .await?;
+        if changed == 0 {
+            return Err(StoreError::node_not_found(uuid));
+        }
+        Ok(())
+    }
+
+    async fn reserve_node(&self, uuid: Uuid, holder: &str) -> Result<Node, StoreError> {
+        let store = self.clone();
+        let task_holder = holder.to_string();
+        let handle = tokio::spawn(async move { store.try_reserve(uuid, &task_holder).await });
+        let store = self.clone();
+        let holder = holder.to_string();
+        let release: super::abandoned::Release =
+            Box::new(move |uuid| Box::pin(async move { store.release(uuid, &holder).await }));
+        super::abandoned::reserve_to_the_end(handle, release).await
+    }
+
+    async fn release_node(&self, uuid: Uuid, holder: &str) -> Result<(), StoreError> {
+        self.release(uuid, holder).await
+    }
+
+    async fn release_all(&self, holder_prefix: &str) -> Result<Vec<Uuid>, StoreError> {
+        let what = "releasing reservations";
+        // starts_with, not LIKE: LIKE treats % and _ in the prefix as wildcards.
+        self.query(
+            what,
+            "UPDATE nodes SET reservation = NULL \
+             WHERE reservation IS NOT NULL AND starts_with(reservation, $1) RETURNING uuid",
+            &[&holder_prefix],
+        )
+        .await?
+        .iter()
+        .map(|row| row.try_get::<_, Uuid>(0).map_err(|e| classify(what, e)))
+        .collect()
+    }
+
+    async fn create_port(&self, port: &Port) -> Result<(), StoreError> {
+        super::check_port_text(port)?;
+        let what = format!("creating port {}", port.uuid);
+        let values = port_values(port)?;
+        self.execute(
+            &what,
+            "INSERT INTO ports (uuid, address, node_uuid, pxe_enabled, extra, created_at, \
+             updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            &refs(&values),
+            |e| port_write_error(&what, port, e),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn port(&self, uuid: Uuid) -> Result<Port, StoreError> {
+        let sql = format!("SELECT {PORT_COLUMNS} FROM ports WHERE uuid = $1");
+        let rows = self
+            .query(&format!("reading port {uuid}"), &sql, &[&uuid])
+            .await?;
+        match rows.first() {
+            Some(row) => port_from_row(row),
+            None => Err(StoreError::port_not_found(uuid)),
+        }
+    }
+
+    async fn list_ports(&self, filter: &PortFilter) -> Result<Vec<Port>, StoreError> {
+        let mut query = ListQuery::new("ports");
+        if let Some(node) = filter.node_uuid {
+            query.bind("node_uuid = ?", Box::new(node));
+        }
+        if let Some(address) = &filter.address {
+            query.bind("address = ?", Box::new(normalise_mac(address)));
+        }
+        if let Some(marker) = filter.marker {
+            self.after(&mut query, marker, StoreError::port_not_found)
+                .await?;
+        }
+        let sql = query.sql(PORT_COLUMNS, filter.limit);
+        self.query("listing ports", &sql, &refs(&query.params))
+            .await?
+            .iter()
+            .map(port_from_row)
+            .collect()
+    }
+
+    async fn update_port(&self, port: &Port) -> Result<(), StoreError> {
+        super::check_port_text(port)?;
+        let what = format!("updating port {}", port.uuid);
+        let values: Vec<Param> = vec![
+            Box::new(normalise_mac(&port.address)),
+            Box::new(port.node_uuid),
+            Box::new(port.pxe_enabled),
+            Box::new(
+                serde_json::to_string(&port.extra)
+                    .map_err(|e| StoreError::Database(format!("encoding a JSON field: {e}")))?,
+            ),
+            Box::new(super::now()),
+            Box::new(port.uuid),
+        ];
+        let changed = self
+            .execute(
+                &what,
+                "UPDATE ports SET address = $1, node_uuid = $2, pxe_enabled = $3, extra = $4, \
+                 updated_at = $5 WHERE uuid = $6",
+                &refs(&values),
+                |e| port_write_error(&what, port, e),
+            )
+            .await?;
+        if changed == 0 {
+            return Err(StoreError::port_not_found(port.uuid));
+        }
+        Ok(())
+    }
+
+    async fn delete_port(&self, uuid: Uuid) -> Result<(), StoreError> {
+        let what = format!("deleting port {uuid}");
+        let changed = self
+            .execute(&what, "DELETE FROM ports WHERE uuid = $1", &[&uuid], |e| {
+                classify(&what, e)
+            })
+            .await?;
+        if changed == 0 {
+            return Err(StoreError::port_not_found(uuid));
+        }
+        Ok(())
+    }
+}
