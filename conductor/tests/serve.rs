@@ -1237,12 +1237,41 @@ async fn read_node(http: &reqwest::Client, url: &str, node: &str) -> serde_json:
         .expect("a node as JSON")
 }
 
-/// `PRAGMA integrity_check` of the conductor's database, read while no conductor runs.
-fn integrity_check(db: &Path) -> String {
-    let conn =
-        rusqlite::Connection::open(db).unwrap_or_else(|e| panic!("opening {}: {e}", db.display()));
-    conn.query_row("PRAGMA integrity_check", [], |row| row.get::<_, String>(0))
-        .unwrap_or_else(|e| panic!("integrity_check of {}: {e}", db.display()))
+/// The database of a crash test, and its integrity check.
+enum CrashStore {
+    /// `vmdeploy.sqlite` in the state directory: `PRAGMA integrity_check`.
+    Sqlite,
+    /// A database of a real PostgreSQL cluster: `pg_amcheck` of every table and index.
+    Postgres(&'static vmdeploy_test_postgres::Cluster, String),
+}
+
+impl CrashStore {
+    /// The configuration lines that choose this store.
+    fn config(&self) -> String {
+        match self {
+            CrashStore::Sqlite => String::new(),
+            CrashStore::Postgres(cluster, db) => {
+                format!("[database]\nurl = \"{}\"\n", cluster.socket_url(db))
+            }
+        }
+    }
+
+    /// The database's own integrity check, run while no conductor runs; "ok" when it passes.
+    fn integrity_check(&self, state: &Path) -> String {
+        match self {
+            CrashStore::Sqlite => {
+                let db = state.join("vmdeploy.sqlite");
+                let conn = rusqlite::Connection::open(&db)
+                    .unwrap_or_else(|e| panic!("opening {}: {e}", db.display()));
+                conn.query_row("PRAGMA integrity_check", [], |row| row.get::<_, String>(0))
+                    .unwrap_or_else(|e| panic!("integrity_check of {}: {e}", db.display()))
+            }
+            CrashStore::Postgres(cluster, db) => match cluster.amcheck(db) {
+                Ok(()) => "ok".into(),
+                Err(e) => e,
+            },
+        }
+    }
 }
 
 /// The conductor killed with SIGKILL in the middle of a burst of concurrent API writes (node
@@ -1253,6 +1282,20 @@ fn integrity_check(db: &Path) -> String {
 /// are in flight and tasks hold locks when it comes.
 #[test]
 fn a_kill_mid_burst_loses_no_acknowledged_write_and_leaves_no_lock() {
+    kill_mid_burst(&CrashStore::Sqlite);
+}
+
+/// The same on PostgreSQL: the conductor's connections die with it mid-statement; every
+/// acknowledged write is committed, recovery releases the locks, and `pg_amcheck` finds the
+/// tables and indexes sound.
+#[test]
+fn a_kill_mid_burst_on_postgresql_loses_no_acknowledged_write_and_leaves_no_lock() {
+    let cluster = vmdeploy_test_postgres::shared();
+    let db = cluster.create_database("crash");
+    kill_mid_burst(&CrashStore::Postgres(cluster, db));
+}
+
+fn kill_mid_burst(store: &CrashStore) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
     const SEEDS: usize = 16;
@@ -1265,7 +1308,10 @@ fn a_kill_mid_burst_loses_no_acknowledged_write_and_leaves_no_lock() {
     let config = write(
         dir.path(),
         "crash.toml",
-        "[api]\nlisten = [\"127.0.0.1:0\"]\n[deploy]\npower_sync_interval = 86400\n",
+        &format!(
+            "[api]\nlisten = [\"127.0.0.1:0\"]\n[deploy]\npower_sync_interval = 86400\n{}",
+            store.config()
+        ),
     );
     let args = ["--config", config.to_str().expect("utf-8")];
     // A BMC address where nothing listens: a power task fails fast, after it reserved the node.
@@ -1398,8 +1444,11 @@ fn a_kill_mid_burst_loses_no_acknowledged_write_and_leaves_no_lock() {
         );
         unacked_total += writes - acked.len();
         acked_all.extend(acked);
-        let db = state.join("vmdeploy.sqlite");
-        assert_eq!(integrity_check(&db), "ok", "round {round}: after SIGKILL");
+        assert_eq!(
+            store.integrity_check(&state),
+            "ok",
+            "round {round}: after SIGKILL"
+        );
 
         conductor = Conductor::start(&args, &state);
         url = conductor.url();

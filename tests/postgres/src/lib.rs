@@ -224,6 +224,42 @@ impl Cluster {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
 
+    /// `pg_amcheck` of every table and B-tree index of `database`, heap against indexes: `Ok`
+    /// when it finds nothing, else its report.
+    pub fn amcheck(&self, database: &str) -> Result<(), String> {
+        self.psql(
+            database,
+            SUPERUSER,
+            "CREATE EXTENSION IF NOT EXISTS amcheck",
+        )?;
+        let out = output(
+            Command::new(self.bin.join("pg_amcheck"))
+                .arg("-h")
+                .arg(self.socket_dir())
+                .arg("-p")
+                .arg(self.port.to_string())
+                .args([
+                    "-U",
+                    SUPERUSER,
+                    "--heapallindexed",
+                    "--parent-check",
+                    database,
+                ])
+                .as_owner(self.owner),
+            "pg_amcheck",
+        )?;
+        let report = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if out.status.success() && report.trim().is_empty() {
+            Ok(())
+        } else {
+            Err(format!("pg_amcheck {database} ({}): {report}", out.status))
+        }
+    }
+
     /// Stops the server the way a crash would (`-m immediate`: no checkpoint, every client cut
     /// off at once).
     pub fn kill(&self) -> Result<(), String> {
@@ -543,6 +579,9 @@ mod tests {
             "42"
         );
         assert!(cluster.ca_file().is_file());
+        cluster
+            .amcheck(&db)
+            .expect("a sound database passes pg_amcheck");
     }
 
     #[test]
