@@ -12,6 +12,8 @@ use super::body::{self, cut};
 use super::error::ApiError;
 use super::render::{self, Select};
 use super::version::Ctx;
+use crate::store::order::Order;
+use crate::store::StoreError;
 
 /// `?detail=` (1.43): whether a list shows every field; absent is the short set.
 pub(super) fn detail(query: &HashMap<String, String>, ctx: &Ctx) -> Result<bool, ApiError> {
@@ -46,21 +48,27 @@ pub(super) struct Listing<'a> {
     pub ctx: &'a Ctx,
 }
 
-/// Pagination and sorting of a list query.
+/// Pagination and sorting of a list query, carried out by the store (`store::order`).
 pub(super) struct Page {
-    /// At most this many.
-    pub limit: Option<usize>,
+    /// At most this many: `limit`, never above `api.max_limit`, which is also the default.
+    pub limit: usize,
     /// Start after this record.
     pub marker: Option<Uuid>,
-    /// Field to sort on.
-    pub sort_key: String,
-    /// Descending.
-    pub descending: bool,
+    /// The order.
+    pub order: Order,
+    /// The query's other parameters (filters, `sort_key`, `sort_dir`, `fields`, `detail`),
+    /// repeated in the `next` link so the next page continues the same list.
+    pub carried: Vec<(String, String)>,
 }
 
 impl Page {
-    /// From `limit`, `marker`, `sort_key`, `sort_dir`; `sortable` lists the keys allowed.
-    pub fn parse(query: &HashMap<String, String>, sortable: &[&str]) -> Result<Page, ApiError> {
+    /// From `limit`, `marker`, `sort_key`, `sort_dir`; `sortable` lists the keys allowed,
+    /// `max_limit` bounds the page (Ironic's `[api] max_limit`).
+    pub fn parse(
+        query: &HashMap<String, String>,
+        sortable: &[&'static str],
+        max_limit: usize,
+    ) -> Result<Page, ApiError> {
         let limit = match query.get("limit") {
             None => None,
             Some(v) => Some(v.parse::<usize>().map_err(|_| {
@@ -70,23 +78,14 @@ impl Page {
                 ))
             })?),
         }
-        // Ironic: 0 means no limit.
-        .filter(|l| *l > 0);
+        // Ironic: 0 means no limit, which is max_limit.
+        .filter(|l| *l > 0)
+        .map_or(max_limit, |l| l.min(max_limit));
         let marker = match query.get("marker") {
             None => None,
             Some(v) => Some(body::parse_uuid(v, "marker")?),
         };
-        let sort_key = query
-            .get("sort_key")
-            .cloned()
-            .unwrap_or_else(|| "id".to_string());
-        if !sortable.contains(&sort_key.as_str()) {
-            return Err(ApiError::bad_request(format!(
-                "The sort_key value {:?} is an invalid field for sorting (use one of: {}).",
-                cut(&sort_key),
-                sortable.join(", ")
-            )));
-        }
+        let sort_key = query.get("sort_key").map_or("id", String::as_str);
         let descending = match query.get("sort_dir").map(String::as_str) {
             None | Some("asc") => false,
             Some("desc") => true,
@@ -97,89 +96,62 @@ impl Page {
                 )))
             }
         };
+        let order = Order::by(sortable, sort_key, descending).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "The sort_key value {:?} is an invalid field for sorting (use one of: {}).",
+                cut(sort_key),
+                sortable.join(", ")
+            ))
+        })?;
+        let mut carried: Vec<(String, String)> = query
+            .iter()
+            .filter(|(k, _)| k.as_str() != "limit" && k.as_str() != "marker")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        carried.sort();
         Ok(Page {
             limit,
             marker,
-            sort_key,
-            descending,
+            order,
+            carried,
         })
     }
 
-    /// Sorts (stable, by the rendered value of `sort_key`; `id` is creation order), then cuts
-    /// the page after `marker`. `key` renders a record's sort value, `uuid` names it.
-    pub fn apply<T>(
-        &self,
-        mut items: Vec<T>,
-        key: impl Fn(&T, &str) -> Value,
-        uuid: impl Fn(&T) -> Uuid,
-    ) -> Result<Vec<T>, ApiError> {
-        if self.sort_key != "id" {
-            items.sort_by(|a, b| compare(&key(a, &self.sort_key), &key(b, &self.sort_key)));
-        }
-        if self.descending {
-            items.reverse();
-        }
-        let start = match self.marker {
-            None => 0,
-            Some(marker) => {
-                items
-                    .iter()
-                    .position(|item| uuid(item) == marker)
-                    .ok_or_else(|| {
-                        ApiError::bad_request(format!(
-                            "Invalid value for parameter \"marker\": {marker} is not in the list."
-                        ))
-                    })?
-                    + 1
+    /// A store error of the list: a marker that names no record is the request's fault (400).
+    pub fn store_error(&self, e: StoreError) -> ApiError {
+        match (&e, self.marker) {
+            (StoreError::NotFound { ident, .. }, Some(marker)) if *ident == marker.to_string() => {
+                ApiError::bad_request(format!(
+                    "Invalid value for parameter \"marker\": {marker} is not in the list."
+                ))
             }
-        };
-        let items: Vec<T> = items.into_iter().skip(start).collect();
-        Ok(match self.limit {
-            Some(limit) => items.into_iter().take(limit).collect(),
-            None => items,
-        })
+            _ => ApiError::from(e),
+        }
     }
 
-    /// The list document of `items`: sorted and cut by [`Page::apply`] (`document` renders a
-    /// record's full document, whose fields the sort key names), each rendered by `render`,
-    /// with a `next` link when the page is full.
+    /// The list document of `items` (one page, in order, from the store), each rendered by
+    /// `render`, with a `next` link when the page is full.
     pub fn respond<T>(
         &self,
         items: Vec<T>,
         listing: Listing<'_>,
-        document: impl Fn(&T) -> Value,
         uuid: impl Fn(&T) -> Uuid,
         render: impl Fn(&T) -> Value,
-    ) -> Result<Json<Value>, ApiError> {
-        let items = self.apply(
-            items,
-            |item, key| document(item).get(key).cloned().unwrap_or(Value::Null),
-            &uuid,
-        )?;
+    ) -> Json<Value> {
         let count = items.len();
         let last = items.last().map(|item| uuid(item).to_string());
         let out: Vec<Value> = items.iter().map(render).collect();
         let mut doc = json!({ listing.collection: out });
-        if let Some(next) = render::next_link(listing.ctx, listing.path, self.limit, count, last) {
+        if let Some(next) = render::next_link(
+            listing.ctx,
+            listing.path,
+            self.limit,
+            count,
+            last,
+            &self.carried,
+        ) {
             doc["next"] = json!(next);
         }
-        Ok(Json(doc))
-    }
-}
-
-/// Orders JSON scalars: nulls first, then numbers, booleans and strings by value.
-fn compare(a: &Value, b: &Value) -> std::cmp::Ordering {
-    use std::cmp::Ordering;
-    match (a, b) {
-        (Value::Null, Value::Null) => Ordering::Equal,
-        (Value::Null, _) => Ordering::Less,
-        (_, Value::Null) => Ordering::Greater,
-        (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
-        (Value::Number(x), Value::Number(y)) => x
-            .as_f64()
-            .partial_cmp(&y.as_f64())
-            .unwrap_or(Ordering::Equal),
-        (Value::String(x), Value::String(y)) => x.cmp(y),
-        _ => a.to_string().cmp(&b.to_string()),
+        Json(doc)
     }
 }

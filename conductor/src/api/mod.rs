@@ -80,6 +80,9 @@ pub use version::{MAX_VERSION, MIN_VERSION};
 /// about the same; a node with a config drive inline is the largest body a client sends).
 pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;
 
+/// The most records a list page holds unless configured (`api.max_limit`; Ironic's default).
+pub const DEFAULT_MAX_LIMIT: usize = 1000;
+
 /// What the router needs beyond the manager.
 #[derive(Debug, Clone)]
 pub struct ApiOptions {
@@ -88,6 +91,9 @@ pub struct ApiOptions {
     pub public_url: Option<String>,
     /// Largest request body, bytes (`api.max_body`): 413 above.
     pub max_body: usize,
+    /// The most records one list page holds (`api.max_limit`, Ironic's `[api] max_limit`): a
+    /// larger `limit` is cut to it, and a list without one is paged by it.
+    pub max_limit: usize,
     /// Failed call-back checks allowed per client address and per node
     /// (`api.callback_failures_per_client`, `api.callback_failures_per_node`): 429 past them.
     pub callback_failures: FailureLimits,
@@ -98,6 +104,7 @@ impl Default for ApiOptions {
         ApiOptions {
             public_url: None,
             max_body: DEFAULT_MAX_BODY,
+            max_limit: DEFAULT_MAX_LIMIT,
             callback_failures: FailureLimits::default(),
         }
     }

@@ -24,6 +24,7 @@ use super::version::Ctx;
 use super::{drivers, State};
 use crate::node::hardware_type::{InterfaceError, NodeInterfaces};
 use crate::states::ProvisionState;
+use crate::store::order::NODE_SORT_KEYS;
 use crate::store::{Node, NodeFilter, NodeIdent};
 
 /// Node fields a patch may change (the rest of the document is the conductor's).
@@ -197,21 +198,6 @@ pub(super) async fn list_detail(
     list_nodes(state, ctx, query, true, "nodes/detail").await
 }
 
-/// Node fields a list may sort on (Ironic refuses the JSON ones).
-const SORTABLE: &[&str] = &[
-    "id",
-    "uuid",
-    "name",
-    "created_at",
-    "updated_at",
-    "driver",
-    "provision_state",
-    "power_state",
-    "maintenance",
-    "instance_uuid",
-    "provision_updated_at",
-];
-
 async fn list_nodes(
     state: State,
     ctx: Ctx,
@@ -222,8 +208,13 @@ async fn list_nodes(
     let names = render::node_field_names(&ctx);
     let default = if detail { Select::All } else { Select::Short };
     let select = list::fields(&query, default, &ctx, &names)?;
-    let page = Page::parse(&query, SORTABLE)?;
-    let mut filter = NodeFilter::default();
+    let page = Page::parse(&query, NODE_SORT_KEYS, state.options.max_limit)?;
+    let mut filter = NodeFilter {
+        order: page.order,
+        limit: Some(page.limit),
+        marker: page.marker,
+        ..NodeFilter::default()
+    };
     if let Some(v) = query.get("provision_state") {
         ctx.require(9, "The \"provision_state\" filter")?;
         filter.provision_state = Some(v.parse().map_err(|_| {
@@ -253,19 +244,23 @@ async fn list_nodes(
     if let Some(v) = query.get("instance_uuid") {
         filter.instance_uuid = Some(body::parse_uuid(v, "instance_uuid")?.to_string());
     }
-    let nodes = state.manager.store().list_nodes(&filter).await?;
+    let nodes = state
+        .manager
+        .store()
+        .list_nodes(&filter)
+        .await
+        .map_err(|e| page.store_error(e))?;
     let conductor = conductor(&state).to_string();
-    page.respond(
+    Ok(page.respond(
         nodes,
         Listing {
             collection: "nodes",
             path,
             ctx: &ctx,
         },
-        |node| render::node_document(node, &ctx, ""),
         |node| node.uuid,
         |node| render::node(node, &ctx, &conductor, &select),
-    )
+    ))
 }
 
 /// `GET /v1/nodes/{node}`.

@@ -18,17 +18,8 @@ use super::patch::{self, Rules};
 use super::render::{self, Select};
 use super::version::Ctx;
 use super::State;
+use crate::store::order::PORT_SORT_KEYS;
 use crate::store::{NodeIdent, Port, PortFilter, StoreError};
-
-/// Port fields a list may sort on.
-const SORTABLE: &[&str] = &[
-    "id",
-    "uuid",
-    "address",
-    "created_at",
-    "updated_at",
-    "pxe_enabled",
-];
 
 /// The node a port refers to must exist: 400 (not 404: the port is what was asked for).
 async fn check_node(state: &State, node: Uuid) -> Result<(), ApiError> {
@@ -148,9 +139,12 @@ async fn list_ports(
     let names = render::port_field_names(&ctx);
     let default = if detail { Select::All } else { Select::Short };
     let select = list::fields(&query, default, &ctx, &names)?;
-    let page = Page::parse(&query, SORTABLE)?;
+    let page = Page::parse(&query, PORT_SORT_KEYS, state.options.max_limit)?;
     let mut filter = PortFilter {
         node_uuid: node,
+        order: page.order,
+        limit: Some(page.limit),
+        marker: page.marker,
         ..PortFilter::default()
     };
     // `?node=<uuid or name>` (1.5) and `?node_uuid=<uuid>`.
@@ -164,18 +158,22 @@ async fn list_ports(
     if let Some(v) = query.get("address") {
         filter.address = Some(body::mac(v, "address")?);
     }
-    let ports = state.manager.store().list_ports(&filter).await?;
-    page.respond(
+    let ports = state
+        .manager
+        .store()
+        .list_ports(&filter)
+        .await
+        .map_err(|e| page.store_error(e))?;
+    Ok(page.respond(
         ports,
         Listing {
             collection: "ports",
             path,
             ctx: &ctx,
         },
-        |port| render::port_document(port, &ctx),
         |port| port.uuid,
         |port| render::port(port, &ctx, &select),
-    )
+    ))
 }
 
 /// `GET /v1/ports/{port}`.

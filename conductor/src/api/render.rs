@@ -317,16 +317,35 @@ pub(super) fn created(ctx: &Ctx, path: &str, doc: Value) -> Response {
 }
 
 /// `next` link of a paginated list, when the page was full.
+/// It repeats the query's other parameters (`carried`: filters, sort, fields), so the next page
+/// continues the same list.
 pub(super) fn next_link(
     ctx: &Ctx,
     path: &str,
-    limit: Option<usize>,
+    limit: usize,
     count: usize,
     last: Option<String>,
+    carried: &[(String, String)],
 ) -> Option<String> {
-    match (limit, last) {
-        (Some(limit), Some(last)) if limit > 0 && count >= limit => {
-            Some(ctx.url(&format!("/v1/{path}?limit={limit}&marker={last}")))
+    use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+    // Everything but RFC 3986's unreserved characters.
+    const QUERY: &AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    match last {
+        Some(last) if limit > 0 && count >= limit => {
+            let mut query = format!("limit={limit}");
+            for (key, value) in carried {
+                query.push_str(&format!(
+                    "&{}={}",
+                    utf8_percent_encode(key, QUERY),
+                    utf8_percent_encode(value, QUERY)
+                ));
+            }
+            query.push_str(&format!("&marker={last}"));
+            Some(ctx.url(&format!("/v1/{path}?{query}")))
         }
         _ => None,
     }

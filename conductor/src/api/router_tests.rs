@@ -411,6 +411,61 @@ mod nodes {
         }
     }
 
+    /// Following `next` links walks the whole list in the asked order, filters kept, and a
+    /// page never holds more than `api.max_limit` records.
+    #[tokio::test]
+    async fn next_links_keep_the_sort_and_filters_and_max_limit_caps_a_page() {
+        let (router, store) = crate::api::test_support::app_with(crate::api::ApiOptions {
+            max_limit: 3,
+            ..Default::default()
+        });
+        for name in ["m3", "m0", "x9", "m4", "m1", "m2", "m5"] {
+            create_node(&router, name).await;
+        }
+        let mut x9 = store.node(&NodeIdent::Name("x9".into())).await.expect("x9");
+        x9.maintenance = true;
+        store.update_node(&x9).await.expect("update");
+        let mut seen = Vec::new();
+        let mut next = Some("/v1/nodes?maintenance=false&sort_key=name&sort_dir=desc".to_string());
+        let mut pages = 0;
+        while let Some(url) = next.take() {
+            let path = url.trim_start_matches("http://localhost");
+            let reply = call(&router, Method::GET, path, None).await;
+            assert_eq!(reply.status, StatusCode::OK, "{path}: {}", reply.json);
+            let page = reply.json["nodes"].as_array().expect("a list").clone();
+            assert!(page.len() <= 3, "max_limit caps the page: {}", reply.json);
+            seen.extend(
+                page.iter()
+                    .map(|n| n["name"].as_str().unwrap_or("").to_string()),
+            );
+            next = reply.json["next"].as_str().map(|link| {
+                assert!(link.contains("sort_key=name"), "{link}");
+                assert!(link.contains("sort_dir=desc"), "{link}");
+                assert!(link.contains("maintenance=false"), "{link}");
+                let at = link.find("/v1/").expect("a /v1 link");
+                link[at..].to_string()
+            });
+            pages += 1;
+            assert!(pages < 10, "the links go round: {seen:?}");
+        }
+        assert_eq!(seen, ["m5", "m4", "m3", "m2", "m1", "m0"]);
+        // A limit above max_limit is cut to it.
+        let reply = call(&router, Method::GET, "/v1/nodes?limit=50", None).await;
+        assert_eq!(reply.json["nodes"].as_array().map(Vec::len), Some(3));
+        assert!(reply.json["next"]
+            .as_str()
+            .is_some_and(|l| l.contains("limit=3")));
+        // A marker that names no node is the request's fault.
+        let reply = call(
+            &router,
+            Method::GET,
+            &format!("/v1/nodes?marker={}", uuid::Uuid::new_v4()),
+            None,
+        )
+        .await;
+        assert_fault(&reply, StatusCode::BAD_REQUEST, "marker");
+    }
+
     #[tokio::test]
     async fn patch_sets_fields_and_refuses_read_only_ones() {
         let (router, store) = app();

@@ -338,6 +338,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ApiOptions {
             public_url: settings.public_url.clone(),
             max_body: settings.max_body,
+            max_limit: settings.max_limit,
             callback_failures: settings.callback_failures,
         },
     );

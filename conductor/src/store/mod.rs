@@ -25,6 +25,7 @@ use crate::states::{NodePower, ProvisionState};
 mod abandoned;
 mod broken;
 mod columns;
+pub mod order;
 pub mod postgres;
 pub mod sqlite;
 #[cfg(test)]
@@ -232,9 +233,11 @@ pub struct NodeFilter {
     pub associated: Option<bool>,
     /// Only nodes reserved by this holder.
     pub reserved_by: Option<String>,
-    /// At most this many, in creation order.
+    /// The order (creation order by default).
+    pub order: order::Order,
+    /// At most this many.
     pub limit: Option<usize>,
-    /// Start after this node (pagination marker).
+    /// Start after this node, in `order` (pagination marker).
     pub marker: Option<Uuid>,
 }
 
@@ -245,6 +248,8 @@ pub struct PortFilter {
     pub node_uuid: Option<Uuid>,
     /// Only the port with this MAC (any case in, lower case compared).
     pub address: Option<String>,
+    /// The order (creation order by default).
+    pub order: order::Order,
     /// At most this many.
     pub limit: Option<usize>,
     /// Start after this port.
@@ -325,7 +330,7 @@ pub trait Store: Send + Sync + 'static {
     async fn create_node(&self, node: &Node) -> Result<(), StoreError>;
     /// One node by UUID or name.
     async fn node(&self, ident: &NodeIdent) -> Result<Node, StoreError>;
-    /// Nodes that pass `filter`, oldest first.
+    /// Nodes that pass `filter`, in its order; a marker that names no node is `NotFound`.
     async fn list_nodes(&self, filter: &NodeFilter) -> Result<Vec<Node>, StoreError>;
     /// Writes every field of `node` except `reservation` and `created_at`; sets `updated_at`.
     async fn update_node(&self, node: &Node) -> Result<(), StoreError>;
@@ -343,7 +348,7 @@ pub trait Store: Send + Sync + 'static {
     async fn create_port(&self, port: &Port) -> Result<(), StoreError>;
     /// One port.
     async fn port(&self, uuid: Uuid) -> Result<Port, StoreError>;
-    /// Ports that pass `filter`, oldest first.
+    /// Ports that pass `filter`, in its order; a marker that names no port is `NotFound`.
     async fn list_ports(&self, filter: &PortFilter) -> Result<Vec<Port>, StoreError>;
     /// Writes every field of `port` except `created_at`; sets `updated_at`.
     async fn update_port(&self, port: &Port) -> Result<(), StoreError>;

@@ -52,6 +52,8 @@ pub struct ApiSection {
     pub insecure_listen_without_tls: bool,
     /// `max_body`, bytes.
     pub max_body: Option<u64>,
+    /// `max_limit`, records.
+    pub max_limit: Option<u64>,
     /// `shutdown_grace`, seconds.
     pub shutdown_grace: Option<u64>,
     /// `body_timeout`, seconds.

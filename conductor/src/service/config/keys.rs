@@ -17,6 +17,8 @@ pub const API_PUBLIC_URL: &str = "api.public_url";
 pub const API_INSECURE: &str = "api.insecure_listen_without_tls";
 /// Largest request body, bytes.
 pub const API_MAX_BODY: &str = "api.max_body";
+/// The most records one list page holds.
+pub const API_MAX_LIMIT: &str = "api.max_limit";
 /// Seconds in-flight requests get after SIGTERM.
 pub const API_SHUTDOWN_GRACE: &str = "api.shutdown_grace";
 /// Seconds a request's body may take to arrive.
@@ -139,6 +141,7 @@ pub const ALL: &[&str] = &[
     API_PUBLIC_URL,
     API_INSECURE,
     API_MAX_BODY,
+    API_MAX_LIMIT,
     API_SHUTDOWN_GRACE,
     API_BODY_TIMEOUT,
     API_MAX_CONNECTIONS,

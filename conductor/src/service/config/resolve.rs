@@ -241,6 +241,11 @@ impl Settings {
         };
         let max_body = usize::try_from(max_body)
             .map_err(|_| ConfigError::new(keys::API_MAX_BODY, "too large"))?;
+        let max_limit = match api.max_limit {
+            None => crate::api::DEFAULT_MAX_LIMIT,
+            Some(0) => return Err(ConfigError::new(keys::API_MAX_LIMIT, "must be above 0")),
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        };
         let shutdown_grace = match api.shutdown_grace {
             None => DEFAULT_SHUTDOWN_GRACE,
             Some(s) => Duration::from_secs(s),
@@ -506,6 +511,7 @@ impl Settings {
             tls,
             public_url: api.public_url,
             max_body,
+            max_limit,
             shutdown_grace,
             api_limits,
             callback_failures,

@@ -86,6 +86,8 @@ pub struct Settings {
     pub public_url: Option<String>,
     /// Largest request body.
     pub max_body: usize,
+    /// The most records one list page holds.
+    pub max_limit: usize,
     /// SIGTERM grace period.
     pub shutdown_grace: Duration,
     /// The API's connection limits and body deadline.

@@ -35,6 +35,7 @@ pub use self::connect::{describe, parse_url, PostgresConfig};
 use self::errors::{classify, node_write_error, pool_error, port_write_error};
 use self::rows::{node_from_row, node_values, port_from_row, port_values, refs, Param};
 use super::columns::{NODE_COLUMNS, NODE_WRITABLE, PORT_COLUMNS};
+use super::order::{after_marker, order_by, Dialect, Order};
 use super::{normalise_mac, Node, NodeFilter, NodeIdent, Port, PortFilter, Store, StoreError};
 
 /// The PostgreSQL store. Cheap to share: hold it as `Arc<dyn Store>`.
@@ -189,17 +190,33 @@ impl PostgresStore {
     }
 }
 
+/// How PostgreSQL orders a column: text in byte order (`COLLATE "C"`, as SQLite's BINARY; the
+/// database's own collation may be a language's), the other types as they are.
+struct Postgres;
+
+impl Dialect for Postgres {
+    fn sort_expr(&self, alias: &str, column: &str, is_time: bool) -> String {
+        match column {
+            "id" | "uuid" | "maintenance" | "pxe_enabled" => format!("{alias}.{column}"),
+            _ if is_time => format!("{alias}.{column}"),
+            _ => format!("{alias}.{column} COLLATE \"C\""),
+        }
+    }
+}
+
 /// A `SELECT` of a list, built clause by clause with numbered parameters.
 struct ListQuery {
     table: &'static str,
+    order: Order,
     clauses: Vec<String>,
     params: Vec<Param>,
 }
 
 impl ListQuery {
-    fn new(table: &'static str) -> ListQuery {
+    fn new(table: &'static str, order: Order) -> ListQuery {
         ListQuery {
             table,
+            order,
             clauses: Vec::new(),
             params: Vec::new(),
         }
@@ -216,7 +233,7 @@ impl ListQuery {
         self.clauses.push(clause.to_string());
     }
 
-    /// The statement for `columns`, in creation order, at most `limit` rows.
+    /// The statement for `columns`, in the query's order, at most `limit` rows.
     fn sql(&mut self, columns: &str, limit: Option<usize>) -> String {
         let filters = if self.clauses.is_empty() {
             String::new()
@@ -232,14 +249,15 @@ impl ListQuery {
             None => String::new(),
         };
         format!(
-            "SELECT {columns} FROM {}{filters} ORDER BY id{limit}",
-            self.table
+            "SELECT {columns} FROM {} t{filters} ORDER BY {}{limit}",
+            self.table,
+            order_by(&Postgres, self.order)
         )
     }
 }
 
 impl PostgresStore {
-    /// Keeps the records of `query`'s table created after `marker`; a marker that names no
+    /// Keeps the records of `query`'s table after `marker` in its order; a marker that names no
     /// record is `not_found`.
     async fn after(
         &self,
@@ -259,7 +277,7 @@ impl PostgresStore {
             return Err(not_found(marker));
         }
         query.bind(
-            &format!("id > (SELECT id FROM {table} WHERE uuid = ?)"),
+            &after_marker(&Postgres, table, query.order),
             Box::new(marker),
         );
         Ok(())
@@ -295,7 +313,7 @@ impl Store for PostgresStore {
     }
 
     async fn list_nodes(&self, filter: &NodeFilter) -> Result<Vec<Node>, StoreError> {
-        let mut query = ListQuery::new("nodes");
+        let mut query = ListQuery::new("nodes", filter.order);
         if let Some(state) = filter.provision_state {
             query.bind("provision_state = ?", Box::new(state.as_str().to_string()));
         }
@@ -427,7 +445,7 @@ impl Store for PostgresStore {
     }
 
     async fn list_ports(&self, filter: &PortFilter) -> Result<Vec<Port>, StoreError> {
-        let mut query = ListQuery::new("ports");
+        let mut query = ListQuery::new("ports", filter.order);
         if let Some(node) = filter.node_uuid {
             query.bind("node_uuid = ?", Box::new(node));
         }

@@ -221,7 +221,7 @@ impl Store for SqliteStore {
     async fn list_nodes(&self, filter: &NodeFilter) -> Result<Vec<Node>, StoreError> {
         let filter = filter.clone();
         self.run("listing nodes", move |conn| {
-            let mut query = ListQuery::new("nodes");
+            let mut query = ListQuery::new("nodes", filter.order);
             if let Some(state) = filter.provision_state {
                 query.bind("provision_state = ?", Value::Text(state.as_str().into()));
             }
@@ -419,7 +419,7 @@ impl Store for SqliteStore {
     async fn list_ports(&self, filter: &PortFilter) -> Result<Vec<Port>, StoreError> {
         let filter = filter.clone();
         self.run("listing ports", move |conn| {
-            let mut query = ListQuery::new("ports");
+            let mut query = ListQuery::new("ports", filter.order);
             if let Some(node) = filter.node_uuid {
                 query.bind("node_uuid = ?", Value::Text(node.to_string()));
             }

@@ -1,5 +1,10 @@
 //! The `SELECT` behind `list_nodes` and `list_ports`: `AND`ed filter clauses with numbered
-//! parameters, an optional marker (records after it in creation order), a limit.
+//! parameters, the order, an optional marker (records after it in that order,
+//! `store::order`), a limit.
+//!
+//! Times are RFC 3339 text here, whose fraction has as many digits as it needs, so their text
+//! does not sort as the times do: they are ordered by `unixepoch(…, 'subsec')` (milliseconds;
+//! `id` orders what falls in one millisecond).
 
 use rusqlite::types::Value;
 use rusqlite::{params_from_iter, Connection, OptionalExtension, Row};
@@ -7,20 +12,36 @@ use uuid::Uuid;
 
 use super::errors::db;
 use super::limit_value;
+use crate::store::order::{after_marker, order_by, Dialect, Order};
 use crate::store::StoreError;
+
+struct Sqlite;
+
+impl Dialect for Sqlite {
+    fn sort_expr(&self, alias: &str, column: &str, is_time: bool) -> String {
+        if is_time {
+            format!("unixepoch({alias}.{column}, 'subsec')")
+        } else {
+            // TEXT compares with BINARY, byte order.
+            format!("{alias}.{column}")
+        }
+    }
+}
 
 /// A list query on one table, built clause by clause.
 pub(super) struct ListQuery {
     table: &'static str,
+    order: Order,
     clauses: Vec<String>,
     values: Vec<Value>,
 }
 
 impl ListQuery {
-    /// A query on `table` (a name of the schema's, never user input).
-    pub fn new(table: &'static str) -> ListQuery {
+    /// A query on `table` (a name of the schema's, never user input) in `order`.
+    pub fn new(table: &'static str, order: Order) -> ListQuery {
         ListQuery {
             table,
+            order,
             clauses: Vec::new(),
             values: Vec::new(),
         }
@@ -38,7 +59,8 @@ impl ListQuery {
         self.clauses.push(clause.to_string());
     }
 
-    /// Keeps the records created after `marker`; a marker that names no record is `not_found`.
+    /// Keeps the records after `marker` in the query's order; a marker that names no record is
+    /// `not_found`.
     pub fn after(
         &mut self,
         conn: &Connection,
@@ -58,13 +80,13 @@ impl ListQuery {
             return Err(not_found(marker));
         }
         self.bind(
-            &format!("id > (SELECT id FROM {table} WHERE uuid = ?)"),
+            &after_marker(&Sqlite, table, self.order),
             Value::Text(marker.to_string()),
         );
         Ok(())
     }
 
-    /// Runs the query for `columns`, in creation order, at most `limit` rows, each read by
+    /// Runs the query for `columns`, in the query's order, at most `limit` rows, each read by
     /// `from_row`; `what` names the call in errors (`listing nodes`).
     pub fn run<T>(
         mut self,
@@ -81,8 +103,9 @@ impl ListQuery {
         };
         self.values.push(limit_value(limit));
         let sql = format!(
-            "SELECT {columns} FROM {} {filters} ORDER BY id LIMIT ?{}",
+            "SELECT {columns} FROM {} t {filters} ORDER BY {} LIMIT ?{}",
             self.table,
+            order_by(&Sqlite, self.order),
             self.values.len()
         );
         let mut stmt = conn.prepare(&sql).map_err(|e| db(what, e))?;
