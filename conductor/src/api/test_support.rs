@@ -98,6 +98,7 @@ pub(super) fn app_with(options: super::ApiOptions) -> (axum::Router, TestStore) 
             power_sync_interval: Duration::from_secs(60),
             automated_clean: false,
             conductor_name: CONDUCTOR.into(),
+            sync_power_state_workers: crate::manager::DEFAULT_SYNC_POWER_STATE_WORKERS,
         },
     ));
     let router = super::router(

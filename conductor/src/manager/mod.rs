@@ -63,7 +63,13 @@ pub struct ManagerConfig {
     pub automated_clean: bool,
     /// Name of this conductor: prefix of its reservations (the host name by default).
     pub conductor_name: String,
+    /// BMCs a power sync pass reads at once (`conductor.sync_power_state_workers`, Ironic's
+    /// name and default, 8).
+    pub sync_power_state_workers: usize,
 }
+
+/// Ironic's default `sync_power_state_workers`.
+pub const DEFAULT_SYNC_POWER_STATE_WORKERS: usize = 8;
 
 /// One interface's line of `GET /v1/nodes/{node}/validate`.
 #[derive(Debug, Clone, PartialEq, Serialize)]

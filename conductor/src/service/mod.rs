@@ -324,6 +324,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             power_sync_interval: settings.power_sync_interval,
             automated_clean: settings.automated_clean,
             conductor_name: settings.conductor_name.clone(),
+            sync_power_state_workers: settings.sync_power_state_workers,
         },
     ));
     manager

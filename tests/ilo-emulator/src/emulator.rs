@@ -42,6 +42,7 @@ pub struct Emulator {
     tasks: Vec<JoinHandle<()>>,
     cert_pem: String,
     cert_path: Option<PathBuf>,
+    gauge: Arc<crate::server::RequestGauge>,
 }
 
 impl std::fmt::Debug for Emulator {
@@ -90,6 +91,7 @@ impl Emulator {
             listeners.push((listener, bound));
         }
         let (shutdown, rx) = watch::channel(false);
+        let gauge = Arc::new(crate::server::RequestGauge::default());
         let mut servers = Vec::with_capacity(config.servers);
         let mut tasks = Vec::with_capacity(config.servers);
         for (i, (listener, bound)) in listeners.into_iter().enumerate() {
@@ -99,6 +101,7 @@ impl Emulator {
                 server_config.clone(),
                 (config.backend)(i),
                 fetcher.clone(),
+                Arc::clone(&gauge),
             ));
             server
                 .sync_from_backend()
@@ -130,12 +133,18 @@ impl Emulator {
             tasks,
             cert_pem: material.cert_pem,
             cert_path,
+            gauge,
         })
     }
 
     /// The servers, by index.
     pub fn servers(&self) -> &[Arc<Server>] {
         &self.servers
+    }
+
+    /// Requests answered at once across every server (the most since start or reset).
+    pub fn requests_at_once(&self) -> &crate::server::RequestGauge {
+        &self.gauge
     }
 
     /// Server `i`.

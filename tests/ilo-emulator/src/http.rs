@@ -188,6 +188,7 @@ async fn route(server: Arc<Server>, req: Request<Incoming>) -> Result<Reply, Una
     if path.starts_with("/_emulator/") {
         return Ok(admin::handle(&server, req).await);
     }
+    let _in_flight = server.gauge.enter();
     let fault = server.begin_request();
     tracing::info!(server = server.index, %method, %path, fault = ?fault.as_ref().map(|f| f.kind), "request");
     if let Some(f) = &fault {

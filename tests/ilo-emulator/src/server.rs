@@ -2,7 +2,7 @@
 //! protocols (RIBCL and Redfish) perform on it.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
@@ -69,6 +69,43 @@ pub struct ServerSnapshot {
     pub machine: serde_json::Value,
 }
 
+/// Requests being answered at once across every server of one emulator, and the most seen: a
+/// conductor that promises to talk to at most N BMCs at a time is checked against it.
+#[derive(Debug, Default)]
+pub struct RequestGauge {
+    now: AtomicUsize,
+    most: AtomicUsize,
+}
+
+impl RequestGauge {
+    /// Counts a request until the returned guard drops.
+    pub fn enter(self: &Arc<Self>) -> InFlight {
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        InFlight(Arc::clone(self))
+    }
+
+    /// The most requests answered at once since the start or the last [`RequestGauge::reset`].
+    pub fn most(&self) -> usize {
+        self.most.load(Ordering::SeqCst)
+    }
+
+    /// Starts counting the most from the requests in flight now.
+    pub fn reset(&self) {
+        self.most
+            .store(self.now.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+}
+
+/// One request being answered (see [`RequestGauge`]).
+pub struct InFlight(Arc<RequestGauge>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// One emulated server.
 pub struct Server {
     /// Index in the emulator.
@@ -87,6 +124,8 @@ pub struct Server {
     fetcher: MediaFetcher,
     requests: AtomicU64,
     sessions: Mutex<Vec<String>>,
+    /// Shared by every server of the emulator.
+    pub gauge: Arc<RequestGauge>,
 }
 
 impl Server {
@@ -97,6 +136,7 @@ impl Server {
         config: Arc<ServerConfig>,
         backend: Arc<dyn Backend>,
         fetcher: MediaFetcher,
+        gauge: Arc<RequestGauge>,
     ) -> Self {
         let state = ServerState::new(
             config.license,
@@ -115,6 +155,7 @@ impl Server {
             fetcher,
             requests: AtomicU64::new(0),
             sessions: Mutex::new(Vec::new()),
+            gauge,
         }
     }
 

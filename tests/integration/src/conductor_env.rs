@@ -450,6 +450,8 @@ impl ConductorBuilder {
                 power_sync_interval: Duration::from_secs(3600),
                 automated_clean: self.automated_clean,
                 conductor_name: CONDUCTOR.into(),
+                sync_power_state_workers:
+                    vmdeploy_conductor::manager::DEFAULT_SYNC_POWER_STATE_WORKERS,
             },
         ));
         let flow = (self.flow)(context);

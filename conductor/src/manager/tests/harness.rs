@@ -183,6 +183,7 @@ pub(super) fn config(callback_timeout: Duration, sync: Duration) -> ManagerConfi
         power_sync_interval: sync,
         automated_clean: false,
         conductor_name: "cond-test".into(),
+        sync_power_state_workers: crate::manager::DEFAULT_SYNC_POWER_STATE_WORKERS,
     }
 }
 

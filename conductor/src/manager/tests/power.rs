@@ -111,3 +111,48 @@ async fn power_sync_records_a_change_made_behind_our_back() {
     })
     .await;
 }
+
+/// A pass reads `sync_power_state_workers` BMCs at once, never more: with every BMC answer held
+/// back 0.3 s, twelve nodes keep one request in flight with one worker and up to four with four
+/// (one at a time before the bound existed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_power_sync_pass_reads_as_many_bmcs_at_once_as_it_has_workers() {
+    for workers in [1, 4] {
+        let mut settings = config(Duration::from_secs(1800), Duration::from_secs(3600));
+        settings.sync_power_state_workers = workers;
+        let h = Harness::with_config(settings).await;
+        for _ in 0..12 {
+            h.node_in(ProvisionState::Available).await;
+        }
+        h.emulator.inject_fault(
+            0,
+            FaultSpec {
+                kind: FaultKind::Delay,
+                count: 1000,
+                seconds: 0.3,
+                status: None,
+                message: None,
+            },
+        );
+        h.emulator.requests_at_once().reset();
+        let read = crate::manager::sync::sync_once(&h.manager.core).await;
+        assert_eq!(read, 12, "every node is due");
+        let most = h.emulator.requests_at_once().most();
+        if workers == 1 {
+            assert_eq!(most, 1, "one worker reads one BMC at a time");
+        } else {
+            assert!(
+                (2..=workers).contains(&most),
+                "{workers} workers: {most} requests at once at the busiest"
+            );
+        }
+        for node in h
+            .store
+            .list_nodes(&Default::default())
+            .await
+            .expect("listing")
+        {
+            assert_eq!(node.reservation, None, "the pass released {}", node.uuid);
+        }
+    }
+}

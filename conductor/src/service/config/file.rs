@@ -24,6 +24,8 @@ pub struct ConfigFile {
     pub store: StoreSection,
     /// `[database]`
     pub database: DatabaseSection,
+    /// `[conductor]`
+    pub conductor: ConductorSection,
     /// `[objects]`
     pub objects: ObjectsSection,
     /// `[ilo]`
@@ -164,6 +166,14 @@ pub enum StoreKind {
     Sqlite,
     /// PostgreSQL at `database.url`, which several conductors may share.
     Postgresql,
+}
+
+/// `[conductor]`: this conductor among others (Ironic's `[conductor]` names).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConductorSection {
+    /// `sync_power_state_workers`.
+    pub sync_power_state_workers: Option<u64>,
 }
 
 /// `[database]`: the PostgreSQL server.

@@ -37,6 +37,8 @@ pub const AUTH_STRATEGY: &str = "auth.strategy";
 pub const AUTH_HTPASSWD: &str = "auth.htpasswd";
 /// The state directory.
 pub const STATE_DIR: &str = "state.dir";
+/// BMCs a power sync pass reads at once.
+pub const CONDUCTOR_SYNC_POWER_STATE_WORKERS: &str = "conductor.sync_power_state_workers";
 /// The node store: `sqlite` or `postgresql` (the default follows `database.url`).
 pub const STORE_KIND: &str = "store.kind";
 /// PostgreSQL: `postgresql://user@host:port/database?sslmode=...`.
@@ -151,6 +153,7 @@ pub const ALL: &[&str] = &[
     AUTH_STRATEGY,
     AUTH_HTPASSWD,
     STATE_DIR,
+    CONDUCTOR_SYNC_POWER_STATE_WORKERS,
     STORE_KIND,
     DATABASE_URL,
     DATABASE_PASSWORD_FILE,

@@ -35,9 +35,10 @@ mod tests;
 pub use defaults::*;
 pub use error::ConfigError;
 pub use file::{
-    parse, ApiSection, AuthSection, AuthStrategy, BuiltinSection, ConfigFile, DatabaseSection,
-    DeploySection, IloSection, ImagesSection, LogSection, ObjectsKind, ObjectsSection,
-    StateSection, StoreKind, StoreSection, SwiftSection, TlsFiles, TlsSetting, VerifyCa,
+    parse, ApiSection, AuthSection, AuthStrategy, BuiltinSection, ConductorSection, ConfigFile,
+    DatabaseSection, DeploySection, IloSection, ImagesSection, LogSection, ObjectsKind,
+    ObjectsSection, StateSection, StoreKind, StoreSection, SwiftSection, TlsFiles, TlsSetting,
+    VerifyCa,
 };
 // `netboot` checks its URLs as the other tables do.
 use resolve::check_url;

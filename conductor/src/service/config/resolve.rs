@@ -246,6 +246,22 @@ impl Settings {
             Some(0) => return Err(ConfigError::new(keys::API_MAX_LIMIT, "must be above 0")),
             Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
         };
+        let sync_power_state_workers = match file.conductor.sync_power_state_workers {
+            None => {
+                fallbacks.push(Fallback {
+                    key: keys::CONDUCTOR_SYNC_POWER_STATE_WORKERS,
+                    value: crate::manager::DEFAULT_SYNC_POWER_STATE_WORKERS.to_string(),
+                });
+                crate::manager::DEFAULT_SYNC_POWER_STATE_WORKERS
+            }
+            Some(0) => {
+                return Err(ConfigError::new(
+                    keys::CONDUCTOR_SYNC_POWER_STATE_WORKERS,
+                    "must be at least 1",
+                ))
+            }
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        };
         let shutdown_grace = match api.shutdown_grace {
             None => DEFAULT_SHUTDOWN_GRACE,
             Some(s) => Duration::from_secs(s),
@@ -512,6 +528,7 @@ impl Settings {
             public_url: api.public_url,
             max_body,
             max_limit,
+            sync_power_state_workers,
             shutdown_grace,
             api_limits,
             callback_failures,

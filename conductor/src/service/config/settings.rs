@@ -128,6 +128,8 @@ pub struct Settings {
     pub automated_clean: bool,
     /// `deploy.power_sync_interval`.
     pub power_sync_interval: Duration,
+    /// `conductor.sync_power_state_workers`.
+    pub sync_power_state_workers: usize,
     /// `deploy.container`.
     pub container: String,
     /// `deploy.conductor_name`.

@@ -331,6 +331,16 @@ fn iscsi_chap_is_both_keys_or_neither_and_its_secret_is_never_shown() {
 }
 
 #[test]
+fn sync_power_state_workers_defaults_to_ironics_eight_and_refuses_zero() {
+    let s = resolve("").expect("defaults");
+    assert_eq!(s.sync_power_state_workers, 8);
+    let s = resolve("[conductor]\nsync_power_state_workers = 32\n").expect("32");
+    assert_eq!(s.sync_power_state_workers, 32);
+    let err = resolve("[conductor]\nsync_power_state_workers = 0\n").expect_err("zero");
+    assert_eq!(err.key, keys::CONDUCTOR_SYNC_POWER_STATE_WORKERS);
+}
+
+#[test]
 fn a_database_url_chooses_postgresql_and_its_password_is_never_shown() {
     let s = resolve("").expect("defaults");
     assert_eq!(s.store, StoreKind::Sqlite);

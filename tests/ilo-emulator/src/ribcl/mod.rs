@@ -527,6 +527,7 @@ mod tests {
             Arc::new(ServerConfig::default()),
             Arc::new(InMemoryBackend),
             MediaFetcher::new().expect("client"),
+            Arc::default(),
         )
     }
 
