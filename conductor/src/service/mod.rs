@@ -72,9 +72,15 @@ pub struct ServeArgs {
     pub check_config: bool,
 }
 
+/// Threads tokio's blocking pool may start: file work, bcrypt checks, an iSCSI write's reader
+/// and writer, qcow2 conversions. The stores never use it (SQLite has a thread of its own,
+/// PostgreSQL is async), so a full pool slows those jobs and never the API's store calls.
+pub const MAX_BLOCKING_THREADS: usize = 512;
+
 /// Runs `serve` on a new tokio runtime (the binary's entry point).
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .max_blocking_threads(MAX_BLOCKING_THREADS)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
@@ -475,6 +481,13 @@ fn raise_open_files_limit() {
         hard = limit.rlim_max,
         was,
         "open-files limit"
+    );
+    tracing::info!(
+        workers = tokio::runtime::Handle::try_current()
+            .map(|h| h.metrics().num_workers())
+            .unwrap_or(0),
+        max_blocking = MAX_BLOCKING_THREADS,
+        "runtime threads"
     );
 }
 

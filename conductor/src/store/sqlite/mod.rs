@@ -1,9 +1,10 @@
 //! The embedded store: one SQLite file in the state directory (docs/architecture.md §8).
 //!
 //! # Design
-//! rusqlite is blocking, so every call runs on tokio's blocking pool with the one connection
-//! behind a `std::sync::Mutex`: calls are serialised, which SQLite does anyway for writers, and
-//! the async runtime never waits on disk. Each [`Store`] method is one transaction; the ones that
+//! rusqlite is blocking, so every call runs on the store's own thread ([`worker`]), one at a time
+//! and in order: calls are serialised, which SQLite does anyway for writers, the async runtime
+//! never waits on disk, and a thousand waiting calls are a thousand queued closures, not a
+//! thousand parked threads. Each [`Store`] method is one transaction; the ones that
 //! read after writing (reserve) take the write lock first (`BEGIN IMMEDIATE`) so another process
 //! on the same file cannot slip in between.
 //!
@@ -31,9 +32,10 @@ mod schema;
 mod select;
 #[cfg(test)]
 mod tests;
+mod worker;
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rusqlite::types::Value;
@@ -58,7 +60,11 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// The SQLite store. Cheap to share: hold it as `Arc<dyn Store>`.
 #[derive(Debug)]
 pub struct SqliteStore {
+    /// The connection, locked by the store's thread for each call (tests hold the lock to stall
+    /// that thread).
+    #[cfg_attr(not(test), allow(dead_code))]
     conn: Arc<Mutex<Connection>>,
+    worker: worker::Worker,
 }
 
 impl SqliteStore {
@@ -99,12 +105,12 @@ impl SqliteStore {
             .map_err(|e| context("turning foreign keys on", e))?;
         schema::migrate(&mut conn)
             .map_err(|e| StoreError::Database(format!("{name}: {}", strip_db(e))))?;
-        Ok(Arc::new(SqliteStore {
-            conn: Arc::new(Mutex::new(conn)),
-        }))
+        let conn = Arc::new(Mutex::new(conn));
+        let worker = worker::Worker::start(Arc::clone(&conn))?;
+        Ok(Arc::new(SqliteStore { conn, worker }))
     }
 
-    /// Runs `f` with the connection on the blocking pool.
+    /// Runs `f` with the connection on the store's thread.
     async fn run<T, F>(&self, what: &'static str, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
@@ -113,20 +119,14 @@ impl SqliteStore {
         self.spawn(f).await.map_err(|e| task_failed(what, e))?
     }
 
-    /// Starts `f` with the connection on the blocking pool. It runs to its end even when the
+    /// Starts `f` with the connection on the store's thread. It runs to its end even when the
     /// caller stops waiting: a transaction is never cut in half.
     fn spawn<T, F>(&self, f: F) -> JoinHandle<Result<T, StoreError>>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
     {
-        let conn = Arc::clone(&self.conn);
-        tokio::task::spawn_blocking(move || {
-            // A poisoned lock means an earlier call panicked; its transaction was rolled back
-            // when it unwound, so the connection is still good to use.
-            let mut guard = conn.lock().unwrap_or_else(PoisonError::into_inner);
-            f(&mut guard)
-        })
+        self.worker.spawn(f)
     }
 }
 
@@ -328,16 +328,14 @@ impl Store for SqliteStore {
             tx.commit().map_err(|e| db(&what(), e))?;
             Ok(node)
         });
-        let conn = Arc::clone(&self.conn);
+        let worker = self.worker.clone();
         let holder = holder.to_string();
         let release: crate::store::abandoned::Release = Box::new(move |uuid| {
             Box::pin(async move {
-                tokio::task::spawn_blocking(move || {
-                    let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-                    release(&conn, uuid, &holder)
-                })
-                .await
-                .map_err(|e| task_failed("releasing a node", e))?
+                worker
+                    .spawn(move |conn| release(conn, uuid, &holder))
+                    .await
+                    .map_err(|e| task_failed("releasing a node", e))?
             })
         });
         crate::store::abandoned::reserve_to_the_end(handle, release).await

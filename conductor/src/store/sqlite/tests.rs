@@ -321,3 +321,64 @@ async fn a_version_1_database_keeps_its_nodes_on_their_drivers_default_interface
     let interfaces = crate::node::hardware_type::NodeInterfaces::of(&node).expect("resolves");
     assert_eq!(interfaces.deploy, "iscsi");
 }
+
+/// Threads of this process now (`/proc/self/task`).
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("reading /proc/self/task")
+        .count()
+}
+
+/// 500 calls at once wait in the store's queue, not on threads of their own: the process
+/// stays within a few threads of where it started (on tokio's blocking pool each waiting call
+/// held a thread, up to 512).
+#[test]
+fn a_burst_of_calls_queues_without_a_thread_each() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = TempDir::new().expect("temp dir");
+    let store: Arc<dyn Store> = SqliteStore::open(&db_path(&dir)).expect("opening");
+    runtime.block_on(async {
+        for i in 0..20 {
+            store
+                .create_node(&full_node(&format!("burst-{i}")))
+                .await
+                .expect("creating");
+        }
+    });
+    let before = threads();
+    let peak = Arc::new(std::sync::atomic::AtomicUsize::new(before));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (peak, done) = (Arc::clone(&peak), Arc::clone(&done));
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                peak.fetch_max(threads(), std::sync::atomic::Ordering::SeqCst);
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        })
+    };
+    runtime.block_on(async {
+        let calls: Vec<_> = (0..500)
+            .map(|_| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move { store.list_nodes(&Default::default()).await })
+            })
+            .collect();
+        for call in calls {
+            let nodes = call.await.expect("task").expect("listing");
+            assert_eq!(nodes.len(), 20);
+        }
+    });
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    sampler.join().expect("sampler");
+    let peak = peak.load(std::sync::atomic::Ordering::SeqCst);
+    // The sampler itself is one more thread.
+    assert!(
+        peak <= before + 4,
+        "{peak} threads at the busiest, {before} before the burst"
+    );
+}
