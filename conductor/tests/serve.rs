@@ -1499,6 +1499,21 @@ fn kill_mid_burst(store: &CrashStore) {
                 .expect("the node list as JSON");
             let nodes = list["nodes"].as_array().expect("a node list");
             assert!(nodes.len() >= SEEDS, "{list}");
+            // The restarted conductor took its own row again: one conductor, alive.
+            let conductors: serde_json::Value = http
+                .get(format!("{url}/v1/conductors"))
+                .header(VERSION.0, VERSION.1)
+                .send()
+                .await
+                .expect("listing conductors")
+                .json()
+                .await
+                .expect("the conductor list as JSON");
+            let rows = conductors["conductors"]
+                .as_array()
+                .expect("a conductor list");
+            assert_eq!(rows.len(), 1, "round {round}: {conductors}");
+            assert_eq!(rows[0]["alive"], true, "round {round}: {conductors}");
             for node in nodes {
                 assert!(
                     node["reservation"].is_null() && node["target_power_state"].is_null(),

@@ -31,6 +31,7 @@ use crate::manager::Manager;
 use crate::net::failed_checks::{FailedChecks, FailureLimits};
 
 mod body;
+mod conductors;
 mod drivers;
 mod error;
 mod list;
@@ -227,6 +228,8 @@ fn resources() -> Router<Arc<ApiState>> {
             "/ports/{port}",
             get(ports::show).patch(ports::update).delete(ports::delete),
         )
+        .route("/conductors", get(conductors::list))
+        .route("/conductors/{hostname}", get(conductors::show))
         .route("/drivers", get(drivers::list))
         .route("/drivers/{name}", get(drivers::show))
         .route("/drivers/{name}/properties", get(drivers::properties))

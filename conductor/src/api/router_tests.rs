@@ -411,6 +411,41 @@ mod nodes {
         }
     }
 
+    /// `GET /v1/conductors` (1.49) lists the registered conductors, `detail` adds drivers and
+    /// times; below 1.49 the resource does not exist.
+    #[tokio::test]
+    async fn conductors_are_listed_from_their_registrations() {
+        let (router, store) = app();
+        let now = crate::store::now();
+        store
+            .register_conductor(&crate::store::ConductorRecord {
+                hostname: "cond-x".into(),
+                conductor_group: "rack-7".into(),
+                drivers: vec!["agent_ilo".into()],
+                created_at: now,
+                updated_at: now,
+            })
+            .await
+            .expect("registering");
+        let reply = call(&router, Method::GET, "/v1/conductors", None).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.json);
+        let list = reply.json["conductors"].as_array().expect("a list").clone();
+        assert_eq!(list.len(), 1, "{}", reply.json);
+        assert_eq!(list[0]["hostname"], "cond-x");
+        assert_eq!(list[0]["conductor_group"], "rack-7");
+        assert_eq!(list[0]["alive"], true);
+        assert!(list[0].get("drivers").is_none(), "short form: {}", list[0]);
+        let reply = call(&router, Method::GET, "/v1/conductors?detail=true", None).await;
+        assert_eq!(reply.json["conductors"][0]["drivers"], json!(["agent_ilo"]));
+        let reply = call(&router, Method::GET, "/v1/conductors/cond-x", None).await;
+        assert_eq!(reply.json["hostname"], "cond-x");
+        assert!(reply.json["updated_at"].is_string(), "{}", reply.json);
+        let reply = call(&router, Method::GET, "/v1/conductors/nobody", None).await;
+        assert_fault(&reply, StatusCode::NOT_FOUND, "nobody");
+        let reply = call_raw(&router, Method::GET, "/v1/conductors", Some("1.48"), None).await;
+        assert_eq!(reply.status, StatusCode::NOT_FOUND);
+    }
+
     /// Following `next` links walks the whole list in the asked order, filters kept, and a
     /// page never holds more than `api.max_limit` records.
     #[tokio::test]

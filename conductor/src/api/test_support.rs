@@ -99,6 +99,9 @@ pub(super) fn app_with(options: super::ApiOptions) -> (axum::Router, TestStore) 
             automated_clean: false,
             conductor_name: CONDUCTOR.into(),
             sync_power_state_workers: crate::manager::DEFAULT_SYNC_POWER_STATE_WORKERS,
+            conductor_group: String::new(),
+            heartbeat_interval: crate::manager::DEFAULT_HEARTBEAT_INTERVAL,
+            heartbeat_timeout: crate::manager::DEFAULT_HEARTBEAT_TIMEOUT,
         },
     ));
     let router = super::router(

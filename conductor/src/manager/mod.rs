@@ -34,6 +34,7 @@ use crate::objects::ObjectStore;
 use crate::states::{NodePower, ProvisionVerb};
 use crate::store::{Node, NodeIdent, Store};
 
+mod conductors;
 mod error;
 mod heartbeat;
 mod management;
@@ -66,7 +67,18 @@ pub struct ManagerConfig {
     /// BMCs a power sync pass reads at once (`conductor.sync_power_state_workers`, Ironic's
     /// name and default, 8).
     pub sync_power_state_workers: usize,
+    /// `conductor.conductor_group` (empty: the default group).
+    pub conductor_group: String,
+    /// How often this conductor heartbeats in the database (`conductor.heartbeat_interval`).
+    pub heartbeat_interval: Duration,
+    /// A conductor whose heartbeat is older is dead (`conductor.heartbeat_timeout`).
+    pub heartbeat_timeout: Duration,
 }
+
+/// Ironic's default `heartbeat_interval`.
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(10);
+/// Ironic's default `heartbeat_timeout`.
+pub const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Ironic's default `sync_power_state_workers`.
 pub const DEFAULT_SYNC_POWER_STATE_WORKERS: usize = 8;
@@ -305,7 +317,9 @@ impl Manager {
         self: &Arc<Self>,
         shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> Result<(), ManagerError> {
+        conductors::register(&self.core).await?;
         recovery::recover(&self.core).await?;
+        tokio::spawn(conductors::run(self.core.clone(), shutdown.clone()));
         tokio::spawn(sync::run(self.core.clone(), shutdown.clone()));
         tokio::spawn(timeouts::run(self.core.clone(), shutdown));
         Ok(())

@@ -331,6 +331,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             automated_clean: settings.automated_clean,
             conductor_name: settings.conductor_name.clone(),
             sync_power_state_workers: settings.sync_power_state_workers,
+            conductor_group: settings.conductor_group.clone(),
+            heartbeat_interval: settings.heartbeat_interval,
+            heartbeat_timeout: settings.heartbeat_timeout,
         },
     ));
     manager

@@ -190,6 +190,23 @@ pub struct Port {
     pub updated_at: Option<OffsetDateTime>,
 }
 
+/// A conductor as the database knows it (Ironic's `conductors` table): one row per running
+/// conductor, kept fresh by its heartbeat; a row whose heartbeat is older than
+/// `conductor.heartbeat_timeout` is a conductor that died.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConductorRecord {
+    /// Its name (`deploy.conductor_name`, the host name by default), unique.
+    pub hostname: String,
+    /// `conductor.conductor_group` (empty: the default group).
+    pub conductor_group: String,
+    /// The drivers (hardware types) it runs.
+    pub drivers: Vec<String>,
+    /// When it first registered.
+    pub created_at: OffsetDateTime,
+    /// Its last heartbeat (or registration).
+    pub updated_at: OffsetDateTime,
+}
+
 /// A node named by UUID or by logical name, as the API's `{node_ident}` allows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeIdent {
@@ -354,4 +371,14 @@ pub trait Store: Send + Sync + 'static {
     async fn update_port(&self, port: &Port) -> Result<(), StoreError>;
     /// Removes a port.
     async fn delete_port(&self, uuid: Uuid) -> Result<(), StoreError>;
+    /// Records `conductor` as running: a new row, or the row of its earlier run brought up to
+    /// date (its `created_at` kept); `updated_at` is now.
+    async fn register_conductor(&self, conductor: &ConductorRecord) -> Result<(), StoreError>;
+    /// Sets the conductor's `updated_at` to now; `NotFound` when it is not registered (another
+    /// conductor removed it as dead: it registers again).
+    async fn heartbeat_conductor(&self, hostname: &str) -> Result<(), StoreError>;
+    /// Every registered conductor, by host name.
+    async fn list_conductors(&self) -> Result<Vec<ConductorRecord>, StoreError>;
+    /// Removes the conductor's row (a clean shutdown); a no-op when it has none.
+    async fn unregister_conductor(&self, hostname: &str) -> Result<(), StoreError>;
 }

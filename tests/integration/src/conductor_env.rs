@@ -452,6 +452,9 @@ impl ConductorBuilder {
                 conductor_name: CONDUCTOR.into(),
                 sync_power_state_workers:
                     vmdeploy_conductor::manager::DEFAULT_SYNC_POWER_STATE_WORKERS,
+                conductor_group: String::new(),
+                heartbeat_interval: vmdeploy_conductor::manager::DEFAULT_HEARTBEAT_INTERVAL,
+                heartbeat_timeout: vmdeploy_conductor::manager::DEFAULT_HEARTBEAT_TIMEOUT,
             },
         ));
         let flow = (self.flow)(context);

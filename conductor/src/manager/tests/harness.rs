@@ -184,6 +184,9 @@ pub(super) fn config(callback_timeout: Duration, sync: Duration) -> ManagerConfi
         automated_clean: false,
         conductor_name: "cond-test".into(),
         sync_power_state_workers: crate::manager::DEFAULT_SYNC_POWER_STATE_WORKERS,
+        conductor_group: String::new(),
+        heartbeat_interval: crate::manager::DEFAULT_HEARTBEAT_INTERVAL,
+        heartbeat_timeout: crate::manager::DEFAULT_HEARTBEAT_TIMEOUT,
     }
 }
 

@@ -174,6 +174,12 @@ pub enum StoreKind {
 pub struct ConductorSection {
     /// `sync_power_state_workers`.
     pub sync_power_state_workers: Option<u64>,
+    /// `conductor_group`.
+    pub conductor_group: Option<String>,
+    /// `heartbeat_interval`, seconds.
+    pub heartbeat_interval: Option<u64>,
+    /// `heartbeat_timeout`, seconds.
+    pub heartbeat_timeout: Option<u64>,
 }
 
 /// `[database]`: the PostgreSQL server.

@@ -39,6 +39,12 @@ pub const AUTH_HTPASSWD: &str = "auth.htpasswd";
 pub const STATE_DIR: &str = "state.dir";
 /// BMCs a power sync pass reads at once.
 pub const CONDUCTOR_SYNC_POWER_STATE_WORKERS: &str = "conductor.sync_power_state_workers";
+/// This conductor's group (nodes of a group are run by its conductors).
+pub const CONDUCTOR_GROUP: &str = "conductor.conductor_group";
+/// Seconds between this conductor's heartbeats in the database.
+pub const CONDUCTOR_HEARTBEAT_INTERVAL: &str = "conductor.heartbeat_interval";
+/// Seconds after which a conductor without a heartbeat is dead.
+pub const CONDUCTOR_HEARTBEAT_TIMEOUT: &str = "conductor.heartbeat_timeout";
 /// The node store: `sqlite` or `postgresql` (the default follows `database.url`).
 pub const STORE_KIND: &str = "store.kind";
 /// PostgreSQL: `postgresql://user@host:port/database?sslmode=...`.
@@ -154,6 +160,9 @@ pub const ALL: &[&str] = &[
     AUTH_HTPASSWD,
     STATE_DIR,
     CONDUCTOR_SYNC_POWER_STATE_WORKERS,
+    CONDUCTOR_GROUP,
+    CONDUCTOR_HEARTBEAT_INTERVAL,
+    CONDUCTOR_HEARTBEAT_TIMEOUT,
     STORE_KIND,
     DATABASE_URL,
     DATABASE_PASSWORD_FILE,

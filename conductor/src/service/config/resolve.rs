@@ -262,6 +262,37 @@ impl Settings {
             }
             Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
         };
+        let conductor_group = file.conductor.conductor_group.clone().unwrap_or_default();
+        if !conductor_group
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+            || conductor_group.len() > 255
+        {
+            return Err(ConfigError::new(
+                keys::CONDUCTOR_GROUP,
+                "letters, digits, '-', '.' and '_' only, at most 255 (Ironic's rule)",
+            ));
+        }
+        let heartbeat_interval = seconds(
+            keys::CONDUCTOR_HEARTBEAT_INTERVAL,
+            file.conductor.heartbeat_interval,
+            crate::manager::DEFAULT_HEARTBEAT_INTERVAL,
+        )?;
+        let heartbeat_timeout = seconds(
+            keys::CONDUCTOR_HEARTBEAT_TIMEOUT,
+            file.conductor.heartbeat_timeout,
+            crate::manager::DEFAULT_HEARTBEAT_TIMEOUT,
+        )?;
+        if heartbeat_timeout <= heartbeat_interval {
+            return Err(ConfigError::new(
+                keys::CONDUCTOR_HEARTBEAT_TIMEOUT,
+                format!(
+                    "must be longer than conductor.heartbeat_interval ({} s), or every \
+                     conductor would look dead between two heartbeats",
+                    heartbeat_interval.as_secs()
+                ),
+            ));
+        }
         let shutdown_grace = match api.shutdown_grace {
             None => DEFAULT_SHUTDOWN_GRACE,
             Some(s) => Duration::from_secs(s),
@@ -529,6 +560,9 @@ impl Settings {
             max_body,
             max_limit,
             sync_power_state_workers,
+            conductor_group,
+            heartbeat_interval,
+            heartbeat_timeout,
             shutdown_grace,
             api_limits,
             callback_failures,

@@ -130,6 +130,12 @@ pub struct Settings {
     pub power_sync_interval: Duration,
     /// `conductor.sync_power_state_workers`.
     pub sync_power_state_workers: usize,
+    /// `conductor.conductor_group`.
+    pub conductor_group: String,
+    /// `conductor.heartbeat_interval`.
+    pub heartbeat_interval: Duration,
+    /// `conductor.heartbeat_timeout`.
+    pub heartbeat_timeout: Duration,
     /// `deploy.container`.
     pub container: String,
     /// `deploy.conductor_name`.

@@ -36,7 +36,10 @@ use self::errors::{classify, node_write_error, pool_error, port_write_error};
 use self::rows::{node_from_row, node_values, port_from_row, port_values, refs, Param};
 use super::columns::{NODE_COLUMNS, NODE_WRITABLE, PORT_COLUMNS};
 use super::order::{after_marker, order_by, Dialect, Order};
-use super::{normalise_mac, Node, NodeFilter, NodeIdent, Port, PortFilter, Store, StoreError};
+use super::{
+    normalise_mac, ConductorRecord, Node, NodeFilter, NodeIdent, Port, PortFilter, Store,
+    StoreError,
+};
 
 /// The PostgreSQL store. Cheap to share: hold it as `Arc<dyn Store>`.
 #[derive(Clone)]
@@ -490,6 +493,72 @@ impl Store for PostgresStore {
         if changed == 0 {
             return Err(StoreError::port_not_found(port.uuid));
         }
+        Ok(())
+    }
+
+    async fn register_conductor(&self, conductor: &ConductorRecord) -> Result<(), StoreError> {
+        let what = format!("registering conductor {}", conductor.hostname);
+        let drivers = serde_json::to_string(&conductor.drivers)
+            .map_err(|e| StoreError::Database(format!("encoding the drivers: {e}")))?;
+        self.execute(
+            &what,
+            "INSERT INTO conductors (hostname, conductor_group, drivers, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $4) \
+             ON CONFLICT (hostname) DO UPDATE SET conductor_group = excluded.conductor_group, \
+             drivers = excluded.drivers, updated_at = excluded.updated_at",
+            &[
+                &conductor.hostname,
+                &conductor.conductor_group,
+                &drivers,
+                &super::now(),
+            ],
+            |e| classify(&what, e),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn heartbeat_conductor(&self, hostname: &str) -> Result<(), StoreError> {
+        let what = format!("heartbeat of conductor {hostname}");
+        let changed = self
+            .execute(
+                &what,
+                "UPDATE conductors SET updated_at = $1 WHERE hostname = $2",
+                &[&super::now(), &hostname],
+                |e| classify(&what, e),
+            )
+            .await?;
+        if changed == 0 {
+            return Err(StoreError::NotFound {
+                kind: "conductor",
+                ident: hostname.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn list_conductors(&self) -> Result<Vec<ConductorRecord>, StoreError> {
+        self.query(
+            "listing conductors",
+            "SELECT hostname, conductor_group, drivers, created_at, updated_at \
+             FROM conductors ORDER BY hostname COLLATE \"C\"",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(rows::conductor_from_row)
+        .collect()
+    }
+
+    async fn unregister_conductor(&self, hostname: &str) -> Result<(), StoreError> {
+        let what = format!("unregistering conductor {hostname}");
+        self.execute(
+            &what,
+            "DELETE FROM conductors WHERE hostname = $1",
+            &[&hostname],
+            |e| classify(&what, e),
+        )
+        .await?;
         Ok(())
     }
 

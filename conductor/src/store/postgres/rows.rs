@@ -105,6 +105,18 @@ pub(super) fn port_from_row(row: &Row) -> Result<Port, StoreError> {
     })
 }
 
+/// Reads `hostname, conductor_group, drivers, created_at, updated_at` of `conductors`.
+pub(super) fn conductor_from_row(row: &Row) -> Result<crate::store::ConductorRecord, StoreError> {
+    let drivers: &str = get(row, 2)?;
+    Ok(crate::store::ConductorRecord {
+        hostname: get(row, 0)?,
+        conductor_group: get(row, 1)?,
+        drivers: serde_json::from_str(drivers).map_err(|e| bad_column(row, 2, e))?,
+        created_at: get(row, 3)?,
+        updated_at: get(row, 4)?,
+    })
+}
+
 /// A JSON object as text.
 fn json(object: &JsonObject) -> Result<String, StoreError> {
     serde_json::to_string(object)

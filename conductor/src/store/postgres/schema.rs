@@ -19,7 +19,7 @@ use super::errors::classify;
 use crate::store::StoreError;
 
 /// The numbered steps, oldest first; versions are 1, 2, 3... without gaps.
-pub(super) const MIGRATIONS: &[(i64, &str)] = &[(1, V1_NODES_PORTS)];
+pub(super) const MIGRATIONS: &[(i64, &str)] = &[(1, V1_NODES_PORTS), (2, V2_CONDUCTORS)];
 
 /// The key of the advisory lock migrations hold (any fixed number; this one spells "vmdeploy").
 const MIGRATION_LOCK: i64 = 0x766d_6465_706c_6f79;
@@ -68,6 +68,18 @@ CREATE TABLE ports (
     updated_at timestamptz
 );
 CREATE INDEX ports_node_uuid ON ports (node_uuid);
+";
+
+/// The conductors that share the database, and their heartbeats. `drivers` is a JSON array.
+const V2_CONDUCTORS: &str = "
+CREATE TABLE conductors (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    hostname text NOT NULL CONSTRAINT conductors_hostname_unique UNIQUE,
+    conductor_group text NOT NULL DEFAULT '',
+    drivers text NOT NULL,
+    created_at timestamptz NOT NULL,
+    updated_at timestamptz NOT NULL
+);
 ";
 
 /// The newest schema version this code knows.

@@ -52,7 +52,7 @@ use self::rows::{
     NODE_WRITABLE, PORT_COLUMNS,
 };
 use self::select::ListQuery;
-use super::{Node, NodeFilter, NodeIdent, Port, PortFilter, Store, StoreError};
+use super::{ConductorRecord, Node, NodeFilter, NodeIdent, Port, PortFilter, Store, StoreError};
 
 /// How long a call waits for another process's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -459,6 +459,76 @@ impl Store for SqliteStore {
             if changed == 0 {
                 return Err(port_not_found(port.uuid));
             }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn register_conductor(&self, conductor: &ConductorRecord) -> Result<(), StoreError> {
+        let conductor = conductor.clone();
+        self.run("registering the conductor", move |conn| {
+            let drivers = serde_json::to_string(&conductor.drivers)
+                .map_err(|e| StoreError::Database(format!("encoding the drivers: {e}")))?;
+            conn.execute(
+                "INSERT INTO conductors (hostname, conductor_group, drivers, created_at, \
+                 updated_at) VALUES (?1, ?2, ?3, ?4, ?4) \
+                 ON CONFLICT (hostname) DO UPDATE SET conductor_group = excluded.conductor_group, \
+                 drivers = excluded.drivers, updated_at = excluded.updated_at",
+                params_from_iter([
+                    Value::Text(conductor.hostname.clone()),
+                    Value::Text(conductor.conductor_group.clone()),
+                    Value::Text(drivers),
+                    now()?,
+                ]),
+            )
+            .map_err(|e| db(&format!("registering conductor {}", conductor.hostname), e))?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn heartbeat_conductor(&self, hostname: &str) -> Result<(), StoreError> {
+        let hostname = hostname.to_string();
+        self.run("the conductor's heartbeat", move |conn| {
+            let changed = conn
+                .execute(
+                    "UPDATE conductors SET updated_at = ?1 WHERE hostname = ?2",
+                    params_from_iter([now()?, Value::Text(hostname.clone())]),
+                )
+                .map_err(|e| db(&format!("heartbeat of conductor {hostname}"), e))?;
+            if changed == 0 {
+                return Err(StoreError::NotFound {
+                    kind: "conductor",
+                    ident: hostname,
+                });
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn list_conductors(&self) -> Result<Vec<ConductorRecord>, StoreError> {
+        self.run("listing conductors", move |conn| {
+            let mut stmt = conn
+                .prepare(
+                    "SELECT hostname, conductor_group, drivers, created_at, updated_at \
+                     FROM conductors ORDER BY hostname",
+                )
+                .map_err(|e| db("listing conductors", e))?;
+            let rows = stmt
+                .query_map([], rows::conductor_from_row)
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| db("listing conductors", e))?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    async fn unregister_conductor(&self, hostname: &str) -> Result<(), StoreError> {
+        let hostname = hostname.to_string();
+        self.run("unregistering the conductor", move |conn| {
+            conn.execute("DELETE FROM conductors WHERE hostname = ?1", [&hostname])
+                .map_err(|e| db(&format!("unregistering conductor {hostname}"), e))?;
             Ok(())
         })
         .await

@@ -70,6 +70,18 @@ pub(super) fn node_from_row(row: &Row<'_>) -> rusqlite::Result<Node> {
     })
 }
 
+/// Reads `hostname, conductor_group, drivers, created_at, updated_at` of `conductors`.
+pub(super) fn conductor_from_row(row: &Row<'_>) -> rusqlite::Result<crate::store::ConductorRecord> {
+    let drivers: String = row.get(2)?;
+    Ok(crate::store::ConductorRecord {
+        hostname: row.get(0)?,
+        conductor_group: row.get(1)?,
+        drivers: serde_json::from_str(&drivers).map_err(|e| bad_column(2, e))?,
+        created_at: time_from(row, 3)?,
+        updated_at: time_from(row, 4)?,
+    })
+}
+
 /// Reads a row of [`PORT_COLUMNS`].
 pub(super) fn port_from_row(row: &Row<'_>) -> rusqlite::Result<Port> {
     Ok(Port {

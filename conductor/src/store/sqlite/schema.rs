@@ -14,7 +14,11 @@ use time::OffsetDateTime;
 use crate::store::StoreError;
 
 /// The numbered steps, oldest first; versions are 1, 2, 3... without gaps.
-pub(super) const MIGRATIONS: &[(i64, &str)] = &[(1, V1_NODES_PORTS), (2, V2_NODE_INTERFACES)];
+pub(super) const MIGRATIONS: &[(i64, &str)] = &[
+    (1, V1_NODES_PORTS),
+    (2, V2_NODE_INTERFACES),
+    (3, V3_CONDUCTORS),
+];
 
 /// The newest schema version this code knows.
 pub(super) fn latest_version() -> i64 {
@@ -71,6 +75,18 @@ CREATE INDEX ports_node_uuid ON ports (node_uuid);
 const V2_NODE_INTERFACES: &str = "
 ALTER TABLE nodes ADD COLUMN boot_interface TEXT;
 ALTER TABLE nodes ADD COLUMN deploy_interface TEXT;
+";
+
+/// The conductors that share the database, and their heartbeats. `drivers` is a JSON array.
+const V3_CONDUCTORS: &str = "
+CREATE TABLE conductors (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    hostname TEXT NOT NULL UNIQUE,
+    conductor_group TEXT NOT NULL DEFAULT '',
+    drivers TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
 ";
 
 /// Brings the schema up to [`latest_version`]; refuses a database newer than that.

@@ -72,6 +72,80 @@ pub async fn store_contract_suite(store: Arc<dyn Store>) {
     ports(&*store).await;
     reservation_race(Arc::clone(&store)).await;
     release_rules(&*store).await;
+    conductors(&*store).await;
+}
+
+/// Registration, heartbeats, a second run of the same host, and a clean shutdown.
+async fn conductors(store: &dyn Store) {
+    use super::ConductorRecord;
+    let record = |host: &str, group: &str| ConductorRecord {
+        hostname: host.to_string(),
+        conductor_group: group.to_string(),
+        drivers: vec!["agent_ilo".into(), "ilo".into()],
+        created_at: super::now(),
+        updated_at: super::now(),
+    };
+    assert!(store.list_conductors().await.expect("listing").is_empty());
+    assert!(matches!(
+        store.heartbeat_conductor("cond-b").await,
+        Err(StoreError::NotFound {
+            kind: "conductor",
+            ..
+        })
+    ));
+    store
+        .register_conductor(&record("cond-b", "rack-1"))
+        .await
+        .expect("registering b");
+    store
+        .register_conductor(&record("cond-a", ""))
+        .await
+        .expect("registering a");
+    let listed = store.list_conductors().await.expect("listing");
+    let hosts: Vec<&str> = listed.iter().map(|c| c.hostname.as_str()).collect();
+    assert_eq!(hosts, ["cond-a", "cond-b"], "by host name");
+    assert_eq!(listed[1].conductor_group, "rack-1");
+    assert_eq!(listed[1].drivers, ["agent_ilo", "ilo"]);
+    let first = listed[1].clone();
+
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    store
+        .heartbeat_conductor("cond-b")
+        .await
+        .expect("heartbeat");
+    let beat = store.list_conductors().await.expect("listing")[1].clone();
+    assert!(
+        beat.updated_at > first.updated_at,
+        "the heartbeat moves updated_at"
+    );
+    assert_eq!(beat.created_at, first.created_at);
+
+    // The same host starting again: one row, its first registration kept, the rest new.
+    let mut again = record("cond-b", "rack-2");
+    again.drivers = vec!["redfish".into()];
+    store
+        .register_conductor(&again)
+        .await
+        .expect("registering again");
+    let rows = store.list_conductors().await.expect("listing");
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1].created_at, first.created_at);
+    assert_eq!(rows[1].conductor_group, "rack-2");
+    assert_eq!(rows[1].drivers, ["redfish"]);
+
+    store
+        .unregister_conductor("cond-b")
+        .await
+        .expect("unregistering");
+    store
+        .unregister_conductor("cond-b")
+        .await
+        .expect("unregistering twice is a no-op");
+    store
+        .unregister_conductor("cond-a")
+        .await
+        .expect("unregistering");
+    assert!(store.list_conductors().await.expect("listing").is_empty());
 }
 
 async fn create_and_get(store: &dyn Store) {
