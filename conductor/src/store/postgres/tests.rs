@@ -13,7 +13,7 @@ use super::{describe, PostgresConfig, PostgresStore};
 use crate::store::testing::arbitrary::{
     arbitrary_node, arbitrary_port, node_round_trip, ports_round_trip, runtime,
 };
-use crate::store::testing::{full_node, store_contract_suite};
+use crate::store::testing::{full_node, store_contract_suite, two_holders_agree_on_the_lock};
 use crate::store::{NodeIdent, Store, StoreError};
 
 fn socket_config(cluster: &Cluster, database: &str) -> PostgresConfig {
@@ -181,27 +181,7 @@ async fn two_conductors_on_one_database_agree_on_the_lock() {
     let db = cluster.create_database("two_conductors");
     let a = fresh_store_on(&db).await;
     let b = fresh_store_on(&db).await;
-    for round in 0..20 {
-        let node = full_node(&format!("shared-{round}"));
-        a.create_node(&node).await.expect("creating");
-        let (ra, rb) = tokio::join!(
-            a.reserve_node(node.uuid, "conductor-a"),
-            b.reserve_node(node.uuid, "conductor-b"),
-        );
-        let winner = match (&ra, &rb) {
-            (Ok(_), Err(StoreError::Locked { holder, .. })) => {
-                assert_eq!(holder, "conductor-a");
-                "conductor-a"
-            }
-            (Err(StoreError::Locked { holder, .. }), Ok(_)) => {
-                assert_eq!(holder, "conductor-b");
-                "conductor-b"
-            }
-            other => panic!("round {round}: exactly one must win: {other:?}"),
-        };
-        let seen = b.node(&NodeIdent::Uuid(node.uuid)).await.expect("reading");
-        assert_eq!(seen.reservation.as_deref(), Some(winner));
-    }
+    two_holders_agree_on_the_lock(&*a, &*b).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,7 @@ use super::SqliteStore;
 use crate::store::testing::arbitrary::{
     arbitrary_node, arbitrary_port, node_round_trip, ports_round_trip, runtime,
 };
-use crate::store::testing::{full_node, store_contract_suite};
+use crate::store::testing::{full_node, store_contract_suite, two_holders_agree_on_the_lock};
 use crate::store::{Node, NodeIdent, Store, StoreError};
 
 fn db_path(dir: &TempDir) -> std::path::PathBuf {
@@ -260,27 +260,7 @@ async fn two_stores_on_one_file_agree_on_the_lock() {
     let path = db_path(&dir);
     let a = SqliteStore::open(&path).expect("opening a");
     let b = SqliteStore::open(&path).expect("opening b");
-    for round in 0..20 {
-        let node = full_node(&format!("shared-{round}"));
-        a.create_node(&node).await.expect("creating");
-        let (ra, rb) = tokio::join!(
-            a.reserve_node(node.uuid, "conductor-a"),
-            b.reserve_node(node.uuid, "conductor-b"),
-        );
-        let winner = match (&ra, &rb) {
-            (Ok(_), Err(StoreError::Locked { holder, .. })) => {
-                assert_eq!(holder, "conductor-a");
-                "conductor-a"
-            }
-            (Err(StoreError::Locked { holder, .. }), Ok(_)) => {
-                assert_eq!(holder, "conductor-b");
-                "conductor-b"
-            }
-            other => panic!("round {round}: exactly one must win: {other:?}"),
-        };
-        let seen = b.node(&NodeIdent::Uuid(node.uuid)).await.expect("reading");
-        assert_eq!(seen.reservation.as_deref(), Some(winner));
-    }
+    two_holders_agree_on_the_lock(&*a, &*b).await;
 }
 
 #[tokio::test]

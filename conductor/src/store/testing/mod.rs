@@ -75,6 +75,32 @@ pub async fn store_contract_suite(store: Arc<dyn Store>) {
     conductors(&*store).await;
 }
 
+/// Two stores on one database (two conductors, or a conductor and the CLI) racing for the same
+/// node, 20 times: exactly one wins each time, the other sees it as the holder.
+pub async fn two_holders_agree_on_the_lock(a: &dyn Store, b: &dyn Store) {
+    for round in 0..20 {
+        let node = full_node(&format!("shared-{round}"));
+        a.create_node(&node).await.expect("creating");
+        let (ra, rb) = tokio::join!(
+            a.reserve_node(node.uuid, "conductor-a"),
+            b.reserve_node(node.uuid, "conductor-b"),
+        );
+        let winner = match (&ra, &rb) {
+            (Ok(_), Err(StoreError::Locked { holder, .. })) => {
+                assert_eq!(holder, "conductor-a");
+                "conductor-a"
+            }
+            (Err(StoreError::Locked { holder, .. }), Ok(_)) => {
+                assert_eq!(holder, "conductor-b");
+                "conductor-b"
+            }
+            other => panic!("round {round}: exactly one must win: {other:?}"),
+        };
+        let seen = b.node(&NodeIdent::Uuid(node.uuid)).await.expect("reading");
+        assert_eq!(seen.reservation.as_deref(), Some(winner));
+    }
+}
+
 /// Registration, heartbeats, a second run of the same host, and a clean shutdown.
 async fn conductors(store: &dyn Store) {
     use super::ConductorRecord;
