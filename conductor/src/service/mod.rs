@@ -696,21 +696,34 @@ const DATABASE_START_WAIT: std::time::Duration = std::time::Duration::from_secs(
 async fn open_postgres(
     config: &crate::store::postgres::PostgresConfig,
 ) -> anyhow::Result<Arc<crate::store::postgres::PostgresStore>> {
+    use crate::net::retry::{RetryError, RetryPolicy};
     use crate::store::postgres::PostgresStore;
     use crate::store::StoreError;
-    let started = tokio::time::Instant::now();
-    let mut pause = std::time::Duration::from_millis(500);
-    loop {
-        match PostgresStore::open(config).await {
-            Ok(store) => return Ok(store),
-            Err(StoreError::Unavailable(why)) if started.elapsed() < DATABASE_START_WAIT => {
-                tracing::warn!(error = %why, retry_in_ms = pause.as_millis() as u64, "PostgreSQL not reachable yet");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(std::time::Duration::from_secs(5));
-            }
-            Err(e) => return Err(anyhow::anyhow!("opening the PostgreSQL store: {e}")),
-        }
-    }
+    let policy = RetryPolicy::new(u32::MAX, std::time::Duration::from_millis(500))
+        .capped_at(std::time::Duration::from_secs(5))
+        .with_deadline(DATABASE_START_WAIT);
+    policy
+        .run(
+            |e: &StoreError| matches!(e, StoreError::Unavailable(_)),
+            |retry| {
+                tracing::warn!(
+                    error = %retry.error, retry_in_ms = retry.pause.as_millis() as u64,
+                    "PostgreSQL not reachable yet"
+                )
+            },
+            |_| PostgresStore::open(config),
+        )
+        .await
+        .map_err(|e| match e {
+            RetryError::DeadlineExceeded { attempts } => anyhow::anyhow!(
+                "opening the PostgreSQL store: not reachable within {} s ({attempts} attempts)",
+                DATABASE_START_WAIT.as_secs()
+            ),
+            other => match other.into_last() {
+                Some(e) => anyhow::anyhow!("opening the PostgreSQL store: {e}"),
+                None => anyhow::anyhow!("opening the PostgreSQL store failed"),
+            },
+        })
 }
 
 /// The object store of `[objects]`: the built-in store, started here on its own HTTPS port

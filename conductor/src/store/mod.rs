@@ -25,6 +25,7 @@ use crate::states::{NodePower, ProvisionState};
 mod abandoned;
 mod broken;
 mod columns;
+mod filter;
 pub mod order;
 pub mod postgres;
 pub mod sqlite;

@@ -35,6 +35,7 @@ pub use self::connect::{describe, parse_url, PostgresConfig};
 use self::errors::{classify, node_write_error, pool_error, port_write_error};
 use self::rows::{node_from_row, node_values, port_from_row, port_values, refs, Param};
 use super::columns::{NODE_COLUMNS, NODE_WRITABLE, PORT_COLUMNS};
+use super::filter::{node_clauses, port_clauses, Clause, FilterValue};
 use super::order::{after_marker, order_by, Dialect, Order};
 use super::{
     normalise_mac, ConductorRecord, Node, NodeFilter, NodeIdent, Port, PortFilter, Store,
@@ -232,8 +233,16 @@ impl ListQuery {
             .push(clause.replace('?', &format!("${}", self.params.len())));
     }
 
-    fn clause(&mut self, clause: &str) {
-        self.clauses.push(clause.to_string());
+    /// Adds the clauses of a list's filter (`store::filter`), its values as PostgreSQL's types.
+    fn filter(&mut self, clauses: Vec<Clause>) {
+        for clause in clauses {
+            match clause.value {
+                Some(FilterValue::Text(text)) => self.bind(clause.sql, Box::new(text)),
+                Some(FilterValue::Bool(flag)) => self.bind(clause.sql, Box::new(flag)),
+                Some(FilterValue::Uuid(uuid)) => self.bind(clause.sql, Box::new(uuid)),
+                None => self.clauses.push(clause.sql.to_string()),
+            }
+        }
     }
 
     /// The statement for `columns`, in the query's order, at most `limit` rows.
@@ -317,29 +326,10 @@ impl Store for PostgresStore {
 
     async fn list_nodes(&self, filter: &NodeFilter) -> Result<Vec<Node>, StoreError> {
         let mut query = ListQuery::new("nodes", filter.order);
-        if let Some(state) = filter.provision_state {
-            query.bind("provision_state = ?", Box::new(state.as_str().to_string()));
-        }
-        if let Some(driver) = &filter.driver {
-            query.bind("driver = ?", Box::new(driver.clone()));
-        }
-        if let Some(maintenance) = filter.maintenance {
-            query.bind("maintenance = ?", Box::new(maintenance));
-        }
-        if let Some(instance) = &filter.instance_uuid {
-            query.bind("instance_uuid = ?", Box::new(instance.clone()));
-        }
-        if let Some(holder) = &filter.reserved_by {
-            query.bind("reservation = ?", Box::new(holder.clone()));
-        }
+        query.filter(node_clauses(filter));
         if let Some(marker) = filter.marker {
             self.after(&mut query, marker, StoreError::node_not_found)
                 .await?;
-        }
-        match filter.associated {
-            Some(true) => query.clause("instance_uuid IS NOT NULL"),
-            Some(false) => query.clause("instance_uuid IS NULL"),
-            None => {}
         }
         let sql = query.sql(NODE_COLUMNS, filter.limit);
         self.query("listing nodes", &sql, &refs(&query.params))
@@ -449,12 +439,7 @@ impl Store for PostgresStore {
 
     async fn list_ports(&self, filter: &PortFilter) -> Result<Vec<Port>, StoreError> {
         let mut query = ListQuery::new("ports", filter.order);
-        if let Some(node) = filter.node_uuid {
-            query.bind("node_uuid = ?", Box::new(node));
-        }
-        if let Some(address) = &filter.address {
-            query.bind("address = ?", Box::new(normalise_mac(address)));
-        }
+        query.filter(port_clauses(filter));
         if let Some(marker) = filter.marker {
             self.after(&mut query, marker, StoreError::port_not_found)
                 .await?;

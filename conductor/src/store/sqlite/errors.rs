@@ -42,14 +42,6 @@ pub(super) fn db(what: &str, e: rusqlite::Error) -> StoreError {
     StoreError::Database(format!("{what}: {e}"))
 }
 
-pub(super) fn node_not_found(ident: impl ToString) -> StoreError {
-    StoreError::node_not_found(ident)
-}
-
-pub(super) fn port_not_found(ident: impl ToString) -> StoreError {
-    StoreError::port_not_found(ident)
-}
-
 /// Maps a failed node write: a taken unique field is `Duplicate` with its value.
 pub(super) fn node_write_error(what: &str, node: &Node, e: rusqlite::Error) -> StoreError {
     broken_constraint(&e)

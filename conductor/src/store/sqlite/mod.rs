@@ -43,15 +43,14 @@ use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Transact
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use self::errors::{
-    db, node_not_found, node_write_error, port_not_found, port_write_error, strip_db,
-};
+use self::errors::{db, node_write_error, port_write_error, strip_db};
 use self::guard::{release, task_failed};
 use self::rows::{
     json, node_from_row, node_values, normalise_mac, port_from_row, time, NODE_COLUMNS,
     NODE_WRITABLE, PORT_COLUMNS,
 };
 use self::select::ListQuery;
+use super::filter::{node_clauses, port_clauses};
 use super::{ConductorRecord, Node, NodeFilter, NodeIdent, Port, PortFilter, Store, StoreError};
 
 /// How long a call waits for another process's write lock before failing.
@@ -181,7 +180,7 @@ fn read_node(conn: &Connection, ident: &NodeIdent) -> Result<Node, StoreError> {
     )
     .optional()
     .map_err(|e| db(&format!("reading node {ident}"), e))?
-    .ok_or_else(|| node_not_found(ident))
+    .ok_or_else(|| StoreError::node_not_found(ident))
 }
 
 #[async_trait::async_trait]
@@ -222,28 +221,9 @@ impl Store for SqliteStore {
         let filter = filter.clone();
         self.run("listing nodes", move |conn| {
             let mut query = ListQuery::new("nodes", filter.order);
-            if let Some(state) = filter.provision_state {
-                query.bind("provision_state = ?", Value::Text(state.as_str().into()));
-            }
-            if let Some(driver) = &filter.driver {
-                query.bind("driver = ?", Value::Text(driver.clone()));
-            }
-            if let Some(maintenance) = filter.maintenance {
-                query.bind("maintenance = ?", Value::Integer(maintenance.into()));
-            }
-            if let Some(instance) = &filter.instance_uuid {
-                query.bind("instance_uuid = ?", Value::Text(instance.clone()));
-            }
-            if let Some(holder) = &filter.reserved_by {
-                query.bind("reservation = ?", Value::Text(holder.clone()));
-            }
+            query.filter(node_clauses(&filter));
             if let Some(marker) = filter.marker {
-                query.after(conn, marker, node_not_found)?;
-            }
-            match filter.associated {
-                Some(true) => query.clause("instance_uuid IS NOT NULL"),
-                Some(false) => query.clause("instance_uuid IS NULL"),
-                None => {}
+                query.after(conn, marker, StoreError::node_not_found)?;
             }
             query.run(
                 conn,
@@ -282,7 +262,7 @@ impl Store for SqliteStore {
                 )
                 .map_err(|e| node_write_error(&format!("updating node {}", node.uuid), &node, e))?;
             if changed == 0 {
-                return Err(node_not_found(node.uuid));
+                return Err(StoreError::node_not_found(node.uuid));
             }
             Ok(())
         })
@@ -296,7 +276,7 @@ impl Store for SqliteStore {
                 .execute("DELETE FROM nodes WHERE uuid = ?1", [uuid.to_string()])
                 .map_err(|e| db(&format!("deleting node {uuid}"), e))?;
             if changed == 0 {
-                return Err(node_not_found(uuid));
+                return Err(StoreError::node_not_found(uuid));
             }
             Ok(())
         })
@@ -409,7 +389,7 @@ impl Store for SqliteStore {
             )
             .optional()
             .map_err(|e| db(&format!("reading port {uuid}"), e))?
-            .ok_or_else(|| port_not_found(uuid))
+            .ok_or_else(|| StoreError::port_not_found(uuid))
         })
         .await
     }
@@ -418,14 +398,9 @@ impl Store for SqliteStore {
         let filter = filter.clone();
         self.run("listing ports", move |conn| {
             let mut query = ListQuery::new("ports", filter.order);
-            if let Some(node) = filter.node_uuid {
-                query.bind("node_uuid = ?", Value::Text(node.to_string()));
-            }
-            if let Some(address) = &filter.address {
-                query.bind("address = ?", Value::Text(normalise_mac(address)));
-            }
+            query.filter(port_clauses(&filter));
             if let Some(marker) = filter.marker {
-                query.after(conn, marker, port_not_found)?;
+                query.after(conn, marker, StoreError::port_not_found)?;
             }
             query.run(
                 conn,
@@ -457,7 +432,7 @@ impl Store for SqliteStore {
                 )
                 .map_err(|e| port_write_error(&format!("updating port {}", port.uuid), &port, e))?;
             if changed == 0 {
-                return Err(port_not_found(port.uuid));
+                return Err(StoreError::port_not_found(port.uuid));
             }
             Ok(())
         })
@@ -540,7 +515,7 @@ impl Store for SqliteStore {
                 .execute("DELETE FROM ports WHERE uuid = ?1", [uuid.to_string()])
                 .map_err(|e| db(&format!("deleting port {uuid}"), e))?;
             if changed == 0 {
-                return Err(port_not_found(uuid));
+                return Err(StoreError::port_not_found(uuid));
             }
             Ok(())
         })

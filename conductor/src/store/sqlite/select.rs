@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use super::errors::db;
 use super::limit_value;
+use crate::store::filter::{Clause, FilterValue};
 use crate::store::order::{after_marker, order_by, Dialect, Order};
 use crate::store::StoreError;
 
@@ -54,9 +55,18 @@ impl ListQuery {
             .push(clause.replace('?', &format!("?{}", self.values.len())));
     }
 
-    /// Adds a clause with no parameter.
-    pub fn clause(&mut self, clause: &str) {
-        self.clauses.push(clause.to_string());
+    /// Adds the clauses of a list's filter (`store::filter`), its values as SQLite keeps them.
+    pub fn filter(&mut self, clauses: Vec<Clause>) {
+        for clause in clauses {
+            match clause.value {
+                Some(FilterValue::Text(text)) => self.bind(clause.sql, Value::Text(text)),
+                Some(FilterValue::Bool(flag)) => self.bind(clause.sql, Value::Integer(flag.into())),
+                Some(FilterValue::Uuid(uuid)) => {
+                    self.bind(clause.sql, Value::Text(uuid.to_string()))
+                }
+                None => self.clauses.push(clause.sql.to_string()),
+            }
+        }
     }
 
     /// Keeps the records after `marker` in the query's order; a marker that names no record is
