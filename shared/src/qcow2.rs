@@ -21,6 +21,11 @@ pub const HEADER_LEN: usize = 32;
 const VERSION_OFFSET: usize = 4;
 const BACKING_FILE_OFFSET_OFFSET: usize = 8;
 const SIZE_OFFSET: usize = 24;
+const L1_SIZE_OFFSET: usize = 36;
+const L1_TABLE_OFFSET_OFFSET: usize = 40;
+
+/// Header bytes [`check_l1_table`] reads: up to the end of `l1_table_offset`.
+pub const L1_HEADER_LEN: usize = 48;
 
 /// Why the first bytes of an image are not a qcow2 header this project can deploy.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,7 +34,7 @@ pub enum Qcow2Error {
     #[error("not a qcow2 image (no QFI\\xfb magic)")]
     NotQcow2,
     /// The magic is there but the image ends before the header does.
-    #[error("qcow2 header cut short ({len} of {HEADER_LEN} bytes)")]
+    #[error("qcow2 header cut short ({len} bytes)")]
     Truncated {
         /// Bytes there were.
         len: usize,
@@ -43,6 +48,19 @@ pub enum Qcow2Error {
          `qemu-img convert -O qcow2`)"
     )]
     BackingFile,
+    /// The header places the L1 table (wholly or partly) beyond the end of the file.
+    #[error(
+        "qcow2 L1 table ({entries} entries at offset {offset}) reaches past the image's end \
+         ({image_len} bytes): the image is corrupt or cut short"
+    )]
+    L1TablePastEnd {
+        /// `l1_size` from the header.
+        entries: u32,
+        /// `l1_table_offset` from the header.
+        offset: u64,
+        /// Length of the whole qcow2 file.
+        image_len: u64,
+    },
 }
 
 /// The header fields a deploy needs.
@@ -90,6 +108,34 @@ impl Qcow2Header {
         h[VERSION_OFFSET..VERSION_OFFSET + 4].copy_from_slice(&self.version.to_be_bytes());
         h[SIZE_OFFSET..SIZE_OFFSET + 8].copy_from_slice(&self.virtual_size.to_be_bytes());
         h
+    }
+}
+
+/// Refuses an image whose header puts the L1 table past the end of the file (`image_len` bytes;
+/// `head` holds at least its first [`L1_HEADER_LEN`] bytes).
+///
+/// A well-formed image always holds its whole L1 table. Checking before the converter opens the
+/// image matters because the table is read in one piece: a forged `l1_size` of millions of
+/// entries in a few-KiB file would otherwise cost a buffer of tens of MiB, zero-filled, per open.
+pub fn check_l1_table(head: &[u8], image_len: u64) -> Result<(), Qcow2Error> {
+    let header: &[u8; L1_HEADER_LEN] = head
+        .get(..L1_HEADER_LEN)
+        .and_then(|h| h.try_into().ok())
+        .ok_or(Qcow2Error::Truncated { len: head.len() })?;
+    let mut entries = [0u8; 4];
+    entries.copy_from_slice(&header[L1_SIZE_OFFSET..L1_SIZE_OFFSET + 4]);
+    let entries = u32::from_be_bytes(entries);
+    let mut offset = [0u8; 8];
+    offset.copy_from_slice(&header[L1_TABLE_OFFSET_OFFSET..L1_TABLE_OFFSET_OFFSET + 8]);
+    let offset = u64::from_be_bytes(offset);
+    let end = offset.checked_add(u64::from(entries) * 8);
+    match end {
+        Some(end) if end <= image_len => Ok(()),
+        _ => Err(Qcow2Error::L1TablePastEnd {
+            entries,
+            offset,
+            image_len,
+        }),
     }
 }
 
@@ -170,7 +216,62 @@ mod tests {
             .contains("cut short"));
     }
 
+    /// The first [`L1_HEADER_LEN`] bytes of a v3 header with this L1 table.
+    fn l1_header(entries: u32, offset: u64) -> Vec<u8> {
+        let mut h = header(3, 0, 1 << 30);
+        h.resize(L1_HEADER_LEN, 0);
+        h[36..40].copy_from_slice(&entries.to_be_bytes());
+        h[40..48].copy_from_slice(&offset.to_be_bytes());
+        h
+    }
+
+    #[test]
+    fn l1_table_must_lie_within_the_image() {
+        // Offsets 36 (l1_size, u32) and 40 (l1_table_offset, u64) from the qcow2 spec's header.
+        assert_eq!(
+            check_l1_table(&l1_header(16, 196_608), 196_608 + 128),
+            Ok(())
+        );
+        assert_eq!(check_l1_table(&l1_header(0, 0), 72), Ok(()), "no L1 table");
+        let past = |entries, offset, image_len| Qcow2Error::L1TablePastEnd {
+            entries,
+            offset,
+            image_len,
+        };
+        assert_eq!(
+            check_l1_table(&l1_header(16, 196_608), 196_608 + 127),
+            Err(past(16, 196_608, 196_735)),
+            "one byte short"
+        );
+        assert_eq!(
+            check_l1_table(&l1_header(u32::MAX, 65_536), 1 << 20),
+            Err(past(u32::MAX, 65_536, 1 << 20)),
+            "a forged l1_size"
+        );
+        assert_eq!(
+            check_l1_table(&l1_header(1, u64::MAX - 3), u64::MAX),
+            Err(past(1, u64::MAX - 3, u64::MAX)),
+            "the end overflows"
+        );
+        assert_eq!(
+            check_l1_table(&l1_header(1, 0)[..40], 1 << 20),
+            Err(Qcow2Error::Truncated { len: 40 })
+        );
+        assert!(past(9, 1, 2).to_string().contains("past the image's end"));
+    }
+
     proptest! {
+        #[test]
+        fn l1_check_never_panics(head in proptest::collection::vec(any::<u8>(), 0..64),
+                                 image_len in any::<u64>()) {
+            if check_l1_table(&head, image_len).is_ok() {
+                let entries = u64::from(u32::from_be_bytes([head[36], head[37], head[38], head[39]]));
+                let mut offset = [0u8; 8];
+                offset.copy_from_slice(&head[40..48]);
+                prop_assert!(u64::from_be_bytes(offset) + entries * 8 <= image_len);
+            }
+        }
+
         #[test]
         fn arbitrary_bytes_never_panic(head in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = Qcow2Header::parse(&head);

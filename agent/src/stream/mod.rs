@@ -710,6 +710,21 @@ mod tests {
     }
 
     #[test]
+    fn a_qcow2_whose_l1_table_lies_past_its_end_is_refused_before_conversion() {
+        let raw: Vec<u8> = (0..2 * HEAD_LEN).map(|i| (i % 253) as u8).collect();
+        let (dir, disk) = disk_file(8 * HEAD_LEN);
+        let mut qcow = qemu_img_qcow2(dir.path(), &raw);
+        // l1_size (header offset 36) forged to a million entries: an 8 MB table in a small file.
+        qcow[36..40].copy_from_slice(&1_000_000u32.to_be_bytes());
+        let err = write_image_from(Cursor::new(qcow), disk, None, &Progress::default())
+            .expect_err("a corrupt qcow2");
+        assert!(
+            format!("{err:#}").contains("past the image's end"),
+            "{err:#}"
+        );
+    }
+
+    #[test]
     fn compressed_raw_progress_never_claims_the_download_size_as_the_image_size() {
         let image: Vec<u8> = (0..4 * HEAD_LEN).map(|i| (i % 13) as u8).collect();
         let packed = gzip(&image);

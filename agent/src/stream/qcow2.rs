@@ -25,7 +25,7 @@ use anyhow::Context;
 use imago::io_buffers::{IoVector, IoVectorMut};
 use imago::storage::drivers::CommonStorageHelper;
 use imago::{DenyImplicitOpenGate, FormatAccess, FormatDriverBuilder, Storage};
-use vmdeploy_shared::qcow2::Qcow2Header;
+use vmdeploy_shared::qcow2::{self, Qcow2Header};
 
 use crate::disk::HEAD_LEN;
 
@@ -125,6 +125,13 @@ impl Storage for DiskRegion {
 
 /// Reads the guest data of the spooled qcow2 in order and writes it to `out` (raw).
 pub fn convert(region: DiskRegion, out: &mut impl io::Write) -> anyhow::Result<u64> {
+    let mut head = [0u8; qcow2::L1_HEADER_LEN];
+    let head = &mut head[..region.len.min(qcow2::L1_HEADER_LEN as u64) as usize];
+    region
+        .file
+        .read_exact_at(head, region.base)
+        .context("reading the spooled qcow2 header")?;
+    qcow2::check_l1_table(head, region.len)?;
     let qcow2 = imago::qcow2::Qcow2::<DiskRegion>::builder(region)
         .write(false)
         .open(DenyImplicitOpenGate::default())

@@ -13,6 +13,7 @@
 
 use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use imago::{DenyImplicitOpenGate, FormatAccess, FormatDriverBuilder};
@@ -73,6 +74,17 @@ pub fn qcow2_to_raw(url: &str, src: &Path, dst: &Path) -> Result<u64, ImageCache
     };
     let file = File::open(src)
         .map_err(|e| ImageCacheError::io(format!("opening {}", src.display()), e))?;
+    let mut head = [0u8; qcow2::L1_HEADER_LEN];
+    let image_len = file
+        .metadata()
+        .and_then(|m| {
+            let n = m.len().min(head.len() as u64) as usize;
+            file.read_exact_at(&mut head[..n], 0)?;
+            Ok(m.len())
+        })
+        .map_err(|e| ImageCacheError::io(format!("reading {}", src.display()), e))?;
+    let head = &head[..image_len.min(head.len() as u64) as usize];
+    qcow2::check_l1_table(head, image_len).map_err(|e| unsupported(e.to_string()))?;
     let storage = imago::file::File::try_from(file)
         .map_err(|e| ImageCacheError::io(format!("opening {} for imago", src.display()), e))?;
     let qcow2 = imago::qcow2::Qcow2::<imago::file::File>::builder(storage)

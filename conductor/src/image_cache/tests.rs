@@ -287,6 +287,26 @@ async fn qcow2_is_converted_to_the_identical_raw_image() {
     assert!(tmpdir.is_empty(), "{tmpdir:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_qcow2_whose_l1_table_lies_past_its_end_is_refused_and_not_cached() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut qcow2 = make_qcow2(tmp.path(), &raw_image());
+    // l1_size (header offset 36) forged to a million entries: an 8 MB table in a small file.
+    qcow2[36..40].copy_from_slice(&1_000_000u32.to_be_bytes());
+    let server = Server::start(HashMap::from([("/img.qcow2", Route::ok(qcow2))])).await;
+    let cache = open(tmp.path(), 1 << 30);
+    let source = ImageSource::new("http://x/img.qcow2", server.url("/img.qcow2"), None);
+    let err = cache.get(&source).await.expect_err("a corrupt qcow2");
+    match &err {
+        ImageCacheError::UnsupportedFormat { reason, .. } => {
+            assert!(reason.contains("past the image's end"), "{reason}")
+        }
+        other => panic!("expected UnsupportedFormat, got {other:?}"),
+    }
+    assert!(!cache.contains(&source.key));
+    assert_eq!(listing(cache.dir()), (vec![], vec![]), "nothing is left");
+}
+
 fn md5_of(data: &[u8]) -> Vec<u8> {
     let mut h = vmdeploy_shared::io::hash::Hasher::new(HashAlgo::Md5);
     h.update(data);
