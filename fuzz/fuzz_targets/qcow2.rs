@@ -8,7 +8,7 @@ use std::io::Write as _;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use vmdeploy_agent::stream::qcow2::{convert, spool_offset, DiskRegion};
+use vmdeploy_agent::stream::qcow2::{convert, open, spool_offset, DiskRegion};
 use vmdeploy_shared::qcow2::Qcow2Header;
 
 /// Guest sizes converted in full; a larger image is only opened, since writing gigabytes of
@@ -68,12 +68,7 @@ fuzz_target!(|data: &[u8]| {
 /// Opens the image as `convert` does and reads one block at its end (the L1/L2 walk for the
 /// last cluster), without converting the whole guest.
 fn imago_open_only(region: DiskRegion) -> Option<()> {
-    use imago::{DenyImplicitOpenGate, FormatAccess, FormatDriverBuilder};
-    let qcow2 = imago::qcow2::Qcow2::<DiskRegion>::builder(region)
-        .write(false)
-        .open(DenyImplicitOpenGate::default())
-        .ok()?;
-    let access = FormatAccess::new(qcow2);
+    let access = open(region).ok()?;
     let size = access.size();
     let mut buf = vec![0u8; 4096];
     let at = size.saturating_sub(4096);

@@ -27,6 +27,17 @@ const L1_TABLE_OFFSET_OFFSET: usize = 40;
 /// Header bytes [`check_l1_table`] reads: up to the end of `l1_table_offset`.
 pub const L1_HEADER_LEN: usize = 48;
 
+const CLUSTER_BITS_OFFSET: usize = 20;
+/// Version 3: the header's own length; its extensions follow it.
+const HEADER_LENGTH_OFFSET: usize = 100;
+/// Header extension type of the feature name table: 48-byte entries.
+const FEATURE_NAME_TABLE: u32 = 0x6803_f857;
+const FEATURE_NAME_ENTRY_LEN: u32 = 48;
+
+/// The most bytes [`check_layout`] needs: the first cluster at the largest cluster size the
+/// specification allows (2 MiB), which is where the header and its extensions live.
+pub const LAYOUT_HEAD_MAX: usize = 2 << 20;
+
 /// Why the first bytes of an image are not a qcow2 header this project can deploy.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Qcow2Error {
@@ -60,6 +71,17 @@ pub enum Qcow2Error {
         offset: u64,
         /// Length of the whole qcow2 file.
         image_len: u64,
+    },
+    /// A header extension the specification gives a fixed entry size to has a length that is
+    /// not a whole number of entries.
+    #[error("qcow2 header extension {kind:#x} is {len} bytes, not a multiple of {entry}: the image is corrupt")]
+    BadExtension {
+        /// Its type.
+        kind: u32,
+        /// Its length.
+        len: u32,
+        /// The size of one entry.
+        entry: u32,
     },
 }
 
@@ -137,6 +159,52 @@ pub fn check_l1_table(head: &[u8], image_len: u64) -> Result<(), Qcow2Error> {
             image_len,
         }),
     }
+}
+
+/// The structural checks made before a converter opens the image: the L1 table lies within
+/// the file ([`check_l1_table`]) and the header extensions are well formed. `head` holds the
+/// first `min(image_len, LAYOUT_HEAD_MAX)` bytes of the file, `image_len` its length.
+///
+/// The extension check exists because a feature name table whose length is not a multiple of
+/// its 48-byte entries makes imago 0.2 index past the end of its last entry and panic (found by
+/// the `qcow2` fuzz target).
+pub fn check_layout(head: &[u8], image_len: u64) -> Result<(), Qcow2Error> {
+    check_l1_table(head, image_len)?;
+    let header = Qcow2Header::parse(head)?;
+    if header.version < 3 {
+        return Ok(());
+    }
+    let word = |at: usize| -> Option<u32> {
+        let bytes = head.get(at..at.checked_add(4)?)?;
+        Some(u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+    };
+    let cluster_len = word(CLUSTER_BITS_OFFSET)
+        .and_then(|bits| 1usize.checked_shl(bits))
+        .unwrap_or(usize::MAX)
+        .min(LAYOUT_HEAD_MAX);
+    // Extensions are 4-byte type, 4-byte length, data padded to 8 bytes; type 0 ends them. Bytes
+    // past what `head` holds read as zeros (past the file's end, as imago reads them): the end.
+    let mut at = word(HEADER_LENGTH_OFFSET).unwrap_or(0) as usize;
+    while at.saturating_add(8) <= cluster_len {
+        let (Some(kind), Some(len)) = (word(at), word(at + 4)) else {
+            return Ok(());
+        };
+        if kind == 0 {
+            return Ok(());
+        }
+        if kind == FEATURE_NAME_TABLE && len % FEATURE_NAME_ENTRY_LEN != 0 {
+            return Err(Qcow2Error::BadExtension {
+                kind,
+                len,
+                entry: FEATURE_NAME_ENTRY_LEN,
+            });
+        }
+        at = at
+            .saturating_add(8)
+            .saturating_add((len as usize).next_multiple_of(8));
+    }
+    // Extensions running past the first cluster: imago refuses that itself.
+    Ok(())
 }
 
 fn be_u32(h: &[u8; HEADER_LEN], at: usize) -> u32 {
@@ -260,7 +328,62 @@ mod tests {
         assert!(past(9, 1, 2).to_string().contains("past the image's end"));
     }
 
+    /// A v3 header of 104 bytes (no L1 table) followed by `extensions` (type, data).
+    fn with_extensions(extensions: &[(u32, Vec<u8>)]) -> Vec<u8> {
+        let mut h = l1_header(0, 0);
+        h.resize(104, 0);
+        h[20..24].copy_from_slice(&16u32.to_be_bytes()); // 64 KiB clusters
+        h[100..104].copy_from_slice(&104u32.to_be_bytes());
+        for (kind, data) in extensions {
+            h.extend_from_slice(&kind.to_be_bytes());
+            h.extend_from_slice(&(data.len() as u32).to_be_bytes());
+            h.extend_from_slice(data);
+            h.resize(h.len().next_multiple_of(8), 0);
+        }
+        h
+    }
+
+    #[test]
+    fn a_feature_name_table_must_hold_whole_entries() {
+        let table = FEATURE_NAME_TABLE;
+        let good = with_extensions(&[(0xe279_2aca, b"raw".to_vec()), (table, vec![0; 96])]);
+        let len = good.len() as u64;
+        assert_eq!(check_layout(&good, len), Ok(()));
+        // What the fuzzer found: a table of 49 bytes, one byte into a second entry.
+        let bad = with_extensions(&[(0xe279_2aca, b"raw".to_vec()), (table, vec![0; 49])]);
+        assert_eq!(
+            check_layout(&bad, bad.len() as u64),
+            Err(Qcow2Error::BadExtension {
+                kind: table,
+                len: 49,
+                entry: 48
+            })
+        );
+        // After the end marker nothing is read.
+        let after_end = with_extensions(&[(0, vec![]), (table, vec![0; 49])]);
+        assert_eq!(check_layout(&after_end, after_end.len() as u64), Ok(()));
+        // Cut short inside the extensions: the rest reads as the end.
+        assert_eq!(check_layout(&bad[..110], bad.len() as u64), Ok(()));
+        // Version 2 has no extensions.
+        let mut v2 = bad.clone();
+        v2[4..8].copy_from_slice(&2u32.to_be_bytes());
+        assert_eq!(check_layout(&v2, v2.len() as u64), Ok(()));
+        assert!(check_layout(&bad, bad.len() as u64)
+            .expect_err("bad")
+            .to_string()
+            .contains("not a multiple of 48"));
+    }
+
     proptest! {
+        #[test]
+        fn layout_check_never_panics(tail in proptest::collection::vec(any::<u8>(), 0..400),
+                                     image_len in any::<u64>()) {
+            let mut head = with_extensions(&[]);
+            head.extend_from_slice(&tail);
+            let _ = check_layout(&head, image_len);
+            let _ = check_layout(&tail, image_len);
+        }
+
         #[test]
         fn l1_check_never_panics(head in proptest::collection::vec(any::<u8>(), 0..64),
                                  image_len in any::<u64>()) {

@@ -123,20 +123,25 @@ impl Storage for DiskRegion {
     }
 }
 
-/// Reads the guest data of the spooled qcow2 in order and writes it to `out` (raw).
-pub fn convert(region: DiskRegion, out: &mut impl io::Write) -> anyhow::Result<u64> {
-    let mut head = [0u8; qcow2::L1_HEADER_LEN];
-    let head = &mut head[..region.len.min(qcow2::L1_HEADER_LEN as u64) as usize];
+/// Opens the spooled qcow2 for reading, after the structural checks imago does not make
+/// ([`qcow2::check_layout`]).
+pub fn open(region: DiskRegion) -> anyhow::Result<FormatAccess<DiskRegion>> {
+    let mut head = vec![0u8; region.len.min(qcow2::LAYOUT_HEAD_MAX as u64) as usize];
     region
         .file
-        .read_exact_at(head, region.base)
+        .read_exact_at(&mut head, region.base)
         .context("reading the spooled qcow2 header")?;
-    qcow2::check_l1_table(head, region.len)?;
+    qcow2::check_layout(&head, region.len)?;
     let qcow2 = imago::qcow2::Qcow2::<DiskRegion>::builder(region)
         .write(false)
         .open(DenyImplicitOpenGate::default())
         .context("opening the spooled qcow2 image")?;
-    let access = FormatAccess::new(qcow2);
+    Ok(FormatAccess::new(qcow2))
+}
+
+/// Reads the guest data of the spooled qcow2 in order and writes it to `out` (raw).
+pub fn convert(region: DiskRegion, out: &mut impl io::Write) -> anyhow::Result<u64> {
+    let access = open(region)?;
     let size = access.size();
     // 1 MiB reads: a multiple of every qcow2 cluster size (512 B .. 2 MiB is allowed, 64 KiB
     // typical); imago splits reads at cluster boundaries itself.

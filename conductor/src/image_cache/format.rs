@@ -74,17 +74,15 @@ pub fn qcow2_to_raw(url: &str, src: &Path, dst: &Path) -> Result<u64, ImageCache
     };
     let file = File::open(src)
         .map_err(|e| ImageCacheError::io(format!("opening {}", src.display()), e))?;
-    let mut head = [0u8; qcow2::L1_HEADER_LEN];
-    let image_len = file
+    let (head, image_len) = file
         .metadata()
         .and_then(|m| {
-            let n = m.len().min(head.len() as u64) as usize;
-            file.read_exact_at(&mut head[..n], 0)?;
-            Ok(m.len())
+            let mut head = vec![0u8; m.len().min(qcow2::LAYOUT_HEAD_MAX as u64) as usize];
+            file.read_exact_at(&mut head, 0)?;
+            Ok((head, m.len()))
         })
         .map_err(|e| ImageCacheError::io(format!("reading {}", src.display()), e))?;
-    let head = &head[..image_len.min(head.len() as u64) as usize];
-    qcow2::check_l1_table(head, image_len).map_err(|e| unsupported(e.to_string()))?;
+    qcow2::check_layout(&head, image_len).map_err(|e| unsupported(e.to_string()))?;
     let storage = imago::file::File::try_from(file)
         .map_err(|e| ImageCacheError::io(format!("opening {} for imago", src.display()), e))?;
     let qcow2 = imago::qcow2::Qcow2::<imago::file::File>::builder(storage)
