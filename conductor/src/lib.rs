@@ -9,6 +9,8 @@ pub mod api;
 pub mod bmc;
 /// The boot interfaces: virtual media and network boot of the ramdisk and the instance.
 pub mod boot;
+/// Several conductors on one database: membership, the hash ring of node owners, forwarding.
+pub mod cluster;
 /// What the boot and deploy interfaces work with: stores, settings, image references.
 pub mod context;
 /// The deploy interfaces (agent, iSCSI) and cleaning on top of them.

@@ -8,7 +8,8 @@
 //! Every response passes two layers: `version::negotiate` (the microversion headers, 406 outside
 //! the range) and `error::fault_bodies` (any 4xx/5xx that does not carry Ironic's fault body yet,
 //! e.g. axum's own 404 and 405, gets one), so a client never sees an error it cannot parse.
-//! Request bodies are capped at [`ApiOptions::max_body`] (`api.max_body`; 413 above).
+//! Request bodies are capped at [`ApiOptions::max_body`] (`api.max_body`; 413 above). With
+//! several conductors, `forward` passes a node's actions on to the node's conductor.
 //!
 //! The ramdisk's call-backs count their failed checks per client address and per node
 //! ([`crate::net::failed_checks`]; 429 past [`ApiOptions::callback_failures`]); the address is
@@ -34,6 +35,7 @@ mod body;
 mod conductors;
 mod drivers;
 mod error;
+mod forward;
 mod list;
 mod mask;
 mod node_states;
@@ -145,6 +147,11 @@ pub fn router(manager: Arc<Manager>, options: ApiOptions) -> axum::Router {
         .merge(resources())
         .fallback(error::not_found)
         .with_state(Arc::clone(&state))
+        // Inside the version layer: the owner of a forwarded request negotiates it itself.
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            forward::to_owner,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state,
             version::negotiate,

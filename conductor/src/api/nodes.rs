@@ -40,6 +40,7 @@ const WRITABLE: &[&str] = &[
     "network_data",
     "boot_interface",
     "deploy_interface",
+    "conductor_group",
 ];
 
 /// The interface fields a node may choose (API ≥ 1.31), each checked against its driver.
@@ -47,6 +48,12 @@ const CHOSEN_INTERFACES: [&str; 2] = ["boot_interface", "deploy_interface"];
 
 /// Longest logical name (Ironic's column is 255 characters).
 const MAX_NAME: usize = 255;
+
+/// The microversion that added `conductor_group` to nodes.
+const CONDUCTOR_GROUP_VERSION: u32 = 46;
+
+/// Longest conductor group (Ironic's column is 255 characters).
+const MAX_CONDUCTOR_GROUP: usize = 255;
 
 /// The node a path names: a UUID, or (from 1.5) a logical name; 400 for anything else.
 pub(super) fn ident(ctx: &Ctx, s: &str) -> Result<NodeIdent, ApiError> {
@@ -90,6 +97,32 @@ fn check_name(name: &str) -> Result<(), ApiError> {
     }
 }
 
+/// A conductor group as nodes keep it, from a request's value (`None`: absent or null, the
+/// default group). Ironic's rule (`ironic.common.utils.validate_conductor_group`:
+/// `^[a-zA-Z0-9_\-\.]*$`, at most its column's 255), lower-cased as Ironic does: groups are
+/// case-insensitive, and a node's group is compared as text with its conductors'
+/// (`conductor.conductor_group`, which the configuration checks by the same rule), so a value
+/// no conductor could have is refused here rather than leave the node with nobody to run it.
+fn conductor_group(value: Option<String>) -> Result<String, ApiError> {
+    let group = value.unwrap_or_default();
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || b"-._".contains(&b);
+    if group.len() <= MAX_CONDUCTOR_GROUP && group.bytes().all(allowed) {
+        Ok(group.to_ascii_lowercase())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "Invalid value for field \"conductor_group\": {:?} is not a conductor group \
+             (letters, digits, '-', '.' and '_' only; at most {MAX_CONDUCTOR_GROUP} characters).",
+            cut(&group)
+        )))
+    }
+}
+
+/// 406 when a request names `conductor_group` before the version that added it, as Ironic
+/// refuses every field of a newer version (`reject_fields_in_newer_versions`).
+fn require_conductor_group(ctx: &Ctx) -> Result<(), ApiError> {
+    ctx.require(CONDUCTOR_GROUP_VERSION, "The \"conductor_group\" field")
+}
+
 fn check_instance_uuid(value: Option<String>) -> Result<Option<String>, ApiError> {
     match value {
         None => Ok(None),
@@ -103,8 +136,11 @@ pub(super) async fn load(state: &State, ctx: &Ctx, node: &str) -> Result<Node, A
     Ok(state.manager.store().node(&ident).await?)
 }
 
-fn conductor(state: &State) -> &str {
-    &state.manager.config().conductor_name
+/// The node's `conductor` field (1.49): the live conductor that owns it, as this conductor's
+/// view of the ring has it; empty when no live conductor serves its group.
+fn owner(view: &crate::cluster::ClusterView, node: &Node) -> String {
+    view.owner_name(&node.conductor_group, node.uuid)
+        .unwrap_or_default()
 }
 
 /// `POST /v1/nodes`.
@@ -123,6 +159,7 @@ pub(super) async fn create(
         "extra",
         "instance_uuid",
         "chassis_uuid",
+        "conductor_group",
     ];
     if ctx.at_least(5) {
         known.push("name");
@@ -134,6 +171,14 @@ pub(super) async fn create(
         known.push("network_data");
     }
     body::refuse_unknown(&obj, &known, "node")?;
+    // Ironic takes the default group ("") at any version: it is every older node's group.
+    if !ctx.at_least(CONDUCTOR_GROUP_VERSION)
+        && obj
+            .get("conductor_group")
+            .is_some_and(|v| v.as_str() != Some(""))
+    {
+        require_conductor_group(&ctx)?;
+    }
     if obj.get("chassis_uuid").is_some_and(|v| !v.is_null()) {
         return Err(ApiError::bad_request(
             "Invalid value for field \"chassis_uuid\": this conductor has no chassis.",
@@ -161,11 +206,17 @@ pub(super) async fn create(
     node.instance_uuid = check_instance_uuid(body::opt_str(&obj, "instance_uuid")?)?;
     node.boot_interface = body::opt_str(&obj, "boot_interface")?;
     node.deploy_interface = body::opt_str(&obj, "deploy_interface")?;
+    node.conductor_group = conductor_group(body::opt_str(&obj, "conductor_group")?)?;
     check_interfaces(&node)?;
     let store = state.manager.store();
     store.create_node(&node).await?;
     let node = store.node(&NodeIdent::Uuid(uuid)).await?;
-    let out = render::node(&node, &ctx, conductor(&state), &Select::All);
+    let out = render::node(
+        &node,
+        &ctx,
+        &owner(&state.manager.cluster().view(), &node),
+        &Select::All,
+    );
     Ok(render::created(&ctx, &format!("nodes/{uuid}"), out))
 }
 
@@ -244,13 +295,19 @@ async fn list_nodes(
     if let Some(v) = query.get("instance_uuid") {
         filter.instance_uuid = Some(body::parse_uuid(v, "instance_uuid")?.to_string());
     }
+    if let Some(v) = query.get("conductor_group") {
+        ctx.require(CONDUCTOR_GROUP_VERSION, "The \"conductor_group\" filter")?;
+        // Not checked against the rule: a group no node can have lists no node. The store
+        // compares it in lower case.
+        filter.conductor_group = Some(v.clone());
+    }
     let nodes = state
         .manager
         .store()
         .list_nodes(&filter)
         .await
         .map_err(|e| page.store_error(e))?;
-    let conductor = conductor(&state).to_string();
+    let view = state.manager.cluster().view();
     Ok(page.respond(
         nodes,
         Listing {
@@ -259,7 +316,7 @@ async fn list_nodes(
             ctx: &ctx,
         },
         |node| node.uuid,
-        |node| render::node(node, &ctx, &conductor, &select),
+        |node| render::node(node, &ctx, &owner(&view, node), &select),
     ))
 }
 
@@ -273,7 +330,8 @@ pub(super) async fn show(
     let names = render::node_field_names(&ctx);
     let select = list::fields(&query, Select::All, &ctx, &names)?;
     let node = load(&state, &ctx, &node).await?;
-    Ok(Json(render::node(&node, &ctx, conductor(&state), &select)))
+    let owner = owner(&state.manager.cluster().view(), &node);
+    Ok(Json(render::node(&node, &ctx, &owner, &select)))
 }
 
 /// Checks a node PATCH against the node's document as the API renders it: the fields it shows
@@ -313,16 +371,23 @@ pub(super) async fn update(
     JsonBody(body): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
     let ops = patch::parse(body)?;
+    // Before 1.46 the field is not in the document, so the patch rules would call it unknown
+    // (400); Ironic refuses it as a field of a newer version (406).
+    if !ctx.at_least(CONDUCTOR_GROUP_VERSION) && ops.iter().any(|op| op.root() == "conductor_group")
+    {
+        require_conductor_group(&ctx)?;
+    }
     let current = load(&state, &ctx, &node).await?;
-    let document = render::node_document(&current, &ctx, conductor(&state));
+    let view = state.manager.cluster().view();
+    let document = render::node_document(&current, &ctx, &owner(&view, &current));
     check_node_patch(&document, &ops)?;
     // Hold the node while writing: a running task's own writes are never overwritten, and a
     // client learns it must retry (409 NodeLocked).
     let store = state.manager.store();
-    let holder = format!("{}:api-patch", conductor(&state));
+    let holder = format!("{}:api-patch", state.manager.config().conductor_name);
     let reserved = store.reserve_node(current.uuid, &holder).await?;
     let result = async {
-        let mut document = render::node_document(&reserved, &ctx, conductor(&state));
+        let mut document = render::node_document(&reserved, &ctx, &owner(&view, &reserved));
         patch::apply(&mut document, &ops)?;
         let touched: Vec<&str> = ops.iter().map(|op| op.root()).collect();
         let updated = node_from_document(reserved.clone(), &document, &touched)?;
@@ -337,7 +402,7 @@ pub(super) async fn update(
     Ok(Json(render::node(
         &node,
         &ctx,
-        conductor(&state),
+        &owner(&view, &node),
         &Select::All,
     )))
 }
@@ -391,6 +456,11 @@ fn node_from_document(
         }
     }
     check_interfaces(&node)?;
+    // Only when the patch names it: a group stored by other means (the CLI, an older version)
+    // does not make every later patch of the node fail.
+    if touched.contains(&"conductor_group") {
+        node.conductor_group = conductor_group(body::opt_str(obj, "conductor_group")?)?;
+    }
     node.driver_info = body::opt_object(obj, "driver_info")?.unwrap_or_default();
     node.properties = body::opt_object(obj, "properties")?.unwrap_or_default();
     node.instance_info = body::opt_object(obj, "instance_info")?.unwrap_or_default();

@@ -3,10 +3,10 @@
 //! Ironic's short set, and every body goes through [`super::mask::mask_secrets`] last.
 //!
 //! # Design
-//! A field this conductor has nothing behind (chassis, conductor groups, traits, ...) is rendered
+//! A field this conductor has nothing behind (chassis, traits, ...) is rendered
 //! with the value Ironic shows for "not set", so a client sees the shape of the version it
-//! negotiated; interfaces are the node's own
-//! (`crate::node::hardware_type`).
+//! negotiated; interfaces (`crate::node::hardware_type`) and the conductor group are the node's
+//! own.
 
 use axum::http::{header::LOCATION, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -138,11 +138,18 @@ fn node_fields(node: &Node, ctx: &Ctx, conductor: &str) -> Vec<(&'static str, Va
         (40, "bios_interface", json!("no-bios")),
         (42, "fault", Value::Null),
         (44, "deploy_step", json!({})),
-        (46, "conductor_group", json!("")),
+        (46, "conductor_group", json!(node.conductor_group)),
         (47, "automated_clean", Value::Null),
         (48, "protected", json!(false)),
         (48, "protected_reason", Value::Null),
-        (49, "conductor", json!(conductor)),
+        // Ironic's null when no live conductor serves the node's group.
+        (
+            49,
+            "conductor",
+            Some(conductor)
+                .filter(|c| !c.is_empty())
+                .map_or(Value::Null, |c| json!(c)),
+        ),
         (50, "owner", Value::Null),
         (51, "description", Value::Null),
         (52, "allocation_uuid", Value::Null),
@@ -385,6 +392,8 @@ mod tests {
         assert!(at(5).contains(&"name".to_string()));
         assert!(!at(30).contains(&"deploy_interface".to_string()));
         assert!(at(31).contains(&"deploy_interface".to_string()));
+        assert!(!at(45).contains(&"conductor_group".to_string()));
+        assert!(at(46).contains(&"conductor_group".to_string()));
         assert!(!at(65).contains(&"network_data".to_string()));
         assert!(at(73).contains(&"network_data".to_string()));
         // 1.1 shows `available` as null (NOSTATE).

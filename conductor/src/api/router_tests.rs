@@ -422,6 +422,7 @@ mod nodes {
                 hostname: "cond-x".into(),
                 conductor_group: "rack-7".into(),
                 drivers: vec!["agent_ilo".into()],
+                api_url: Some("https://cond-x.example:6385".into()),
                 created_at: now,
                 updated_at: now,
             })
@@ -637,6 +638,252 @@ mod nodes {
         assert_eq!(reply.json["maintenance"], false);
         let reply = call(&router, Method::DELETE, "/v1/nodes/ghost", None).await;
         assert_fault(&reply, StatusCode::NOT_FOUND, "ghost");
+    }
+
+    /// `conductor_group` (1.46): shown from 1.46 on, taken at create and by PATCH in lower case,
+    /// the default group when empty or removed.
+    #[tokio::test]
+    async fn conductor_group_is_shown_from_1_46_and_set_in_lower_case() {
+        let (router, store) = app();
+        let reply = call(
+            &router,
+            Method::POST,
+            "/v1/nodes",
+            Some(json!({"driver": "agent_ilo", "name": "g1", "conductor_group": "Rack-1.Row_2"})),
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.json);
+        assert_eq!(reply.json["conductor_group"], "rack-1.row_2");
+        let node = create_node(&router, "g2").await;
+        assert_eq!(node["conductor_group"], "", "the default group");
+
+        let reply = call_raw(&router, Method::GET, "/v1/nodes/g1", Some("1.45"), None).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.json);
+        assert!(
+            reply.json.get("conductor_group").is_none(),
+            "{}",
+            reply.json
+        );
+        let reply = call_raw(&router, Method::GET, "/v1/nodes/g1", Some("1.46"), None).await;
+        assert_eq!(reply.json["conductor_group"], "rack-1.row_2");
+        let reply = call_raw(
+            &router,
+            Method::GET,
+            "/v1/nodes/g1?fields=conductor_group",
+            Some("1.46"),
+            None,
+        )
+        .await;
+        assert_eq!(reply.json, json!({"conductor_group": "rack-1.row_2"}));
+
+        let patch =
+            |value: Value| json!([{"op": "replace", "path": "/conductor_group", "value": value}]);
+        let reply = call(
+            &router,
+            Method::PATCH,
+            "/v1/nodes/g2",
+            Some(patch(json!("RACK-2"))),
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.json);
+        assert_eq!(reply.json["conductor_group"], "rack-2");
+        let stored = store
+            .node(&NodeIdent::Name("g2".into()))
+            .await
+            .expect("stored");
+        assert_eq!(stored.conductor_group, "rack-2");
+        // A patch of other fields keeps the group.
+        let reply = call(
+            &router,
+            Method::PATCH,
+            "/v1/nodes/g2",
+            Some(json!([{"op": "add", "path": "/extra/k", "value": 1}])),
+        )
+        .await;
+        assert_eq!(reply.json["conductor_group"], "rack-2", "{}", reply.json);
+        // Removed or null: back to the default group.
+        for ops in [
+            json!([{"op": "remove", "path": "/conductor_group"}]),
+            patch(Value::Null),
+        ] {
+            call(
+                &router,
+                Method::PATCH,
+                "/v1/nodes/g2",
+                Some(patch(json!("x"))),
+            )
+            .await;
+            let reply = call(&router, Method::PATCH, "/v1/nodes/g2", Some(ops.clone())).await;
+            assert_eq!(reply.status, StatusCode::OK, "{ops}: {}", reply.json);
+            assert_eq!(reply.json["conductor_group"], "", "{ops}");
+        }
+        // The longest group Ironic keeps.
+        let longest = "a".repeat(255);
+        let reply = call(
+            &router,
+            Method::PATCH,
+            "/v1/nodes/g2",
+            Some(patch(json!(longest))),
+        )
+        .await;
+        assert_eq!(reply.json["conductor_group"], longest.as_str());
+    }
+
+    /// A conductor group outside Ironic's rule is 400 naming the field, at create and by
+    /// PATCH, and changes nothing; before 1.46 the field is refused with 406 (Ironic's answer
+    /// for a field of a newer version), except the default group at create.
+    #[tokio::test]
+    async fn bad_conductor_groups_are_400_and_older_versions_406() {
+        let (router, store) = app();
+        create_node(&router, "g1").await;
+        let long = "a".repeat(256);
+        let bad: Vec<Value> = vec![
+            json!("has space"),
+            json!("rack:1"),
+            json!("rack/1"),
+            json!("rück"),
+            json!(long),
+            json!(5),
+            json!(["rack-1"]),
+        ];
+        for value in bad {
+            let reply = call(
+                &router,
+                Method::POST,
+                "/v1/nodes",
+                Some(json!({"driver": "agent_ilo", "conductor_group": value})),
+            )
+            .await;
+            assert_fault(&reply, StatusCode::BAD_REQUEST, "\"conductor_group\"");
+            let reply = call(
+                &router,
+                Method::PATCH,
+                "/v1/nodes/g1",
+                Some(json!([{"op": "add", "path": "/conductor_group", "value": value}])),
+            )
+            .await;
+            assert_fault(&reply, StatusCode::BAD_REQUEST, "\"conductor_group\"");
+        }
+        let reply = call(
+            &router,
+            Method::PATCH,
+            "/v1/nodes/g1",
+            Some(json!([{"op": "add", "path": "/conductor_group", "value": "has space"}])),
+        )
+        .await;
+        assert_fault(&reply, StatusCode::BAD_REQUEST, "is not a conductor group");
+        let stored = store
+            .node(&NodeIdent::Name("g1".into()))
+            .await
+            .expect("stored");
+        assert_eq!(stored.conductor_group, "");
+        assert_eq!(
+            stored.reservation, None,
+            "a refused patch releases the node"
+        );
+        assert_eq!(
+            store
+                .list_nodes(&Default::default())
+                .await
+                .expect("listing")
+                .len(),
+            1,
+            "no refused create made a node"
+        );
+
+        let body = |v: Value| Some(v.to_string().into_bytes());
+        let reply = call_raw(
+            &router,
+            Method::POST,
+            "/v1/nodes",
+            Some("1.45"),
+            body(json!({"driver": "agent_ilo", "conductor_group": "rack-1"})),
+        )
+        .await;
+        assert_fault(&reply, StatusCode::NOT_ACCEPTABLE, "1.46");
+        let reply = call_raw(
+            &router,
+            Method::PATCH,
+            "/v1/nodes/g1",
+            Some("1.45"),
+            body(json!([{"op": "replace", "path": "/conductor_group", "value": "rack-1"}])),
+        )
+        .await;
+        assert_fault(&reply, StatusCode::NOT_ACCEPTABLE, "1.46");
+        let reply = call_raw(
+            &router,
+            Method::POST,
+            "/v1/nodes",
+            Some("1.45"),
+            body(json!({"driver": "agent_ilo", "name": "g2", "conductor_group": ""})),
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.json);
+    }
+
+    /// `GET /v1/nodes?conductor_group=` (1.46) lists the group's nodes, in any case; an empty
+    /// value is the default group; the `next` link keeps the filter.
+    #[tokio::test]
+    async fn nodes_are_listed_by_conductor_group() {
+        let (router, _store) = app();
+        for (name, group) in [
+            ("a1", "rack-a"),
+            ("d1", ""),
+            ("a2", "Rack-A"),
+            ("b1", "rack-b"),
+        ] {
+            let reply = call(
+                &router,
+                Method::POST,
+                "/v1/nodes",
+                Some(json!({"driver": "agent_ilo", "name": name, "conductor_group": group})),
+            )
+            .await;
+            assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.json);
+        }
+        let names = |reply: &Reply| -> Vec<String> {
+            reply.json["nodes"]
+                .as_array()
+                .expect("list")
+                .iter()
+                .map(|n| n["name"].as_str().unwrap_or_default().to_string())
+                .collect()
+        };
+        let cases: &[(&str, &[&str])] = &[
+            ("conductor_group=rack-a", &["a1", "a2"]),
+            ("conductor_group=RACK-A", &["a1", "a2"]),
+            ("conductor_group=rack-b", &["b1"]),
+            ("conductor_group=", &["d1"]),
+            ("conductor_group=rack-z", &[]),
+            (
+                "conductor_group=rack-a&sort_key=name&sort_dir=desc",
+                &["a2", "a1"],
+            ),
+        ];
+        for (query, want) in cases {
+            let reply = call(&router, Method::GET, &format!("/v1/nodes?{query}"), None).await;
+            assert_eq!(reply.status, StatusCode::OK, "{query}: {}", reply.json);
+            assert_eq!(names(&reply), *want, "{query}");
+        }
+        let reply = call(
+            &router,
+            Method::GET,
+            "/v1/nodes?conductor_group=rack-a&limit=1",
+            None,
+        )
+        .await;
+        assert_eq!(names(&reply), ["a1"]);
+        let next = reply.json["next"].as_str().expect("a next link");
+        assert!(next.contains("conductor_group=rack-a"), "{next}");
+        let reply = call_raw(
+            &router,
+            Method::GET,
+            "/v1/nodes?conductor_group=rack-a",
+            Some("1.45"),
+            None,
+        )
+        .await;
+        assert_fault(&reply, StatusCode::NOT_ACCEPTABLE, "1.46");
     }
 }
 

@@ -9,8 +9,8 @@
 //! `agent_status`/`agent_status_message` (1.72, the agent's write progress), `network_data` on
 //! nodes (1.66), and the `deploy`/`undeploy` verbs (1.73). Each node and port field Ironic added
 //! up to 1.73 is rendered at its version (`render`), from the record or as the fixed value this
-//! conductor has (interfaces named after the driver, no chassis, no conductor groups), so a
-//! client sees one consistent Ironic 1.73. The next versions add fields we have nothing behind
+//! conductor has (interfaces named after the driver, no chassis), so a client sees one
+//! consistent Ironic 1.73. The next versions add fields we have nothing behind
 //! (1.75 `boot_mode`/`secure_boot` as node fields, 1.78 node history, 1.81 inventory, 1.82
 //! shards, 1.83 parent nodes). python-ironicclient asks for its own newest (1.115) and
 //! negotiates down from the maximum header; openstacksdk asks for the range it needs (≤ 1.73

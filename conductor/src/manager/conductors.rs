@@ -2,7 +2,13 @@
 //! registered at start, a heartbeat every `conductor.heartbeat_interval`, removed at a clean
 //! shutdown. A conductor whose heartbeat is older than `conductor.heartbeat_timeout` is dead
 //! (`GET /v1/conductors` shows `alive: false`); its row stays until it starts again.
+//!
+//! After each heartbeat the table is read back into the [`crate::cluster::Cluster`] view (who
+//! is alive, who owns which node), and the nodes of a conductor seen dead for the first time
+//! are taken over ([`super::recovery::take_over`]); a takeover that fails (the database went
+//! away) is tried again on the next heartbeat.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::{Core, ManagerError};
@@ -17,6 +23,7 @@ pub(crate) async fn register(core: &Core) -> Result<(), ManagerError> {
         hostname: core.config.conductor_name.clone(),
         conductor_group: core.config.conductor_group.clone(),
         drivers: HARDWARE_TYPES.iter().map(|t| t.name.to_string()).collect(),
+        api_url: core.internal_url(),
         created_at: now,
         updated_at: now,
     };
@@ -34,9 +41,15 @@ pub(crate) async fn run(core: Arc<Core>, mut shutdown: tokio::sync::watch::Recei
     let mut ticker = tokio::time::interval(core.config.heartbeat_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
+    // Dead conductors whose nodes are still to be taken over.
+    let mut pending = BTreeSet::new();
+    refresh(&core, &mut pending).await;
     loop {
         tokio::select! {
-            _ = ticker.tick() => heartbeat(&core).await,
+            _ = ticker.tick() => {
+                heartbeat(&core).await;
+                refresh(&core, &mut pending).await;
+            }
             changed = shutdown.changed() => {
                 if changed.is_err() || *shutdown.borrow() {
                     break;
@@ -49,6 +62,30 @@ pub(crate) async fn run(core: Arc<Core>, mut shutdown: tokio::sync::watch::Recei
         Ok(()) => tracing::info!(conductor = %host, "conductor unregistered"),
         Err(e) => {
             tracing::warn!(conductor = %host, error = %Chain(&e), "unregistering the conductor")
+        }
+    }
+}
+
+/// Reads the conductors back into the cluster view, then takes over the nodes of the dead.
+async fn refresh(core: &Arc<Core>, pending: &mut BTreeSet<String>) {
+    let records = match core.store().list_conductors().await {
+        Ok(records) => records,
+        Err(e) => {
+            tracing::warn!(error = %Chain(&e), "reading the conductors (the ring stays as it was)");
+            return;
+        }
+    };
+    let (view, newly_dead) = core.cluster.update(&records);
+    pending.extend(newly_dead);
+    // One that came back is no longer to be taken over (its own start released its locks).
+    pending.retain(|host| view.dead().contains(host));
+    if pending.is_empty() {
+        return;
+    }
+    match super::recovery::take_over(core, &view, pending).await {
+        Ok(()) => pending.clear(),
+        Err(e) => {
+            tracing::warn!(error = %e.chain(), "taking over the nodes of dead conductors; trying again at the next heartbeat")
         }
     }
 }

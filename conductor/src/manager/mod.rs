@@ -11,7 +11,9 @@
 //!
 //! Background duties, started by [`Manager::start_background`]: the periodic power-state sync,
 //! the deploy callback timeout, and at start the recovery of nodes a stopped conductor left
-//! mid-task.
+//! mid-task. With several conductors on one database each runs its duties for the nodes it owns
+//! ([`crate::cluster`]), and takes over those of a conductor that stopped heartbeating
+//! (`recovery::take_over`).
 //!
 //! One file per duty: `tasks` (reservation guard and the registry `drain` waits on), `power`,
 //! `provision`, `heartbeat` (lookup and heartbeat of the ramdisk), `management` (boot device,
@@ -29,10 +31,13 @@ use uuid::Uuid;
 use vmdeploy_shared::api::ipa::ValidHeartbeat;
 use vmdeploy_shared::api::ValidPassDeployInfo;
 
+use crate::cluster::forward::Forwarder;
+use crate::cluster::Cluster;
 use crate::deploy::{DeployContext, DeployInterface};
+use crate::net::https::{HttpsClientError, Trust};
 use crate::objects::ObjectStore;
 use crate::states::{NodePower, ProvisionVerb};
-use crate::store::{Node, NodeIdent, Store};
+use crate::store::{Node, NodeIdent, Store, StoreError};
 
 mod conductors;
 mod error;
@@ -131,6 +136,19 @@ pub(crate) struct Core {
     config: ManagerConfig,
     resolver: RwLock<DeployResolver>,
     tasks: tasks::TaskRegistry,
+    /// The live conductors and the ring of node owners.
+    cluster: Cluster,
+    /// Set by [`Manager::enable_forwarding`] (the service does; in-process tests run alone).
+    forwarding: std::sync::OnceLock<Forwarding>,
+    /// The key forwarded requests are signed with, read from the store once.
+    cluster_key: tokio::sync::OnceCell<Arc<[u8]>>,
+}
+
+/// How this conductor is reached by, and reaches, the others.
+struct Forwarding {
+    /// `conductor.internal_url`, registered for the others to forward to.
+    internal_url: Option<String>,
+    forwarder: Forwarder,
 }
 
 impl Core {
@@ -147,6 +165,19 @@ impl Core {
             Err(poisoned) => poisoned.into_inner().clone(),
         };
         resolver(node)
+    }
+
+    /// The key that signs forwarded requests (module `crate::cluster::forward`).
+    async fn cluster_key(&self) -> Result<Arc<[u8]>, StoreError> {
+        self.cluster_key
+            .get_or_try_init(|| async { self.store().cluster_key().await.map(Arc::from) })
+            .await
+            .cloned()
+    }
+
+    /// This conductor's `conductor.internal_url`, when forwarding is on.
+    fn internal_url(&self) -> Option<String> {
+        self.forwarding.get().and_then(|f| f.internal_url.clone())
     }
 
     /// The node's UUID from an API identifier.
@@ -167,9 +198,16 @@ impl Manager {
         Manager {
             core: Arc::new(Core {
                 deploy,
-                config,
                 resolver: RwLock::new(resolver),
                 tasks: tasks::TaskRegistry::default(),
+                cluster: Cluster::new(
+                    &config.conductor_name,
+                    &config.conductor_group,
+                    config.heartbeat_timeout,
+                ),
+                config,
+                forwarding: std::sync::OnceLock::new(),
+                cluster_key: tokio::sync::OnceCell::new(),
             }),
         }
     }
@@ -200,6 +238,38 @@ impl Manager {
     /// The settings.
     pub fn config(&self) -> &ManagerConfig {
         &self.core.config
+    }
+
+    /// Lets this conductor forward node actions to their owners, trusting their certificates
+    /// as `trust` says, and registers `internal_url` for the others to forward to it. Call before
+    /// [`Manager::start_background`]; a second call changes nothing.
+    pub fn enable_forwarding(
+        &self,
+        internal_url: Option<String>,
+        trust: Trust,
+    ) -> Result<(), HttpsClientError> {
+        let forwarder = Forwarder::new(&self.core.config.conductor_name, trust)?;
+        let _ = self.core.forwarding.set(Forwarding {
+            internal_url,
+            forwarder,
+        });
+        Ok(())
+    }
+
+    /// The live conductors and who owns which node.
+    pub fn cluster(&self) -> &Cluster {
+        &self.core.cluster
+    }
+
+    /// The client that forwards requests to other conductors (`None` until
+    /// [`Manager::enable_forwarding`]).
+    pub fn forwarder(&self) -> Option<&Forwarder> {
+        self.core.forwarding.get().map(|f| &f.forwarder)
+    }
+
+    /// The key that signs requests forwarded between the conductors of this database.
+    pub async fn cluster_key(&self) -> Result<Arc<[u8]>, StoreError> {
+        self.core.cluster_key().await
     }
 
     /// `PUT /v1/nodes/{node}/states/power`: starts a power change (202 when `Ok`).

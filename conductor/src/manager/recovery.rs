@@ -8,6 +8,14 @@
 //! `wait call-back` had no task running: it keeps waiting, so its agent's next heartbeat
 //! resumes the deploy (or the callback timeout fails it). A power change cut short loses its
 //! `target_power_state`.
+//!
+//! Takeover ([`take_over`]) does the same for the nodes a dead conductor held (several
+//! conductors on one database): each survivor takes the reservations of the dead conductor on
+//! the nodes it now owns and fails those tasks with a `last_error` that names the lost
+//! conductor. Nothing is resumed: a write cut short on another host left the disk in an
+//! unknown state, and the safe next step (deploy again) is the operator's. Nodes that were only
+//! waiting (`wait call-back`, `clean wait`) held no reservation and keep waiting for their
+//! ramdisk, whose next call reaches the new owner.
 
 use std::sync::Arc;
 
@@ -16,6 +24,7 @@ use tracing::Instrument;
 use super::provision::{fail_clean, fail_deploy};
 use super::tasks::{self, apply};
 use super::{Core, ManagerError};
+use crate::cluster::ClusterView;
 use crate::states::{Event, ProvisionState};
 use crate::store::{Node, NodeFilter};
 
@@ -68,23 +77,67 @@ pub(crate) async fn recover(core: &Arc<Core>) -> Result<(), ManagerError> {
             continue;
         };
         let span = tracing::info_span!("recovery", node = %node.uuid);
-        recover_node(core, node).instrument(span).await;
+        recover_node(core, node, "conductor restarted")
+            .instrument(span)
+            .await;
         reservation.release().await;
     }
     Ok(())
 }
 
-/// Fails one interrupted node.
-async fn recover_node(core: &Core, mut node: Node) {
+/// The conductor a reservation's holder (`<conductor_name>:<task uuid>`) belongs to.
+fn holder_conductor(holder: &str) -> &str {
+    holder.rsplit_once(':').map_or(holder, |(name, _)| name)
+}
+
+/// Takes over the nodes the `dead` conductors held a task on and that this conductor now owns
+/// in `view` (module docs); errors only when the store cannot be read.
+pub(crate) async fn take_over(
+    core: &Arc<Core>,
+    view: &ClusterView,
+    dead: &std::collections::BTreeSet<String>,
+) -> Result<(), ManagerError> {
+    let me = &core.config.conductor_name;
+    let mut taken = 0usize;
+    for listed in core.store().list_nodes(&NodeFilter::default()).await? {
+        let Some(holder) = listed.reservation.as_deref() else {
+            continue;
+        };
+        let lost = holder_conductor(holder);
+        if !dead.contains(lost) || !view.is_mine(&listed.conductor_group, listed.uuid) {
+            continue;
+        }
+        // Only this exact holder's lock is released: had the node changed hands meanwhile,
+        // the release does nothing and the reservation below fails.
+        core.store().release_node(listed.uuid, holder).await?;
+        let Ok((node, reservation)) = tasks::reserve_uuid(core, listed.uuid).await else {
+            continue;
+        };
+        taken += 1;
+        let span = tracing::info_span!("takeover", node = %node.uuid, lost = %lost);
+        let cause = format!(
+            "conductor {lost} stopped heartbeating (its task was cut short) and conductor {me} \
+             took the node over"
+        );
+        if is_interrupted(node.provision_state) || node.target_power_state.is_some() {
+            recover_node(core, node, &cause).instrument(span).await;
+        } else {
+            span.in_scope(|| tracing::info!("released the lock of a dead conductor"));
+        }
+        reservation.release().await;
+    }
+    tracing::warn!(dead = ?dead, nodes = taken, "took over the nodes of conductors that stopped heartbeating");
+    Ok(())
+}
+
+/// Fails one interrupted node; `cause` says what cut its task short.
+async fn recover_node(core: &Core, mut node: Node, cause: &str) {
     let state = node.provision_state;
-    let mut message = format!(
-        "conductor restarted while the node was {state}; {}",
-        advice(state)
-    );
+    let mut message = format!("{cause} while the node was {state}; {}", advice(state));
     let power_target = node.target_power_state.take();
     if let (Some(target), false) = (power_target, is_interrupted(state)) {
         message = format!(
-            "conductor restarted while changing the power state to \"{target}\"; \
+            "{cause} while changing the power state to \"{target}\"; \
              the power state may not have changed"
         );
     }

@@ -69,9 +69,12 @@ pub(crate) async fn sync_once(core: &Arc<Core>) -> usize {
             return 0;
         }
     };
+    // Only this conductor's nodes: each conductor of the database syncs its own share.
+    let view = core.cluster.view();
     let due: Vec<Node> = nodes
         .into_iter()
         .filter(|n| n.reservation.is_none() && n.provision_state != ProvisionState::Enroll)
+        .filter(|n| view.is_mine(&n.conductor_group, n.uuid))
         .collect();
     let count = due.len();
     futures_util::stream::iter(due)

@@ -71,8 +71,13 @@ async fn check_state(core: &Arc<Core>, state: ProvisionState) {
             return;
         }
     };
+    // Only this conductor's nodes: the owner of each node times it out.
+    let view = core.cluster.view();
     for listed in nodes {
-        if listed.reservation.is_some() || !expired(&listed, timeout) {
+        if listed.reservation.is_some()
+            || !expired(&listed, timeout)
+            || !view.is_mine(&listed.conductor_group, listed.uuid)
+        {
             continue;
         }
         let Ok((mut node, reservation)) = tasks::reserve_uuid(core, listed.uuid).await else {

@@ -54,6 +54,7 @@ use self::tls::{AutoOutcome, AutoTls, CertifiedKey};
 use crate::api::{self, ApiOptions};
 use crate::deploy::{DeployConfig, DeployContext};
 use crate::manager::{Manager, ManagerConfig};
+use crate::net::https::{PemCertificates, Trust};
 use crate::objects::ObjectStore;
 use crate::store::Store;
 
@@ -336,6 +337,20 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             heartbeat_timeout: settings.heartbeat_timeout,
         },
     ));
+    // Node actions reach their conductor through its internal URL (crate::cluster::forward);
+    // the certificates the ramdisk is given vouch for the other conductors too.
+    let internal_url = settings
+        .internal_url
+        .clone()
+        .unwrap_or_else(|| config::default_api_url(None, first, settings.api_tls()));
+    let forward_trust = match &manager.deploy_context().config.api_ca_pem {
+        Some(pem) => Trust::SystemAnd(PemCertificates::new("the API's CA", pem.clone())),
+        None => Trust::System,
+    };
+    manager
+        .enable_forwarding(Some(internal_url.clone()), forward_trust)
+        .context("building the client that forwards node actions to other conductors")?;
+    tracing::info!(internal_url = %internal_url, "other conductors reach this one at");
     manager
         .start_background(duties_rx)
         .await

@@ -7,7 +7,7 @@ pub(in crate::store) const NODE_COLUMNS: &str =
      properties, instance_info, extra, network_data, instance_uuid, provision_state, \
      target_provision_state, provision_updated_at, power_state, target_power_state, maintenance, \
      maintenance_reason, last_error, reservation, console_enabled, created_at, updated_at, \
-     boot_interface, deploy_interface";
+     boot_interface, deploy_interface, conductor_group";
 
 /// The port columns every read selects, in the order each store's `port_from_row` reads them.
 pub(in crate::store) const PORT_COLUMNS: &str =
@@ -15,7 +15,7 @@ pub(in crate::store) const PORT_COLUMNS: &str =
 
 /// The columns each store's `node_values` fills, in its order: every field but `reservation`,
 /// `created_at` and `updated_at`, which only their own statements write.
-pub(in crate::store) const NODE_WRITABLE: [&str; 21] = [
+pub(in crate::store) const NODE_WRITABLE: [&str; 22] = [
     "name",
     "driver",
     "driver_info",
@@ -36,5 +36,6 @@ pub(in crate::store) const NODE_WRITABLE: [&str; 21] = [
     "console_enabled",
     "boot_interface",
     "deploy_interface",
+    "conductor_group",
     "uuid",
 ];

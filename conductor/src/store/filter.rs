@@ -56,6 +56,14 @@ pub(super) fn node_clauses(filter: &NodeFilter) -> Vec<Clause> {
     if let Some(holder) = &filter.reserved_by {
         clauses.push(bound("reservation = ?", FilterValue::Text(holder.clone())));
     }
+    if let Some(group) = &filter.conductor_group {
+        // Groups are case-insensitive (Ironic's rule) and kept lower case, so the value is
+        // lowered here rather than the column in SQL, which would not use its index.
+        clauses.push(bound(
+            "conductor_group = ?",
+            FilterValue::Text(group.to_ascii_lowercase()),
+        ));
+    }
     match filter.associated {
         Some(true) => clauses.push(Clause {
             sql: "instance_uuid IS NOT NULL",

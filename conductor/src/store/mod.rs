@@ -49,6 +49,7 @@ pub(crate) fn check_node_text(node: &Node) -> Result<(), StoreError> {
         ("driver", Some(node.driver.as_str())),
         ("boot_interface", node.boot_interface.as_deref()),
         ("deploy_interface", node.deploy_interface.as_deref()),
+        ("conductor_group", Some(node.conductor_group.as_str())),
         ("instance_uuid", node.instance_uuid.as_deref()),
         ("maintenance_reason", node.maintenance_reason.as_deref()),
         ("reservation", node.reservation.as_deref()),
@@ -59,6 +60,20 @@ pub(crate) fn check_node_text(node: &Node) -> Result<(), StoreError> {
 /// `last_error` as both stores keep it: a NUL character becomes U+FFFD.
 pub(crate) fn storable_error(last_error: Option<&str>) -> Option<String> {
     last_error.map(|text| text.replace('\0', "\u{FFFD}"))
+}
+
+/// Refuses a conductor record whose text fields hold a NUL character. The values come from the
+/// conductor's own configuration, but PostgreSQL would refuse them as a database error, and the
+/// SQLite store would keep them: both refuse them alike instead.
+pub(crate) fn check_conductor_text(conductor: &ConductorRecord) -> Result<(), StoreError> {
+    check_text(
+        "conductor",
+        &[
+            ("hostname", Some(conductor.hostname.as_str())),
+            ("conductor_group", Some(conductor.conductor_group.as_str())),
+            ("api_url", conductor.api_url.as_deref()),
+        ],
+    )
 }
 
 /// Refuses a port whose MAC holds a NUL character.
@@ -134,6 +149,10 @@ pub struct Node {
     pub reservation: Option<String>,
     /// Serial console enabled (always false here).
     pub console_enabled: bool,
+    /// The conductor group whose conductors manage the node (Ironic's field, API ≥ 1.46): lower
+    /// case, empty for the default group. The API checks and lower-cases what it is given; the
+    /// store keeps what it is handed.
+    pub conductor_group: String,
     /// Created.
     pub created_at: OffsetDateTime,
     /// Last written.
@@ -166,6 +185,7 @@ impl Node {
             last_error: None,
             reservation: None,
             console_enabled: false,
+            conductor_group: String::new(),
             created_at: now(),
             updated_at: None,
         }
@@ -202,6 +222,10 @@ pub struct ConductorRecord {
     pub conductor_group: String,
     /// The drivers (hardware types) it runs.
     pub drivers: Vec<String>,
+    /// Where other conductors reach its API (`http(s)://host:port`), to hand it the actions of
+    /// the nodes it owns; `None` when it gave none (a row from before the migration that added
+    /// the column, until the conductor registers again).
+    pub api_url: Option<String>,
     /// When it first registered.
     pub created_at: OffsetDateTime,
     /// Its last heartbeat (or registration).
@@ -251,6 +275,9 @@ pub struct NodeFilter {
     pub associated: Option<bool>,
     /// Only nodes reserved by this holder.
     pub reserved_by: Option<String>,
+    /// Only nodes of this conductor group (any case in, lower case compared: groups are kept
+    /// lower case; `""` is the default group).
+    pub conductor_group: Option<String>,
     /// The order (creation order by default).
     pub order: order::Order,
     /// At most this many.
@@ -373,7 +400,8 @@ pub trait Store: Send + Sync + 'static {
     /// Removes a port.
     async fn delete_port(&self, uuid: Uuid) -> Result<(), StoreError>;
     /// Records `conductor` as running: a new row, or the row of its earlier run brought up to
-    /// date (its `created_at` kept); `updated_at` is now.
+    /// date (its `created_at` kept; group, drivers and `api_url` replaced); `updated_at` is
+    /// now. [`StoreError::Invalid`] when a text field holds a NUL character.
     async fn register_conductor(&self, conductor: &ConductorRecord) -> Result<(), StoreError>;
     /// Sets the conductor's `updated_at` to now; `NotFound` when it is not registered (another
     /// conductor removed it as dead: it registers again).
@@ -382,4 +410,19 @@ pub trait Store: Send + Sync + 'static {
     async fn list_conductors(&self) -> Result<Vec<ConductorRecord>, StoreError>;
     /// Removes the conductor's row (a clean shutdown); a no-op when it has none.
     async fn unregister_conductor(&self, hostname: &str) -> Result<(), StoreError>;
+    /// The key every conductor of this database signs forwarded requests with
+    /// (`crate::cluster::forward`): [`CLUSTER_KEY_LEN`] random bytes, made by the first caller and
+    /// the same for every later one.
+    async fn cluster_key(&self) -> Result<Vec<u8>, StoreError>;
+}
+
+/// Length of [`Store::cluster_key`]'s key: HMAC-SHA256's block-sized key.
+pub const CLUSTER_KEY_LEN: usize = 32;
+
+/// A fresh random cluster key, for the store to keep unless another conductor's is there.
+pub(crate) fn new_cluster_key() -> Result<Vec<u8>, StoreError> {
+    let mut key = vec![0u8; CLUSTER_KEY_LEN];
+    getrandom::fill(&mut key)
+        .map_err(|e| StoreError::Database(format!("no randomness for the cluster key: {e}")))?;
+    Ok(key)
 }

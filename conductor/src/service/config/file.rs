@@ -180,6 +180,8 @@ pub struct ConductorSection {
     pub heartbeat_interval: Option<u64>,
     /// `heartbeat_timeout`, seconds.
     pub heartbeat_timeout: Option<u64>,
+    /// `internal_url`: where the other conductors reach this one's API.
+    pub internal_url: Option<String>,
 }
 
 /// `[database]`: the PostgreSQL server.

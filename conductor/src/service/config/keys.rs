@@ -45,6 +45,9 @@ pub const CONDUCTOR_GROUP: &str = "conductor.conductor_group";
 pub const CONDUCTOR_HEARTBEAT_INTERVAL: &str = "conductor.heartbeat_interval";
 /// Seconds after which a conductor without a heartbeat is dead.
 pub const CONDUCTOR_HEARTBEAT_TIMEOUT: &str = "conductor.heartbeat_timeout";
+/// Where the other conductors on the database reach this one's API (node actions forwarded to
+/// their owner); default: the API's first address.
+pub const CONDUCTOR_INTERNAL_URL: &str = "conductor.internal_url";
 /// The node store: `sqlite` or `postgresql` (the default follows `database.url`).
 pub const STORE_KIND: &str = "store.kind";
 /// PostgreSQL: `postgresql://user@host:port/database?sslmode=...`.
@@ -163,6 +166,7 @@ pub const ALL: &[&str] = &[
     CONDUCTOR_GROUP,
     CONDUCTOR_HEARTBEAT_INTERVAL,
     CONDUCTOR_HEARTBEAT_TIMEOUT,
+    CONDUCTOR_INTERNAL_URL,
     STORE_KIND,
     DATABASE_URL,
     DATABASE_PASSWORD_FILE,

@@ -293,6 +293,10 @@ impl Settings {
                 ),
             ));
         }
+        let internal_url = file.conductor.internal_url.clone();
+        if let Some(url) = &internal_url {
+            check_url(keys::CONDUCTOR_INTERNAL_URL, url)?;
+        }
         let shutdown_grace = match api.shutdown_grace {
             None => DEFAULT_SHUTDOWN_GRACE,
             Some(s) => Duration::from_secs(s),
@@ -563,6 +567,7 @@ impl Settings {
             conductor_group,
             heartbeat_interval,
             heartbeat_timeout,
+            internal_url,
             shutdown_grace,
             api_limits,
             callback_failures,

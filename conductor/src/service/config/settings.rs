@@ -136,6 +136,8 @@ pub struct Settings {
     pub heartbeat_interval: Duration,
     /// `conductor.heartbeat_timeout`.
     pub heartbeat_timeout: Duration,
+    /// `conductor.internal_url` (`None`: from the API's first address once bound).
+    pub internal_url: Option<String>,
     /// `deploy.container`.
     pub container: String,
     /// `deploy.conductor_name`.

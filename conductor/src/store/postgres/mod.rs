@@ -482,20 +482,23 @@ impl Store for PostgresStore {
     }
 
     async fn register_conductor(&self, conductor: &ConductorRecord) -> Result<(), StoreError> {
+        super::check_conductor_text(conductor)?;
         let what = format!("registering conductor {}", conductor.hostname);
         let drivers = serde_json::to_string(&conductor.drivers)
             .map_err(|e| StoreError::Database(format!("encoding the drivers: {e}")))?;
         self.execute(
             &what,
-            "INSERT INTO conductors (hostname, conductor_group, drivers, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $4) \
+            "INSERT INTO conductors (hostname, conductor_group, drivers, created_at, updated_at, \
+             api_url) VALUES ($1, $2, $3, $4, $4, $5) \
              ON CONFLICT (hostname) DO UPDATE SET conductor_group = excluded.conductor_group, \
-             drivers = excluded.drivers, updated_at = excluded.updated_at",
+             drivers = excluded.drivers, updated_at = excluded.updated_at, \
+             api_url = excluded.api_url",
             &[
                 &conductor.hostname,
                 &conductor.conductor_group,
                 &drivers,
                 &super::now(),
+                &conductor.api_url,
             ],
             |e| classify(&what, e),
         )
@@ -525,7 +528,7 @@ impl Store for PostgresStore {
     async fn list_conductors(&self) -> Result<Vec<ConductorRecord>, StoreError> {
         self.query(
             "listing conductors",
-            "SELECT hostname, conductor_group, drivers, created_at, updated_at \
+            "SELECT hostname, conductor_group, drivers, created_at, updated_at, api_url \
              FROM conductors ORDER BY hostname COLLATE \"C\"",
             &[],
         )
@@ -533,6 +536,32 @@ impl Store for PostgresStore {
         .iter()
         .map(rows::conductor_from_row)
         .collect()
+    }
+
+    async fn cluster_key(&self) -> Result<Vec<u8>, StoreError> {
+        let what = "reading the cluster key";
+        let fresh = super::new_cluster_key()?;
+        // Two statements, not one: a key another conductor commits while this INSERT waits
+        // on it is visible to the SELECT that follows, not to the INSERT's own snapshot.
+        self.execute(
+            what,
+            "INSERT INTO cluster_secrets (name, value) VALUES ('forwarding', $1) \
+             ON CONFLICT (name) DO NOTHING",
+            &[&fresh],
+            |e| classify(what, e),
+        )
+        .await?;
+        let rows = self
+            .query(
+                what,
+                "SELECT value FROM cluster_secrets WHERE name = 'forwarding'",
+                &[],
+            )
+            .await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| StoreError::Database(format!("{what}: the key vanished")))?;
+        row.try_get::<_, Vec<u8>>(0).map_err(|e| classify(what, e))
     }
 
     async fn unregister_conductor(&self, hostname: &str) -> Result<(), StoreError> {

@@ -44,6 +44,7 @@ pub(super) fn node_values(node: &Node) -> Result<Vec<Param>, StoreError> {
         Box::new(node.console_enabled),
         Box::new(node.boot_interface.clone()),
         Box::new(node.deploy_interface.clone()),
+        Box::new(node.conductor_group.clone()),
         Box::new(node.uuid),
     ])
 }
@@ -89,6 +90,7 @@ pub(super) fn node_from_row(row: &Row) -> Result<Node, StoreError> {
         updated_at: get(row, 21)?,
         boot_interface: get(row, 22)?,
         deploy_interface: get(row, 23)?,
+        conductor_group: get(row, 24)?,
     })
 }
 
@@ -105,7 +107,7 @@ pub(super) fn port_from_row(row: &Row) -> Result<Port, StoreError> {
     })
 }
 
-/// Reads `hostname, conductor_group, drivers, created_at, updated_at` of `conductors`.
+/// Reads `hostname, conductor_group, drivers, created_at, updated_at, api_url` of `conductors`.
 pub(super) fn conductor_from_row(row: &Row) -> Result<crate::store::ConductorRecord, StoreError> {
     let drivers: &str = get(row, 2)?;
     Ok(crate::store::ConductorRecord {
@@ -114,6 +116,7 @@ pub(super) fn conductor_from_row(row: &Row) -> Result<crate::store::ConductorRec
         drivers: serde_json::from_str(drivers).map_err(|e| bad_column(row, 2, e))?,
         created_at: get(row, 3)?,
         updated_at: get(row, 4)?,
+        api_url: get(row, 5)?,
     })
 }
 

@@ -19,7 +19,11 @@ use super::errors::classify;
 use crate::store::StoreError;
 
 /// The numbered steps, oldest first; versions are 1, 2, 3... without gaps.
-pub(super) const MIGRATIONS: &[(i64, &str)] = &[(1, V1_NODES_PORTS), (2, V2_CONDUCTORS)];
+pub(super) const MIGRATIONS: &[(i64, &str)] = &[
+    (1, V1_NODES_PORTS),
+    (2, V2_CONDUCTORS),
+    (3, V3_CONDUCTOR_GROUPS),
+];
 
 /// The key of the advisory lock migrations hold (any fixed number; this one spells "vmdeploy").
 const MIGRATION_LOCK: i64 = 0x766d_6465_706c_6f79;
@@ -79,6 +83,22 @@ CREATE TABLE conductors (
     drivers text NOT NULL,
     created_at timestamptz NOT NULL,
     updated_at timestamptz NOT NULL
+);
+";
+
+/// As SQLite's step 4: each node's conductor group ('' is the default group, so existing nodes
+/// stay with the default group's conductors), indexed for the per-group lists; and the URL each
+/// conductor's API is reached at, NULL in the rows written before this step until their
+/// conductors register again. A column with a constant default is added without rewriting the
+/// table (PostgreSQL 11 and later). `cluster_secrets` holds the key that signs the requests
+/// conductors forward to one another, made by the first that needs it.
+const V3_CONDUCTOR_GROUPS: &str = "
+ALTER TABLE nodes ADD COLUMN conductor_group text NOT NULL DEFAULT '';
+CREATE INDEX nodes_conductor_group ON nodes (conductor_group);
+ALTER TABLE conductors ADD COLUMN api_url text;
+CREATE TABLE cluster_secrets (
+    name text PRIMARY KEY,
+    value bytea NOT NULL
 );
 ";
 

@@ -14,7 +14,7 @@ use crate::store::testing::arbitrary::{
     arbitrary_node, arbitrary_port, node_round_trip, ports_round_trip, runtime,
 };
 use crate::store::testing::{full_node, store_contract_suite, two_holders_agree_on_the_lock};
-use crate::store::{NodeIdent, Store, StoreError};
+use crate::store::{NodeFilter, NodeIdent, Store, StoreError};
 
 fn socket_config(cluster: &Cluster, database: &str) -> PostgresConfig {
     PostgresConfig {
@@ -144,6 +144,82 @@ async fn a_newer_database_is_refused() {
         }
         other => panic!("a newer database must be refused: {other:?}"),
     }
+}
+
+/// A database of the previous schema (2: before conductor groups) with a node and a conductor:
+/// after the upgrade both are in the default group, the conductor has no API URL yet, the
+/// group is indexed and the new columns take writes.
+#[tokio::test]
+async fn a_version_2_database_keeps_its_nodes_and_conductors_in_the_default_group() {
+    let cluster = shared();
+    let db = cluster.create_database("from_v2");
+    let uuid = Uuid::new_v4();
+    let mut sql = String::from(
+        "CREATE TABLE schema_migrations (version bigint PRIMARY KEY, \
+         applied_at timestamptz NOT NULL DEFAULT now());",
+    );
+    for (version, step) in MIGRATIONS.iter().filter(|(v, _)| *v <= 2) {
+        sql.push_str(step);
+        sql.push_str(&format!(
+            "INSERT INTO schema_migrations (version) VALUES ({version});"
+        ));
+    }
+    sql.push_str(&format!(
+        "INSERT INTO nodes (uuid, driver, driver_info, driver_internal_info, properties, \
+         instance_info, extra, network_data, provision_state, created_at) \
+         VALUES ('{uuid}', 'agent_ilo', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', 'active', \
+         now());
+         INSERT INTO conductors (hostname, conductor_group, drivers, created_at, updated_at) \
+         VALUES ('old-cond', 'rack-1', '[\"ilo\"]', now(), now());"
+    ));
+    cluster
+        .psql(&db, ROLE, &sql)
+        .expect("a database of schema version 2");
+    let store = fresh_store_on(&db).await;
+    let mut node = store
+        .node(&NodeIdent::Uuid(uuid))
+        .await
+        .expect("the old node");
+    assert_eq!(node.conductor_group, "");
+    let in_default = store
+        .list_nodes(&NodeFilter {
+            conductor_group: Some(String::new()),
+            ..Default::default()
+        })
+        .await
+        .expect("listing the default group");
+    assert_eq!(
+        in_default.iter().map(|n| n.uuid).collect::<Vec<_>>(),
+        [uuid]
+    );
+    node.conductor_group = "rack-1".into();
+    store.update_node(&node).await.expect("moving the node");
+    assert_eq!(
+        store
+            .node(&NodeIdent::Uuid(uuid))
+            .await
+            .expect("reading")
+            .conductor_group,
+        "rack-1"
+    );
+    let conductors = store.list_conductors().await.expect("listing conductors");
+    assert_eq!(conductors.len(), 1);
+    assert_eq!(conductors[0].conductor_group, "rack-1");
+    assert_eq!(conductors[0].api_url, None);
+
+    let client = store.client("test").await.expect("a connection");
+    assert_eq!(
+        schema::current_version(&client).await.expect("version"),
+        latest_version()
+    );
+    let indexed = cluster
+        .psql(
+            &db,
+            ROLE,
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'nodes_conductor_group'",
+        )
+        .expect("reading the index");
+    assert!(indexed.contains("(conductor_group)"), "{indexed:?}");
 }
 
 #[tokio::test]

@@ -440,20 +440,23 @@ impl Store for SqliteStore {
     }
 
     async fn register_conductor(&self, conductor: &ConductorRecord) -> Result<(), StoreError> {
+        super::check_conductor_text(conductor)?;
         let conductor = conductor.clone();
         self.run("registering the conductor", move |conn| {
             let drivers = serde_json::to_string(&conductor.drivers)
                 .map_err(|e| StoreError::Database(format!("encoding the drivers: {e}")))?;
             conn.execute(
                 "INSERT INTO conductors (hostname, conductor_group, drivers, created_at, \
-                 updated_at) VALUES (?1, ?2, ?3, ?4, ?4) \
+                 updated_at, api_url) VALUES (?1, ?2, ?3, ?4, ?4, ?5) \
                  ON CONFLICT (hostname) DO UPDATE SET conductor_group = excluded.conductor_group, \
-                 drivers = excluded.drivers, updated_at = excluded.updated_at",
+                 drivers = excluded.drivers, updated_at = excluded.updated_at, \
+                 api_url = excluded.api_url",
                 params_from_iter([
                     Value::Text(conductor.hostname.clone()),
                     Value::Text(conductor.conductor_group.clone()),
                     Value::Text(drivers),
                     now()?,
+                    conductor.api_url.clone().map_or(Value::Null, Value::Text),
                 ]),
             )
             .map_err(|e| db(&format!("registering conductor {}", conductor.hostname), e))?;
@@ -486,7 +489,7 @@ impl Store for SqliteStore {
         self.run("listing conductors", move |conn| {
             let mut stmt = conn
                 .prepare(
-                    "SELECT hostname, conductor_group, drivers, created_at, updated_at \
+                    "SELECT hostname, conductor_group, drivers, created_at, updated_at, api_url \
                      FROM conductors ORDER BY hostname",
                 )
                 .map_err(|e| db("listing conductors", e))?;
@@ -495,6 +498,25 @@ impl Store for SqliteStore {
                 .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
                 .map_err(|e| db("listing conductors", e))?;
             Ok(rows)
+        })
+        .await
+    }
+
+    async fn cluster_key(&self) -> Result<Vec<u8>, StoreError> {
+        let fresh = super::new_cluster_key()?;
+        self.run("reading the cluster key", move |conn| {
+            conn.execute(
+                "INSERT INTO cluster_secrets (name, value) VALUES ('forwarding', ?1) \
+                 ON CONFLICT (name) DO NOTHING",
+                [&fresh],
+            )
+            .map_err(|e| db("storing the cluster key", e))?;
+            conn.query_row(
+                "SELECT value FROM cluster_secrets WHERE name = 'forwarding'",
+                [],
+                |row| row.get::<_, Vec<u8>>(0),
+            )
+            .map_err(|e| db("reading the cluster key", e))
         })
         .await
     }

@@ -36,6 +36,7 @@ pub(super) fn node_values(node: &Node) -> Result<Vec<Value>, StoreError> {
         Value::Integer(i64::from(node.console_enabled)),
         opt_text(node.boot_interface.clone()),
         opt_text(node.deploy_interface.clone()),
+        Value::Text(node.conductor_group.clone()),
         Value::Text(node.uuid.to_string()),
     ])
 }
@@ -67,10 +68,11 @@ pub(super) fn node_from_row(row: &Row<'_>) -> rusqlite::Result<Node> {
         console_enabled: row.get(19)?,
         created_at: time_from(row, 20)?,
         updated_at: opt_time_from(row, 21)?,
+        conductor_group: row.get(24)?,
     })
 }
 
-/// Reads `hostname, conductor_group, drivers, created_at, updated_at` of `conductors`.
+/// Reads `hostname, conductor_group, drivers, created_at, updated_at, api_url` of `conductors`.
 pub(super) fn conductor_from_row(row: &Row<'_>) -> rusqlite::Result<crate::store::ConductorRecord> {
     let drivers: String = row.get(2)?;
     Ok(crate::store::ConductorRecord {
@@ -79,6 +81,7 @@ pub(super) fn conductor_from_row(row: &Row<'_>) -> rusqlite::Result<crate::store
         drivers: serde_json::from_str(&drivers).map_err(|e| bad_column(2, e))?,
         created_at: time_from(row, 3)?,
         updated_at: time_from(row, 4)?,
+        api_url: row.get(5)?,
     })
 }
 

@@ -18,6 +18,7 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
     (1, V1_NODES_PORTS),
     (2, V2_NODE_INTERFACES),
     (3, V3_CONDUCTORS),
+    (4, V4_CONDUCTOR_GROUPS),
 ];
 
 /// The newest schema version this code knows.
@@ -86,6 +87,21 @@ CREATE TABLE conductors (
     drivers TEXT NOT NULL,
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL
+);
+";
+
+/// Each node's conductor group ('' is the default group, so the nodes of an older database stay
+/// with the conductors of the default group), indexed because every conductor lists the nodes
+/// of its own group; and the URL each conductor's API is reached at, NULL in the rows written
+/// before this step until their conductors register again. `cluster_secrets` holds the key that
+/// signs the requests conductors forward to one another, made by the first that needs it.
+const V4_CONDUCTOR_GROUPS: &str = "
+ALTER TABLE nodes ADD COLUMN conductor_group TEXT NOT NULL DEFAULT '';
+CREATE INDEX nodes_conductor_group ON nodes (conductor_group);
+ALTER TABLE conductors ADD COLUMN api_url TEXT;
+CREATE TABLE cluster_secrets (
+    name TEXT PRIMARY KEY,
+    value BLOB NOT NULL
 );
 ";
 

@@ -12,7 +12,7 @@ use crate::store::testing::arbitrary::{
     arbitrary_node, arbitrary_port, node_round_trip, ports_round_trip, runtime,
 };
 use crate::store::testing::{full_node, store_contract_suite, two_holders_agree_on_the_lock};
-use crate::store::{Node, NodeIdent, Store, StoreError};
+use crate::store::{Node, NodeFilter, NodeIdent, Store, StoreError};
 
 fn db_path(dir: &TempDir) -> std::path::PathBuf {
     // A directory that does not exist yet: open creates it.
@@ -300,6 +300,95 @@ async fn a_version_1_database_keeps_its_nodes_on_their_drivers_default_interface
     assert_eq!(node.deploy_interface, None);
     let interfaces = crate::node::hardware_type::NodeInterfaces::of(&node).expect("resolves");
     assert_eq!(interfaces.deploy, "iscsi");
+}
+
+/// A database of the previous schema (3: before conductor groups) with a node and a conductor:
+/// after the upgrade both are in the default group, the conductor has no API URL yet, the
+/// group is indexed and the new columns take writes.
+#[tokio::test]
+async fn a_version_3_database_keeps_its_nodes_and_conductors_in_the_default_group() {
+    let dir = TempDir::new().expect("temp dir");
+    let path = db_path(&dir);
+    let uuid = Uuid::new_v4();
+    {
+        let parent = path.parent().expect("the state directory");
+        std::fs::create_dir_all(parent).expect("state directory");
+        let raw = Connection::open(&path).expect("raw open");
+        raw.execute_batch(
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL);",
+        )
+        .expect("migrations table");
+        for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v <= 3) {
+            raw.execute_batch(sql).expect("an older step");
+            raw.execute(
+                "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, 'then')",
+                [version],
+            )
+            .expect("version row");
+        }
+        raw.execute(
+            "INSERT INTO nodes (uuid, driver, driver_info, driver_internal_info, properties, \
+             instance_info, extra, network_data, provision_state, created_at) \
+             VALUES (?1, 'agent_ilo', '{}', '{}', '{}', '{}', '{}', '{}', 'active', \
+             '2026-01-01T00:00:00Z')",
+            [uuid.to_string()],
+        )
+        .expect("a version 3 node");
+        raw.execute(
+            "INSERT INTO conductors (hostname, conductor_group, drivers, created_at, updated_at) \
+             VALUES ('old-cond', 'rack-1', '[\"ilo\"]', '2026-01-01T00:00:00Z', \
+             '2026-01-01T00:00:00Z')",
+            [],
+        )
+        .expect("a version 3 conductor");
+    }
+    let store = SqliteStore::open(&path).expect("upgrading");
+    let mut node = store
+        .node(&NodeIdent::Uuid(uuid))
+        .await
+        .expect("the old node");
+    assert_eq!(node.conductor_group, "");
+    let in_default = store
+        .list_nodes(&NodeFilter {
+            conductor_group: Some(String::new()),
+            ..Default::default()
+        })
+        .await
+        .expect("listing the default group");
+    assert_eq!(
+        in_default.iter().map(|n| n.uuid).collect::<Vec<_>>(),
+        [uuid]
+    );
+    node.conductor_group = "rack-1".into();
+    store.update_node(&node).await.expect("moving the node");
+    assert_eq!(
+        store
+            .node(&NodeIdent::Uuid(uuid))
+            .await
+            .expect("reading")
+            .conductor_group,
+        "rack-1"
+    );
+    let conductors = store.list_conductors().await.expect("listing conductors");
+    assert_eq!(conductors.len(), 1);
+    assert_eq!(conductors[0].conductor_group, "rack-1");
+    assert_eq!(conductors[0].api_url, None);
+
+    let raw = Connection::open(&path).expect("raw open");
+    let version: i64 = raw
+        .query_row("SELECT MAX(version) FROM schema_migrations", [], |r| {
+            r.get(0)
+        })
+        .expect("version");
+    assert_eq!(version, latest_version());
+    let plan: String = raw
+        .query_row(
+            "EXPLAIN QUERY PLAN SELECT uuid FROM nodes WHERE conductor_group = 'rack-1'",
+            [],
+            |r| r.get(3),
+        )
+        .expect("query plan");
+    assert!(plan.contains("nodes_conductor_group"), "{plan}");
 }
 
 /// Threads of this process now (`/proc/self/task`).

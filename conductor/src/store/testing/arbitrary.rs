@@ -82,6 +82,12 @@ fn power() -> impl Strategy<Value = Option<NodePower>> {
     ]))
 }
 
+/// Groups as the API makes them (lower case, Ironic's characters), the default group, and odd
+/// strings: the store keeps whatever it is handed, and must refuse a NUL like any text field.
+fn conductor_group() -> impl Strategy<Value = String> {
+    prop_oneof![Just(String::new()), "[a-z0-9_.-]{1,16}", odd_string()]
+}
+
 fn state() -> impl Strategy<Value = ProvisionState> {
     prop::sample::select(ProvisionState::ALL.to_vec())
 }
@@ -101,6 +107,7 @@ prop_compose! {
         flags in (any::<bool>(), any::<bool>()),
         texts in (prop::option::of(odd_string()), prop::option::of(odd_string())),
         interfaces in (prop::option::of(odd_string()), prop::option::of(odd_string())),
+        conductor_group in conductor_group(),
     ) -> Node {
         let mut objects = objects.into_iter();
         let mut next = move || objects.next().unwrap_or_default();
@@ -127,6 +134,7 @@ prop_compose! {
             last_error: texts.1,
             reservation: None,
             console_enabled: flags.1,
+            conductor_group,
             created_at: times.0,
             updated_at: times.2,
         }

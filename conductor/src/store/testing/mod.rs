@@ -34,6 +34,7 @@ pub fn full_node(name: &str) -> Node {
     node.last_error = Some("it broke".into());
     node.console_enabled = false;
     node.deploy_interface = Some("direct".into());
+    node.conductor_group = "rack-1.row_2".into();
     node
 }
 
@@ -108,6 +109,7 @@ async fn conductors(store: &dyn Store) {
         hostname: host.to_string(),
         conductor_group: group.to_string(),
         drivers: vec!["agent_ilo".into(), "ilo".into()],
+        api_url: Some(format!("https://{host}.example:6385")),
         created_at: super::now(),
         updated_at: super::now(),
     };
@@ -132,6 +134,10 @@ async fn conductors(store: &dyn Store) {
     assert_eq!(hosts, ["cond-a", "cond-b"], "by host name");
     assert_eq!(listed[1].conductor_group, "rack-1");
     assert_eq!(listed[1].drivers, ["agent_ilo", "ilo"]);
+    assert_eq!(
+        listed[1].api_url.as_deref(),
+        Some("https://cond-b.example:6385")
+    );
     let first = listed[1].clone();
 
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
@@ -149,6 +155,7 @@ async fn conductors(store: &dyn Store) {
     // The same host starting again: one row, its first registration kept, the rest new.
     let mut again = record("cond-b", "rack-2");
     again.drivers = vec!["redfish".into()];
+    again.api_url = Some("http://10.0.0.2:6385".into());
     store
         .register_conductor(&again)
         .await
@@ -158,6 +165,28 @@ async fn conductors(store: &dyn Store) {
     assert_eq!(rows[1].created_at, first.created_at);
     assert_eq!(rows[1].conductor_group, "rack-2");
     assert_eq!(rows[1].drivers, ["redfish"]);
+    assert_eq!(rows[1].api_url.as_deref(), Some("http://10.0.0.2:6385"));
+
+    // Registering again without a URL clears the earlier run's: calls must not be forwarded to
+    // a URL the conductor no longer serves.
+    let mut quiet = record("cond-b", "rack-2");
+    quiet.api_url = None;
+    store
+        .register_conductor(&quiet)
+        .await
+        .expect("registering without a URL");
+    let rows = store.list_conductors().await.expect("listing");
+    assert_eq!(rows[1].api_url, None);
+    assert_eq!(rows[1].created_at, first.created_at);
+
+    // A NUL is refused by every store alike, as in node fields.
+    let mut nul = record("cond-c", "");
+    nul.api_url = Some("http://x\0y".into());
+    assert!(matches!(
+        store.register_conductor(&nul).await,
+        Err(StoreError::Invalid(_))
+    ));
+    assert_eq!(store.list_conductors().await.expect("listing").len(), 2);
 
     store
         .unregister_conductor("cond-b")
@@ -321,6 +350,12 @@ async fn list_filters(store: &dyn Store) {
         if i >= 3 {
             node.instance_uuid = Some(format!("instance-{i}"));
         }
+        node.conductor_group = match i {
+            0 | 3 => "rack-a",
+            4 => "rack-b",
+            _ => "",
+        }
+        .to_string();
         store.create_node(&node).await.expect("creating");
         made.push(node);
     }
@@ -434,6 +469,37 @@ async fn list_filters(store: &dyn Store) {
             .await,
         Err(StoreError::NotFound { kind: "node", .. })
     ));
+
+    let group = |name: &str| NodeFilter {
+        conductor_group: Some(name.to_string()),
+        ..Default::default()
+    };
+    assert_eq!(list(group("rack-a")).await, pick(&[0, 3]));
+    assert_eq!(list(group("RACK-a")).await, pick(&[0, 3]), "any case");
+    assert_eq!(list(group("rack-b")).await, pick(&[4]));
+    assert_eq!(list(group("")).await, pick(&[1, 2, 5]), "the default group");
+    assert_eq!(list(group("rack-c")).await, pick(&[]));
+    assert_eq!(
+        list(NodeFilter {
+            provision_state: Some(ProvisionState::Active),
+            ..group("rack-a")
+        })
+        .await,
+        pick(&[3])
+    );
+    // A group moves with an update.
+    let mut moved = made[1].clone();
+    moved.conductor_group = "rack-b".into();
+    store.update_node(&moved).await.expect("updating");
+    assert_eq!(list(group("rack-b")).await, pick(&[1, 4]));
+    assert_eq!(
+        store
+            .node(&NodeIdent::Uuid(moved.uuid))
+            .await
+            .expect("reading")
+            .conductor_group,
+        "rack-b"
+    );
 
     store
         .reserve_node(made[2].uuid, "host-a")
