@@ -5,7 +5,8 @@
 //! it), then hand them back when it starts again.
 //!
 //! The BMCs are the in-process iLO emulator (RIBCL); which conductor carried out a power
-//! change is read from each conductor's own log (`power change requested node=…`).
+//! change is read from each conductor's own log (`power change requested node=…`). Each
+//! conductor keeps its built-in object store, and must say that several need a shared one.
 
 mod common;
 
@@ -232,7 +233,16 @@ fn conductors_share_nodes_forward_actions_and_take_over_a_killed_ones_nodes() {
         }
     });
     for (name, conductor) in conductors.iter_mut() {
-        let carried_out = power_changes_in(conductor.drain());
+        let log = conductor.drain();
+        // Each keeps floppies and ISOs in its built-in object store: it says that several
+        // conductors need a shared one.
+        assert!(
+            log.iter()
+                .any(|l| l.contains("several conductors share this database")),
+            "{name} did not warn about its built-in object store:\n{}",
+            log.join("\n")
+        );
+        let carried_out = power_changes_in(log);
         let owned: BTreeSet<String> = owners_before
             .iter()
             .filter(|(_, owner)| owner == name)

@@ -75,7 +75,19 @@ async fn refresh(core: &Arc<Core>, pending: &mut BTreeSet<String>) {
             return;
         }
     };
+    let alive_before = core.cluster.view().alive().len();
     let (view, newly_dead) = core.cluster.update(&records);
+    let alive = view.alive();
+    if alive.len() > 1 && alive.len() != alive_before && core.deploy.objects.kind() == "builtin" {
+        // A node taken over by another conductor could not reach the floppy and ISO this one
+        // keeps on its own disk.
+        tracing::warn!(
+            conductors = ?alive,
+            "several conductors share this database, but this one keeps floppies and ISOs in its \
+             built-in object store, which the others cannot serve: use a shared object store \
+             (objects.kind = \"swift\") on every conductor"
+        );
+    }
     pending.extend(newly_dead);
     // One that came back is no longer to be taken over (its own start released its locks).
     pending.retain(|host| view.dead().contains(host));

@@ -690,13 +690,6 @@ async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
                 database = %store.target(), max_connections = max,
                 "node store: postgresql"
             );
-            if matches!(settings.objects, ObjectsSettings::Builtin { .. }) {
-                tracing::warn!(
-                    "the built-in object store keeps floppies and ISOs on this conductor's disk: \
-                     several conductors on one database need a shared object store \
-                     (objects.kind = \"swift\")"
-                );
-            }
             Ok(store)
         }
     }
