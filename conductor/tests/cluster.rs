@@ -402,3 +402,256 @@ fn conductors_share_nodes_forward_actions_and_take_over_a_killed_ones_nodes() {
     );
     rt.block_on(emulator.shutdown());
 }
+
+/// PostgreSQL killed (as a crash: `pg_ctl -m immediate`) under a load of API writes, down for
+/// longer than `heartbeat_timeout`, then started again: requests meanwhile fail with 503 and
+/// nothing else (no 500, no dropped connection, no panic); both conductors reconnect by
+/// themselves; every acknowledged create is there; and neither conductor takes the other for
+/// dead when the database comes back: a power change one of them ran across the outage
+/// finishes as its own, not failed by a takeover.
+#[test]
+fn postgresql_restarted_under_load_gives_503s_then_everything_works_again() {
+    use std::sync::{Arc, Mutex};
+    let cluster = vmdeploy_test_postgres::Cluster::start()
+        .unwrap_or_else(|e| panic!("a private PostgreSQL cluster: {e}"));
+    let database = cluster.socket_url(&cluster.create_database("restart"));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let emulator = rt.block_on(async {
+        let mut config = EmulatorConfig::loopback();
+        config.servers = 10;
+        Emulator::start(config)
+            .await
+            .expect("the iLO emulator starts")
+    });
+    let cert = dir.path().join("ilo.pem");
+    std::fs::write(&cert, emulator.cert_pem()).expect("the emulator's certificate");
+    let mut conductors: BTreeMap<&str, Conductor> = ["c1", "c2"]
+        .into_iter()
+        .map(|name| (name, start_conductor(dir.path(), name, &database)))
+        .collect();
+    let urls: Vec<String> = conductors.values().map(Conductor::url).collect();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("an HTTP client");
+    let driver_info = |i: usize| {
+        json!({
+            "ilo_address": emulator.addresses()[i].to_string(), "ilo_username": "Administrator",
+            "ilo_password": "password", "ilo_verify_ca": cert.to_string_lossy(),
+            "ilo_protocol": "ribcl", "client_timeout": 30,
+        })
+    };
+    rt.block_on(async {
+        for i in 0..10 {
+            let reply = http
+                .post(format!("{}/v1/nodes", urls[0]))
+                .header(VERSION.0, VERSION.1)
+                .json(&json!({"name": format!("n{i}"), "driver": "ilo", "driver_info": driver_info(i)}))
+                .send()
+                .await
+                .expect("creating a node");
+            assert_eq!(reply.status(), 201);
+        }
+    });
+    let owners = rt.block_on(agreed_owners(
+        &http,
+        &urls,
+        &BTreeSet::from(["c1", "c2"]),
+        Duration::from_secs(10),
+    ));
+    // A power change of each conductor's that runs across the outage (its BMC answers after
+    // 8 s): whichever conductor reads the table first when the database is back would take the
+    // other's for dead, were heartbeats not aged from the outage's end.
+    let mut victims = Vec::new();
+    for conductor in ["c1", "c2"] {
+        let (victim, _) = owners
+            .iter()
+            .find(|(_, owner)| *owner == conductor)
+            .expect("each conductor owns a node");
+        let index = rt.block_on(async {
+            let (_, node) = get(&http, &format!("{}/v1/nodes/{victim}", urls[0])).await;
+            node["name"].as_str().expect("a name")[1..]
+                .parse::<usize>()
+                .expect("n<index>")
+        });
+        assert!(emulator.inject_fault(
+            index,
+            FaultSpec {
+                kind: FaultKind::Delay,
+                count: 1,
+                seconds: 8.0,
+                status: None,
+                message: None,
+            }
+        ));
+        rt.block_on(async {
+            let (status, body) = put(
+                &http,
+                &format!("{}/v1/nodes/{victim}/states/power", urls[1]),
+                json!({"target": "power on"}),
+            )
+            .await;
+            assert_eq!(status, 202, "{body}");
+        });
+        victims.push(victim.clone());
+    }
+
+    // The load: creates and PATCHes against both conductors until told to stop.
+    // Per request: the status and, for an acknowledged create, the node's name; or the error.
+    type Outcome = Result<(u16, Option<String>), String>;
+    let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load: Vec<_> = (0..4)
+        .map(|worker| {
+            let (http, urls, outcomes, stop) =
+                (http.clone(), urls.clone(), outcomes.clone(), stop.clone());
+            rt.spawn(async move {
+                let mut i = 0;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let url = &urls[(worker + i) % urls.len()];
+                    let name = format!("load-{worker}-{i}");
+                    let request = if i % 2 == 0 {
+                        http.post(format!("{url}/v1/nodes"))
+                            .json(&json!({"name": name, "driver": "ilo"}))
+                    } else {
+                        http.patch(format!("{url}/v1/nodes/n{}", (worker + i) % 10)).json(
+                            &json!([{"op": "add", "path": format!("/extra/{name}"), "value": i}]),
+                        )
+                    };
+                    let outcome = match request.header(VERSION.0, VERSION.1).send().await {
+                        Ok(reply) => {
+                            let status = reply.status().as_u16();
+                            Ok((status, (i % 2 == 0 && status == 201).then_some(name)))
+                        }
+                        Err(e) => Err(format!("{e:?}")),
+                    };
+                    outcomes.lock().expect("outcomes").push(outcome);
+                    i += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    cluster
+        .kill()
+        .unwrap_or_else(|e| panic!("stopping PostgreSQL: {e}"));
+    std::thread::sleep(Duration::from_secs(HEARTBEAT_TIMEOUT_S + 2));
+    cluster
+        .restart()
+        .unwrap_or_else(|e| panic!("starting PostgreSQL again: {e}"));
+    // Both serve writes again within a few heartbeats.
+    rt.block_on(async {
+        for url in &urls {
+            let deadline = Instant::now() + Duration::from_secs(15);
+            loop {
+                let reply = http
+                    .get(format!("{url}/v1/nodes?limit=1"))
+                    .header(VERSION.0, VERSION.1)
+                    .send()
+                    .await
+                    .map(|r| r.status().as_u16());
+                if matches!(reply, Ok(200)) {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{url} after the restart: {reply:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    rt.block_on(async {
+        for task in load {
+            task.await.expect("a load worker");
+        }
+    });
+
+    let outcomes = outcomes.lock().expect("outcomes").clone();
+    let unavailable = outcomes
+        .iter()
+        .filter(|o| matches!(o, Ok((503, _))))
+        .count();
+    let bad: Vec<_> = outcomes
+        .iter()
+        .filter(|o| !matches!(o, Ok((200 | 201 | 409 | 503, _))))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "answers other than 2xx, 409 and 503: {bad:?}"
+    );
+    assert!(unavailable > 0, "no request met the outage: {outcomes:?}");
+    let acknowledged: Vec<String> = outcomes
+        .iter()
+        .filter_map(|o| o.as_ref().ok().and_then(|(_, name)| name.clone()))
+        .collect();
+    rt.block_on(async {
+        for name in &acknowledged {
+            let (status, _) = get(&http, &format!("{}/v1/nodes/{name}", urls[1])).await;
+            assert_eq!(status, 200, "acknowledged create {name} is lost");
+        }
+        // The power changes across the outage finished as their conductors' own: no takeover.
+        for victim in &victims {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let node = loop {
+                let (_, node) = get(&http, &format!("{}/v1/nodes/{victim}", urls[0])).await;
+                if node["reservation"].is_null() && node["target_power_state"].is_null() {
+                    break node;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the power change never ended: {node}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            };
+            let error = node["last_error"].as_str().unwrap_or("");
+            assert!(
+                !error.contains("stopped heartbeating"),
+                "a conductor was taken for dead after the outage: {error}"
+            );
+        }
+        let (_, list) = get(&http, &format!("{}/v1/conductors", urls[1])).await;
+        let alive = list["conductors"]
+            .as_array()
+            .map(|l| l.iter().filter(|c| c["alive"] == json!(true)).count())
+            .unwrap_or(0);
+        assert_eq!(alive, 2, "{list}");
+    });
+    for (name, conductor) in conductors.iter_mut() {
+        assert!(
+            conductor.child.try_wait().expect("waiting").is_none(),
+            "{name} exited"
+        );
+        let log = conductor.drain();
+        assert!(
+            !log.iter().any(|l| l.contains("panicked")),
+            "{name} panicked:\n{}",
+            log.join("\n")
+        );
+        // Neither took the other for dead (the takeover's log line is written even when the
+        // dead conductor held nothing, and a task that later finishes overwrites what the
+        // takeover recorded, so the log is what tells).
+        let takeovers: Vec<&String> = log
+            .iter()
+            .filter(|l| l.contains("dead={\"") || l.contains("took over the nodes"))
+            .collect();
+        assert!(
+            takeovers.is_empty(),
+            "{name} took a live conductor for dead after the outage: {takeovers:#?}"
+        );
+        assert!(
+            log.iter()
+                .any(|l| l.contains("the database is reachable again")),
+            "{name} never saw the outage end:\n{}",
+            log.join("\n")
+        );
+    }
+    rt.block_on(emulator.shutdown());
+}

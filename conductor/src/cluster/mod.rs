@@ -76,12 +76,19 @@ impl ClusterView {
     /// Builds the view from the table's rows as of `now`: a conductor is alive when its last
     /// heartbeat is less than `timeout` old, or when it is `me` (this conductor knows it runs,
     /// even when its own heartbeat could not be written).
+    ///
+    /// `reachable_since` is when this conductor's heartbeats got through again after the
+    /// database was out of its reach: no other conductor could heartbeat while it was down
+    /// either, so a heartbeat is aged from then at the earliest. Without it, every conductor
+    /// would take every other for dead when the database comes back after an outage longer
+    /// than the timeout, and take over their running tasks.
     pub fn from_records(
         me: &str,
         my_group: &str,
         records: &[ConductorRecord],
         now: OffsetDateTime,
         timeout: Duration,
+        reachable_since: Option<OffsetDateTime>,
     ) -> ClusterView {
         let mut members: HashMap<String, Vec<&str>> = HashMap::new();
         members.entry(my_group.to_string()).or_default().push(me);
@@ -91,7 +98,11 @@ impl ClusterView {
             if record.hostname == me {
                 continue;
             }
-            let age = now - record.updated_at;
+            let last_seen = match reachable_since {
+                Some(since) => record.updated_at.max(since),
+                None => record.updated_at,
+            };
+            let age = now - last_seen;
             if age >= timeout {
                 dead.insert(record.hostname.clone());
                 continue;
@@ -192,15 +203,21 @@ impl Cluster {
         }
     }
 
-    /// Rebuilds the view from the `conductors` table's rows; returns the new view and the
-    /// conductors that died since the last one (they have nodes to take over).
-    pub fn update(&self, records: &[ConductorRecord]) -> (Arc<ClusterView>, Vec<String>) {
+    /// Rebuilds the view from the `conductors` table's rows (`reachable_since`: see
+    /// [`ClusterView::from_records`]); returns the new view and the conductors that died since
+    /// the last one (they have nodes to take over).
+    pub fn update(
+        &self,
+        records: &[ConductorRecord],
+        reachable_since: Option<OffsetDateTime>,
+    ) -> (Arc<ClusterView>, Vec<String>) {
         let view = Arc::new(ClusterView::from_records(
             &self.me,
             &self.group,
             records,
             crate::store::now(),
             self.timeout,
+            reachable_since,
         ));
         let mut slot = match self.view.write() {
             Ok(slot) => slot,
@@ -245,7 +262,7 @@ mod tests {
             // This conductor's own row, however old, does not make it dead.
             record("me", "", 600, now),
         ];
-        let view = ClusterView::from_records("me", "", &records, now, timeout);
+        let view = ClusterView::from_records("me", "", &records, now, timeout, None);
         assert_eq!(view.alive(), BTreeSet::from(["c1", "c2", "me", "r1"]));
         assert_eq!(view.dead(), &BTreeSet::from(["c3".to_string()]));
         assert!(!view.is_alone());
@@ -269,18 +286,37 @@ mod tests {
     }
 
     #[test]
+    fn after_an_outage_heartbeats_are_aged_from_when_the_database_came_back() {
+        let now = crate::store::now();
+        let timeout = Duration::from_secs(60);
+        // The database was out of reach for 5 minutes and came back 10 s ago: c1's last
+        // heartbeat is 5 minutes old but it had no chance to write one since.
+        let records = [record("c1", "", 310, now), record("c2", "", 3600, now)];
+        let back = Some(now - time::Duration::seconds(10));
+        let view = ClusterView::from_records("me", "", &records, now, timeout, back);
+        assert_eq!(view.alive(), BTreeSet::from(["c1", "c2", "me"]));
+        assert!(view.dead().is_empty());
+        // Once the timeout has passed since, silence means death again.
+        let back = Some(now - time::Duration::seconds(61));
+        let view = ClusterView::from_records("me", "", &records, now, timeout, back);
+        assert_eq!(view.alive(), BTreeSet::from(["me"]));
+        assert_eq!(view.dead().len(), 2);
+    }
+
+    #[test]
     fn alone_until_others_heartbeat_and_deaths_are_reported_once() {
         let now = crate::store::now();
         let cluster = Cluster::new("me", "", Duration::from_secs(60));
         assert!(cluster.view().is_alone());
         assert!(cluster.view().is_mine("", Uuid::from_u128(9)));
-        let (view, died) = cluster.update(&[record("c1", "", 1, now), record("me", "", 1, now)]);
+        let (view, died) =
+            cluster.update(&[record("c1", "", 1, now), record("me", "", 1, now)], None);
         assert!(!view.is_alone());
         assert!(died.is_empty());
-        let (view, died) = cluster.update(&[record("c1", "", 120, now)]);
+        let (view, died) = cluster.update(&[record("c1", "", 120, now)], None);
         assert!(view.is_alone());
         assert_eq!(died, ["c1"]);
-        let (_, died) = cluster.update(&[record("c1", "", 130, now)]);
+        let (_, died) = cluster.update(&[record("c1", "", 130, now)], None);
         assert!(died.is_empty(), "reported once");
     }
 }

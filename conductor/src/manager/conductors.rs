@@ -43,12 +43,13 @@ pub(crate) async fn run(core: Arc<Core>, mut shutdown: tokio::sync::watch::Recei
     ticker.tick().await;
     // Dead conductors whose nodes are still to be taken over.
     let mut pending = BTreeSet::new();
-    refresh(&core, &mut pending).await;
+    let mut reach = Reach::default();
+    refresh(&core, &mut pending, reach.since).await;
     loop {
         tokio::select! {
             _ = ticker.tick() => {
-                heartbeat(&core).await;
-                refresh(&core, &mut pending).await;
+                reach.record(heartbeat(&core).await);
+                refresh(&core, &mut pending, reach.since).await;
             }
             changed = shutdown.changed() => {
                 if changed.is_err() || *shutdown.borrow() {
@@ -66,8 +67,32 @@ pub(crate) async fn run(core: Arc<Core>, mut shutdown: tokio::sync::watch::Recei
     }
 }
 
+/// Whether this conductor's heartbeats reach the database, and since when they do again after
+/// they did not (`ClusterView::from_records` ages the others' heartbeats from then).
+#[derive(Debug, Default)]
+struct Reach {
+    failing: bool,
+    since: Option<time::OffsetDateTime>,
+}
+
+impl Reach {
+    fn record(&mut self, written: bool) {
+        if !written {
+            self.failing = true;
+        } else if self.failing {
+            self.failing = false;
+            self.since = Some(crate::store::now());
+            tracing::info!("the database is reachable again: the other conductors' heartbeats are aged from now");
+        }
+    }
+}
+
 /// Reads the conductors back into the cluster view, then takes over the nodes of the dead.
-async fn refresh(core: &Arc<Core>, pending: &mut BTreeSet<String>) {
+async fn refresh(
+    core: &Arc<Core>,
+    pending: &mut BTreeSet<String>,
+    reachable_since: Option<time::OffsetDateTime>,
+) {
     let records = match core.store().list_conductors().await {
         Ok(records) => records,
         Err(e) => {
@@ -76,7 +101,7 @@ async fn refresh(core: &Arc<Core>, pending: &mut BTreeSet<String>) {
         }
     };
     let alive_before = core.cluster.view().alive().len();
-    let (view, newly_dead) = core.cluster.update(&records);
+    let (view, newly_dead) = core.cluster.update(&records, reachable_since);
     let alive = view.alive();
     if alive.len() > 1 && alive.len() != alive_before && core.deploy.objects.kind() == "builtin" {
         // A node taken over by another conductor could not reach the floppy and ISO this one
@@ -102,20 +127,28 @@ async fn refresh(core: &Arc<Core>, pending: &mut BTreeSet<String>) {
     }
 }
 
-async fn heartbeat(core: &Core) {
+/// Writes this conductor's heartbeat; whether it reached the database.
+async fn heartbeat(core: &Core) -> bool {
     match core
         .store()
         .heartbeat_conductor(&core.config.conductor_name)
         .await
     {
-        Ok(()) => {}
+        Ok(()) => true,
         // The row went (an operator, or another conductor's clean-up): register again.
         Err(StoreError::NotFound { .. }) => {
             tracing::warn!("this conductor's registration was gone; registering again");
-            if let Err(e) = register(core).await {
-                tracing::warn!(error = %e.chain(), "registering the conductor again");
+            match register(core).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(error = %e.chain(), "registering the conductor again");
+                    false
+                }
             }
         }
-        Err(e) => tracing::warn!(error = %Chain(&e), "the conductor's heartbeat"),
+        Err(e) => {
+            tracing::warn!(error = %Chain(&e), "the conductor's heartbeat");
+            false
+        }
     }
 }
