@@ -14,6 +14,11 @@
 //! address it was asked at), so later tasks connect without asking again: a power action makes
 //! one connection and at most one probe.
 //!
+//! A Redfish client takes its session from the conductor's cache
+//! ([`RedfishSessions::conductor`]): the `Bmc`s of every task for one BMC share one session,
+//! which the cache logs out when idle and at shutdown (a node task's `Bmc` is dropped without
+//! a logout).
+//!
 //! # Limitations
 //! A remembered choice is asked again only when the address changes. An iLO whose RIBCL is
 //! switched off after the probe keeps failing over RIBCL until `ilo_protocol` is set.
@@ -23,6 +28,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
+use crate::drivers::ilo::redfish::RedfishSessions;
 use crate::drivers::ilo::{IloClient, Protocol};
 use crate::drivers::{
     virtual_media_licensed, DriverError, Inventory, Management, Power, VirtualMedia,
@@ -85,7 +91,17 @@ impl Bmc {
 
     /// The client, and whether the protocol was probed for (not named, not remembered).
     async fn open(node: &Node, defaults: &IloDefaults) -> Result<(Bmc, bool), BmcError> {
+        Bmc::open_with(node, defaults, RedfishSessions::conductor()).await
+    }
+
+    /// [`Bmc::open`] with Redfish sessions from `sessions`.
+    async fn open_with(
+        node: &Node,
+        defaults: &IloDefaults,
+        sessions: &RedfishSessions,
+    ) -> Result<(Bmc, bool), BmcError> {
         let BmcDriverInfo { mut config, keys } = Bmc::settings(node, defaults)?;
+        config.redfish_sessions = Some(sessions.clone());
         // Checked by the parse already; an error here would name the address key all the same.
         let address = config.base_url().map_err(|e| BmcError::Settings {
             error: DriverInfoError::Invalid {

@@ -233,3 +233,111 @@ async fn a_failed_step_names_the_bmc_the_step_and_the_nodes_keys() {
         "{text}"
     );
 }
+
+/// An emulated iLO 5 and a `redfish` node of it (Ironic's keys); the temp dir holds its
+/// certificate.
+async fn emulated_redfish_node() -> (
+    vmdeploy_ilo_emulator::Emulator,
+    Node,
+    String,
+    tempfile::TempDir,
+) {
+    let emulator =
+        vmdeploy_ilo_emulator::Emulator::start(vmdeploy_ilo_emulator::EmulatorConfig::loopback())
+            .await
+            .expect("emulator starts");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cert = dir.path().join("ilo-cert.pem");
+    std::fs::write(&cert, emulator.cert_pem()).expect("writing the emulator's cert");
+    let base = format!("https://{}", emulator.addresses()[0]);
+    let node = node(
+        "redfish",
+        json!({"redfish_address": base, "redfish_username": "Administrator",
+               "redfish_password": "password", "redfish_verify_ca": cert,
+               "redfish_system_id": "/redfish/v1/Systems/1", "client_timeout": 10}),
+    );
+    (emulator, node, base, dir)
+}
+
+/// A task's `Bmc` against the emulated iLO with `sessions`: reads the power.
+async fn read_power_with(node: &Node, sessions: &RedfishSessions) -> PowerState {
+    let (bmc, _) = Bmc::open_with(node, &IloDefaults::default(), sessions)
+        .await
+        .expect("connects");
+    bmc.power_state().await.expect("power state")
+}
+
+/// Ten tasks of one node, each with its own `Bmc`, make one Redfish login; the session stays
+/// live on the iLO until the cache logs it out at shutdown.
+#[tokio::test]
+async fn the_bmcs_of_one_node_share_one_redfish_session() {
+    let (emulator, node, base, _dir) = emulated_redfish_node().await;
+    let ilo = emulator.server(0).expect("server 0").clone();
+    let sessions = RedfishSessions::new(Duration::from_secs(300));
+    for _ in 0..10 {
+        assert_eq!(read_power_with(&node, &sessions).await, PowerState::Off);
+    }
+    assert_eq!(sessions.logins(), 1);
+    let token = sessions
+        .token(&base, "Administrator")
+        .expect("a cached session");
+    assert!(ilo.session_ok(&token));
+
+    // The iLO ends the session (its idle timeout, a reset): the next task logs in once.
+    assert!(ilo.end_session(&token));
+    for _ in 0..3 {
+        assert_eq!(read_power_with(&node, &sessions).await, PowerState::Off);
+    }
+    assert_eq!(sessions.logins(), 2);
+    let renewed = sessions
+        .token(&base, "Administrator")
+        .expect("a cached session");
+    assert_ne!(renewed, token);
+    assert!(ilo.session_ok(&renewed));
+
+    // Shutdown logs it out on the iLO.
+    sessions.close_all().await;
+    assert!(!ilo.session_ok(&renewed));
+    assert_eq!(sessions.logouts(), 1);
+    assert!(sessions.is_empty());
+}
+
+/// A session left idle is logged out on the iLO by the sweep.
+#[tokio::test]
+async fn an_idle_redfish_session_is_logged_out_on_the_ilo() {
+    let (emulator, node, base, _dir) = emulated_redfish_node().await;
+    let ilo = emulator.server(0).expect("server 0").clone();
+    let sessions = RedfishSessions::new(Duration::from_millis(200));
+    assert_eq!(read_power_with(&node, &sessions).await, PowerState::Off);
+    let token = sessions
+        .token(&base, "Administrator")
+        .expect("a cached session");
+    assert!(ilo.session_ok(&token));
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while ilo.session_ok(&token) {
+        assert!(
+            std::time::Instant::now() < until,
+            "the idle session is still open after 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(sessions.token(&base, "Administrator"), None);
+}
+
+/// `Bmc::connect` hands its Redfish client the conductor's cache, the one `serve` logs out
+/// at shutdown.
+#[tokio::test]
+async fn bmc_connect_uses_the_conductors_session_cache() {
+    let (emulator, mut node, base, _dir) = emulated_redfish_node().await;
+    let ilo = emulator.server(0).expect("server 0").clone();
+    for _ in 0..3 {
+        let bmc = Bmc::connect(&mut node, &IloDefaults::default())
+            .await
+            .expect("connects");
+        assert_eq!(bmc.power_state().await.expect("power"), PowerState::Off);
+    }
+    let token = RedfishSessions::conductor()
+        .token(&base, "Administrator")
+        .expect("the session is in the conductor's cache");
+    assert!(ilo.session_ok(&token));
+}

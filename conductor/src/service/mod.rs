@@ -412,6 +412,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let _ = duties_tx.send(true);
     let _ = objects_tx.send(true);
     let _ = netboot_tx.send(true);
+    // Node tasks have drained and the duties are told to stop: log out the Redfish sessions
+    // they shared (a BMC has few session slots; bounded by CLOSE_ALL_WAIT, failures logged).
+    crate::drivers::ilo::redfish::RedfishSessions::conductor()
+        .close_all()
+        .await;
     tracing::info!(requests_cut = report.cut.len(), "stopped");
     Ok(())
 }

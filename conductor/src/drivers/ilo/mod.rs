@@ -94,6 +94,10 @@ pub struct IloConfig {
     /// The Redfish ComputerSystem to drive, by path (`redfish_system_id`); `None`: the first
     /// member of the Systems collection.
     pub redfish_system: Option<String>,
+    /// Where a Redfish client takes and keeps its session (the conductor's cache, one session
+    /// per BMC and user); `None`: each client logs in for itself and out at
+    /// [`redfish::RedfishClient::logout`] (the command-line tool).
+    pub redfish_sessions: Option<redfish::RedfishSessions>,
 }
 
 impl IloConfig {
@@ -109,6 +113,7 @@ impl IloConfig {
             protocol: Protocol::Auto,
             retry: http::DEFAULT_RETRY,
             redfish_system: None,
+            redfish_sessions: None,
         }
     }
 

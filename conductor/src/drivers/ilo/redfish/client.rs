@@ -5,9 +5,13 @@
 //! The first request logs in: POST `{"UserName","Password"}` to the root's `Links.Sessions`
 //! and send `X-Auth-Token` from then on; a service without sessions (4xx other than 401/403,
 //! e.g. sushy-tools' 404) gets HTTP Basic on every request, as sushy does. A 401 on a session
-//! logs in again once. Redirects are not followed by reqwest: iLO 5 before 1.40 answers 308 for
-//! a URI without its trailing slash, and the request is re-issued once, same method and body,
-//! to the `Location` on the same origin (HPEConnector does the same).
+//! logs in again once. A client given the conductor's session cache
+//! (`IloConfig::redfish_sessions`, [`super::sessions`]) takes the session of its BMC and user
+//! from there, and puts the one it opens there: one session per BMC for every task, logged out
+//! by the cache when idle and at shutdown, not by the client. Redirects are not followed by
+//! reqwest: iLO 5 before 1.40 answers 308 for a URI without its trailing slash, and the request
+//! is re-issued once, same method and body, to the `Location` on the same origin (HPEConnector
+//! does the same).
 //! Every URI comes from an `@odata.id` or action `target`; fixed paths are only fallbacks.
 
 use std::sync::Arc;
@@ -19,6 +23,7 @@ use serde_json::{json, Value};
 
 use super::codec::{join, link, link_at, members, vmedia_kind, PathStep};
 use super::error::status_error;
+use super::sessions::{session_url, Opened, RedfishSessions, SessionToken};
 use crate::drivers::ilo::http::{
     build_client, map_reqwest_error, read_body, with_retries, RetryPolicy,
 };
@@ -89,6 +94,9 @@ pub struct RedfishClient {
     layout: Arc<tokio::sync::OnceCell<Layout>>,
     /// The system asked for by path (`redfish_system_id`), else the collection's first.
     system: Option<String>,
+    /// The conductor's session cache; `None`: this client's own session, logged out by
+    /// [`RedfishClient::logout`].
+    sessions: Option<RedfishSessions>,
 }
 
 impl RedfishClient {
@@ -104,6 +112,7 @@ impl RedfishClient {
             auth: Arc::default(),
             layout: Arc::default(),
             system: config.redfish_system.clone(),
+            sessions: config.redfish_sessions.clone(),
         })
     }
 
@@ -181,7 +190,7 @@ impl RedfishClient {
         if response.status() == StatusCode::UNAUTHORIZED && matches!(auth, Auth::Session { .. }) {
             // The session expired or was deleted: log in again, once.
             tracing::info!(%url, "Redfish session rejected, logging in again");
-            *self.auth.lock().await = Auth::None;
+            self.forget_session(&auth).await;
             auth = self.current_auth().await?;
             response = self.send(&method, &url, body, &auth).await?;
         }
@@ -251,10 +260,64 @@ impl RedfishClient {
 
     async fn current_auth(&self) -> Result<Auth, DriverError> {
         let mut guard = self.auth.lock().await;
-        if matches!(*guard, Auth::None) {
-            *guard = self.login().await?;
+        let Some(sessions) = &self.sessions else {
+            if matches!(*guard, Auth::None) {
+                *guard = self.login().await?;
+            }
+            return Ok(guard.clone());
+        };
+        if matches!(*guard, Auth::Basic) {
+            return Ok(Auth::Basic);
         }
+        // The cached session, else one login per BMC at a time (a task that waited for
+        // another's login takes its session).
+        let entry = sessions.entry(&self.base, &self.username);
+        let password = sessions.password_hash(&self.password);
+        let SessionToken { token, uri } = match sessions.current(&entry, password) {
+            Some(found) => found,
+            None => {
+                let _login = entry.lock_login().await;
+                match sessions.current(&entry, password) {
+                    Some(found) => found,
+                    None => {
+                        let auth = self.login().await?;
+                        if let Auth::Session { token, uri } = &auth {
+                            sessions.store(
+                                &entry,
+                                &self.base,
+                                password,
+                                Opened {
+                                    token: token.clone(),
+                                    uri: uri.clone(),
+                                    http: self.http.clone(),
+                                    timeout: self.timeout,
+                                },
+                            );
+                        }
+                        *guard = auth.clone();
+                        return Ok(auth);
+                    }
+                }
+            }
+        };
+        let known =
+            matches!(&*guard, Auth::Session { token: t, .. } if t.expose() == token.expose());
+        if !known {
+            sessions.count_reuse(&self.base);
+        }
+        *guard = Auth::Session { token, uri };
         Ok(guard.clone())
+    }
+
+    /// Forgets a session the BMC refused: this client's, and the cache's if it is still the
+    /// cached one (another task may have replaced it already).
+    async fn forget_session(&self, refused: &Auth) {
+        let mut guard = self.auth.lock().await;
+        *guard = Auth::None;
+        if let (Some(sessions), Auth::Session { token, .. }) = (&self.sessions, refused) {
+            let entry = sessions.entry(&self.base, &self.username);
+            sessions.forget(&entry, &self.base, token);
+        }
     }
 
     async fn login(&self) -> Result<Auth, DriverError> {
@@ -335,19 +398,19 @@ impl RedfishClient {
         }
     }
 
-    /// Deletes the session, if one was opened (iLOs have few session slots).
+    /// Deletes the session, if this client opened one (iLOs have few session slots). A
+    /// session from the conductor's cache stays there for other tasks: the cache logs it out.
     pub async fn logout(&self) {
         let auth = std::mem::take(&mut *self.auth.lock().await);
+        if self.sessions.is_some() {
+            return;
+        }
         if let Auth::Session {
             token,
             uri: Some(uri),
         } = &auth
         {
-            let Ok(url) = self.url_for(uri).or_else(|_| {
-                url::Url::parse(uri)
-                    .map(|u| format!("{}{}", self.base, u.path()))
-                    .map_err(|e| e.to_string())
-            }) else {
+            let Some(url) = session_url(&self.base, uri) else {
                 return;
             };
             let result = self
@@ -486,6 +549,7 @@ impl RedfishClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::drivers::ilo::redfish::sessions::DEFAULT_IDLE;
     use crate::drivers::ilo::test_server::{Reply, Request, TestServer};
     use crate::drivers::ilo::{Protocol, TlsVerify};
     use crate::drivers::{Power, PowerState};
@@ -733,5 +797,385 @@ mod tests {
             .await
             .expect_err("off-site redirect");
         assert!(err.to_string().contains("leaves the service"), "{err}");
+    }
+
+    /// A BMC with a session table like an iLO's: logins with any of `passwords` make a session
+    /// (refused with 403 when `cap` sessions are open, as a full iLO refuses), DELETE ends one,
+    /// and resources answer only to a live token.
+    #[derive(Clone, Default)]
+    struct SessionTable {
+        state: std::sync::Arc<std::sync::Mutex<Sessions>>,
+    }
+
+    #[derive(Default)]
+    struct Sessions {
+        passwords: Vec<&'static str>,
+        cap: usize,
+        /// (token, password it was made with)
+        live: Vec<(String, String)>,
+        made: usize,
+        most: usize,
+        logins: usize,
+        logouts: usize,
+    }
+
+    impl SessionTable {
+        fn new(passwords: &[&'static str], cap: usize) -> Self {
+            let table = SessionTable::default();
+            {
+                let mut s = table.lock();
+                s.passwords = passwords.to_vec();
+                s.cap = cap;
+            }
+            table
+        }
+
+        fn lock(&self) -> std::sync::MutexGuard<'_, Sessions> {
+            self.state.lock().expect("not poisoned")
+        }
+
+        fn live(&self) -> Vec<String> {
+            self.lock().live.iter().map(|(t, _)| t.clone()).collect()
+        }
+
+        /// Ends a session as the iLO's idle timeout or a reset would.
+        fn expire(&self, token: &str) {
+            self.lock().live.retain(|(t, _)| t != token);
+        }
+
+        fn reply(&self, req: &Request) -> Reply {
+            let mut s = self.lock();
+            let token = req.header("x-auth-token").map(str::to_string);
+            let live = token
+                .as_deref()
+                .is_some_and(|t| s.live.iter().any(|(l, _)| l == t));
+            match (req.method.as_str(), req.path.as_str()) {
+                ("GET", "/redfish/v1/") => json_reply(
+                    200,
+                    json!({"Systems": {"@odata.id": "/redfish/v1/Systems/"},
+                           "Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions/"}}}),
+                    vec![],
+                ),
+                ("POST", "/redfish/v1/SessionService/Sessions/") => {
+                    let body: Value = serde_json::from_str(&req.body).unwrap_or_default();
+                    let password = body["Password"].as_str().unwrap_or_default().to_string();
+                    if body["UserName"] != "admin" || !s.passwords.contains(&password.as_str()) {
+                        return json_reply(401, json!({}), vec![]);
+                    }
+                    if s.live.len() >= s.cap {
+                        return json_reply(
+                            403,
+                            json!({"error": {"@Message.ExtendedInfo": [{"MessageId": "Base.1.4.SessionLimitExceeded"}]}}),
+                            vec![],
+                        );
+                    }
+                    s.made += 1;
+                    s.logins += 1;
+                    let token = format!("tok{}", s.made);
+                    let uri =
+                        format!("https://bmc.example/redfish/v1/SessionService/Sessions/{token}/");
+                    s.live.push((token.clone(), password));
+                    s.most = s.most.max(s.live.len());
+                    json_reply(
+                        201,
+                        json!({}),
+                        vec![("X-Auth-Token".into(), token), ("Location".into(), uri)],
+                    )
+                }
+                _ if !live => json_reply(401, json!({}), vec![]),
+                ("DELETE", path) => {
+                    let token = token.unwrap_or_default();
+                    if path == format!("/redfish/v1/SessionService/Sessions/{token}/") {
+                        s.live.retain(|(t, _)| *t != token);
+                        s.logouts += 1;
+                        json_reply(200, json!({}), vec![])
+                    } else {
+                        json_reply(404, json!({}), vec![])
+                    }
+                }
+                ("GET", "/redfish/v1/Systems/") => json_reply(
+                    200,
+                    json!({"Members": [{"@odata.id": "/redfish/v1/Systems/1/"}]}),
+                    vec![],
+                ),
+                ("GET", "/redfish/v1/Systems/1/") => {
+                    json_reply(200, json!({"PowerState": "On"}), vec![])
+                }
+                _ => json_reply(404, json!({}), vec![]),
+            }
+        }
+
+        async fn start(&self) -> TestServer {
+            let table = self.clone();
+            TestServer::start(move |req| table.reply(req)).await
+        }
+    }
+
+    fn cached(server: &TestServer, sessions: &RedfishSessions, password: &str) -> RedfishClient {
+        let mut c = config(server);
+        c.password = Secret::new(password);
+        c.redfish_sessions = Some(sessions.clone());
+        RedfishClient::new(&c).expect("client")
+    }
+
+    /// Waits up to 5 s for `done`.
+    async fn eventually(what: &str, done: impl Fn() -> bool) {
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while !done() {
+            assert!(std::time::Instant::now() < until, "{what}: not in 5 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Ten tasks' clients of one BMC (one `Bmc` each) log in once between them, and a
+    /// client's logout leaves the shared session to the cache.
+    #[tokio::test]
+    async fn clients_of_one_bmc_share_one_session() {
+        let table = SessionTable::new(&["secret"], 30);
+        let server = table.start().await;
+        let sessions = RedfishSessions::new(DEFAULT_IDLE);
+        for _ in 0..10 {
+            let client = cached(&server, &sessions, "secret");
+            assert_eq!(client.power_state().await.expect("state"), PowerState::On);
+            client.logout().await;
+        }
+        assert_eq!(sessions.logins(), 1);
+        assert_eq!(sessions.reuses(), 9);
+        assert_eq!(table.lock().logins, 1);
+        assert_eq!(table.live(), vec!["tok1"]);
+        let posts = server
+            .requests()
+            .iter()
+            .filter(|r| r.method == "POST")
+            .count();
+        assert_eq!(posts, 1);
+        assert!(server.requests().iter().all(|r| r.method != "DELETE"));
+    }
+
+    /// Tasks for one BMC starting at the same moment wait for one login and share it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tasks_starting_together_make_one_session() {
+        let table = SessionTable::new(&["secret"], 30);
+        let server = table.start().await;
+        let sessions = RedfishSessions::new(DEFAULT_IDLE);
+        let reads = (0..8).map(|_| {
+            let client = cached(&server, &sessions, "secret");
+            async move { client.power_state().await }
+        });
+        for read in futures_util::future::join_all(reads).await {
+            assert_eq!(read.expect("state"), PowerState::On);
+        }
+        assert_eq!(sessions.logins(), 1);
+        assert_eq!(table.lock().most, 1);
+    }
+
+    /// A client with another password does not get the session made with the old one: it
+    /// logs in, and the old session is logged out.
+    #[tokio::test]
+    async fn a_changed_password_makes_a_new_session() {
+        let table = SessionTable::new(&["secret", "secret2"], 30);
+        let server = table.start().await;
+        let sessions = RedfishSessions::new(DEFAULT_IDLE);
+        cached(&server, &sessions, "secret")
+            .power_state()
+            .await
+            .expect("state");
+        cached(&server, &sessions, "secret2")
+            .power_state()
+            .await
+            .expect("state");
+        assert_eq!(sessions.logins(), 2);
+        eventually("the old session logged out", || table.live() == ["tok2"]).await;
+        assert_eq!(table.lock().live[0].1, "secret2");
+        // The new password's session is the one reused now.
+        cached(&server, &sessions, "secret2")
+            .power_state()
+            .await
+            .expect("state");
+        assert_eq!(sessions.logins(), 2);
+        assert_eq!(table.lock().logins, 2);
+    }
+
+    /// A cached session the BMC ended (idle timeout, reset) is refused with 401: the client
+    /// drops it and logs in once, and the next task takes the new session.
+    #[tokio::test]
+    async fn a_refused_cached_session_logs_in_again_once() {
+        let table = SessionTable::new(&["secret"], 30);
+        let server = table.start().await;
+        let sessions = RedfishSessions::new(DEFAULT_IDLE);
+        let first = cached(&server, &sessions, "secret");
+        first.power_state().await.expect("state");
+        table.expire("tok1");
+        // A client that already used the session, and a new one.
+        first.power_state().await.expect("state after expiry");
+        cached(&server, &sessions, "secret")
+            .power_state()
+            .await
+            .expect("state");
+        assert_eq!(sessions.logins(), 2);
+        assert_eq!(table.lock().logins, 2);
+        assert_eq!(table.live(), vec!["tok2"]);
+        assert_eq!(
+            sessions.token(&first.base, "admin").as_deref(),
+            Some("tok2")
+        );
+    }
+
+    /// A session unused for the idle time is logged out by the sweep; the next task logs in
+    /// again.
+    #[tokio::test]
+    async fn the_sweep_logs_out_idle_sessions() {
+        let table = SessionTable::new(&["secret"], 30);
+        let server = table.start().await;
+        let sessions = RedfishSessions::new(Duration::from_millis(200));
+        cached(&server, &sessions, "secret")
+            .power_state()
+            .await
+            .expect("state");
+        assert_eq!(table.live(), vec!["tok1"]);
+        eventually("the idle session logged out", || table.live().is_empty()).await;
+        assert_eq!(table.lock().logouts, 1);
+        eventually("the logout counted", || sessions.logouts() == 1).await;
+        assert!(sessions.is_empty());
+        let deletes: Vec<String> = server
+            .requests()
+            .iter()
+            .filter(|r| r.method == "DELETE")
+            .map(|r| r.path.clone())
+            .collect();
+        // The absolute Location (another host name) is DELETEd on the configured service.
+        assert_eq!(deletes, vec!["/redfish/v1/SessionService/Sessions/tok1/"]);
+
+        cached(&server, &sessions, "secret")
+            .power_state()
+            .await
+            .expect("state");
+        assert_eq!(sessions.logins(), 2);
+    }
+
+    /// A session in use is not swept.
+    #[tokio::test]
+    async fn a_session_in_use_is_kept() {
+        let table = SessionTable::new(&["secret"], 30);
+        let server = table.start().await;
+        let sessions = RedfishSessions::new(Duration::from_millis(600));
+        let client = cached(&server, &sessions, "secret");
+        for _ in 0..10 {
+            client.power_state().await.expect("state");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(sessions.logins(), 1);
+        assert_eq!(table.lock().logouts, 0);
+    }
+
+    /// Shutdown logs out every cached session, of every BMC.
+    #[tokio::test]
+    async fn close_all_logs_out_every_session() {
+        let tables = [
+            SessionTable::new(&["secret"], 30),
+            SessionTable::new(&["secret"], 30),
+        ];
+        let servers = [tables[0].start().await, tables[1].start().await];
+        let sessions = RedfishSessions::new(DEFAULT_IDLE);
+        for server in &servers {
+            cached(server, &sessions, "secret")
+                .power_state()
+                .await
+                .expect("state");
+        }
+        assert_eq!(sessions.len(), 2);
+        sessions.close_all().await;
+        for table in &tables {
+            assert!(table.live().is_empty());
+            assert_eq!(table.lock().logouts, 1);
+        }
+        assert_eq!(sessions.logouts(), 2);
+        assert!(sessions.is_empty());
+    }
+
+    /// A logout that fails (the BMC gone) is logged, not returned, and does not hold up
+    /// shutdown beyond its bound.
+    #[tokio::test]
+    async fn a_failed_logout_fails_nothing() {
+        let table = SessionTable::new(&["secret"], 30);
+        let server = table.start().await;
+        let sessions = RedfishSessions::new(DEFAULT_IDLE);
+        cached(&server, &sessions, "secret")
+            .power_state()
+            .await
+            .expect("state");
+        drop(server);
+        sessions.close_all().await;
+        assert_eq!(sessions.logouts(), 0);
+        assert!(sessions.is_empty());
+    }
+
+    /// Twenty tasks one after the other stay within an iLO's session cap; the same tasks each
+    /// with its own session (as before the cache) run the BMC out of sessions.
+    #[tokio::test]
+    async fn twenty_tasks_stay_within_the_session_cap() {
+        let table = SessionTable::new(&["secret"], 3);
+        let server = table.start().await;
+        let sessions = RedfishSessions::new(DEFAULT_IDLE);
+        for task in 0..20 {
+            let client = cached(&server, &sessions, "secret");
+            client
+                .power_state()
+                .await
+                .unwrap_or_else(|e| panic!("task {task}: {e}"));
+        }
+        assert_eq!(table.lock().most, 1);
+        assert_eq!(sessions.logins(), 1);
+
+        let uncached = SessionTable::new(&["secret"], 3);
+        let server = uncached.start().await;
+        let mut failed = None;
+        for task in 0..20 {
+            if let Err(e) = RedfishClient::new(&config(&server))
+                .expect("client")
+                .power_state()
+                .await
+            {
+                failed = Some((task, e));
+                break;
+            }
+        }
+        let (task, err) = failed.expect("without the cache the sessions run out");
+        assert_eq!(task, 3);
+        assert!(matches!(err, DriverError::LoginFailed { .. }), "{err}");
+    }
+
+    /// A service without sessions gets Basic on every request and nothing is cached.
+    #[tokio::test]
+    async fn basic_auth_services_cache_nothing() {
+        let server = TestServer::start(|req| match req.path.as_str() {
+            "/redfish/v1/" => json_reply(
+                200,
+                json!({"Systems": {"@odata.id": "/redfish/v1/Systems"},
+                       "Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"}}}),
+                vec![],
+            ),
+            "/redfish/v1/SessionService/Sessions" => json_reply(404, json!({}), vec![]),
+            _ if req.header("authorization") != Some("Basic YWRtaW46c2VjcmV0") => {
+                json_reply(401, json!({}), vec![])
+            }
+            "/redfish/v1/Systems" => json_reply(
+                200,
+                json!({"Members": [{"@odata.id": "/redfish/v1/Systems/abc"}]}),
+                vec![],
+            ),
+            "/redfish/v1/Systems/abc" => json_reply(200, json!({"PowerState": "On"}), vec![]),
+            _ => json_reply(404, json!({}), vec![]),
+        })
+        .await;
+        let sessions = RedfishSessions::new(DEFAULT_IDLE);
+        for _ in 0..2 {
+            let client = cached(&server, &sessions, "secret");
+            assert_eq!(client.power_state().await.expect("state"), PowerState::On);
+        }
+        assert!(sessions.is_empty());
+        assert_eq!(sessions.logins(), 0);
+        sessions.close_all().await;
+        assert!(server.requests().iter().all(|r| r.method != "DELETE"));
     }
 }

@@ -2,12 +2,14 @@
 //!
 //! Same files as `ribcl`: `client` moves requests (sessions, redirects, discovery), `codec`
 //! reads resources, `power` and `management` map the driver interfaces, `error` maps HTTP
-//! error replies.
+//! error replies; `sessions` is the conductor's cache of sessions, one per BMC.
 
 pub mod client;
 pub mod codec;
 pub mod error;
 pub mod management;
 pub mod power;
+pub mod sessions;
 
 pub use client::RedfishClient;
+pub use sessions::RedfishSessions;
