@@ -1,0 +1,415 @@
+//! The fake-ramdisk harness (`src/fake_ramdisk.rs`) against the real conductor: ten `agent_ilo`
+//! nodes of the in-memory iLO emulator, enrolled through `vmdeploy-conductor serve`'s API,
+//! cleaned on `provide`, deployed all at once, undeployed (cleaned again) all at once: three
+//! boots of the deploy media per node, each played by the harness, with no error counted.
+//!
+//! The conductor runs as an operator runs it: SQLite and the built-in object store in its state
+//! directory, its API plain HTTP on loopback, `deploy.automated_clean` on, plain HTTP to agents
+//! allowed (the harness runs half its nodes with auto-TLS, half without: both of the
+//! conductor's agent clients), and a 1 s `deploy.agent_power_off_wait` (the in-memory host
+//! never powers itself off). The image is a 1 MiB raw image served over HTTP with its sha256;
+//! the harness downloads and checks it, so the conductor's `partition_uuids` carry the image's
+//! own MBR signature.
+//!
+//! Needs the built `ilo-emulator` and `vmdeploy-conductor` (`cargo build --workspace --bins`);
+//! fails with that hint when either is missing.
+//!
+//! The same run at another scale, for a benchmark (release binaries through
+//! `VMDEPLOY_BIN_DIR`): `FAKE_RAMDISK_NODES` (default 10), `FAKE_RAMDISK_PHASE_SECS` (each
+//! phase's limit, default 45), `FAKE_RAMDISK_HEARTBEAT_SCALE` (default 0.02);
+//! `FAKE_RAMDISK_VERBOSE=1` prints each node's events, `FAKE_RAMDISK_KEEP_DIR=1` keeps the
+//! conductor's and the emulator's logs.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use vmdeploy_integration_tests::child::ChildGuard;
+use vmdeploy_integration_tests::conductor_env::make_image;
+use vmdeploy_integration_tests::emulator::MediaServer;
+use vmdeploy_integration_tests::fake_ramdisk::{
+    mac_plus, servers_from_emulator_output, Config, Harness, ServerSpec, TlsMode,
+};
+use vmdeploy_integration_tests::{bin, free_port};
+
+/// The emulated iLOs' credentials.
+const ILO_USER: &str = "Administrator";
+const ILO_PASSWORD: &str = "fake-ramdisk-pass";
+/// Node i's port MAC is this + i.
+const MAC_BASE: &str = "52:54:00:fa:00:00";
+/// The microversion of every API call.
+const VERSION: (&str, &str) = ("X-OpenStack-Ironic-API-Version", "1.73");
+
+/// A setting from the environment, or `default`.
+fn from_env<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(text) => text
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={text:?} cannot be read")),
+        Err(_) => default,
+    }
+}
+
+/// Starts the in-memory emulator with `servers` servers; returns its guard and the servers'
+/// addresses once it printed `ready`.
+fn start_emulator(dir: &Path, servers: usize) -> (ChildGuard, Vec<SocketAddr>) {
+    let log = dir.join("emulator.log");
+    let child = Command::new(bin("ilo-emulator"))
+        .args(["--listen", "127.0.0.1:0", "--servers", &servers.to_string()])
+        .args(["--username", ILO_USER, "--password", ILO_PASSWORD])
+        .arg("--cert-out")
+        .arg(dir.join("ilo-cert.pem"))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).expect("emulator log"))
+        .spawn()
+        .expect("starting ilo-emulator");
+    let mut child = ChildGuard::new(child).with_log("ilo-emulator", &log);
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.trim() == "ready" {
+                let _ = tx.send(text.clone());
+            }
+            text.push_str(&line);
+            text.push('\n');
+        }
+    });
+    let text = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("ilo-emulator printed `ready` within 30 s");
+    let addresses = servers_from_emulator_output(&text).expect("the servers' addresses");
+    assert_eq!(addresses.len(), servers, "{text}");
+    (child, addresses)
+}
+
+/// Starts `vmdeploy-conductor serve` with its API on `port`; returns once it listens.
+fn start_conductor(dir: &Path, port: u16, ilo_cert: &Path) -> ChildGuard {
+    let config = format!(
+        "[api]\nlisten = [\"127.0.0.1:{port}\"]\n\n\
+         [deploy]\napi_url = \"http://127.0.0.1:{port}\"\nagent_allow_plain_http = true\n\
+         agent_power_off_wait = 1\nautomated_clean = true\ndeploy_callback_timeout = 120\n\n\
+         [ilo]\nverify_ca = \"{}\"\n\n[log]\nlevel = \"info\"\n",
+        ilo_cert.display()
+    );
+    let config_path = dir.join("conductor.toml");
+    std::fs::write(&config_path, config).expect("writing conductor.toml");
+    let state = dir.join("conductor");
+    std::fs::create_dir_all(&state).expect("state dir");
+    let log = dir.join("conductor.log");
+    let child = Command::new(bin("vmdeploy-conductor"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&config_path)
+        .arg("--state-dir")
+        .arg(&state)
+        .env_remove("RUST_LOG")
+        .env_remove("STATE_DIRECTORY")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("conductor log"))
+        .spawn()
+        .expect("starting vmdeploy-conductor serve");
+    let mut child = ChildGuard::new(child).with_log("vmdeploy-conductor", &log);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !vmdeploy_integration_tests::tcp_listening(port) {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("vmdeploy-conductor serve exited ({status}) before listening");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "vmdeploy-conductor serve did not listen within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child
+}
+
+/// The conductor's API, as a client sees it.
+struct Api {
+    http: reqwest::Client,
+    url: String,
+    /// Longest a provision phase (cleaning, deploy, undeploy) may take for every node.
+    phase_limit: Duration,
+}
+
+impl Api {
+    /// One call, its JSON answer; a 409 (the node locked by a task: a power sync pass reserves
+    /// each node for its BMC read) is retried as python-ironicclient retries it, 5 times 2 s
+    /// apart.
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let mut retries = 5;
+        loop {
+            let mut request = self
+                .http
+                .request(method.clone(), format!("{}{path}", self.url))
+                .header(VERSION.0, VERSION.1);
+            if let Some(body) = &body {
+                request = request.json(body);
+            }
+            let response = request
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+            let status = response.status();
+            let text = response.text().await.unwrap_or_default();
+            if status == reqwest::StatusCode::CONFLICT && retries > 0 {
+                retries -= 1;
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                continue;
+            }
+            assert!(status.is_success(), "{method} {path}: {status}: {text}");
+            return serde_json::from_str(&text).unwrap_or(Value::Null);
+        }
+    }
+
+    async fn node(&self, uuid: &str) -> Value {
+        self.call(reqwest::Method::GET, &format!("/v1/nodes/{uuid}"), None)
+            .await
+    }
+
+    /// `PUT /v1/nodes/{uuid}/states/provision {"target": target}` for every node, then waits
+    /// until every node is in `state`; returns the time from the first `PUT`.
+    async fn provision_all(
+        &self,
+        nodes: &[String],
+        target: &str,
+        state: &str,
+        harness: &Harness,
+    ) -> Duration {
+        let started = Instant::now();
+        for uuid in nodes {
+            self.call(
+                reqwest::Method::PUT,
+                &format!("/v1/nodes/{uuid}/states/provision"),
+                Some(json!({ "target": target })),
+            )
+            .await;
+        }
+        self.wait_all(nodes.len(), state, harness, started).await;
+        started.elapsed()
+    }
+
+    /// Every node's UUID, states and last error (the list, page by page).
+    async fn states(&self) -> Vec<Value> {
+        let mut nodes = Vec::new();
+        let mut path =
+            "/v1/nodes?fields=uuid,provision_state,target_provision_state,last_error&limit=1000"
+                .to_owned();
+        loop {
+            let page = self.call(reqwest::Method::GET, &path, None).await;
+            nodes.extend(page["nodes"].as_array().cloned().unwrap_or_default());
+            match page["next"]
+                .as_str()
+                .and_then(|n| n.find("/v1/").map(|i| &n[i..]))
+            {
+                Some(next) => path = next.to_owned(),
+                None => return nodes,
+            }
+        }
+    }
+
+    /// Waits until all `count` nodes are in `state` with no target, within the phase limit
+    /// from `started`; fails at once when one fails.
+    async fn wait_all(&self, count: usize, state: &str, harness: &Harness, started: Instant) {
+        loop {
+            let nodes = self.states().await;
+            assert_eq!(nodes.len(), count, "the nodes listed");
+            if let Some(failed) = nodes.iter().find(|n| {
+                matches!(
+                    n["provision_state"].as_str(),
+                    Some("deploy failed" | "clean failed" | "error")
+                )
+            }) {
+                panic!(
+                    "{failed}\nharness errors: {:#?}\nharness: {}",
+                    harness.errors(),
+                    harness.stats().to_json()
+                );
+            }
+            let pending: Vec<&Value> = nodes
+                .iter()
+                .filter(|n| n["provision_state"] != state || !n["target_provision_state"].is_null())
+                .collect();
+            if pending.is_empty() {
+                return;
+            }
+            assert!(
+                started.elapsed() < self.phase_limit,
+                "{} nodes not {state} within {:?}, e.g. {}\nharness errors: {:#?}\nharness: {}",
+                pending.len(),
+                self.phase_limit,
+                pending[0],
+                harness.errors(),
+                harness.stats().to_json()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_agent_ilo_nodes_deploy_and_undeploy_through_fake_ramdisks() {
+    let n: usize = from_env("FAKE_RAMDISK_NODES", 10);
+    let started = Instant::now();
+    let mut dir = tempfile::tempdir().expect("temp dir");
+    if from_env("FAKE_RAMDISK_KEEP_DIR", 0) == 1 {
+        dir.disable_cleanup(true);
+        eprintln!("fake-ramdisk: logs kept in {}", dir.path().display());
+    }
+    let (_emulator, ilos) = start_emulator(dir.path(), n);
+    let ilo_cert = dir.path().join("ilo-cert.pem");
+    let image = make_image(1 << 20);
+    let image_sha256 = hex::encode(Sha256::digest(&image));
+    let media = MediaServer::start(vec![("/image.raw", image)]);
+    let iso = dir.path().join("deploy.iso");
+    std::fs::write(&iso, vec![0x5a; 64 * 1024]).expect("the deploy ISO stand-in");
+
+    let macs: Vec<String> = (0..n)
+        .map(|i| mac_plus(MAC_BASE, i).expect("a MAC"))
+        .collect();
+    let harness = Harness::start(Config {
+        servers: ilos
+            .iter()
+            .zip(&macs)
+            .map(|(ilo, mac)| ServerSpec {
+                emulator: *ilo,
+                macs: vec![mac.clone()],
+            })
+            .collect(),
+        emulator_ca_pem: Some(std::fs::read_to_string(&ilo_cert).expect("the emulator's cert")),
+        listen: "0.0.0.0:0".parse().expect("address"),
+        tls: TlsMode::Mixed,
+        // At most ten reads a second per server, and 500 a second in all.
+        poll_interval: Duration::from_millis((2 * n as u64).clamp(100, 5000)),
+        heartbeat_scale: from_env("FAKE_RAMDISK_HEARTBEAT_SCALE", 0.02),
+        boot_delay: Duration::from_millis(200),
+        write_delay: Duration::from_millis(300),
+        clean_step_delay: Duration::from_millis(200),
+        verify_image: true,
+        power_off_grace: Duration::from_millis(200),
+        lookup_timeout: Duration::from_secs(60),
+        verbose: std::env::var_os("FAKE_RAMDISK_VERBOSE").is_some(),
+        ..Config::default()
+    })
+    .await
+    .expect("the harness starts");
+
+    let port = free_port();
+    let _conductor = start_conductor(dir.path(), port, &ilo_cert);
+    let api = Api {
+        http: reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("an HTTP client"),
+        url: format!("http://127.0.0.1:{port}"),
+        phase_limit: Duration::from_secs(from_env("FAKE_RAMDISK_PHASE_SECS", 45)),
+    };
+
+    let mut nodes = Vec::new();
+    for (i, (ilo, mac)) in ilos.iter().zip(&macs).enumerate() {
+        let node = api
+            .call(
+                reqwest::Method::POST,
+                "/v1/nodes",
+                Some(json!({
+                    "name": format!("fake-{i}"),
+                    "driver": "agent_ilo",
+                    "driver_info": {
+                        "ilo_address": ilo.to_string(),
+                        "ilo_username": ILO_USER,
+                        "ilo_password": ILO_PASSWORD,
+                        "ilo_protocol": "ribcl",
+                        "ilo_deploy_iso": format!("file://{}", iso.display()),
+                    },
+                })),
+            )
+            .await;
+        let uuid = node["uuid"].as_str().expect("a node UUID").to_owned();
+        api.call(
+            reqwest::Method::POST,
+            "/v1/ports",
+            Some(json!({"address": mac, "node_uuid": uuid, "pxe_enabled": true})),
+        )
+        .await;
+        nodes.push(uuid);
+    }
+
+    api.provision_all(&nodes, "manage", "manageable", &harness)
+        .await;
+    // provide cleans first (automated_clean): the ramdisk's first boot.
+    let cleaned = api
+        .provision_all(&nodes, "provide", "available", &harness)
+        .await;
+
+    let image_url = media.url("/image.raw");
+    for uuid in &nodes {
+        api.call(
+            reqwest::Method::PATCH,
+            &format!("/v1/nodes/{uuid}"),
+            Some(json!([
+                {"op": "add", "path": "/instance_info/image_source", "value": image_url},
+                {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
+                {"op": "add", "path": "/instance_info/image_os_hash_value", "value": image_sha256},
+                {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"},
+            ])),
+        )
+        .await;
+    }
+    let deployed = api
+        .provision_all(&nodes, "active", "active", &harness)
+        .await;
+    for uuid in &nodes {
+        let node = api.node(uuid).await;
+        assert_eq!(
+            node["driver_internal_info"]["partition_uuids"]["root uuid"], "0x12345678",
+            "the image's own MBR signature, read by the harness: {node}"
+        );
+    }
+
+    // Undeploy cleans again: the ramdisk's third boot.
+    let undeployed = api
+        .provision_all(&nodes, "deleted", "available", &harness)
+        .await;
+
+    let stats = harness.stats().to_json();
+    eprintln!(
+        "fake-ramdisk: {n} nodes: cleaned in {cleaned:.1?}, deployed in {deployed:.1?}, \
+         undeployed in {undeployed:.1?}, {:.1?} in all\n{stats:#}",
+        started.elapsed()
+    );
+    assert_eq!(harness.errors(), Vec::<String>::new(), "{stats:#}");
+    let boots = 3 * n as u64;
+    assert_eq!(stats["ramdisks_started"], boots, "{stats:#}");
+    assert_eq!(stats["ramdisks_powered_off"], boots, "{stats:#}");
+    assert_eq!(stats["ramdisks_stopped_by_bmc"], 0, "{stats:#}");
+    assert_eq!(stats["lookups"], boots, "{stats:#}");
+    let commands = &stats["commands_by_name"];
+    for (command, count) in [
+        ("standby.prepare_image", n),
+        ("standby.get_partition_uuids", n),
+        ("standby.power_off", 3 * n),
+        ("clean.get_clean_steps", 2 * n),
+        ("clean.execute_clean_step", 2 * n),
+    ] {
+        assert_eq!(commands[command], count as u64, "{command}: {stats:#}");
+    }
+    assert!(
+        stats["heartbeats"].as_u64() >= Some(boots),
+        "a heartbeat per boot at least: {stats:#}"
+    );
+    // Half the nodes spoke HTTPS (the conductor pinned their certificates), half plain HTTP.
+    assert!(
+        stats["api_tls_connections"].as_u64() > Some(0)
+            && stats["api_tls_connections"].as_u64() < stats["api_requests"].as_u64(),
+        "{stats:#}"
+    );
+    assert_eq!(harness.running(), 0, "every ramdisk ended: {stats:#}");
+    harness.shutdown().await;
+}
