@@ -2,8 +2,9 @@
 //!
 //! # Design
 //! Every `power_sync_interval`, each node not in maintenance, not in `enroll` (its credentials
-//! are unverified) and not reserved is reserved for a moment and its BMC read. A state that
-//! differs from the record is recorded and logged: the BMC is the truth, and this conductor
+//! are unverified) and not reserved has its BMC read, without taking the node's lock; only a
+//! state that differs from the record is written, under a lock held for that write. It is
+//! recorded and logged: the BMC is the truth, and this conductor
 //! does not force the recorded state back (someone changed it on purpose, or the server
 //! failed; either way an operator should see it, not have it undone).
 //!
@@ -85,8 +86,29 @@ pub(crate) async fn sync_once(core: &Arc<Core>) -> usize {
     count
 }
 
-/// Reads one node's BMC under its reservation and records a changed state.
+/// Reads one node's BMC, then records a changed state under a brief reservation.
+///
+/// The BMC is read without the node's lock (Ironic reads under a shared lock): a BMC can take
+/// seconds to answer, and holding the node's only lock that long would refuse every API verb
+/// and call-back on the node with 409 during a pass. The lock is taken only to write, and the
+/// reading is written only when the record did not change since the list: a task that ran
+/// meanwhile knows the power state better than a reading taken while it ran.
 async fn sync_node(core: &Arc<Core>, listed: Node) {
+    let mut read_node = listed.clone();
+    let known_protocol = read_node.driver_internal_info.get(PROTOCOL_KEY).cloned();
+    let read = Bmc::read_power(&mut read_node, &core.deploy.config.ilo_defaults).await;
+    let learned = read_node.driver_internal_info.get(PROTOCOL_KEY) != known_protocol.as_ref();
+    let power = match read {
+        Ok(power) => power,
+        Err(err) => {
+            tracing::warn!(node = %listed.uuid, error = %Chain(&err), "power sync: could not read the power state");
+            return;
+        }
+    };
+    let changed = listed.power_state != Some(power);
+    if !changed && !learned {
+        return;
+    }
     let (mut node, reservation) = match tasks::reserve_uuid(core, listed.uuid).await {
         Ok(reserved) => reserved,
         // Taken or deleted since the list: the next pass sees it.
@@ -98,33 +120,29 @@ async fn sync_node(core: &Arc<Core>, listed: Node) {
             return;
         }
     };
-    let known_protocol = node.driver_internal_info.get(PROTOCOL_KEY).cloned();
-    let read = Bmc::read_power(&mut node, &core.deploy.config.ilo_defaults).await;
-    let learned = node.driver_internal_info.get(PROTOCOL_KEY) != known_protocol.as_ref();
-    match read {
-        Ok(power) if node.power_state != Some(power) => {
-            tracing::warn!(
-                node = %node.uuid,
-                recorded = node.power_state.map(|p| p.as_str()).unwrap_or("unknown"),
-                actual = %power,
-                "power state changed outside the conductor; recording the BMC's state"
-            );
-            node.power_state = Some(power);
-            if let Err(err) = core.store().update_node(&node).await {
-                tasks::log_store_error(&err, "the synced power state");
-            }
+    if node.updated_at != listed.updated_at {
+        // Written since the list (a task, an operator): this reading may predate it.
+        reservation.release().await;
+        return;
+    }
+    if changed {
+        tracing::warn!(
+            node = %node.uuid,
+            recorded = node.power_state.map(|p| p.as_str()).unwrap_or("unknown"),
+            actual = %power,
+            "power state changed outside the conductor; recording the BMC's state"
+        );
+        node.power_state = Some(power);
+    }
+    if learned {
+        // The protocol an `auto` probe chose, kept so the next pass does not ask again.
+        if let Some(choice) = read_node.driver_internal_info.get(PROTOCOL_KEY) {
+            node.driver_internal_info
+                .insert(PROTOCOL_KEY.into(), choice.clone());
         }
-        Ok(_) => {
-            // The protocol an `auto` probe chose, kept so the next pass does not ask again.
-            if learned {
-                if let Err(err) = core.store().update_node(&node).await {
-                    tasks::log_store_error(&err, "the BMC protocol chosen");
-                }
-            }
-        }
-        Err(err) => {
-            tracing::warn!(node = %node.uuid, error = %Chain(&err), "power sync: could not read the power state");
-        }
+    }
+    if let Err(err) = core.store().update_node(&node).await {
+        tasks::log_store_error(&err, "the synced power state");
     }
     reservation.release().await;
 }

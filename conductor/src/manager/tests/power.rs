@@ -156,3 +156,67 @@ async fn a_power_sync_pass_reads_as_many_bmcs_at_once_as_it_has_workers() {
         }
     }
 }
+
+/// A pass reads the BMC without the node's lock: an API verb on the node while its BMC is slow
+/// to answer the sync is taken at once, not refused with 409; and a reading taken while that
+/// verb's task changed the node is not written over the task's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sync_reads_without_locking_and_yields_to_a_task_that_ran_meanwhile() {
+    let h = Harness::new().await;
+    let uuid = h.node_in(ProvisionState::Available).await;
+    // Recorded off, while the server is on: the sync has a change to record.
+    h.manager
+        .set_power_state(&id(uuid), NodePower::On, None)
+        .await
+        .expect("power on");
+    h.settle().await;
+    let mut node = h.node(uuid).await;
+    node.power_state = Some(NodePower::Off);
+    h.store.update_node(&node).await.expect("recording off");
+    h.emulator.inject_fault(
+        0,
+        FaultSpec {
+            kind: FaultKind::Delay,
+            count: 1,
+            seconds: 1.0,
+            status: None,
+            message: None,
+        },
+    );
+    let core = h.manager.core.clone();
+    let pass = tokio::spawn(async move { crate::manager::sync::sync_once(&core).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        h.node(uuid).await.reservation,
+        None,
+        "the BMC read holds no lock"
+    );
+    // An operator's power on while the sync waits for the BMC: accepted, not 409.
+    h.manager
+        .set_power_state(&id(uuid), NodePower::On, None)
+        .await
+        .expect("a verb during the sync's BMC read");
+    h.settle().await;
+    let after_task = h.node(uuid).await.updated_at;
+    assert_eq!(pass.await.expect("the pass"), 1);
+    let node = h.node(uuid).await;
+    assert_eq!(
+        node.power_state,
+        Some(NodePower::On),
+        "the task's result stands"
+    );
+    assert_eq!(node.reservation, None);
+    // The pass saw "on" against the "off" it listed, but the task had written since: it wrote
+    // nothing.
+    assert_eq!(
+        node.updated_at, after_task,
+        "the pass wrote over the task's record"
+    );
+
+    // Left alone, a pass records what the BMC says.
+    let mut node = h.node(uuid).await;
+    node.power_state = Some(NodePower::Off);
+    h.store.update_node(&node).await.expect("recording off");
+    crate::manager::sync::sync_once(&h.manager.core).await;
+    assert_eq!(h.node(uuid).await.power_state, Some(NodePower::On));
+}
