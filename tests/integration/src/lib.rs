@@ -19,6 +19,7 @@ pub mod e2e;
 pub mod emulator;
 pub mod fake_ramdisk;
 pub mod fault;
+pub mod fleet;
 pub mod freeze;
 pub mod front_door;
 pub mod http;

@@ -1,0 +1,193 @@
+//! A fleet of emulated servers driven through the conductor's API, for the tests and benches
+//! that run many nodes at once with the fake ramdisk (`crate::fake_ramdisk`): the in-memory
+//! emulator started as a process, and an API client that provisions many nodes and waits for
+//! them.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::bin;
+use crate::child::ChildGuard;
+use crate::fake_ramdisk::{servers_from_emulator_output, Harness};
+
+/// The emulated iLOs' credentials.
+pub const ILO_USER: &str = "Administrator";
+/// Their password.
+pub const ILO_PASSWORD: &str = "fake-ramdisk-pass";
+/// The microversion of every API call.
+pub const VERSION: (&str, &str) = ("X-OpenStack-Ironic-API-Version", "1.73");
+
+/// A setting from the environment, or `default`.
+pub fn from_env<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(text) => text
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={text:?} cannot be read")),
+        Err(_) => default,
+    }
+}
+
+/// Starts the in-memory emulator with `servers` servers; returns its guard and the servers'
+/// addresses once it printed `ready`.
+pub fn start_emulator(dir: &Path, servers: usize) -> (ChildGuard, Vec<SocketAddr>) {
+    let log = dir.join("emulator.log");
+    let child = Command::new(bin("ilo-emulator"))
+        .args(["--listen", "127.0.0.1:0", "--servers", &servers.to_string()])
+        .args(["--username", ILO_USER, "--password", ILO_PASSWORD])
+        .arg("--cert-out")
+        .arg(dir.join("ilo-cert.pem"))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).expect("emulator log"))
+        .spawn()
+        .expect("starting ilo-emulator");
+    let mut child = ChildGuard::new(child).with_log("ilo-emulator", &log);
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.trim() == "ready" {
+                let _ = tx.send(text.clone());
+            }
+            text.push_str(&line);
+            text.push('\n');
+        }
+    });
+    let text = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("ilo-emulator printed `ready` within 30 s");
+    let addresses = servers_from_emulator_output(&text).expect("the servers' addresses");
+    assert_eq!(addresses.len(), servers, "{text}");
+    (child, addresses)
+}
+
+/// The conductor's API, as a client sees it.
+pub struct Api {
+    /// The client.
+    pub http: reqwest::Client,
+    /// The API's base URL.
+    pub url: String,
+    /// Longest a provision phase (cleaning, deploy, undeploy) may take for every node.
+    pub phase_limit: Duration,
+}
+
+impl Api {
+    /// One call, its JSON answer; a 409 (the node locked by a task: a power sync pass reserves
+    /// each node for its BMC read) is retried as python-ironicclient retries it, 5 times 2 s
+    /// apart.
+    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let mut retries = 5;
+        loop {
+            let mut request = self
+                .http
+                .request(method.clone(), format!("{}{path}", self.url))
+                .header(VERSION.0, VERSION.1);
+            if let Some(body) = &body {
+                request = request.json(body);
+            }
+            let response = request
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+            let status = response.status();
+            let text = response.text().await.unwrap_or_default();
+            if status == reqwest::StatusCode::CONFLICT && retries > 0 {
+                retries -= 1;
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                continue;
+            }
+            assert!(status.is_success(), "{method} {path}: {status}: {text}");
+            return serde_json::from_str(&text).unwrap_or(Value::Null);
+        }
+    }
+
+    pub async fn node(&self, uuid: &str) -> Value {
+        self.call(reqwest::Method::GET, &format!("/v1/nodes/{uuid}"), None)
+            .await
+    }
+
+    /// `PUT /v1/nodes/{uuid}/states/provision {"target": target}` for every node, then waits
+    /// until every node is in `state`; returns the time from the first `PUT`.
+    pub async fn provision_all(
+        &self,
+        nodes: &[String],
+        target: &str,
+        state: &str,
+        harness: &Harness,
+    ) -> Duration {
+        let started = Instant::now();
+        for uuid in nodes {
+            self.call(
+                reqwest::Method::PUT,
+                &format!("/v1/nodes/{uuid}/states/provision"),
+                Some(json!({ "target": target })),
+            )
+            .await;
+        }
+        self.wait_all(nodes.len(), state, harness, started).await;
+        started.elapsed()
+    }
+
+    /// Every node's UUID, states and last error (the list, page by page).
+    pub async fn states(&self) -> Vec<Value> {
+        let mut nodes = Vec::new();
+        let mut path =
+            "/v1/nodes?fields=uuid,provision_state,target_provision_state,last_error&limit=1000"
+                .to_owned();
+        loop {
+            let page = self.call(reqwest::Method::GET, &path, None).await;
+            nodes.extend(page["nodes"].as_array().cloned().unwrap_or_default());
+            match page["next"]
+                .as_str()
+                .and_then(|n| n.find("/v1/").map(|i| &n[i..]))
+            {
+                Some(next) => path = next.to_owned(),
+                None => return nodes,
+            }
+        }
+    }
+
+    /// Waits until all `count` nodes are in `state` with no target, within the phase limit
+    /// from `started`; fails at once when one fails.
+    pub async fn wait_all(&self, count: usize, state: &str, harness: &Harness, started: Instant) {
+        loop {
+            let nodes = self.states().await;
+            assert_eq!(nodes.len(), count, "the nodes listed");
+            if let Some(failed) = nodes.iter().find(|n| {
+                matches!(
+                    n["provision_state"].as_str(),
+                    Some("deploy failed" | "clean failed" | "error")
+                )
+            }) {
+                panic!(
+                    "{failed}\nharness errors: {:#?}\nharness: {}",
+                    harness.errors(),
+                    harness.stats().to_json()
+                );
+            }
+            let pending: Vec<&Value> = nodes
+                .iter()
+                .filter(|n| n["provision_state"] != state || !n["target_provision_state"].is_null())
+                .collect();
+            if pending.is_empty() {
+                return;
+            }
+            assert!(
+                started.elapsed() < self.phase_limit,
+                "{} nodes not {state} within {:?}, e.g. {}\nharness errors: {:#?}\nharness: {}",
+                pending.len(),
+                self.phase_limit,
+                pending[0],
+                harness.errors(),
+                harness.stats().to_json()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
