@@ -28,6 +28,16 @@ async fn create_node(router: &axum::Router, name: &str) -> Value {
     reply.json
 }
 
+/// The names of the nodes a list answered, in its order.
+fn names(reply: &Reply) -> Vec<String> {
+    reply.json["nodes"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|n| n["name"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
 fn assert_fault(reply: &Reply, status: StatusCode, words: &str) {
     assert_eq!(reply.status, status, "{}", reply.json);
     let fault = reply.fault();
@@ -357,14 +367,6 @@ mod nodes {
         node.maintenance = true;
         node.instance_uuid = Some("0d3c4c52-9b54-4d0f-a5f5-3d2a3c58e0a1".into());
         store.update_node(&node).await.expect("update");
-        let names = |reply: &Reply| -> Vec<String> {
-            reply.json["nodes"]
-                .as_array()
-                .expect("list")
-                .iter()
-                .map(|n| n["name"].as_str().unwrap_or_default().to_string())
-                .collect()
-        };
         let cases: &[(&str, &[&str])] = &[
             ("provision_state=available", &["n1"]),
             ("provision_state=enroll", &["n0", "n2", "n3"]),
@@ -841,14 +843,6 @@ mod nodes {
             .await;
             assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.json);
         }
-        let names = |reply: &Reply| -> Vec<String> {
-            reply.json["nodes"]
-                .as_array()
-                .expect("list")
-                .iter()
-                .map(|n| n["name"].as_str().unwrap_or_default().to_string())
-                .collect()
-        };
         let cases: &[(&str, &[&str])] = &[
             ("conductor_group=rack-a", &["a1", "a2"]),
             ("conductor_group=RACK-A", &["a1", "a2"]),

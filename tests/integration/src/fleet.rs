@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use crate::bin;
 use crate::child::ChildGuard;
-use crate::fake_ramdisk::{servers_from_emulator_output, Harness};
+use crate::fake_ramdisk::{servers_from_emulator_output, Config, Harness, ServerSpec};
 
 /// The emulated iLOs' credentials.
 pub const ILO_USER: &str = "Administrator";
@@ -65,6 +65,29 @@ pub fn start_emulator(dir: &Path, servers: usize) -> (ChildGuard, Vec<SocketAddr
     let addresses = servers_from_emulator_output(&text).expect("the servers' addresses");
     assert_eq!(addresses.len(), servers, "{text}");
     (child, addresses)
+}
+
+/// The fake ramdisk's settings for the emulated iLOs `ilos`, node i with the MAC `macs[i]`
+/// (the emulator's certificate in `ilo_cert`): quick boots, clean steps and power-offs; the
+/// caller sets what its test is about (TLS, the write's length, heartbeats).
+pub fn harness_config(ilos: &[SocketAddr], macs: &[String], ilo_cert: &Path) -> Config {
+    Config {
+        servers: ilos
+            .iter()
+            .zip(macs)
+            .map(|(ilo, mac)| ServerSpec {
+                emulator: *ilo,
+                macs: vec![mac.clone()],
+            })
+            .collect(),
+        emulator_ca_pem: Some(std::fs::read_to_string(ilo_cert).expect("the emulator's cert")),
+        listen: "0.0.0.0:0".parse().expect("address"),
+        boot_delay: Duration::from_millis(200),
+        clean_step_delay: Duration::from_millis(200),
+        power_off_grace: Duration::from_millis(200),
+        lookup_timeout: Duration::from_secs(60),
+        ..Config::default()
+    }
 }
 
 /// The conductor's API, as a client sees it.

@@ -29,8 +29,10 @@ use sha2::{Digest, Sha256};
 use vmdeploy_integration_tests::child::ChildGuard;
 use vmdeploy_integration_tests::conductor_env::make_image;
 use vmdeploy_integration_tests::emulator::MediaServer;
-use vmdeploy_integration_tests::fake_ramdisk::{mac_plus, Config, Harness, ServerSpec, TlsMode};
-use vmdeploy_integration_tests::fleet::{from_env, start_emulator, Api, ILO_PASSWORD, ILO_USER};
+use vmdeploy_integration_tests::fake_ramdisk::{mac_plus, Config, Harness, TlsMode};
+use vmdeploy_integration_tests::fleet::{
+    from_env, harness_config, start_emulator, Api, ILO_PASSWORD, ILO_USER,
+};
 use vmdeploy_integration_tests::{bin, free_port};
 
 /// Node i's port MAC is this + i.
@@ -98,28 +100,14 @@ async fn ten_agent_ilo_nodes_deploy_and_undeploy_through_fake_ramdisks() {
         .map(|i| mac_plus(MAC_BASE, i).expect("a MAC"))
         .collect();
     let harness = Harness::start(Config {
-        servers: ilos
-            .iter()
-            .zip(&macs)
-            .map(|(ilo, mac)| ServerSpec {
-                emulator: *ilo,
-                macs: vec![mac.clone()],
-            })
-            .collect(),
-        emulator_ca_pem: Some(std::fs::read_to_string(&ilo_cert).expect("the emulator's cert")),
-        listen: "0.0.0.0:0".parse().expect("address"),
         tls: TlsMode::Mixed,
         // At most ten reads a second per server, and 500 a second in all.
         poll_interval: Duration::from_millis((2 * n as u64).clamp(100, 5000)),
         heartbeat_scale: from_env("FAKE_RAMDISK_HEARTBEAT_SCALE", 0.02),
-        boot_delay: Duration::from_millis(200),
         write_delay: Duration::from_millis(300),
-        clean_step_delay: Duration::from_millis(200),
         verify_image: true,
-        power_off_grace: Duration::from_millis(200),
-        lookup_timeout: Duration::from_secs(60),
         verbose: std::env::var_os("FAKE_RAMDISK_VERBOSE").is_some(),
-        ..Config::default()
+        ..harness_config(&ilos, &macs, &ilo_cert)
     })
     .await
     .expect("the harness starts");
