@@ -130,6 +130,48 @@ impl Api {
         }
     }
 
+    /// Enrolls one `agent_ilo` node per emulated iLO (named `<prefix>-<i>`, booting the deploy
+    /// ISO at `iso`, with `extra` merged into its body) and a port with `macs[i]`; returns the
+    /// nodes' UUIDs in order.
+    pub async fn enroll(
+        &self,
+        prefix: &str,
+        ilos: &[SocketAddr],
+        macs: &[String],
+        iso: &Path,
+        extra: Value,
+    ) -> Vec<String> {
+        let mut uuids = Vec::new();
+        for (i, (ilo, mac)) in ilos.iter().zip(macs).enumerate() {
+            let mut body = json!({
+                "name": format!("{prefix}-{i}"),
+                "driver": "agent_ilo",
+                "driver_info": {
+                    "ilo_address": ilo.to_string(),
+                    "ilo_username": ILO_USER,
+                    "ilo_password": ILO_PASSWORD,
+                    "ilo_protocol": "ribcl",
+                    "ilo_deploy_iso": format!("file://{}", iso.display()),
+                },
+            });
+            if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+                body.extend(extra.clone());
+            }
+            let node = self
+                .call(reqwest::Method::POST, "/v1/nodes", Some(body))
+                .await;
+            let uuid = node["uuid"].as_str().expect("a node UUID").to_owned();
+            self.call(
+                reqwest::Method::POST,
+                "/v1/ports",
+                Some(json!({"address": mac, "node_uuid": uuid, "pxe_enabled": true})),
+            )
+            .await;
+            uuids.push(uuid);
+        }
+        uuids
+    }
+
     pub async fn node(&self, uuid: &str) -> Value {
         self.call(reqwest::Method::GET, &format!("/v1/nodes/{uuid}"), None)
             .await

@@ -21,9 +21,7 @@ use vmdeploy_integration_tests::child::ChildGuard;
 use vmdeploy_integration_tests::conductor_env::make_image;
 use vmdeploy_integration_tests::emulator::MediaServer;
 use vmdeploy_integration_tests::fake_ramdisk::{mac_plus, Config, Harness, TlsMode};
-use vmdeploy_integration_tests::fleet::{
-    harness_config, start_emulator, Api, ILO_PASSWORD, ILO_USER,
-};
+use vmdeploy_integration_tests::fleet::{harness_config, start_emulator, Api};
 use vmdeploy_integration_tests::front_door::FrontDoor;
 use vmdeploy_integration_tests::swift::{SwiftPeer, KEY, USER};
 use vmdeploy_integration_tests::{bin, free_port, tcp_listening};
@@ -186,36 +184,12 @@ async fn a_conductor_killed_mid_deploy_has_its_nodes_taken_over() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    let mut uuids = Vec::new();
-    for (i, (ilo, mac)) in ilos.iter().zip(&macs).enumerate() {
-        let node = api
-            .call(
-                reqwest::Method::POST,
-                "/v1/nodes",
-                Some(json!({
-                    "name": format!("fleet-{i}"), "driver": "agent_ilo",
-                    "driver_info": {
-                        "ilo_address": ilo.to_string(), "ilo_username": ILO_USER,
-                        "ilo_password": ILO_PASSWORD, "ilo_protocol": "ribcl",
-                        "ilo_deploy_iso": format!("file://{}", iso.display()),
-                    },
-                    "instance_info": {
-                        "image_source": media.url("/image.raw"),
-                        "image_os_hash_algo": "sha256", "image_os_hash_value": image_sha256,
-                        "image_disk_format": "raw",
-                    },
-                })),
-            )
-            .await;
-        let uuid = node["uuid"].as_str().expect("a node UUID").to_owned();
-        api.call(
-            reqwest::Method::POST,
-            "/v1/ports",
-            Some(json!({"address": mac, "node_uuid": uuid, "pxe_enabled": true})),
-        )
-        .await;
-        uuids.push(uuid);
-    }
+    let instance_info = json!({"instance_info": {
+        "image_source": media.url("/image.raw"),
+        "image_os_hash_algo": "sha256", "image_os_hash_value": image_sha256,
+        "image_disk_format": "raw",
+    }});
+    let uuids = api.enroll("fleet", &ilos, &macs, &iso, instance_info).await;
     api.provision_all(&uuids, "manage", "manageable", &harness)
         .await;
     api.provision_all(&uuids, "provide", "available", &harness)

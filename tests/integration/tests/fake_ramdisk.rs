@@ -30,9 +30,7 @@ use vmdeploy_integration_tests::child::ChildGuard;
 use vmdeploy_integration_tests::conductor_env::make_image;
 use vmdeploy_integration_tests::emulator::MediaServer;
 use vmdeploy_integration_tests::fake_ramdisk::{mac_plus, Config, Harness, TlsMode};
-use vmdeploy_integration_tests::fleet::{
-    from_env, harness_config, start_emulator, Api, ILO_PASSWORD, ILO_USER,
-};
+use vmdeploy_integration_tests::fleet::{from_env, harness_config, start_emulator, Api};
 use vmdeploy_integration_tests::{bin, free_port};
 
 /// Node i's port MAC is this + i.
@@ -124,34 +122,7 @@ async fn ten_agent_ilo_nodes_deploy_and_undeploy_through_fake_ramdisks() {
         phase_limit: Duration::from_secs(from_env("FAKE_RAMDISK_PHASE_SECS", 45)),
     };
 
-    let mut nodes = Vec::new();
-    for (i, (ilo, mac)) in ilos.iter().zip(&macs).enumerate() {
-        let node = api
-            .call(
-                reqwest::Method::POST,
-                "/v1/nodes",
-                Some(json!({
-                    "name": format!("fake-{i}"),
-                    "driver": "agent_ilo",
-                    "driver_info": {
-                        "ilo_address": ilo.to_string(),
-                        "ilo_username": ILO_USER,
-                        "ilo_password": ILO_PASSWORD,
-                        "ilo_protocol": "ribcl",
-                        "ilo_deploy_iso": format!("file://{}", iso.display()),
-                    },
-                })),
-            )
-            .await;
-        let uuid = node["uuid"].as_str().expect("a node UUID").to_owned();
-        api.call(
-            reqwest::Method::POST,
-            "/v1/ports",
-            Some(json!({"address": mac, "node_uuid": uuid, "pxe_enabled": true})),
-        )
-        .await;
-        nodes.push(uuid);
-    }
+    let nodes = api.enroll("fake", &ilos, &macs, &iso, json!({})).await;
 
     api.provision_all(&nodes, "manage", "manageable", &harness)
         .await;
