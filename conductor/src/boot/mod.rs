@@ -32,6 +32,12 @@ pub const AGENT_TOKEN_KEY: &str = "agent_secret_token";
 pub const DEPLOY_KEY_KEY: &str = "deployment_key";
 /// `driver_internal_info` key of the boot mode the ramdisk was booted in.
 pub const BOOT_MODE_KEY: &str = "deploy_boot_mode";
+/// `driver_internal_info` key of the SHA-256 (hex) of the last agent token wiped: a heartbeat
+/// the agent sent before its deploy ended can still arrive after it, and is told apart from a
+/// stranger's by this (`crate::manager::heartbeat`).
+pub const RETIRED_TOKEN_KEY: &str = "agent_token_retired_sha256";
+/// `driver_internal_info` key of when (Unix time) [`RETIRED_TOKEN_KEY`] was retired.
+pub const RETIRED_AT_KEY: &str = "agent_token_retired_at";
 
 /// Which ramdisk boots, and so which secret it is handed.
 #[derive(Debug, Clone, Copy)]
@@ -67,10 +73,29 @@ pub(crate) async fn record_ramdisk_boot(
         .context("saving the ramdisk's secret before the node boots")
 }
 
-/// Forgets the ramdisk's secrets (agent token, deploy key).
+/// Forgets the ramdisk's secrets (agent token, deploy key). The agent token's digest and the
+/// time are kept ([`RETIRED_TOKEN_KEY`], [`RETIRED_AT_KEY`]): not the token, which could be
+/// replayed, but enough to recognise the agent's own late heartbeat.
 pub(crate) fn wipe_token(info: &mut JsonObject) {
-    info.remove(AGENT_TOKEN_KEY);
+    if let Some(Value::String(token)) = info.remove(AGENT_TOKEN_KEY) {
+        if !token.is_empty() {
+            info.insert(
+                RETIRED_TOKEN_KEY.into(),
+                Value::String(token_digest(&token)),
+            );
+            info.insert(
+                RETIRED_AT_KEY.into(),
+                Value::from(time::OffsetDateTime::now_utc().unix_timestamp()),
+            );
+        }
+    }
     info.remove(DEPLOY_KEY_KEY);
+}
+
+/// The SHA-256 (hex) of an agent token, as [`RETIRED_TOKEN_KEY`] keeps it.
+pub(crate) fn token_digest(token: &str) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(token.as_bytes()))
 }
 
 /// One boot interface (Ironic's `boot_interface`). Errors are in operator words with context;

@@ -13,7 +13,11 @@
 //! the flow's clean steps on a task (`crate::deploy::clean`): `available` when they are done,
 //! `clean failed` on an error. In any other state it only records the heartbeat. A node that
 //! holds no token (none was issued, or its deploy or cleaning is over) answers every heartbeat
-//! as an unknown node does (404), before the node is read for anything else or locked.
+//! as an unknown node does (404), before the node is read for anything else or locked, but
+//! for one: a heartbeat carrying the token the node's last deploy retired, within
+//! [`HEARTBEAT_TIMEOUT_SECS`] of its end, is answered 202 and ignored. The agent sent it before
+//! the conductor told it to power off, and under load it arrives after the deploy ended: it
+//! is the deploy's own agent (only it held the token), and an error would be a false alarm.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -26,14 +30,13 @@ use uuid::Uuid;
 use super::provision::{fail_clean, fail_deploy};
 use super::tasks::{self, apply};
 use super::{Core, LookupReply, ManagerError};
+use crate::boot::{token_digest, AGENT_TOKEN_KEY, RETIRED_AT_KEY, RETIRED_TOKEN_KEY};
 use crate::states::{Event, ProvisionState};
 use crate::store::{Node, NodeIdent, PortFilter, StoreError};
 use vmdeploy_shared::api::ipa::ValidHeartbeat;
 use vmdeploy_shared::redact::MASK;
 use vmdeploy_shared::secret::Secret;
 
-/// Where the flow keeps the agent token (Ironic's key).
-pub(crate) const AGENT_TOKEN_KEY: &str = "agent_secret_token";
 /// How often the agent must heartbeat at least (Ironic's `[api]ramdisk_heartbeat_timeout`).
 pub(crate) const HEARTBEAT_TIMEOUT_SECS: u64 = 300;
 
@@ -167,6 +170,22 @@ fn refuse_heartbeat(ident: &NodeIdent, node: &Node) -> ManagerError {
     }
 }
 
+/// Whether `given` is the agent token the node's last deploy or cleaning retired, no more than
+/// [`HEARTBEAT_TIMEOUT_SECS`] ago (digests compared in constant time).
+fn retired_token_matches(node: &Node, given: Option<&Secret>, now: i64) -> bool {
+    let info = &node.driver_internal_info;
+    let (Some(digest), Some(retired_at), Some(given)) = (
+        info.get(RETIRED_TOKEN_KEY).and_then(Value::as_str),
+        info.get(RETIRED_AT_KEY).and_then(Value::as_i64),
+        given,
+    ) else {
+        return false;
+    };
+    let recent = (0..=HEARTBEAT_TIMEOUT_SECS as i64).contains(&now.saturating_sub(retired_at));
+    let given_digest = token_digest(given.expose());
+    recent && bool::from(digest.as_bytes().ct_eq(given_digest.as_bytes()))
+}
+
 /// Records when the agent last called. Its address, certificate and version are the flow's
 /// to record: it pins them at the first heartbeat and refuses a change, which a write here
 /// would defeat.
@@ -180,8 +199,8 @@ fn record(node: &mut Node) {
 /// Forgets the agent's token and address once its deploy is over (Ironic's
 /// `wipe_token_and_url`): a later heartbeat with the old token is refused.
 pub(crate) fn wipe_agent_secrets(node: &mut Node) {
+    crate::boot::wipe_token(&mut node.driver_internal_info);
     for key in [
-        AGENT_TOKEN_KEY,
         "agent_secret_token_pregenerated",
         "agent_url",
         "agent_verify_ca",
@@ -204,6 +223,13 @@ pub(crate) async fn heartbeat(
     // does, so the answer tells an outsider nothing about which nodes exist.
     let refused = |node: &Node| refuse_heartbeat(ident, node);
     if !token_matches(&node, heartbeat.agent_token.as_ref()) {
+        let now = OffsetDateTime::now_utc().unix_timestamp();
+        if stored_secret(&node, AGENT_TOKEN_KEY).is_none()
+            && retired_token_matches(&node, heartbeat.agent_token.as_ref(), now)
+        {
+            tracing::info!(node = %node.uuid, state = %node.provision_state, "late heartbeat from the agent of the node's finished deploy or cleaning: ignored");
+            return Ok(());
+        }
         return Err(refused(&node));
     }
     let (mut node, reservation) = tasks::reserve_uuid(core, node.uuid).await?;
@@ -332,6 +358,48 @@ mod unit {
             !token_matches(&node, Some(&Secret::new(""))),
             "an empty token is none"
         );
+    }
+
+    #[test]
+    fn a_retired_token_is_recognised_only_while_recent() {
+        let mut node = Node::new(Uuid::new_v4(), "agent_ilo", ProvisionState::WaitCallBack);
+        let token = Secret::new("tok-0123456789");
+        node.driver_internal_info
+            .insert(AGENT_TOKEN_KEY.into(), json!("tok-0123456789"));
+        let now = OffsetDateTime::now_utc().unix_timestamp();
+        assert!(
+            !retired_token_matches(&node, Some(&token), now),
+            "not retired yet"
+        );
+        wipe_agent_secrets(&mut node);
+        assert!(!token_matches(&node, Some(&token)), "wiped");
+        assert!(
+            !node
+                .driver_internal_info
+                .values()
+                .any(|v| v == "tok-0123456789"),
+            "the token itself is gone: {:?}",
+            node.driver_internal_info
+        );
+        assert!(retired_token_matches(&node, Some(&token), now));
+        assert!(!retired_token_matches(
+            &node,
+            Some(&Secret::new("tok-0123456788")),
+            now
+        ));
+        assert!(!retired_token_matches(&node, None, now));
+        let late = now + HEARTBEAT_TIMEOUT_SECS as i64 + 1;
+        assert!(
+            !retired_token_matches(&node, Some(&token), late),
+            "too late"
+        );
+        assert!(
+            !retired_token_matches(&node, Some(&token), now - 10),
+            "from the future"
+        );
+        // Wiping a node that holds no token keeps what was retired.
+        wipe_agent_secrets(&mut node);
+        assert!(retired_token_matches(&node, Some(&token), now));
     }
 
     #[test]
