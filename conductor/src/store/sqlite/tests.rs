@@ -451,3 +451,39 @@ fn a_burst_of_calls_queues_without_a_thread_each() {
         "{peak} threads at the busiest, {before} before the burst"
     );
 }
+
+/// Reads go to connections of their own: an operator's GET does not queue behind the writes
+/// (and fsyncs) of a thousand deploys. With the writer's thread stalled, reads still answer,
+/// and they see every write committed before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_do_not_wait_for_the_writer() {
+    let dir = TempDir::new().expect("temp dir");
+    let store = SqliteStore::open(&db_path(&dir)).expect("opening");
+    let node = full_node("read-beside-the-writer");
+    store.create_node(&node).await.expect("creating");
+    let held = store
+        .conn
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut write = Box::pin(store.update_node(&node));
+    assert!(
+        futures_util::FutureExt::now_or_never(write.as_mut()).is_none(),
+        "the write waits for the stalled writer"
+    );
+    let wait = std::time::Duration::from_secs(10);
+    let read = tokio::time::timeout(wait, store.node(&NodeIdent::Uuid(node.uuid)))
+        .await
+        .expect("a read answers while the writer is stalled")
+        .expect("reading");
+    assert_eq!(read.uuid, node.uuid);
+    let listed = tokio::time::timeout(wait, store.list_nodes(&NodeFilter::default()))
+        .await
+        .expect("a list answers while the writer is stalled")
+        .expect("listing");
+    assert_eq!(listed.len(), 1);
+    drop(held);
+    tokio::time::timeout(wait, write)
+        .await
+        .expect("the write goes on once the writer runs")
+        .expect("updating");
+}
