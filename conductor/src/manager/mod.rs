@@ -142,6 +142,10 @@ pub(crate) struct Core {
     forwarding: std::sync::OnceLock<Forwarding>,
     /// The key forwarded requests are signed with, read from the store once.
     cluster_key: tokio::sync::OnceCell<Arc<[u8]>>,
+    /// The runtime node tasks run on: the one the manager was made on. The service serves the
+    /// API on a runtime of its own (`crate::service::run`), so a task started by a request
+    /// must not land on the request's runtime.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 /// How this conductor is reached by, and reaches, the others.
@@ -208,6 +212,7 @@ impl Manager {
                 config,
                 forwarding: std::sync::OnceLock::new(),
                 cluster_key: tokio::sync::OnceCell::new(),
+                runtime: tokio::runtime::Handle::try_current().ok(),
             }),
         }
     }
@@ -389,9 +394,12 @@ impl Manager {
     ) -> Result<(), ManagerError> {
         conductors::register(&self.core).await?;
         recovery::recover(&self.core).await?;
-        tokio::spawn(conductors::run(self.core.clone(), shutdown.clone()));
-        tokio::spawn(sync::run(self.core.clone(), shutdown.clone()));
-        tokio::spawn(timeouts::run(self.core.clone(), shutdown));
+        tasks::spawn_on(
+            &self.core,
+            conductors::run(self.core.clone(), shutdown.clone()),
+        );
+        tasks::spawn_on(&self.core, sync::run(self.core.clone(), shutdown.clone()));
+        tasks::spawn_on(&self.core, timeouts::run(self.core.clone(), shutdown));
         Ok(())
     }
 

@@ -108,6 +108,19 @@ pub(crate) async fn reserve_uuid(
     Ok((node, reservation))
 }
 
+/// Starts `future` on the manager's runtime (`Core::runtime`), or on the caller's when the
+/// manager was made outside one.
+pub(crate) fn spawn_on<F>(core: &Core, future: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    match &core.runtime {
+        Some(runtime) => runtime.spawn(future),
+        None => tokio::spawn(future),
+    }
+}
+
 /// Runs `work` on its own task, holding `reservation` until it ends, whichever way it ends.
 /// `kind` names the task in logs (`deploy`, `power`, ...).
 pub(crate) fn spawn<F, Fut>(core: &Arc<Core>, reservation: Reservation, kind: &'static str, work: F)
@@ -119,8 +132,10 @@ where
     let span = tracing::info_span!("task", node = %node, task = kind);
     let running = core.tasks.enter();
     let core = core.clone();
-    let inner = tokio::spawn(work(core.clone()).instrument(span.clone()));
-    tokio::spawn(
+    let inner = spawn_on(&core, work(core.clone()).instrument(span.clone()));
+    let runs_on = core.clone();
+    spawn_on(
+        &runs_on,
         async move {
             let _running = running;
             match inner.await {

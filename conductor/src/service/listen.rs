@@ -136,6 +136,22 @@ pub async fn run(
     in_flight: InFlight,
     limits: Limits,
 ) -> DrainReport {
+    let here = tokio::runtime::Handle::current();
+    run_on(&here, listeners, app, shutdown, grace, in_flight, limits).await
+}
+
+/// [`run`], with the accept loops and the connections (and so every request handler) on
+/// `runtime`: the service gives the API a runtime of its own, so a request never queues behind
+/// the node tasks' work (`crate::service::run`).
+pub async fn run_on(
+    runtime: &tokio::runtime::Handle,
+    listeners: Vec<Bound>,
+    app: axum::Router,
+    shutdown: impl Future<Output = ()>,
+    grace: Duration,
+    in_flight: InFlight,
+    limits: Limits,
+) -> DrainReport {
     type Accepted = (TcpStream, IpAddr, Option<TlsAcceptor>, Ticket);
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Accepted>(64);
     let admission = Admission::new(
@@ -147,7 +163,7 @@ pub async fn run(
     for bound in listeners {
         let tx = tx.clone();
         let admission = admission.clone();
-        accepters.push(tokio::spawn(async move {
+        accepters.push(runtime.spawn(async move {
             loop {
                 match bound.listener.accept().await {
                     Ok((stream, peer)) => {
@@ -182,7 +198,7 @@ pub async fn run(
                     let watcher = graceful.watcher();
                     let app = app.clone();
                     let body_timeout = limits.body_timeout;
-                    tokio::spawn(async move {
+                    runtime.spawn(async move {
                         // Held until the connection ends, however it ends; a full listener
                         // may close it for room while it waits for a request (admission.rs).
                         let activity = ticket.activity();
