@@ -206,8 +206,8 @@ fn tls_auto_makes_a_ca_clients_can_trust_and_reuses_it() {
         rt.block_on(stranger.get(format!("{url}/")).send()).is_err(),
         "a client without the CA is refused"
     );
-    let (status, _) = conductor.terminate();
-    assert!(status.success());
+    let (status, log) = conductor.terminate();
+    assert!(status.success(), "{status}; log:\n{}", log.join("\n"));
 
     let again = Conductor::start(&["--config", config_arg], &state);
     let log = again.log.join("\n");
@@ -221,8 +221,8 @@ fn tls_auto_makes_a_ca_clients_can_trust_and_reuses_it() {
         .block_on(trusting.get(format!("{}/", again.url())).send())
         .expect("still trusted after a restart");
     assert_eq!(response.status(), 200);
-    let (status, _) = again.terminate();
-    assert!(status.success());
+    let (status, log) = again.terminate();
+    assert!(status.success(), "{status}; log:\n{}", log.join("\n"));
 }
 
 #[test]
@@ -350,8 +350,8 @@ fn http_basic_refuses_without_or_with_wrong_credentials() {
         text.contains(&MAX_BODY.to_string()),
         "names the limit: {text}"
     );
-    let (status, _) = conductor.terminate();
-    assert!(status.success());
+    let (status, log) = conductor.terminate();
+    assert!(status.success(), "{status}; log:\n{}", log.join("\n"));
 }
 
 /// Stalled request bodies and connection floods, without credentials: the call-backs are
@@ -503,8 +503,8 @@ fn stalled_bodies_and_connection_floods_leave_the_api_answering() {
         String::from_utf8_lossy(&reply).into_owned()
     });
     assert!(again.starts_with("HTTP/1.1 200"), "{again}");
-    let (status, _) = conductor.terminate();
-    assert!(status.success());
+    let (status, log) = conductor.terminate();
+    assert!(status.success(), "{status}; log:\n{}", log.join("\n"));
 }
 
 /// A slowloris flood from many addresses, each within its share, past `api.max_connections`:
@@ -582,7 +582,7 @@ fn a_flood_from_many_addresses_cannot_fill_the_listener() {
     }
     drop(flood);
     let (status, log) = conductor.terminate();
-    assert!(status.success());
+    assert!(status.success(), "{status}; log:\n{}", log.join("\n"));
     assert!(
         log.iter()
             .any(|l| l.contains("closed the connections that waited longest")),
@@ -649,7 +649,7 @@ fn call_back_failures_are_counted_per_client_address() {
     let line = conductor.wait_for("throttled", Duration::from_secs(10));
     assert!(line.contains("127.0.0.2"), "{line}");
     let (status, log) = conductor.terminate();
-    assert!(status.success());
+    assert!(status.success(), "{status}; log:\n{}", log.join("\n"));
     let throttled = log.iter().filter(|l| l.contains("throttled")).count();
     assert_eq!(
         throttled, 1,
@@ -696,7 +696,7 @@ fn json_log_lines_parse_and_carry_the_request_id() {
     assert!(id.starts_with("req-"), "{id:?}");
     conductor.wait_for("answered", Duration::from_secs(10));
     let (status, log) = conductor.terminate();
-    assert!(status.success());
+    assert!(status.success(), "{status}; log:\n{}", log.join("\n"));
     let mut with_id = 0;
     for line in &log {
         let value: serde_json::Value =

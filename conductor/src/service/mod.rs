@@ -213,14 +213,19 @@ pub fn app(
     ))
 }
 
-/// Resolves on SIGTERM or SIGINT, with the signal's name.
-pub async fn shutdown_signal() -> anyhow::Result<&'static str> {
+/// A future that resolves on SIGTERM or SIGINT, with the signal's name. The handlers are in
+/// place when this returns, not when the future is first polled: a SIGTERM that comes as soon
+/// as the API answers must find them (until then it kills the process, exit status 143).
+pub fn shutdown_signal(
+) -> anyhow::Result<impl std::future::Future<Output = &'static str> + Send + 'static> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
-    Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        }
     })
 }
 
@@ -253,6 +258,10 @@ pub async fn serve(args: ServeArgs, api_runtime: tokio::runtime::Handle) -> anyh
     for fallback in &settings.fallbacks {
         tracing::info!(key = fallback.key, value = %fallback.value, "default");
     }
+
+    // Signal handlers before anything starts: a SIGTERM during start-up is kept, and the
+    // conductor stops as soon as it serves.
+    let signalled = shutdown_signal()?;
 
     // 3. Open-files limit, state directory and certificates.
     raise_open_files_limit();
@@ -392,19 +401,9 @@ pub async fn serve(args: ServeArgs, api_runtime: tokio::runtime::Handle) -> anyh
     );
     let app = app(router, files.htpasswd, in_flight.clone());
     tracing::info!(startup_ms = started.elapsed().as_millis() as u64, "serving");
-    let (signal_tx, signal_rx) = tokio::sync::oneshot::channel::<&'static str>();
-    tokio::spawn(async move {
-        match shutdown_signal().await {
-            Ok(name) => {
-                let _ = signal_tx.send(name);
-            }
-            Err(err) => tracing::error!(error = %format!("{err:#}"), "signal handling"),
-        }
-    });
     let shutdown = async move {
-        if let Ok(name) = signal_rx.await {
-            tracing::info!(signal = name, "shutting down");
-        }
+        let name = signalled.await;
+        tracing::info!(signal = name, "shutting down");
     };
     let grace = settings.shutdown_grace;
     let drain_started = Instant::now();
