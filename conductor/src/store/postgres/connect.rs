@@ -82,10 +82,23 @@ pub(super) fn client_config(config: &PostgresConfig) -> Result<tokio_postgres::C
     Ok(pg)
 }
 
-/// The pool over `pg`, verifying TLS against `ca_file` or the system's trust store.
+/// How `database.max_connections` is shared: the writers' pool and, when there are at least
+/// two connections, a quarter (at least one) kept for standalone reads.
+pub(super) fn split_connections(max: usize) -> (usize, Option<usize>) {
+    let max = max.max(1);
+    if max < 2 {
+        return (max, None);
+    }
+    let reads = (max / 4).max(1);
+    (max - reads, Some(reads))
+}
+
+/// A pool of at most `size` connections over `pg`, verifying TLS against `ca_file` or the
+/// system's trust store.
 pub(super) fn pool(
     pg: tokio_postgres::Config,
     config: &PostgresConfig,
+    size: usize,
 ) -> Result<Pool, StoreError> {
     crate::net::https::install_crypto_provider();
     let tls = match &config.ca_file {
@@ -132,7 +145,7 @@ pub(super) fn pool(
         },
     );
     Pool::builder(manager)
-        .max_size(config.max_connections.max(1))
+        .max_size(size.max(1))
         .wait_timeout(Some(POOL_WAIT))
         .create_timeout(Some(POOL_WAIT))
         .recycle_timeout(Some(POOL_WAIT))

@@ -2,8 +2,11 @@
 //! §8; `[database] url = "postgresql://…"`).
 //!
 //! # Design
-//! tokio-postgres connections in a deadpool pool ([`connect`]): opened on demand up to
-//! `database.max_connections`, each statement prepared once per connection. Every [`Store`]
+//! tokio-postgres connections in deadpool pools ([`connect`]): opened on demand up to
+//! `database.max_connections`, each statement prepared once per connection. A quarter of them
+//! (at least one, when there are two or more) form a pool of their own for the reads that stand
+//! alone (a node, a list, a port, the conductors): with one pool, an operator's `GET` waited for
+//! a free connection behind a thousand deploys' writes (p99 216 ms at 1,000 concurrent deploys). Every [`Store`]
 //! method is one statement, so autocommit makes each one transaction, and no transaction is
 //! ever left open across an `await` of anything but the database.
 //!
@@ -46,6 +49,8 @@ use super::{
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: Pool,
+    /// The standalone reads' pool; `None` with a single connection (reads share `pool`).
+    read_pool: Option<Pool>,
     /// `user@host:port/database`, for logs.
     target: String,
 }
@@ -64,8 +69,17 @@ impl PostgresStore {
     pub async fn open(config: &PostgresConfig) -> Result<Arc<PostgresStore>, StoreError> {
         let pg = connect::client_config(config)?;
         let target = describe(&pg);
-        let pool = connect::pool(pg, config)?;
-        let store = PostgresStore { pool, target };
+        let (writers, readers) = connect::split_connections(config.max_connections);
+        let read_pool = match readers {
+            Some(size) => Some(connect::pool(pg.clone(), config, size)?),
+            None => None,
+        };
+        let pool = connect::pool(pg, config, writers)?;
+        let store = PostgresStore {
+            pool,
+            read_pool,
+            target,
+        };
         let mut client = store
             .pool
             .get()
@@ -84,10 +98,14 @@ impl PostgresStore {
         &self.target
     }
 
-    /// Connections open now and the pool's bound.
+    /// Connections open now and the bound, both pools together.
     pub fn connections(&self) -> (usize, usize) {
         let status = self.pool.status();
-        (status.size, status.max_size)
+        let (read_size, read_max) = self
+            .read_pool
+            .as_ref()
+            .map_or((0, 0), |p| (p.status().size, p.status().max_size));
+        (status.size + read_size, status.max_size + read_max)
     }
 
     async fn client(&self, what: &str) -> Result<deadpool_postgres::Client, StoreError> {
@@ -102,6 +120,28 @@ impl PostgresStore {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
         let client = self.client(what).await?;
+        Self::rows(&client, what, sql, params).await
+    }
+
+    /// Runs the read `sql` with `params` on the readers' pool and returns the rows.
+    async fn read(
+        &self,
+        what: &str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        let pool = self.read_pool.as_ref().unwrap_or(&self.pool);
+        let client = pool.get().await.map_err(|e| pool_error(what, e))?;
+        Self::rows(&client, what, sql, params).await
+    }
+
+    /// `sql` with `params` on `client`, prepared once per connection.
+    async fn rows(
+        client: &deadpool_postgres::Client,
+        what: &str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
         let stmt = client
             .prepare_cached(sql)
             .await
@@ -133,11 +173,11 @@ impl PostgresStore {
         let rows = match ident {
             NodeIdent::Uuid(uuid) => {
                 let sql = format!("SELECT {NODE_COLUMNS} FROM nodes WHERE uuid = $1");
-                self.query(&what, &sql, &[uuid]).await?
+                self.read(&what, &sql, &[uuid]).await?
             }
             NodeIdent::Name(name) => {
                 let sql = format!("SELECT {NODE_COLUMNS} FROM nodes WHERE name = $1");
-                self.query(&what, &sql, &[name]).await?
+                self.read(&what, &sql, &[name]).await?
             }
         };
         match rows.first() {
@@ -279,7 +319,7 @@ impl PostgresStore {
     ) -> Result<(), StoreError> {
         let table = query.table;
         let found = self
-            .query(
+            .read(
                 "reading the list marker",
                 &format!("SELECT 1 FROM {table} WHERE uuid = $1"),
                 &[&marker],
@@ -332,7 +372,7 @@ impl Store for PostgresStore {
                 .await?;
         }
         let sql = query.sql(NODE_COLUMNS, filter.limit);
-        self.query("listing nodes", &sql, &refs(&query.params))
+        self.read("listing nodes", &sql, &refs(&query.params))
             .await?
             .iter()
             .map(node_from_row)
@@ -429,7 +469,7 @@ impl Store for PostgresStore {
     async fn port(&self, uuid: Uuid) -> Result<Port, StoreError> {
         let sql = format!("SELECT {PORT_COLUMNS} FROM ports WHERE uuid = $1");
         let rows = self
-            .query(&format!("reading port {uuid}"), &sql, &[&uuid])
+            .read(&format!("reading port {uuid}"), &sql, &[&uuid])
             .await?;
         match rows.first() {
             Some(row) => port_from_row(row),
@@ -445,7 +485,7 @@ impl Store for PostgresStore {
                 .await?;
         }
         let sql = query.sql(PORT_COLUMNS, filter.limit);
-        self.query("listing ports", &sql, &refs(&query.params))
+        self.read("listing ports", &sql, &refs(&query.params))
             .await?
             .iter()
             .map(port_from_row)
@@ -526,7 +566,7 @@ impl Store for PostgresStore {
     }
 
     async fn list_conductors(&self) -> Result<Vec<ConductorRecord>, StoreError> {
-        self.query(
+        self.read(
             "listing conductors",
             "SELECT hostname, conductor_group, drivers, created_at, updated_at, api_url \
              FROM conductors ORDER BY hostname COLLATE \"C\"",

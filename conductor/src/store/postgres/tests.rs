@@ -463,3 +463,60 @@ async fn a_server_restart_fails_calls_in_flight_as_unavailable_and_the_store_rec
         .await
         .expect("reserving after the restart");
 }
+
+#[test]
+fn a_quarter_of_the_connections_is_kept_for_reads() {
+    use super::connect::split_connections;
+    assert_eq!(split_connections(16), (12, Some(4)));
+    assert_eq!(split_connections(8), (6, Some(2)));
+    assert_eq!(split_connections(3), (2, Some(1)));
+    assert_eq!(split_connections(2), (1, Some(1)));
+    assert_eq!(split_connections(1), (1, None));
+    assert_eq!(split_connections(0), (1, None), "at least one connection");
+    for max in 2..64 {
+        let (writers, readers) = split_connections(max);
+        assert_eq!(writers + readers.unwrap_or(0), max, "{max} in all");
+    }
+}
+
+/// Standalone reads have connections of their own: with every writer's connection taken (a
+/// thousand deploys' writes), an operator's GET still answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_answer_while_every_writer_connection_is_taken() {
+    let store = fresh_store("reads-beside-writes").await;
+    let node = full_node("read-beside-the-writers");
+    store.create_node(&node).await.expect("creating");
+    let (writers, _) =
+        super::connect::split_connections(socket_config(shared(), "x").max_connections);
+    let mut taken = Vec::new();
+    for _ in 0..writers {
+        taken.push(
+            store
+                .client("holding a writer")
+                .await
+                .expect("a writer's connection"),
+        );
+    }
+    let wait = std::time::Duration::from_secs(5);
+    let read = tokio::time::timeout(wait, store.node(&NodeIdent::Uuid(node.uuid)))
+        .await
+        .expect("a read answers with every writer busy")
+        .expect("reading");
+    assert_eq!(read.uuid, node.uuid);
+    let listed = tokio::time::timeout(wait, store.list_nodes(&NodeFilter::default()))
+        .await
+        .expect("a list answers with every writer busy")
+        .expect("listing");
+    assert_eq!(listed.len(), 1);
+    let write = tokio::time::timeout(
+        std::time::Duration::from_millis(300),
+        store.update_node(&read),
+    )
+    .await;
+    assert!(write.is_err(), "a write waits for a writer's connection");
+    drop(taken);
+    store
+        .update_node(&read)
+        .await
+        .expect("the write goes on once a writer is free");
+}
