@@ -156,6 +156,7 @@ pub fn router(manager: Arc<Manager>, options: ApiOptions) -> axum::Router {
             state,
             version::negotiate,
         ))
+        .layer(axum::middleware::from_fn(operator_reads))
         .layer(axum::middleware::map_response_with_state(
             max_body,
             error::fault_bodies,
@@ -165,6 +166,24 @@ pub fn router(manager: Arc<Manager>, options: ApiOptions) -> axum::Router {
     // /v1/drivers/?detail=True`), as Ironic's pecan routes allow: the path is normalised before
     // routing, so every route answers with and without it.
     Router::new().fallback_service(routes.map_request(strip_trailing_slash))
+}
+
+/// Marks a `GET` (but the ramdisk's lookup) as an operator's read, which the store serves from
+/// connections of its own ([`crate::store::as_operator_read`]).
+async fn operator_reads(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let lookup = req
+        .uri()
+        .path()
+        .trim_start_matches("/v1")
+        .starts_with("/lookup");
+    if req.method() == http::Method::GET && !lookup {
+        crate::store::as_operator_read(next.run(req)).await
+    } else {
+        next.run(req).await
+    }
 }
 
 /// `/v1/ports/?x` → `/v1/ports?x` (the root `/` stays).

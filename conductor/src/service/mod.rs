@@ -298,7 +298,7 @@ pub async fn serve(args: ServeArgs, api_runtime: tokio::runtime::Handle) -> anyh
     // 5. Stores, manager, background duties.
     let (duties_tx, duties_rx) = tokio::sync::watch::channel(false);
     let (objects_tx, objects_rx) = tokio::sync::watch::channel(false);
-    let store = open_store(&settings).await?;
+    let store = open_store(&settings, &api_runtime).await?;
     let objects = open_object_store(&settings, certs.objects, objects_rx).await?;
     let images = {
         let policy = crate::image_cache::FetchPolicy {
@@ -689,7 +689,11 @@ fn certificates(
 }
 
 /// Opens the node store (`store.kind`): SQLite in the state directory, schema migrated.
-async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
+/// PostgreSQL's connections run on `io` (the API's runtime; `PostgresStore::open_on`).
+async fn open_store(
+    settings: &Settings,
+    io: &tokio::runtime::Handle,
+) -> anyhow::Result<Arc<dyn Store>> {
     match settings.store {
         config::StoreKind::Sqlite => {
             let path = settings.sqlite_path.clone();
@@ -712,7 +716,7 @@ async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
                 .postgres
                 .as_ref()
                 .context("store.kind is postgresql but [database] was not resolved")?;
-            let store = open_postgres(config).await?;
+            let store = open_postgres(config, io).await?;
             let (_, max) = store.connections();
             tracing::info!(
                 database = %store.target(), max_connections = max,
@@ -731,6 +735,7 @@ const DATABASE_START_WAIT: std::time::Duration = std::time::Duration::from_secs(
 /// login or a schema newer than this binary: waiting would not change those).
 async fn open_postgres(
     config: &crate::store::postgres::PostgresConfig,
+    io: &tokio::runtime::Handle,
 ) -> anyhow::Result<Arc<crate::store::postgres::PostgresStore>> {
     use crate::net::retry::{RetryError, RetryPolicy};
     use crate::store::postgres::PostgresStore;
@@ -747,7 +752,7 @@ async fn open_postgres(
                     "PostgreSQL not reachable yet"
                 )
             },
-            |_| PostgresStore::open(config),
+            |_| PostgresStore::open_on(config, Some(io.clone())),
         )
         .await
         .map_err(|e| match e {

@@ -32,6 +32,24 @@ pub mod sqlite;
 #[cfg(test)]
 pub mod testing;
 
+tokio::task_local! {
+    /// Set while an operator's read runs (a `GET` to the API other than the ramdisk's lookup;
+    /// module `crate::api`).
+    static OPERATOR_READ: ();
+}
+
+/// Runs `request` as an operator's read: the PostgreSQL store serves its reads from the
+/// connections it keeps for them, so they never queue behind the node tasks' calls
+/// (`postgres::PostgresStore`).
+pub async fn as_operator_read<F: std::future::Future>(request: F) -> F::Output {
+    OPERATOR_READ.scope((), request).await
+}
+
+/// Whether the running task is an operator's read ([`as_operator_read`]).
+pub(crate) fn is_operator_read() -> bool {
+    OPERATOR_READ.try_with(|()| ()).is_ok()
+}
+
 /// Now, in UTC, to the microsecond: the precision both stores keep.
 pub fn now() -> OffsetDateTime {
     let t = OffsetDateTime::now_utc();

@@ -93,12 +93,64 @@ pub(super) fn split_connections(max: usize) -> (usize, Option<usize>) {
     (max - reads, Some(reads))
 }
 
+/// Opens connections, and runs each connection's task, on `io` when given (else on the
+/// caller's runtime, as deadpool would).
+///
+/// A tokio-postgres connection is a task that carries every query and answer between the
+/// socket and its client. The service gives it the API's runtime (`crate::service::run`): on
+/// the runtime of the node tasks, an operator's read waited for that task's turn behind a
+/// thousand deploys' ready tasks (p99 385 ms with 1,000 concurrent deploys), however free the
+/// connection was. The socket is opened on the same runtime, whose reactor then watches it.
+struct ConnectOn {
+    tls: MakeRustlsConnect,
+    io: Option<tokio::runtime::Handle>,
+}
+
+type Connected = (tokio_postgres::Client, tokio::task::JoinHandle<()>);
+
+impl ConnectOn {
+    async fn open(
+        pg: tokio_postgres::Config,
+        tls: MakeRustlsConnect,
+    ) -> Result<Connected, tokio_postgres::Error> {
+        let (client, connection) = pg.connect(tls).await?;
+        let task = tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::warn!(error = %e, "a PostgreSQL connection ended with an error");
+            }
+        });
+        Ok((client, task))
+    }
+}
+
+impl deadpool_postgres::Connect for ConnectOn {
+    fn connect(
+        &self,
+        pg: &tokio_postgres::Config,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Connected, tokio_postgres::Error>> + Send + '_>,
+    > {
+        let (pg, tls) = (pg.clone(), self.tls.clone());
+        let io = self.io.clone();
+        Box::pin(async move {
+            if let Some(io) = io {
+                // A join error means that runtime is shutting down: open it here instead.
+                if let Ok(opened) = io.spawn(Self::open(pg.clone(), tls.clone())).await {
+                    return opened;
+                }
+            }
+            Self::open(pg, tls).await
+        })
+    }
+}
+
 /// A pool of at most `size` connections over `pg`, verifying TLS against `ca_file` or the
-/// system's trust store.
+/// system's trust store; connections run on `io` ([`ConnectOn`]).
 pub(super) fn pool(
     pg: tokio_postgres::Config,
     config: &PostgresConfig,
     size: usize,
+    io: Option<tokio::runtime::Handle>,
 ) -> Result<Pool, StoreError> {
     crate::net::https::install_crypto_provider();
     let tls = match &config.ca_file {
@@ -135,9 +187,13 @@ pub(super) fn pool(
             })?
         }
     };
-    let manager = Manager::from_config(
+    let connect = ConnectOn {
+        tls: MakeRustlsConnect::new(tls),
+        io,
+    };
+    let manager = Manager::from_connect(
         pg,
-        MakeRustlsConnect::new(tls),
+        connect,
         ManagerConfig {
             // A connection the server closed is noticed at checkout (`is_closed`); one that died
             // silently fails its next statement, which is then `Unavailable`.

@@ -4,9 +4,10 @@
 //! # Design
 //! tokio-postgres connections in deadpool pools ([`connect`]): opened on demand up to
 //! `database.max_connections`, each statement prepared once per connection. A quarter of them
-//! (at least one, when there are two or more) form a pool of their own for the reads that stand
-//! alone (a node, a list, a port, the conductors): with one pool, an operator's `GET` waited for
-//! a free connection behind a thousand deploys' writes (p99 216 ms at 1,000 concurrent deploys). Every [`Store`]
+//! (at least one, when there are two or more) form a pool of their own for operators' reads
+//! (the API's `GET`s, [`crate::store::as_operator_read`]): with one pool, an operator's `GET`
+//! waited for a free connection behind a thousand deploys' calls (p99 216–385 ms at 1,000
+//! concurrent deploys). Everything else, the node tasks' reads included, uses the other pool. Every [`Store`]
 //! method is one statement, so autocommit makes each one transaction, and no transaction is
 //! ever left open across an `await` of anything but the database.
 //!
@@ -67,14 +68,23 @@ impl PostgresStore {
     /// Connects to the database of `config` and brings its schema up to date. Fails (at once,
     /// or after the connect timeout) when the server cannot be reached or refuses the login.
     pub async fn open(config: &PostgresConfig) -> Result<Arc<PostgresStore>, StoreError> {
+        Self::open_on(config, None).await
+    }
+
+    /// [`PostgresStore::open`], with the connections run on `io` (the service passes the API's
+    /// runtime: `connect::ConnectOn` says why).
+    pub async fn open_on(
+        config: &PostgresConfig,
+        io: Option<tokio::runtime::Handle>,
+    ) -> Result<Arc<PostgresStore>, StoreError> {
         let pg = connect::client_config(config)?;
         let target = describe(&pg);
         let (writers, readers) = connect::split_connections(config.max_connections);
         let read_pool = match readers {
-            Some(size) => Some(connect::pool(pg.clone(), config, size)?),
+            Some(size) => Some(connect::pool(pg.clone(), config, size, io.clone())?),
             None => None,
         };
-        let pool = connect::pool(pg, config, writers)?;
+        let pool = connect::pool(pg, config, writers, io)?;
         let store = PostgresStore {
             pool,
             read_pool,
@@ -123,14 +133,18 @@ impl PostgresStore {
         Self::rows(&client, what, sql, params).await
     }
 
-    /// Runs the read `sql` with `params` on the readers' pool and returns the rows.
+    /// Runs the read `sql` with `params` and returns the rows: on the readers' pool for an
+    /// operator's read, else on the main pool.
     async fn read(
         &self,
         what: &str,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
-        let pool = self.read_pool.as_ref().unwrap_or(&self.pool);
+        let pool = match &self.read_pool {
+            Some(readers) if crate::store::is_operator_read() => readers,
+            _ => &self.pool,
+        };
         let client = pool.get().await.map_err(|e| pool_error(what, e))?;
         Self::rows(&client, what, sql, params).await
     }

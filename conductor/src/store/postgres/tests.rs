@@ -14,7 +14,7 @@ use crate::store::testing::arbitrary::{
     arbitrary_node, arbitrary_port, node_round_trip, ports_round_trip, runtime,
 };
 use crate::store::testing::{full_node, store_contract_suite, two_holders_agree_on_the_lock};
-use crate::store::{NodeFilter, NodeIdent, Store, StoreError};
+use crate::store::{as_operator_read, NodeFilter, NodeIdent, Store, StoreError};
 
 fn socket_config(cluster: &Cluster, database: &str) -> PostgresConfig {
     PostgresConfig {
@@ -479,8 +479,8 @@ fn a_quarter_of_the_connections_is_kept_for_reads() {
     }
 }
 
-/// Standalone reads have connections of their own: with every writer's connection taken (a
-/// thousand deploys' writes), an operator's GET still answers.
+/// Operators' reads have connections of their own: with every other connection taken (a
+/// thousand deploys' calls), an operator's GET still answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_answer_while_every_writer_connection_is_taken() {
     let store = fresh_store("reads-beside-writes").await;
@@ -498,16 +498,26 @@ async fn reads_answer_while_every_writer_connection_is_taken() {
         );
     }
     let wait = std::time::Duration::from_secs(5);
-    let read = tokio::time::timeout(wait, store.node(&NodeIdent::Uuid(node.uuid)))
+    let ident = NodeIdent::Uuid(node.uuid);
+    let read = tokio::time::timeout(wait, as_operator_read(store.node(&ident)))
         .await
-        .expect("a read answers with every writer busy")
+        .expect("an operator's read answers with every writer busy")
         .expect("reading");
     assert_eq!(read.uuid, node.uuid);
-    let listed = tokio::time::timeout(wait, store.list_nodes(&NodeFilter::default()))
-        .await
-        .expect("a list answers with every writer busy")
-        .expect("listing");
+    let listed = tokio::time::timeout(
+        wait,
+        as_operator_read(store.list_nodes(&NodeFilter::default())),
+    )
+    .await
+    .expect("an operator's list answers with every writer busy")
+    .expect("listing");
     assert_eq!(listed.len(), 1);
+    let task_read =
+        tokio::time::timeout(std::time::Duration::from_millis(300), store.node(&ident)).await;
+    assert!(
+        task_read.is_err(),
+        "a node task's read waits with the writers"
+    );
     let write = tokio::time::timeout(
         std::time::Duration::from_millis(300),
         store.update_node(&read),
