@@ -733,6 +733,7 @@ fn a_drain_lets_a_slow_request_finish_and_stops_accepting() {
         let app = slow_app(Duration::from_millis(1500), in_flight.clone());
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(listen::run(
+            tokio::runtime::Handle::current(),
             listeners,
             app,
             async move {
@@ -783,6 +784,7 @@ fn a_drain_past_its_grace_names_the_requests_it_cut() {
         let app = slow_app(Duration::from_secs(30), in_flight.clone());
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(listen::run(
+            tokio::runtime::Handle::current(),
             listeners,
             app,
             async move {
@@ -844,6 +846,7 @@ fn library_level_basic_auth_and_auto_tls() {
         let app = service::app(router, Some(users), in_flight.clone());
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(listen::run(
+            tokio::runtime::Handle::current(),
             listeners,
             app,
             async move {
@@ -945,6 +948,7 @@ fn library_level_json_warnings_carry_the_request_id() {
         let app = service::app(router, None, in_flight.clone());
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(listen::run(
+            tokio::runtime::Handle::current(),
             listeners,
             app,
             async move {

@@ -127,24 +127,12 @@ pub struct DrainReport {
 }
 
 /// Serves `app` on `listeners` until `shutdown` completes, then drains within `grace` (module
-/// docs). `in_flight` is the registry the app's request layer fills.
+/// docs). `in_flight` is the registry the app's request layer fills. The accept loops and the
+/// connections (and so every request handler) run on `runtime`: the service gives the API a
+/// runtime of its own, so a request never queues behind the node tasks' work
+/// (`crate::service::run`).
 pub async fn run(
-    listeners: Vec<Bound>,
-    app: axum::Router,
-    shutdown: impl Future<Output = ()>,
-    grace: Duration,
-    in_flight: InFlight,
-    limits: Limits,
-) -> DrainReport {
-    let here = tokio::runtime::Handle::current();
-    run_on(&here, listeners, app, shutdown, grace, in_flight, limits).await
-}
-
-/// [`run`], with the accept loops and the connections (and so every request handler) on
-/// `runtime`: the service gives the API a runtime of its own, so a request never queues behind
-/// the node tasks' work (`crate::service::run`).
-pub async fn run_on(
-    runtime: &tokio::runtime::Handle,
+    runtime: tokio::runtime::Handle,
     listeners: Vec<Bound>,
     app: axum::Router,
     shutdown: impl Future<Output = ()>,

@@ -407,8 +407,8 @@ pub async fn serve(args: ServeArgs, api_runtime: tokio::runtime::Handle) -> anyh
     };
     let grace = settings.shutdown_grace;
     let drain_started = Instant::now();
-    let report = listen::run_on(
-        &api_runtime,
+    let report = listen::run(
+        api_runtime.clone(),
         listeners,
         app,
         shutdown,
