@@ -190,6 +190,39 @@ async fn a_conductor_killed_mid_deploy_has_its_nodes_taken_over() {
         "image_disk_format": "raw",
     }});
     let uuids = api.enroll("fleet", &ilos, &macs, &iso, instance_info).await;
+    // Every conductor sees the same owner of every node before any node action. A conductor
+    // learns of one that started after it at its next heartbeat; until then two may each take a
+    // node for theirs (its reservation keeps them from working it at once), and "c2's nodes",
+    // read from one conductor's view, would miss a node c2 was working on.
+    let direct: Vec<Api> = ports
+        .iter()
+        .map(|port| Api {
+            http: api.http.clone(),
+            url: format!("http://127.0.0.1:{port}"),
+            phase_limit: api.phase_limit,
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let mut views = Vec::new();
+        for conductor in &direct {
+            let mut owners: Vec<(String, String)> = nodes(conductor)
+                .await
+                .iter()
+                .map(|n| (n["uuid"].to_string(), n["conductor"].to_string()))
+                .collect();
+            owners.sort();
+            views.push(owners);
+        }
+        if views.windows(2).all(|pair| pair[0] == pair[1]) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the conductors never agreed on the nodes' owners: {views:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     api.provision_all(&uuids, "manage", "manageable", &harness)
         .await;
     api.provision_all(&uuids, "provide", "available", &harness)
