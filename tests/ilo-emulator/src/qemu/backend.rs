@@ -243,7 +243,37 @@ impl std::fmt::Debug for QemuBackend {
     }
 }
 
+/// A loopback port free now, below the kernel's ephemeral range.
+///
+/// The port is kept for the server's lifetime but not held open (QEMU binds it at each power
+/// on), so a port from the ephemeral range could be handed to anyone's `bind(0)` meanwhile:
+/// once it went to this emulator's own listener, and QEMU could not set up the forward. Ports
+/// below the range are never handed out by the kernel, only taken on purpose.
 fn free_loopback_port() -> std::io::Result<u16> {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u16, ephemeral_low);
+    if high > low {
+        // A different starting point per process and call, so parallel emulators spread out.
+        static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let span = u32::from(high - low);
+        let start = (std::process::id() ^ nanos).wrapping_add(call.wrapping_mul(7919)) % span;
+        for step in 0..span.min(512) {
+            let offset = (start + step * 31) % span;
+            let Ok(port) = u16::try_from(u32::from(low) + offset) else {
+                continue;
+            };
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
@@ -900,5 +930,30 @@ impl Drop for QemuBackend {
             let _ = run.child.kill();
             let _ = run.child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::free_loopback_port;
+
+    /// Forwarded ports come from below the kernel's ephemeral range, so no `bind(0)` (this
+    /// emulator's listener, another test's server) can be handed one between two power-ons.
+    #[test]
+    fn forwarded_ports_are_free_and_never_ephemeral() {
+        let low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .expect("the ephemeral range")
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("its low end");
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..20 {
+            let port = free_loopback_port().expect("a port");
+            assert!((10_000..low).contains(&port), "{port} (ephemeral from {low})");
+            std::net::TcpListener::bind(("127.0.0.1", port)).expect("free");
+            seen.insert(port);
+        }
+        assert!(seen.len() > 10, "spread out: {seen:?}");
     }
 }
