@@ -950,7 +950,10 @@ mod tests {
         let mut seen = std::collections::BTreeSet::new();
         for _ in 0..20 {
             let port = free_loopback_port().expect("a port");
-            assert!((10_000..low).contains(&port), "{port} (ephemeral from {low})");
+            assert!(
+                (10_000..low).contains(&port),
+                "{port} (ephemeral from {low})"
+            );
             std::net::TcpListener::bind(("127.0.0.1", port)).expect("free");
             seen.insert(port);
         }
