@@ -1069,42 +1069,22 @@ async fn run_setup(
 
     // Enroll.
     let started = Instant::now();
-    let mut uuids = Vec::with_capacity(n);
-    {
-        let limit = Arc::new(tokio::sync::Semaphore::new(ENROLL_CONCURRENCY));
-        let mut set = JoinSet::new();
-        for (i, (ilo, mac)) in emulator.servers.iter().zip(&macs).enumerate() {
-            let (api, limit, mac) = (api.clone(), limit.clone(), mac.clone());
-            let body = json!({
-                "name": format!("scale-{i}"),
-                "driver": "agent_ilo",
-                "driver_info": {
-                    "ilo_address": ilo.to_string(),
-                    "ilo_username": ILO_USER,
-                    "ilo_password": ILO_PASSWORD,
-                    "ilo_protocol": "ribcl",
-                    "ilo_deploy_iso": format!("file://{}", iso.display()),
-                },
-            });
-            set.spawn(async move {
-                let _permit = limit.acquire_owned().await;
-                let node = api
-                    .call(reqwest::Method::POST, "/v1/nodes", Some(&body))
-                    .await?;
-                let uuid = node["uuid"].as_str().context("a node UUID")?.to_owned();
-                api.call(
-                    reqwest::Method::POST,
-                    "/v1/ports",
-                    Some(&json!({"address": mac, "node_uuid": uuid, "pxe_enabled": true})),
-                )
-                .await?;
-                anyhow::Ok(uuid)
-            });
-        }
-        while let Some(done) = set.join_next().await {
-            uuids.push(done??);
-        }
+    let mut nodes = Vec::with_capacity(n);
+    for (i, (ilo, mac)) in emulator.servers.iter().zip(&macs).enumerate() {
+        let body = json!({
+            "name": format!("scale-{i}"),
+            "driver": "agent_ilo",
+            "driver_info": {
+                "ilo_address": ilo.to_string(),
+                "ilo_username": ILO_USER,
+                "ilo_password": ILO_PASSWORD,
+                "ilo_protocol": "ribcl",
+                "ilo_deploy_iso": format!("file://{}", iso.display()),
+            },
+        });
+        nodes.push((body, mac.clone()));
     }
+    let uuids = enroll_with_ports(&api, nodes).await?;
     let enroll_secs = started.elapsed().as_secs_f64();
     bench!(
         "  {}: {n} nodes with ports enrolled in {enroll_secs:.1} s ({:.0}/s)",
@@ -1560,40 +1540,20 @@ async fn run_ironic(
     }
     let rss = RssSampler::start_group(pgid);
     let started = Instant::now();
-    let mut uuids = Vec::with_capacity(n);
-    {
-        let limit = Arc::new(tokio::sync::Semaphore::new(ENROLL_CONCURRENCY));
-        let mut set = JoinSet::new();
-        for i in 0..n {
-            let (api, limit) = (api.clone(), limit.clone());
-            let mac = mac_plus(MAC_BASE, i)?;
-            let body = json!({
-                "name": format!("scale-{i}"),
-                "driver": "fake-hardware",
-                "boot_interface": "fake",
-                "deploy_interface": "fake",
-                "power_interface": "fake",
-                "management_interface": "fake",
-            });
-            set.spawn(async move {
-                let _permit = limit.acquire_owned().await;
-                let node = api
-                    .call(reqwest::Method::POST, "/v1/nodes", Some(&body))
-                    .await?;
-                let uuid = node["uuid"].as_str().context("a node UUID")?.to_owned();
-                api.call(
-                    reqwest::Method::POST,
-                    "/v1/ports",
-                    Some(&json!({"address": mac, "node_uuid": uuid, "pxe_enabled": true})),
-                )
-                .await?;
-                anyhow::Ok(uuid)
-            });
-        }
-        while let Some(done) = set.join_next().await {
-            uuids.push(done??);
-        }
+    let mut nodes = Vec::with_capacity(n);
+    for i in 0..n {
+        let mac = mac_plus(MAC_BASE, i)?;
+        let body = json!({
+            "name": format!("scale-{i}"),
+            "driver": "fake-hardware",
+            "boot_interface": "fake",
+            "deploy_interface": "fake",
+            "power_interface": "fake",
+            "management_interface": "fake",
+        });
+        nodes.push((body, mac));
     }
+    let uuids = enroll_with_ports(&api, nodes).await?;
     let enroll_secs = started.elapsed().as_secs_f64();
     bench!(
         "  Ironic: {n} nodes with ports enrolled in {enroll_secs:.1} s ({:.0}/s)",
@@ -2073,4 +2033,33 @@ fn main() -> anyhow::Result<()> {
     } else {
         bail!("{} part(s) failed", failures.len())
     }
+}
+
+/// Enrolls each `(node body, MAC)` with a port, [`ENROLL_CONCURRENCY`] at a time; the UUIDs in
+/// the order the enrollments finished.
+async fn enroll_with_ports(api: &Api, nodes: Vec<(Value, String)>) -> anyhow::Result<Vec<String>> {
+    let limit = Arc::new(tokio::sync::Semaphore::new(ENROLL_CONCURRENCY));
+    let mut set = JoinSet::new();
+    for (body, mac) in nodes {
+        let (api, limit) = (api.clone(), limit.clone());
+        set.spawn(async move {
+            let _permit = limit.acquire_owned().await;
+            let node = api
+                .call(reqwest::Method::POST, "/v1/nodes", Some(&body))
+                .await?;
+            let uuid = node["uuid"].as_str().context("a node UUID")?.to_owned();
+            api.call(
+                reqwest::Method::POST,
+                "/v1/ports",
+                Some(&json!({"address": mac, "node_uuid": uuid, "pxe_enabled": true})),
+            )
+            .await?;
+            anyhow::Ok(uuid)
+        });
+    }
+    let mut uuids = Vec::new();
+    while let Some(done) = set.join_next().await {
+        uuids.push(done??);
+    }
+    Ok(uuids)
 }
