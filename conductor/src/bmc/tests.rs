@@ -132,13 +132,13 @@ fn which_keys_a_node_is_read_from() {
     );
 }
 
-/// An iLO 4 that answers the `auto` probe (GET_PRODUCT_NAME) and power reads.
+/// An iLO 4 without Redfish that answers the `auto` probe (`/xmldata`) and power reads.
 async fn ilo4() -> TestServer {
     TestServer::start(|req| {
-        if req.body.contains("GET_PRODUCT_NAME") {
-            Reply::ok(reply_with(
-                "<GET_PRODUCT_NAME><PRODUCT_NAME VALUE=\"ProLiant DL380p Gen8\"/></GET_PRODUCT_NAME>",
-            ))
+        if req.path.starts_with("/xmldata") {
+            Reply::ok("<RIMP><HSI><SPN>ProLiant DL380p Gen8</SPN></HSI><MP><PN>Integrated Lights-Out 4 (iLO 4)</PN><FWRI>2.10</FWRI></MP></RIMP>")
+        } else if req.path.starts_with("/redfish") {
+            Reply::status(404, "<html>Not Found</html>")
         } else {
             Reply::ok(reply_with("<GET_HOST_POWER HOST_POWER=\"ON\"/>"))
         }
@@ -150,7 +150,7 @@ fn probes(server: &TestServer) -> usize {
     server
         .requests()
         .iter()
-        .filter(|r| r.body.contains("GET_PRODUCT_NAME"))
+        .filter(|r| r.path.starts_with("/xmldata"))
         .count()
 }
 

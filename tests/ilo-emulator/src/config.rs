@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::backend::{Backend, InMemoryBackend};
+use crate::profile::Profile;
 use crate::state::{BootMode, License, SupportedBootModes};
 
 /// The default product name: a Gen8, so proliantutils' `IloClient` stays on RIBCL for everything
@@ -26,6 +27,19 @@ pub struct ServerConfig {
     pub boot_mode: BootMode,
     /// Supported boot modes.
     pub supported_boot_modes: SupportedBootModes,
+    /// Firmware identity, quirks and timings (`product` above overrides the identity's model).
+    pub profile: Profile,
+}
+
+impl ServerConfig {
+    /// The defaults with `profile`, and the profile's model as the product name.
+    pub fn with_profile(profile: Profile) -> Self {
+        ServerConfig {
+            product: profile.identity.product.into(),
+            profile,
+            ..ServerConfig::default()
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -37,6 +51,7 @@ impl Default for ServerConfig {
             license: License::Advanced,
             boot_mode: BootMode::Legacy,
             supported_boot_modes: SupportedBootModes::LegacyUefi,
+            profile: Profile::lab(),
         }
     }
 }

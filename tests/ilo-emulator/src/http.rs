@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
 use crate::fault::{FaultKind, FaultSpec};
+use crate::profile::Quirk;
 use crate::server::Server;
 use crate::{admin, redfish, ribcl};
 use vmdeploy_shared::error::Chain;
@@ -67,6 +68,13 @@ impl ReplyBody {
             cut: false,
             cut_pause: None,
         }
+    }
+
+    /// The same bytes sent chunked, without a Content-Length (iLO 5 and later send every body
+    /// this way: the `chunked` quirk).
+    fn into_chunked(mut self) -> Self {
+        self.exact = None;
+        self
     }
 
     /// Cuts the body after half its bytes and forces chunked encoding.
@@ -226,12 +234,15 @@ async fn route(server: Arc<Server>, req: Request<Incoming>) -> Result<Reply, Una
         .as_ref()
         .is_some_and(|f| f.kind == FaultKind::Truncated);
     let reply = dispatch(&server, req, &method, &path, fault.as_ref()).await;
-    Ok(if truncated {
-        let (parts, body) = reply.into_parts();
-        Response::from_parts(parts, body.truncate())
+    let (parts, body) = reply.into_parts();
+    let body = if truncated {
+        body.truncate()
+    } else if server.quirk(Quirk::Chunked) {
+        body.into_chunked()
     } else {
-        reply
-    })
+        body
+    };
+    Ok(Response::from_parts(parts, body))
 }
 
 async fn dispatch(
@@ -256,6 +267,9 @@ async fn dispatch(
                     .to_owned(),
             ]);
         }
+        if server.quirk(Quirk::RibclDisabled) {
+            return ribcl_reply(ribcl::disabled());
+        }
         let text = String::from_utf8_lossy(&body);
         let reply = ribcl::handle(server, &text, fault).await;
         return ribcl_reply(reply.into_docs());
@@ -264,6 +278,13 @@ async fn dispatch(
         return simple(StatusCode::OK, "text/xml", xmldata(server));
     }
     if path == "/redfish" || path.starts_with("/redfish/") {
+        if server.quirk(Quirk::NoRedfish) {
+            return simple(
+                StatusCode::NOT_FOUND,
+                "text/html",
+                "<html><body>Not Found</body></html>\n",
+            );
+        }
         if wrong_root {
             return simple(StatusCode::OK, "application/json", "[]");
         }
@@ -280,12 +301,14 @@ async fn dispatch(
 /// proliantutils' get_host_uuid).
 fn xmldata(server: &Server) -> String {
     use crate::xml::escape;
+    let identity = &server.config.profile.identity;
     format!(
-        "<?xml version=\"1.0\"?>\r\n<RIMP>\n<HSI>\n<SBSN>{serial}</SBSN>\n<SPN>{product}</SPN>\n<UUID>{serial}</UUID>\n<SP>1</SP>\n<cUUID>{uuid}</cUUID>\n<VIRTUAL>\n<STATE>Inactive</STATE>\n<VID><BSN/><cUUID/></VID>\n</VIRTUAL>\n</HSI>\n<MP>\n<ST>1</ST>\n<PN>Integrated Lights-Out 4 (iLO 4)</PN>\n<FWRI>{fw}</FWRI>\n<HWRI>ASIC:  16</HWRI>\n<SN>ILO{serial}</SN>\n<UUID>ILO{serial}</UUID>\n</MP>\n</RIMP>\n",
+        "<?xml version=\"1.0\"?>\r\n<RIMP>\n<HSI>\n<SBSN>{serial}</SBSN>\n<SPN>{product}</SPN>\n<UUID>{serial}</UUID>\n<SP>1</SP>\n<cUUID>{uuid}</cUUID>\n<VIRTUAL>\n<STATE>Inactive</STATE>\n<VID><BSN/><cUUID/></VID>\n</VIRTUAL>\n</HSI>\n<MP>\n<ST>1</ST>\n<PN>{pn}</PN>\n<FWRI>{fw}</FWRI>\n<HWRI>ASIC:  16</HWRI>\n<SN>ILO{serial}</SN>\n<UUID>ILO{serial}</UUID>\n</MP>\n</RIMP>\n",
         serial = escape(&server.serial),
         product = escape(&server.config.product),
         uuid = escape(&server.uuid),
-        fw = ribcl::FIRMWARE_VERSION,
+        fw = identity.firmware,
+        pn = identity.generation.product_name(),
     )
 }
 

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! ilo-emulator --listen ADDR:PORT [--servers N] [--username U --password P]
+//!              [--profile NAME] [--quirk NAME[=on|off]]... [--list-profiles]
 //!              [--tls-cert PEM --tls-key PEM] [--license standard|advanced] [--product NAME]
 //!              [--backend memory|qemu] [--qemu-state-dir DIR] [--qemu-memory-mib N]
 //!              [--qemu-disk-size-mib N] [--guest-forward HOST:PORT]... [--qemu-vmedia usb|legacy]
@@ -19,7 +20,8 @@ use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use vmdeploy_ilo_emulator::backend::{Backend, InMemoryBackend};
 use vmdeploy_ilo_emulator::config::BackendFactory;
-use vmdeploy_ilo_emulator::config::{EmulatorConfig, ServerConfig, TlsSource, DEFAULT_PRODUCT};
+use vmdeploy_ilo_emulator::config::{EmulatorConfig, ServerConfig, TlsSource};
+use vmdeploy_ilo_emulator::profile::{Profile, QuirkSwitch};
 use vmdeploy_ilo_emulator::qemu::{
     GuestForward, NicModel, PxeBootfile, QemuBackend, QemuSettings, VmediaBus,
 };
@@ -65,8 +67,18 @@ enum NicArg {
 #[command(name = "ilo-emulator", version)]
 struct Args {
     /// Address of server 0; server i listens on PORT+i (PORT 0: ephemeral ports).
+    #[arg(long, required_unless_present = "list_profiles")]
+    listen: Option<SocketAddr>,
+    /// Firmware profile: identity and quirks of one iLO generation and firmware line
+    /// (`--list-profiles`).
+    #[arg(long, default_value = "lab", value_parser = parse_profile)]
+    profile: Profile,
+    /// Turn one quirk on or off on top of the profile: `NAME`, `NAME=on`, `NAME=off`; repeat.
+    #[arg(long = "quirk")]
+    quirks: Vec<QuirkSwitch>,
+    /// Print the profiles and quirks and exit.
     #[arg(long)]
-    listen: SocketAddr,
+    list_profiles: bool,
     /// Number of emulated servers.
     #[arg(long, default_value_t = 1)]
     servers: usize,
@@ -88,9 +100,10 @@ struct Args {
     /// Installed licence: standard has no virtual media, as on real iLO.
     #[arg(long, value_enum, default_value = "advanced")]
     license: LicenseArg,
-    /// Product name (GET_PRODUCT_NAME); keep "Gen9"/"Gen10" out of it to keep proliantutils on RIBCL.
-    #[arg(long, default_value = DEFAULT_PRODUCT)]
-    product: String,
+    /// Product name (GET_PRODUCT_NAME); default: the profile's model. Keep "Gen9"/"Gen10" out
+    /// of it to keep proliantutils on RIBCL.
+    #[arg(long)]
+    product: Option<String>,
     /// Boot mode of a fresh server.
     #[arg(long, value_enum, default_value = "legacy")]
     boot_mode: BootModeArg,
@@ -158,6 +171,10 @@ fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
+    if args.list_profiles {
+        print!("{}", Profile::listing());
+        return std::process::ExitCode::SUCCESS;
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -257,13 +274,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
             })),
         },
     };
+    let listen = args
+        .listen
+        .context("--listen is required (clap checks it)")?;
+    let profile = args.profile.with_switches(&args.quirks);
+    tracing::info!(profile = profile.name, quirks = ?profile.quirks, "firmware profile");
+    let defaults = ServerConfig::with_profile(profile);
     let config = EmulatorConfig {
-        listen: args.listen,
+        listen,
         servers: args.servers,
         server: ServerConfig {
             username: args.username,
             password: args.password,
-            product: args.product,
+            product: args.product.unwrap_or(defaults.product.clone()),
             license: match args.license {
                 LicenseArg::Standard => License::Standard,
                 LicenseArg::Advanced => License::Advanced,
@@ -272,7 +295,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 BootModeArg::Legacy => BootMode::Legacy,
                 BootModeArg::Uefi => BootMode::Uefi,
             },
-            ..ServerConfig::default()
+            ..defaults
         },
         tls,
         backend: backend_factory(&args_backend, args.servers)?,
@@ -292,6 +315,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     emulator.shutdown().await;
     Ok(())
+}
+
+fn parse_profile(name: &str) -> Result<Profile, String> {
+    Profile::named(name)
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use serde::Serialize;
 use vmdeploy_shared::redact::Url;
@@ -106,6 +107,14 @@ impl Drop for InFlight {
     }
 }
 
+/// When the host's power last changed and its POST last began: the profile's timings
+/// ([`crate::profile::Timings`]) count from these.
+#[derive(Debug, Default, Clone, Copy)]
+struct HostClock {
+    power_changed: Option<Instant>,
+    post_started: Option<Instant>,
+}
+
 /// One emulated server.
 pub struct Server {
     /// Index in the emulator.
@@ -124,6 +133,7 @@ pub struct Server {
     fetcher: MediaFetcher,
     requests: AtomicU64,
     sessions: Mutex<Vec<String>>,
+    host_clock: Mutex<HostClock>,
     /// Shared by every server of the emulator.
     pub gauge: Arc<RequestGauge>,
 }
@@ -155,6 +165,7 @@ impl Server {
             fetcher,
             requests: AtomicU64::new(0),
             sessions: Mutex::new(Vec::new()),
+            host_clock: Mutex::new(HostClock::default()),
             gauge,
         }
     }
@@ -321,6 +332,53 @@ impl Server {
         }
     }
 
+    fn mark_power_change(&self, post_begins: bool) {
+        if let Ok(mut clock) = self.host_clock.lock() {
+            let now = Instant::now();
+            clock.power_changed = Some(now);
+            if post_begins {
+                clock.post_started = Some(now);
+            }
+        }
+    }
+
+    fn clock(&self) -> HostClock {
+        self.host_clock.lock().map(|c| *c).unwrap_or_default()
+    }
+
+    /// Whether the host, on, is still in POST: within the profile's POST time of its last
+    /// power-on or reset.
+    pub async fn in_post(&self) -> bool {
+        let on = self.read(|s| s.power == Power::On).await;
+        on && self
+            .clock()
+            .post_started
+            .is_some_and(|t| t.elapsed() < self.config.profile.timings.post)
+    }
+
+    /// `Oem.Hpe.PostState`: `PowerOff`, `InPost` or `FinishedPost`.
+    pub async fn post_state(&self) -> &'static str {
+        if self.read(|s| s.power == Power::Off).await {
+            "PowerOff"
+        } else if self.in_post().await {
+            "InPost"
+        } else {
+            "FinishedPost"
+        }
+    }
+
+    /// Whether the last power change is more recent than the profile's reset window.
+    pub fn in_reset_window(&self) -> bool {
+        self.clock()
+            .power_changed
+            .is_some_and(|t| t.elapsed() < self.config.profile.timings.reset_window)
+    }
+
+    /// Whether the profile has `quirk` on.
+    pub fn quirk(&self, quirk: crate::profile::Quirk) -> bool {
+        self.config.profile.has(quirk)
+    }
+
     /// Power on (no-op when on).
     pub async fn power_on(&self) -> Result<PowerChange, OpError> {
         let mut state = self.state.lock().await;
@@ -333,6 +391,7 @@ impl Server {
                     state.power_off();
                     return Err(e);
                 }
+                self.mark_power_change(true);
                 Ok(PowerChange::Changed)
             }
         }
@@ -345,6 +404,7 @@ impl Server {
             return Ok(PowerChange::AlreadyThere);
         }
         tracing::info!(server = self.index, "power off");
+        self.mark_power_change(false);
         self.backend.power_off().await?;
         Ok(PowerChange::Changed)
     }
@@ -355,6 +415,7 @@ impl Server {
         let plan = state.reset()?;
         tracing::info!(server = self.index, "reset");
         let result = self.run_boot(&mut state, &plan, true).await;
+        self.mark_power_change(true);
         if result.is_err() && !self.backend.is_running() {
             // The machine did not come back: the server is off now.
             state.power_off();

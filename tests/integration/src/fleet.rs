@@ -35,10 +35,21 @@ pub fn from_env<T: std::str::FromStr>(name: &str, default: T) -> T {
 /// Starts the in-memory emulator with `servers` servers; returns its guard and the servers'
 /// addresses once it printed `ready`.
 pub fn start_emulator(dir: &Path, servers: usize) -> (ChildGuard, Vec<SocketAddr>) {
+    start_emulator_with(dir, servers, &[])
+}
+
+/// [`start_emulator`] with more arguments (`--profile ilo6-1.6x`, `--quirk NAME`); its log and
+/// certificate go to `dir`.
+pub fn start_emulator_with(
+    dir: &Path,
+    servers: usize,
+    extra: &[&str],
+) -> (ChildGuard, Vec<SocketAddr>) {
     let log = dir.join("emulator.log");
     let child = Command::new(bin("ilo-emulator"))
         .args(["--listen", "127.0.0.1:0", "--servers", &servers.to_string()])
         .args(["--username", ILO_USER, "--password", ILO_PASSWORD])
+        .args(extra)
         .arg("--cert-out")
         .arg(dir.join("ilo-cert.pem"))
         .env("RUST_LOG", "warn")

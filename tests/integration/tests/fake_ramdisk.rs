@@ -11,6 +11,9 @@
 //! the harness downloads and checks it, so the conductor's `partition_uuids` carry the image's
 //! own MBR signature.
 //!
+//! A second test deploys one node per firmware profile of the emulator (`--profile`), the
+//! protocol chosen by the conductor's `auto` probe.
+//!
 //! Needs the built `ilo-emulator` and `vmdeploy-conductor` (`cargo build --workspace --bins`);
 //! fails with that hint when either is missing.
 //!
@@ -30,20 +33,26 @@ use vmdeploy_integration_tests::child::ChildGuard;
 use vmdeploy_integration_tests::conductor_env::make_image;
 use vmdeploy_integration_tests::emulator::MediaServer;
 use vmdeploy_integration_tests::fake_ramdisk::{mac_plus, Config, Harness, TlsMode};
-use vmdeploy_integration_tests::fleet::{from_env, harness_config, start_emulator, Api};
+use vmdeploy_integration_tests::fleet::{
+    from_env, harness_config, start_emulator, start_emulator_with, Api,
+};
 use vmdeploy_integration_tests::{bin, free_port};
 
 /// Node i's port MAC is this + i.
 const MAC_BASE: &str = "52:54:00:fa:00:00";
 
-/// Starts `vmdeploy-conductor serve` with its API on `port`; returns once it listens.
-fn start_conductor(dir: &Path, port: u16, ilo_cert: &Path) -> ChildGuard {
+/// Starts `vmdeploy-conductor serve` with its API on `port`; returns once it listens. Every
+/// iLO's certificate is checked against `ilo_cert`, or, without it, against each node's
+/// `ilo_verify_ca`.
+fn start_conductor(dir: &Path, port: u16, ilo_cert: Option<&Path>) -> ChildGuard {
+    let ilo = ilo_cert
+        .map(|cert| format!("[ilo]\nverify_ca = \"{}\"\n\n", cert.display()))
+        .unwrap_or_default();
     let config = format!(
         "[api]\nlisten = [\"127.0.0.1:{port}\"]\n\n\
          [deploy]\napi_url = \"http://127.0.0.1:{port}\"\nagent_allow_plain_http = true\n\
          agent_power_off_wait = 1\nautomated_clean = true\ndeploy_callback_timeout = 120\n\n\
-         [ilo]\nverify_ca = \"{}\"\n\n[log]\nlevel = \"info\"\n",
-        ilo_cert.display()
+         {ilo}[log]\nlevel = \"info\"\n"
     );
     let config_path = dir.join("conductor.toml");
     std::fs::write(&config_path, config).expect("writing conductor.toml");
@@ -111,7 +120,7 @@ async fn ten_agent_ilo_nodes_deploy_and_undeploy_through_fake_ramdisks() {
     .expect("the harness starts");
 
     let port = free_port();
-    let _conductor = start_conductor(dir.path(), port, &ilo_cert);
+    let _conductor = start_conductor(dir.path(), port, Some(&ilo_cert));
     let api = Api {
         http: reqwest::Client::builder()
             .no_proxy()
@@ -193,6 +202,124 @@ async fn ten_agent_ilo_nodes_deploy_and_undeploy_through_fake_ramdisks() {
             && stats["api_tls_connections"].as_u64() < stats["api_requests"].as_u64(),
         "{stats:#}"
     );
+    assert_eq!(harness.running(), 0, "every ramdisk ended: {stats:#}");
+    harness.shutdown().await;
+}
+
+/// The firmware profiles of the emulator (`ilo-emulator --list-profiles`) besides the default
+/// `lab`, with the protocol the conductor's `auto` probe must choose for each.
+const PROFILES: [(&str, &str); 6] = [
+    ("ilo4-gen8-ribcl", "ribcl"),
+    ("ilo4-gen9-2.7x", "ribcl"),
+    ("ilo5-1.1x", "redfish"),
+    ("ilo5-2.7x", "redfish"),
+    ("ilo5-3.x", "redfish"),
+    ("ilo6-1.6x", "redfish"),
+];
+
+/// One `agent_ilo` node per firmware profile, `ilo_protocol = auto`, cleaned, deployed and
+/// undeployed at once: the conductor must choose the protocol by asking each iLO and get
+/// through every quirk a deploy meets there (RIBCL disabled, no Redfish, 308 slash redirects,
+/// OEM-only virtual media, read-only override mode, strict Boot PATCH, resets refused soon after
+/// a power change, boot changes refused during POST, the boot-once flag on the CD only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_ilo_deploys_through_every_firmware_profile() {
+    let started = Instant::now();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut emulators = Vec::new();
+    let mut ilos = Vec::new();
+    let mut certs = Vec::new();
+    for (profile, _) in PROFILES {
+        let sub = dir.path().join(profile);
+        std::fs::create_dir_all(&sub).expect("a directory per profile");
+        let (guard, addresses) = start_emulator_with(&sub, 1, &["--profile", profile]);
+        emulators.push(guard);
+        ilos.extend(addresses);
+        certs.push(sub.join("ilo-cert.pem"));
+    }
+    let image = make_image(1 << 20);
+    let image_sha256 = hex::encode(Sha256::digest(&image));
+    let media = MediaServer::start(vec![("/image.raw", image)]);
+    let iso = dir.path().join("deploy.iso");
+    std::fs::write(&iso, vec![0x5a; 64 * 1024]).expect("the deploy ISO stand-in");
+    let macs: Vec<String> = (0..PROFILES.len())
+        .map(|i| mac_plus(MAC_BASE, 0x40 + i).expect("a MAC"))
+        .collect();
+    let harness = Harness::start(Config {
+        tls: TlsMode::Mixed,
+        poll_interval: Duration::from_millis(200),
+        heartbeat_scale: 0.02,
+        write_delay: Duration::from_millis(300),
+        verify_image: true,
+        // Six emulators, six certificates: the harness reads their state without pinning.
+        emulator_ca_pem: None,
+        ..harness_config(&ilos, &macs, &certs[0])
+    })
+    .await
+    .expect("the harness starts");
+
+    let port = free_port();
+    let _conductor = start_conductor(dir.path(), port, None);
+    let api = Api {
+        http: reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("an HTTP client"),
+        url: format!("http://127.0.0.1:{port}"),
+        phase_limit: Duration::from_secs(120),
+    };
+    let nodes = api.enroll("profile", &ilos, &macs, &iso, json!({})).await;
+    for (uuid, cert) in nodes.iter().zip(&certs) {
+        api.call(
+            reqwest::Method::PATCH,
+            &format!("/v1/nodes/{uuid}"),
+            Some(json!([
+                {"op": "replace", "path": "/driver_info/ilo_protocol", "value": "auto"},
+                {"op": "add", "path": "/driver_info/ilo_verify_ca", "value": cert},
+            ])),
+        )
+        .await;
+    }
+    api.provision_all(&nodes, "manage", "manageable", &harness)
+        .await;
+    for (uuid, (profile, protocol)) in nodes.iter().zip(PROFILES) {
+        let node = api.node(uuid).await;
+        assert_eq!(
+            node["driver_internal_info"]["bmc_protocol"]["protocol"], protocol,
+            "{profile}: the probe's choice: {node}"
+        );
+    }
+    api.provision_all(&nodes, "provide", "available", &harness)
+        .await;
+    let image_url = media.url("/image.raw");
+    for uuid in &nodes {
+        api.call(
+            reqwest::Method::PATCH,
+            &format!("/v1/nodes/{uuid}"),
+            Some(json!([
+                {"op": "add", "path": "/instance_info/image_source", "value": image_url},
+                {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
+                {"op": "add", "path": "/instance_info/image_os_hash_value", "value": image_sha256},
+                {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"},
+            ])),
+        )
+        .await;
+    }
+    api.provision_all(&nodes, "active", "active", &harness)
+        .await;
+    api.provision_all(&nodes, "deleted", "available", &harness)
+        .await;
+    let stats = harness.stats().to_json();
+    eprintln!(
+        "firmware profiles: {} nodes in {:.1?}\n{stats:#}",
+        nodes.len(),
+        started.elapsed()
+    );
+    assert_eq!(harness.errors(), Vec::<String>::new(), "{stats:#}");
+    let boots = 3 * PROFILES.len() as u64;
+    assert_eq!(stats["ramdisks_started"], boots, "{stats:#}");
+    assert_eq!(stats["ramdisks_powered_off"], boots, "{stats:#}");
     assert_eq!(harness.running(), 0, "every ramdisk ended: {stats:#}");
     harness.shutdown().await;
 }

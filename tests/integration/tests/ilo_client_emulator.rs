@@ -405,14 +405,28 @@ fn cli_every_command_over_redfish() {
 }
 
 #[test]
-fn cli_auto_picks_ribcl_for_gen8_and_redfish_for_gen10() {
+fn cli_auto_asks_the_generation_not_the_model() {
+    // The default (lab) identity is an iLO 4: RIBCL.
     let emu = Emulator::start(&[]);
     let pw = emu.password_file(PASSWORD);
     let o = cli(&emu, "auto", &pw, 20, &["info"]);
     assert!(o.ok, "{}", o.stderr);
     assert!(o.stdout.contains("protocol ribcl"), "{}", o.stdout);
     drop(emu);
-    let emu = Emulator::start(&["--product", "ProLiant DL360 Gen10"]);
+    // An iLO 4 whose model reads like a Gen10 is still driven over RIBCL.
+    let emu = Emulator::start(&[
+        "--profile",
+        "ilo4-gen9-2.7x",
+        "--product",
+        "ProLiant DL360 Gen10",
+    ]);
+    let pw = emu.password_file(PASSWORD);
+    let o = cli(&emu, "auto", &pw, 20, &["info"]);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(o.stdout.contains("protocol ribcl"), "{}", o.stdout);
+    drop(emu);
+    // An iLO 6 (RIBCL disabled) over Redfish.
+    let emu = Emulator::start(&["--profile", "ilo6-1.6x"]);
     let pw = emu.password_file(PASSWORD);
     let o = cli(&emu, "auto", &pw, 20, &["info"]);
     assert!(o.ok, "{}", o.stderr);

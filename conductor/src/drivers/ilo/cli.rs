@@ -35,7 +35,8 @@ pub struct IloArgs {
     /// Do not verify the iLO's certificate.
     #[arg(long)]
     pub insecure: bool,
-    /// Protocol: ribcl, redfish, or auto (ask the iLO's model: Gen10 and later use Redfish).
+    /// Protocol: ribcl, redfish, or auto (ask the BMC: iLO 4 uses RIBCL, iLO 5 and later and
+    /// other Redfish BMCs use Redfish).
     #[arg(long, value_enum, default_value = "auto")]
     pub protocol: ProtocolArg,
     /// Seconds each operation may take, retries included.
@@ -56,7 +57,7 @@ pub enum ProtocolArg {
     Ribcl,
     /// Redfish.
     Redfish,
-    /// Choose by model.
+    /// Ask the BMC which generation it is.
     Auto,
 }
 

@@ -121,6 +121,21 @@ pub async fn with_retries<T, F, Fut>(
     url: &str,
     timeout: Duration,
     retry: RetryPolicy,
+    attempt: F,
+) -> Result<T, DriverError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, DriverError>>,
+{
+    with_retries_if(url, timeout, retry, DriverError::is_transient, attempt).await
+}
+
+/// [`with_retries`] retrying only the failures `retry_on` names (never a timed-out attempt).
+pub async fn with_retries_if<T, F, Fut>(
+    url: &str,
+    timeout: Duration,
+    retry: RetryPolicy,
+    retry_on: impl Fn(&DriverError) -> bool,
     mut attempt: F,
 ) -> Result<T, DriverError>
 where
@@ -130,7 +145,7 @@ where
     retry
         .with_deadline(timeout)
         .run(
-            |err: &DriverError| err.is_transient() && !matches!(err, DriverError::Timeout { .. }),
+            |err: &DriverError| retry_on(err) && !matches!(err, DriverError::Timeout { .. }),
             |r| {
                 tracing::warn!(%url, attempt = r.failed, error = %r.error, "transient BMC failure, retrying");
             },

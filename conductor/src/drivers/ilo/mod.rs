@@ -6,9 +6,9 @@
 //! strategies) and implements [`Power`], [`Management`], [`VirtualMedia`] and [`Inventory`] by
 //! delegation. It is built from an [`IloConfig`]: the node's `driver_info` is read and checked
 //! above it, once (`crate::node::driver_info`). The protocol comes from `ilo_protocol`
-//! (`ribcl`, `redfish` or `auto`). `auto` does what proliantutils' IloClient does (docs/ilo-management.md §1.7): ask GET_PRODUCT_NAME over RIBCL; a model
-//! of Gen10 or later, or an iLO whose RIBCL is off, is driven over Redfish, anything else over
-//! RIBCL.
+//! (`ribcl`, `redfish` or `auto`). `auto` asks the BMC's unauthenticated endpoints which
+//! generation it is and whether it speaks Redfish ([`detect`]): an iLO 4 is driven over RIBCL,
+//! iLO 5 and later and other Redfish BMCs over Redfish. The model string does not decide.
 
 use std::fmt;
 use std::str::FromStr;
@@ -19,9 +19,9 @@ use super::{
     Power, PowerAction, PowerState, Secret, SupportedBootModes, VirtualMedia, VmediaBootOption,
     VmediaDevice, VmediaStatus,
 };
-use vmdeploy_shared::error::Chain;
 
 pub mod cli;
+pub mod detect;
 pub mod http;
 pub mod redfish;
 pub mod ribcl;
@@ -37,7 +37,7 @@ pub enum Protocol {
     Ribcl,
     /// Redfish.
     Redfish,
-    /// Ask the iLO (GET_PRODUCT_NAME) and choose.
+    /// Ask the BMC ([`detect`]) and choose.
     #[default]
     Auto,
 }
@@ -150,14 +150,6 @@ impl IloConfig {
     }
 }
 
-/// Product names that mean iLO 5 or later, where proliantutils switches to Redfish
-/// (docs/ilo-management.md §1.7; Gen11 carries iLO 6, Gen12 iLO 7).
-fn is_redfish_generation(product_name: &str) -> bool {
-    ["Gen10", "Gen11", "Gen12"]
-        .iter()
-        .any(|g| product_name.contains(g))
-}
-
 /// The client for one node: RIBCL or Redfish.
 #[derive(Debug, Clone)]
 pub enum IloClient {
@@ -174,28 +166,16 @@ impl IloClient {
             Protocol::Ribcl => Ok(IloClient::Ribcl(ribcl::RibclClient::new(config)?)),
             Protocol::Redfish => Ok(IloClient::Redfish(redfish::RedfishClient::new(config)?)),
             Protocol::Auto => {
-                let ribcl = ribcl::RibclClient::new(config)?;
-                match ribcl.product_name().await {
-                    Ok(name) if is_redfish_generation(&name) => {
-                        tracing::debug!(product = %name, "iLO 5 or later: using Redfish");
+                let detected = detect::detect(config).await?;
+                match detect::choose(&detected) {
+                    Protocol::Redfish => {
+                        tracing::debug!(?detected, "using Redfish");
                         Ok(IloClient::Redfish(redfish::RedfishClient::new(config)?))
                     }
-                    Ok(name) => {
-                        tracing::debug!(product = %name, "using RIBCL");
-                        Ok(IloClient::Ribcl(ribcl))
+                    _ => {
+                        tracing::debug!(?detected, "using RIBCL");
+                        Ok(IloClient::Ribcl(ribcl::RibclClient::new(config)?))
                     }
-                    // RIBCL disabled or absent (iLO 5 with RIBCL off, another vendor's BMC):
-                    // proliantutils goes Redfish-only on an iLO error here.
-                    Err(
-                        err @ (DriverError::Bmc { .. }
-                        | DriverError::NotSupported { .. }
-                        | DriverError::HttpStatus { .. }
-                        | DriverError::MalformedReply { .. }),
-                    ) => {
-                        tracing::debug!(error = %Chain(&err), "RIBCL unavailable: using Redfish");
-                        Ok(IloClient::Redfish(redfish::RedfishClient::new(config)?))
-                    }
-                    Err(err) => Err(err),
                 }
             }
         }
@@ -350,13 +330,5 @@ mod tests {
         assert_eq!(leading_number("12.5%"), Some(12.5));
         assert_eq!(leading_number("N/A"), None);
         assert_eq!(leading_number(""), None);
-    }
-
-    #[test]
-    fn generations() {
-        assert!(is_redfish_generation("ProLiant DL360 Gen10"));
-        assert!(is_redfish_generation("ProLiant DL380 Gen11"));
-        assert!(!is_redfish_generation("ProLiant DL380p Gen8"));
-        assert!(!is_redfish_generation("ProLiant BL460c G7"));
     }
 }

@@ -6,7 +6,16 @@ use serde_json::json;
 
 use super::{collection, json_reply, no_content, unrouted, MANAGER, SYSTEM};
 use crate::http::Reply;
+use crate::profile::Quirk;
 use crate::server::Server;
+use crate::state::License;
+
+fn licence_name(licence: License) -> &'static str {
+    match licence {
+        License::Advanced => "iLO Advanced",
+        License::Standard => "iLO Standard",
+    }
+}
 
 /// `Managers/...`; `rest` is the path after `managers`.
 pub(super) async fn handle(
@@ -20,14 +29,32 @@ pub(super) async fn handle(
             StatusCode::OK,
             &collection("/redfish/v1/Managers/", "Manager", &[MANAGER]),
         ),
-        (&Method::GET, ["1"]) => json_reply(
-            StatusCode::OK,
-            &json!({"@odata.id": MANAGER, "@odata.type": "#Manager.v1_5_1.Manager", "Id": "1", "Name": "Manager",
-                "ManagerType": "BMC", "FirmwareVersion": "iLO 5 v2.72", "Model": "iLO 5",
-                "VirtualMedia": {"@odata.id": "/redfish/v1/Managers/1/VirtualMedia/"},
-                "Links": {"ManagerForServers": [{"@odata.id": SYSTEM}]},
-                "Oem": {"Hpe": {"Links": {"LicenseService": {"@odata.id": "/redfish/v1/Managers/1/LicenseService/"}}}}}),
-        ),
+        (&Method::GET, ["1"]) => {
+            let identity = &server.config.profile.identity;
+            let (major, minor) = identity
+                .firmware
+                .split_once('.')
+                .unwrap_or((identity.firmware, "0"));
+            let licence = server.read(|s| s.license).await;
+            json_reply(
+                StatusCode::OK,
+                &json!({"@odata.id": MANAGER, "@odata.type": "#Manager.v1_5_1.Manager", "Id": "1", "Name": "Manager",
+                    "ManagerType": "BMC", "FirmwareVersion": identity.firmware_version(), "Model": identity.generation.model(),
+                    "VirtualMedia": {"@odata.id": "/redfish/v1/Managers/1/VirtualMedia/"},
+                    "Links": {"ManagerForServers": [{"@odata.id": SYSTEM}]},
+                    "Oem": {"Hpe": {
+                        "RIBCLEnabled": !server.quirk(Quirk::RibclDisabled),
+                        "Firmware": {"Current": {
+                            "MajorVersion": major.parse::<u32>().unwrap_or(0),
+                            "MinorVersion": minor.parse::<u32>().unwrap_or(0),
+                            "VersionString": identity.firmware_version(),
+                            "Date": identity.firmware_date,
+                        }},
+                        "License": {"LicenseString": licence_name(licence), "LicenseType": "Perpetual",
+                            "LicenseKey": "XXXXX-XXXXX-XXXXX-XXXXX-XXXXX"},
+                        "Links": {"LicenseService": {"@odata.id": "/redfish/v1/Managers/1/LicenseService/"}}}}}),
+            )
+        }
         (&Method::GET, ["1", "licenseservice"]) => json_reply(
             StatusCode::OK,
             &collection(
@@ -38,10 +65,7 @@ pub(super) async fn handle(
         ),
         (&Method::GET, ["1", "licenseservice", "1"]) => {
             let lic = server.read(|s| s.license).await;
-            let name = match lic {
-                crate::state::License::Advanced => "iLO Advanced",
-                crate::state::License::Standard => "iLO Standard",
-            };
+            let name = licence_name(lic);
             json_reply(
                 StatusCode::OK,
                 &json!({"@odata.id": "/redfish/v1/Managers/1/LicenseService/1/", "Id": "1", "Name": "iLO License",

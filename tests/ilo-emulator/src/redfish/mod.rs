@@ -41,6 +41,7 @@ use serde_json::{json, Value};
 
 use crate::fault::{FaultKind, FaultSpec};
 use crate::http::{read_body, simple, Reply};
+use crate::profile::Quirk;
 use crate::server::{OpError, Server};
 use crate::state::StateError;
 
@@ -190,7 +191,10 @@ fn service_root(server: &Server) -> Value {
         "Chassis": {"@odata.id": "/redfish/v1/Chassis/"},
         "SessionService": {"@odata.id": "/redfish/v1/SessionService/"},
         "Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions/"}},
-        "Oem": {"Hpe": {"Manager": [{"ManagerType": "iLO 5", "ManagerFirmwareVersion": "2.72"}]}},
+        "Oem": {"Hpe": {"Manager": [{
+            "ManagerType": server.config.profile.identity.generation.model(),
+            "ManagerFirmwareVersion": server.config.profile.identity.firmware,
+        }]}},
     })
 }
 
@@ -229,6 +233,18 @@ pub async fn handle(server: &Server, req: Request<Incoming>, fault: Option<&Faul
     let path = norm(&raw_path);
     if path == "/redfish" {
         return json_reply(StatusCode::OK, &json!({"v1": ROOT}));
+    }
+    if server.quirk(Quirk::TrailingSlash308) && !raw_path.ends_with('/') {
+        // iLO 5 before 1.40 serves only the slash form (docs/ilo-quirks.md §1).
+        let location = match req.uri().query() {
+            Some(q) => format!("{raw_path}/?{q}"),
+            None => format!("{raw_path}/"),
+        };
+        let mut r = simple(StatusCode::PERMANENT_REDIRECT, "text/html", "");
+        if let Ok(v) = header::HeaderValue::from_str(&location) {
+            r.headers_mut().insert(header::LOCATION, v);
+        }
+        return r;
     }
     if path == "/redfish/v1" {
         return json_reply(StatusCode::OK, &service_root(server));

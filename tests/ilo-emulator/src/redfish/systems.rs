@@ -12,6 +12,7 @@ use super::{
 };
 use crate::boot_target::BootTarget;
 use crate::http::Reply;
+use crate::profile::Quirk;
 use crate::server::Server;
 use crate::state::{BootMode, OneTimeBoot, Power, ServerState};
 
@@ -29,7 +30,8 @@ pub(super) async fn handle(
             &collection("/redfish/v1/Systems/", "ComputerSystem", &[SYSTEM]),
         ),
         (&Method::GET, ["1"]) => {
-            let v = server.read(|s| system_json(server, s)).await;
+            let post_state = server.post_state().await;
+            let v = server.read(|s| system_json(server, s, post_state)).await;
             json_reply(StatusCode::OK, &v)
         }
         (&Method::PATCH, ["1"]) => {
@@ -87,13 +89,14 @@ fn uefi_class(s: &ServerState) -> u8 {
     }
 }
 
-fn system_json(server: &Server, s: &ServerState) -> Value {
+fn system_json(server: &Server, s: &ServerState, post_state: &str) -> Value {
     let (target, enabled) = match (s.one_time_boot, s.continuous_override) {
         (Some(one), _) => (one.target(), "Once"),
         (None, Some(t)) => (t, "Continuous"),
         (None, None) => (BootTarget::None, "Disabled"),
     };
     let allowable: Vec<&str> = BootTarget::ALL.iter().map(|t| t.redfish()).collect();
+    let identity = &server.config.profile.identity;
     json!({
         "@odata.context": "/redfish/v1/$metadata#ComputerSystem.ComputerSystem",
         "@odata.id": SYSTEM,
@@ -119,13 +122,13 @@ fn system_json(server: &Server, s: &ServerState) -> Value {
         "Actions": {
             "#ComputerSystem.Reset": {
                 "target": "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset/",
-                "ResetType@Redfish.AllowableValues":
-                    ["On", "ForceOff", "GracefulShutdown", "ForceRestart", "Nmi", "PushPowerButton", "GracefulRestart"],
+                "ResetType@Redfish.AllowableValues": identity.reset_types,
             }
         },
         "Oem": {"Hpe": {
             "@odata.type": "#HpeComputerSystemExt.v2_3_0.HpeComputerSystemExt",
             "Bios": {"UefiClass": uefi_class(s)},
+            "PostState": post_state,
             "Actions": {
                 "#HpeComputerSystemExt.PowerButton": {
                     "target": "/redfish/v1/Systems/1/Actions/Oem/Hpe/HpeComputerSystemExt.PowerButton/",
@@ -139,7 +142,52 @@ fn system_json(server: &Server, s: &ServerState) -> Value {
     })
 }
 
+/// The `reset-window` refusal: a reset too soon after the last power change, or to the state
+/// the host is already in (docs/ilo-quirks.md §2).
+async fn refused_reset(server: &Server, reset_type: &str) -> Option<Reply> {
+    if !server.quirk(Quirk::ResetWindow) {
+        return None;
+    }
+    let on = server.read(|s| s.power == Power::On).await;
+    let same_state = matches!(
+        (reset_type, on),
+        ("On" | "ForceOn", true) | ("ForceOff" | "GracefulShutdown", false)
+    );
+    if !same_state && !server.in_reset_window() {
+        return None;
+    }
+    Some(error(
+        StatusCode::BAD_REQUEST,
+        &server
+            .config
+            .profile
+            .identity
+            .ilo_message("InvalidOperationForSystemState"),
+        "The operation is not allowed in the current system state.",
+    ))
+}
+
 async fn reset(server: &Server, reset_type: &str) -> Reply {
+    if !server
+        .config
+        .profile
+        .identity
+        .reset_types
+        .contains(&reset_type)
+    {
+        return error(
+            StatusCode::BAD_REQUEST,
+            &server
+                .config
+                .profile
+                .identity
+                .base_message("ActionParameterValueNotInList"),
+            &format!("ResetType {reset_type:?} is not supported."),
+        );
+    }
+    if let Some(refusal) = refused_reset(server, reset_type).await {
+        return refusal;
+    }
     let result = match reset_type {
         "On" | "ForceOn" => server.power_on().await.map(|_| ()),
         "ForceOff" | "GracefulShutdown" => server.power_off().await.map(|_| ()),
@@ -177,10 +225,56 @@ fn value_not_in_list(property: &str, value: &Value) -> Reply {
     )
 }
 
+/// The profile's refusals of a Boot PATCH, before anything is looked at further.
+async fn refused_boot_patch(server: &Server, boot: &Value) -> Option<Reply> {
+    let identity = &server.config.profile.identity;
+    if server.quirk(Quirk::BootModeOverrideReadonly) && boot.get("BootSourceOverrideMode").is_some()
+    {
+        // "iLO 5 implements BootSourceOverrideMode as a read-only item" (docs/ilo-quirks.md §3).
+        return Some(error_with_args(
+            StatusCode::BAD_REQUEST,
+            &identity.ilo_message("UnsupportedOperation"),
+            "The operation is not supported: BootSourceOverrideMode is read-only.",
+            &["BootSourceOverrideMode"],
+        ));
+    }
+    if server.quirk(Quirk::StrictBootPatch) {
+        let uefi_target =
+            boot.get("BootSourceOverrideTarget").and_then(Value::as_str) == Some("UefiTarget");
+        if let Some(obj) = boot.as_object() {
+            for (key, value) in obj {
+                let known = matches!(
+                    key.as_str(),
+                    "BootSourceOverrideTarget" | "BootSourceOverrideEnabled"
+                ) || (uefi_target && key == "UefiTargetBootSourceOverride");
+                if !known || value.as_str() == Some("") {
+                    return Some(error_with_args(
+                        StatusCode::BAD_REQUEST,
+                        &identity.base_message("PropertyNotWritableOrUnknown"),
+                        &format!("The property {key} is not writable or unknown."),
+                        &[key],
+                    ));
+                }
+            }
+        }
+    }
+    if server.quirk(Quirk::PostRefusesBootChanges) && server.in_post().await {
+        return Some(error(
+            StatusCode::BAD_REQUEST,
+            &identity.ilo_message("UnableToModifyDuringSystemPOST"),
+            "The value cannot be modified while the system is in POST.",
+        ));
+    }
+    None
+}
+
 async fn patch_system(server: &Server, body: &Value) -> Reply {
     let Some(boot) = body.get("Boot") else {
         return no_content();
     };
+    if let Some(refusal) = refused_boot_patch(server, boot).await {
+        return refusal;
+    }
     // Everything is checked before anything changes: a refused PATCH changes nothing.
     let target = match boot.get("BootSourceOverrideTarget") {
         None => None,

@@ -6,8 +6,12 @@ use http::{Method, Request, StatusCode};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
-use super::{collection, error, json_reply, no_content, not_found, op_error, parse_json, unrouted};
+use super::{
+    collection, error, error_with_args, json_reply, no_content, not_found, op_error, parse_json,
+    unrouted,
+};
 use crate::http::Reply;
+use crate::profile::Quirk;
 use crate::server::Server;
 use crate::state::{ServerState, VmBootAction, VmBootOption, VmDevice};
 
@@ -33,7 +37,7 @@ pub(super) async fn handle(
         ),
         (&Method::GET, [id]) => match vm_device(id) {
             Some(d) => {
-                let v = server.read(|s| vm_json(d, s)).await;
+                let v = server.read(|s| vm_json(server, d, s)).await;
                 json_reply(StatusCode::OK, &v)
             }
             None => not_found(raw_path),
@@ -52,11 +56,40 @@ pub(super) async fn handle(
             let Some(d) = vm_device(id) else {
                 return not_found(raw_path);
             };
+            let action = action.join("/");
+            let standard = matches!(
+                action.as_str(),
+                "virtualmedia.insertmedia" | "virtualmedia.ejectmedia"
+            );
+            if standard && server.quirk(Quirk::VmediaOemActionsOnly) {
+                // VirtualMedia v1_0_0 has no standard actions (iLO 5 1.1x).
+                return not_found(raw_path);
+            }
+            let empty_body = req
+                .headers()
+                .get(http::header::CONTENT_LENGTH)
+                .is_some_and(|l| l.as_bytes() == b"0")
+                || (req.headers().get(http::header::CONTENT_LENGTH).is_none()
+                    && req.headers().get(http::header::TRANSFER_ENCODING).is_none());
+            if action == "oem/hpe/hpeilovirtualmedia.ejectvirtualmedia"
+                && empty_body
+                && server.quirk(Quirk::EjectEmptyBody415)
+            {
+                // iLO 5 1.x wants a JSON body, even `{}` (docs/ilo-quirks.md §5).
+                return error(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    &server
+                        .config
+                        .profile
+                        .identity
+                        .base_message("UnsupportedMediaType"),
+                    "The request body is missing or its media type is not supported.",
+                );
+            }
             let body = match parse_json(req).await {
                 Ok(b) => b,
                 Err(r) => return r,
             };
-            let action = action.join("/");
             match action.as_str() {
                 "virtualmedia.insertmedia" | "oem/hpe/hpeilovirtualmedia.insertvirtualmedia" => {
                     insert(server, d, &body).await
@@ -90,7 +123,7 @@ fn vm_id(d: VmDevice) -> &'static str {
     }
 }
 
-fn vm_json(d: VmDevice, s: &ServerState) -> Value {
+fn vm_json(server: &Server, d: VmDevice, s: &ServerState) -> Value {
     let vm = s.vm(d);
     let base = format!("/redfish/v1/Managers/1/VirtualMedia/{}/", vm_id(d));
     let image_name = vm
@@ -98,10 +131,11 @@ fn vm_json(d: VmDevice, s: &ServerState) -> Value {
         .as_deref()
         .and_then(|u| u.rsplit('/').next())
         .unwrap_or("");
-    json!({
+    let oem_only = server.quirk(Quirk::VmediaOemActionsOnly);
+    let mut v = json!({
         "@odata.context": "/redfish/v1/$metadata#VirtualMedia.VirtualMedia",
         "@odata.id": base,
-        "@odata.type": "#VirtualMedia.v1_2_0.VirtualMedia",
+        "@odata.type": if oem_only { "#VirtualMedia.v1_0_0.VirtualMedia" } else { "#VirtualMedia.v1_2_0.VirtualMedia" },
         "Id": vm_id(d),
         "Name": "VirtualMedia",
         "Description": "Virtual Removable Media",
@@ -123,7 +157,22 @@ fn vm_json(d: VmDevice, s: &ServerState) -> Value {
                 "#HpeiLOVirtualMedia.EjectVirtualMedia": {"target": format!("{base}Actions/Oem/Hpe/HpeiLOVirtualMedia.EjectVirtualMedia/")},
             },
         }},
-    })
+    });
+    if let Some(obj) = v.as_object_mut() {
+        if oem_only {
+            obj.remove("Actions");
+        }
+        if d == VmDevice::Floppy && server.quirk(Quirk::BootOnceCdOnly) {
+            if let Some(hpe) = obj
+                .get_mut("Oem")
+                .and_then(|o| o.get_mut("Hpe"))
+                .and_then(Value::as_object_mut)
+            {
+                hpe.remove("BootOnNextServerReset");
+            }
+        }
+    }
+    v
 }
 
 async fn insert(server: &Server, d: VmDevice, body: &Value) -> Reply {
@@ -168,6 +217,19 @@ async fn patch_vmedia(server: &Server, d: VmDevice, body: &Value) -> Reply {
         .pointer("/Oem/Hpe/BootOnNextServerReset")
         .or_else(|| body.pointer("/Oem/Hp/BootOnNextServerReset"))
         .and_then(Value::as_bool);
+    if boot_once.is_some() && d == VmDevice::Floppy && server.quirk(Quirk::BootOnceCdOnly) {
+        // Only the CD slot carries the flag; the floppy cannot be booted (docs/ilo-quirks.md §5).
+        return error_with_args(
+            StatusCode::BAD_REQUEST,
+            &server
+                .config
+                .profile
+                .identity
+                .base_message("PropertyNotWritableOrUnknown"),
+            "The property BootOnNextServerReset is not writable or unknown.",
+            &["BootOnNextServerReset"],
+        );
+    }
     let write_protect = body.get("WriteProtected").and_then(Value::as_bool);
     if let Some(image) = body.get("Image").and_then(Value::as_str) {
         let r = insert(

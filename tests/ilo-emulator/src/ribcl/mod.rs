@@ -22,9 +22,18 @@ use crate::xml::{self, escape, Element};
 use reply::{element, status, value_in, RibclReply, RibclStatus};
 use vmdeploy_shared::error::Chain;
 
-/// The iLO firmware the emulator claims (iLO 4 2.x era).
-pub const FIRMWARE_VERSION: &str = "2.55";
-const FIRMWARE_DATE: &str = "Aug 16 2017";
+/// The reply to any script while RIBCL is disabled (the `ribcl-disabled` quirk). Ironic
+/// recognises the iLO 6 refusal by the text `RIBCLI is disabled`
+/// (docs/ilo-quirks.md §0); the status code is not published [guess: 0x0001].
+pub fn disabled() -> Vec<String> {
+    let mut reply = RibclReply::default();
+    reply.push(
+        status::SEVERE,
+        "RIBCLI is disabled. Enable it in the iLO settings to use RIBCL.",
+        "",
+    );
+    reply.into_docs()
+}
 
 /// The block a command belongs in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -316,7 +325,11 @@ async fn run_command(server: &Server, cmd: &Element) -> CmdResult {
             let on = server.read(|s| s.power == Power::On).await;
             Ok(Outcome::Data(health::embedded_health(
                 on,
-                &format!("{FIRMWARE_VERSION} {FIRMWARE_DATE}"),
+                &format!(
+                    "{} {}",
+                    server.config.profile.identity.firmware,
+                    server.config.profile.identity.firmware_date
+                ),
             )))
         }
         "GET_POWER_READINGS" => {
@@ -384,12 +397,16 @@ async fn run_command(server: &Server, cmd: &Element) -> CmdResult {
         }
         "GET_FW_VERSION" => {
             let t = server.read(license_type).await;
+            let identity = &server.config.profile.identity;
             Ok(Outcome::Data(element(
                 "GET_FW_VERSION",
                 &[
-                    ("FIRMWARE_VERSION", FIRMWARE_VERSION),
-                    ("FIRMWARE_DATE", FIRMWARE_DATE),
-                    ("MANAGEMENT_PROCESSOR", "iLO4"),
+                    ("FIRMWARE_VERSION", identity.firmware),
+                    ("FIRMWARE_DATE", identity.firmware_date),
+                    (
+                        "MANAGEMENT_PROCESSOR",
+                        identity.generation.management_processor(),
+                    ),
                     ("LICENSE_TYPE", t),
                 ],
             )))

@@ -23,13 +23,21 @@ use serde_json::{json, Value};
 
 use super::codec::{join, link, link_at, members, vmedia_kind, PathStep};
 use super::error::status_error;
+use super::refusals::SETTLING;
 use super::sessions::{session_url, Opened, RedfishSessions, SessionToken};
 use crate::drivers::ilo::http::{
-    build_client, map_reqwest_error, read_body, with_retries, RetryPolicy,
+    build_client, map_reqwest_error, read_body, with_retries_if, RetryPolicy,
 };
 use crate::drivers::ilo::IloConfig;
 use crate::drivers::{DriverError, Secret, VmediaDevice};
+use crate::net::retry::RetryError;
 use vmdeploy_shared::error::Chain;
+
+/// Failures the transport retries at once: a refusal to wait out ([`SETTLING`]) is left to the
+/// outer loop.
+fn is_transport_failure(err: &DriverError) -> bool {
+    err.is_transient() && !matches!(err, DriverError::Busy { .. })
+}
 
 /// The service root (DSP0266 §6.3).
 pub const SERVICE_ROOT: &str = "/redfish/v1/";
@@ -172,10 +180,31 @@ impl RedfishClient {
     ) -> Result<Reply, DriverError> {
         let url = self.url_for(path)?;
         tracing::debug!(%method, %url, "Redfish request");
-        with_retries(&url, self.timeout, self.retry, || {
-            self.attempt(method.clone(), url.clone(), path, body)
+        // Two loops: the transport's retries inside, and outside them the longer wait of a
+        // refusal the iLO lifts by itself (refusals::SETTLING: POST, a power change settling).
+        let settled = SETTLING
+            .with_deadline(self.timeout)
+            .run(
+                |err: &DriverError| matches!(err, DriverError::Busy { .. }),
+                |r| {
+                    tracing::info!(%url, attempt = r.failed, pause_ms = r.pause.as_millis() as u64, error = %r.error, "iLO refused for now, waiting");
+                },
+                |_| {
+                    with_retries_if(&url, self.timeout, self.retry, is_transport_failure, || {
+                        self.attempt(method.clone(), url.clone(), path, body)
+                    })
+                },
+            )
+            .await;
+        settled.map_err(|e| match e {
+            RetryError::Permanent { error, .. } | RetryError::Exhausted { last: error, .. } => {
+                error
+            }
+            RetryError::DeadlineExceeded { .. } => DriverError::Timeout {
+                url: url.clone(),
+                seconds: self.timeout.as_secs_f64(),
+            },
         })
-        .await
     }
 
     async fn attempt(

@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use super::refusals::{refusal_for, Answer};
 use crate::drivers::DriverError;
 
 /// The most specific message in an error body: the first ExtendedInfo `Message`, else
@@ -35,43 +36,44 @@ pub fn error_message(body: &[u8]) -> String {
     })
 }
 
-/// The `MessageId`s of an error body's `@Message.ExtendedInfo`.
+/// The message ids of an error body: `error.@Message.ExtendedInfo[].MessageId`, and iLO 4's
+/// legacy `Messages[].MessageID` (capital D) that comes with it without `OData-Version`.
 pub fn message_ids(body: &[u8]) -> Vec<String> {
-    let parsed: Option<Value> = serde_json::from_slice(body).ok();
-    parsed
-        .as_ref()
-        .and_then(|v| v.get("error"))
+    let Ok(parsed) = serde_json::from_slice::<Value>(body) else {
+        return Vec::new();
+    };
+    let extended = parsed
+        .get("error")
         .and_then(|e| e.get("@Message.ExtendedInfo"))
-        .and_then(Value::as_array)
-        .map(|infos| {
-            infos
-                .iter()
-                .filter_map(|i| i.get("MessageId").and_then(Value::as_str))
-                .map(str::to_string)
-                .collect()
+        .and_then(Value::as_array);
+    let legacy = parsed.get("Messages").and_then(Value::as_array);
+    extended
+        .into_iter()
+        .chain(legacy)
+        .flatten()
+        .filter_map(|i| {
+            i.get("MessageId")
+                .or_else(|| i.get("MessageID"))
+                .and_then(Value::as_str)
         })
-        .unwrap_or_default()
-}
-
-/// iLO's message for a feature its licence does not cover: `iLO.<version>.LicenseKeyRequired`,
-/// "A license key is required to use this operation or feature." (HPE iLO 5 message registry,
-/// HPEDevCom/redfishdocs `docs/redfishServices/ilos/ilo5/ilo5_302/ilo5_msgregs302.md`). The
-/// registry version in the id changes with the firmware, so only the last part is compared.
-fn is_licence_message(id: &str) -> bool {
-    id.rsplit('.')
-        .next()
-        .is_some_and(|last| last.eq_ignore_ascii_case("LicenseKeyRequired"))
+        .map(str::to_string)
+        .collect()
 }
 
 /// The driver error for an HTTP error status on `method path`.
 pub fn status_error(method: &str, path: &str, status: u16, body: &[u8]) -> DriverError {
     let message = error_message(body);
     let ids = message_ids(body);
-    if let Some(id) = ids.iter().find(|id| is_licence_message(id)) {
-        // Whatever the status (iLO answers 400 with it), the caller must see a missing licence.
-        return DriverError::NotLicensed {
-            operation: format!("{method} {path}"),
-            message: format!("{message} (Redfish {id}, HTTP {status})"),
+    if let Some((rule, id)) = refusal_for(&ids) {
+        let message = format!("{message} (Redfish {id}, HTTP {status})");
+        return match rule.answer {
+            Answer::NotLicensed => DriverError::NotLicensed {
+                operation: format!("{method} {path}"),
+                message,
+            },
+            Answer::WaitAndRetry => DriverError::Busy {
+                message: format!("{method} {path}: {message}"),
+            },
         };
     }
     match status {

@@ -31,6 +31,17 @@ fn malformed(url: &str, message: String) -> DriverError {
     }
 }
 
+/// The OEM key (`Hpe`, iLO 4: `Hp`) under which a VirtualMedia member shows
+/// `BootOnNextServerReset`, if it does.
+fn boot_once_flag(member: &Value) -> Option<&'static str> {
+    let oem = member.get("Oem")?;
+    ["Hpe", "Hp"].into_iter().find(|key| {
+        oem.get(key)
+            .and_then(|o| o.get("BootOnNextServerReset"))
+            .is_some()
+    })
+}
+
 /// Errors after which the HPE OEM action is tried instead of the standard one: the service
 /// refused the action itself, not the credentials or the connection.
 fn try_oem_after(err: &DriverError) -> bool {
@@ -323,14 +334,27 @@ impl VirtualMedia for RedfishClient {
             VmediaBootOption::Connect | VmediaBootOption::Disconnect => None,
         };
         if let Some(once) = boot_once {
-            if has_hpe_oem(&member) {
-                patch.insert(
-                    "Oem".into(),
-                    json!({"Hpe": {"BootOnNextServerReset": once}}),
-                );
-            } else if once && device == VmediaDevice::Cdrom {
+            // Only a slot that shows the flag takes it: iLO has it on the CD slot alone and
+            // refuses it on the floppy (PropertyNotWritableOrUnknown, docs/ilo-quirks.md §5).
+            match boot_once_flag(&member) {
+                Some(oem) => {
+                    patch.insert(
+                        "Oem".into(),
+                        json!({ oem: {"BootOnNextServerReset": once} }),
+                    );
+                }
                 // A BMC without the HPE flag: boot once from the CD by override instead.
-                self.set_boot_override(&BootDevice::Cdrom, true).await?;
+                None if once && device == VmediaDevice::Cdrom => {
+                    self.set_boot_override(&BootDevice::Cdrom, true).await?;
+                }
+                None if once => {
+                    return Err(DriverError::NotSupported {
+                        operation: format!("boot once from the {device} virtual media"),
+                        message: "this slot has no BootOnNextServerReset: only the CD boots".into(),
+                    })
+                }
+                // Nothing armed, nothing to clear.
+                None => {}
             }
         }
         if patch.is_empty() {

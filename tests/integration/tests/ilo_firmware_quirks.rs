@@ -1,0 +1,498 @@
+//! One test per emulator quirk (docs/ilo-firmware.md): the in-process emulator with only that
+//! quirk switched on, then
+//! 1. the emulator's answer checked with a plain HTTP client against what the reference says
+//!    real firmware sends (status, message id suffix, headers), so the quirk is really there;
+//! 2. the conductor's driver doing what a deploy does against it, and succeeding: remove the
+//!    driver's handling of the quirk and this part fails.
+//!
+//! The protocol probe is tested against the named profiles, whose identities it reads.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use vmdeploy_conductor::drivers::ilo::detect::{self, Detected};
+use vmdeploy_conductor::drivers::ilo::redfish::RedfishClient;
+use vmdeploy_conductor::drivers::ilo::{IloClient, IloConfig, Protocol, TlsVerify};
+use vmdeploy_conductor::drivers::{
+    BootDevice, BootMode, DriverError, Management, Power, PowerAction, PowerState, Secret,
+    VirtualMedia, VmediaBootOption, VmediaDevice,
+};
+use vmdeploy_ilo_emulator::{Emulator, EmulatorConfig, Profile, Quirk, ServerConfig};
+use vmdeploy_integration_tests::emulator::MediaServer;
+
+const USER: &str = "Administrator";
+const PASSWORD: &str = "password";
+
+/// An emulator with `profile`, its certificate in a file, and clients for it.
+struct Lab {
+    emulator: Emulator,
+    _dir: tempfile::TempDir,
+    cert: PathBuf,
+}
+
+impl Lab {
+    async fn start(profile: Profile) -> Lab {
+        let config = EmulatorConfig {
+            server: ServerConfig::with_profile(profile),
+            ..EmulatorConfig::loopback()
+        };
+        let emulator = Emulator::start(config).await.expect("the emulator starts");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let cert = dir.path().join("ilo.pem");
+        std::fs::write(&cert, emulator.cert_pem()).expect("writing the certificate");
+        Lab {
+            emulator,
+            _dir: dir,
+            cert,
+        }
+    }
+
+    /// The lab profile with only `quirk` on.
+    async fn with_quirk(quirk: Quirk) -> Lab {
+        Lab::start(Profile::lab().with(quirk, true)).await
+    }
+
+    fn base(&self) -> String {
+        format!("https://{}", self.emulator.addresses()[0])
+    }
+
+    fn config(&self, protocol: Protocol) -> IloConfig {
+        let mut config = IloConfig::new(
+            self.emulator.addresses()[0].to_string(),
+            USER,
+            Secret::new(PASSWORD),
+        );
+        config.tls = TlsVerify::CaFile(self.cert.clone());
+        config.protocol = protocol;
+        config.timeout = Duration::from_secs(30);
+        config
+    }
+
+    fn redfish(&self) -> RedfishClient {
+        RedfishClient::new(&self.config(Protocol::Redfish)).expect("a Redfish client")
+    }
+
+    /// A plain HTTP client that trusts the emulator and follows no redirect: what the iLO
+    /// sends, unprocessed.
+    fn raw(&self) -> reqwest::Client {
+        let pem = std::fs::read(&self.cert).expect("the certificate");
+        reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("a certificate"))
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .build()
+            .expect("an HTTP client")
+    }
+
+    /// One raw Redfish request with Basic auth: status, headers, JSON body (Null if none).
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, reqwest::header::HeaderMap, Value) {
+        let mut request = self
+            .raw()
+            .request(method, format!("{}{path}", self.base()))
+            .basic_auth(USER, Some(PASSWORD));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("the emulator answers");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await.expect("a body");
+        (
+            status,
+            headers,
+            serde_json::from_str(&text).unwrap_or(Value::Null),
+        )
+    }
+}
+
+/// The message id of a Redfish error body, as iLO nests it.
+fn message_id(body: &Value) -> String {
+    body.pointer("/error/@Message.ExtendedInfo/0/MessageId")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A media server with a small ISO stand-in the emulator can read by range.
+fn media() -> MediaServer {
+    MediaServer::start(vec![("/boot.iso", vec![0x5a; 256 * 1024])])
+}
+
+#[tokio::test]
+async fn no_redfish_is_driven_over_ribcl() {
+    let lab = Lab::with_quirk(Quirk::NoRedfish).await;
+    let (status, _, _) = lab.call(reqwest::Method::GET, "/redfish/v1/", None).await;
+    assert_eq!(status, 404, "an iLO 4 before 2.30 has no Redfish");
+    let detected = detect::detect(&lab.config(Protocol::Auto))
+        .await
+        .expect("detects");
+    assert!(!detected.redfish, "{detected:?}");
+    let client = IloClient::connect(&lab.config(Protocol::Auto))
+        .await
+        .expect("connects");
+    assert_eq!(client.protocol(), Protocol::Ribcl);
+    assert_eq!(client.power_state().await.expect("power"), PowerState::Off);
+}
+
+#[tokio::test]
+async fn ribcl_disabled_is_driven_over_redfish_whatever_the_model() {
+    let lab = Lab::with_quirk(Quirk::RibclDisabled).await;
+    let reply = lab
+        .raw()
+        .post(format!("{}/ribcl", lab.base()))
+        .body(format!("<RIBCL VERSION=\"2.0\"><LOGIN USER_LOGIN=\"{USER}\" PASSWORD=\"{PASSWORD}\"><SERVER_INFO MODE=\"read\"><GET_HOST_POWER_STATUS/></SERVER_INFO></LOGIN></RIBCL>"))
+        .send()
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("a body");
+    assert!(reply.contains("RIBCLI is disabled"), "{reply}");
+    let (_, _, manager) = lab
+        .call(reqwest::Method::GET, "/redfish/v1/Managers/1/", None)
+        .await;
+    assert_eq!(manager["Oem"]["Hpe"]["RIBCLEnabled"], false, "{manager}");
+
+    // An iLO 6 (its identity says so): auto chooses Redfish and drives it.
+    let ilo6 = Lab::start(Profile::named("ilo6-1.6x").expect("profile")).await;
+    let client = IloClient::connect(&ilo6.config(Protocol::Auto))
+        .await
+        .expect("connects");
+    assert_eq!(client.protocol(), Protocol::Redfish);
+    client.set_power(PowerAction::On).await.expect("power on");
+    assert_eq!(client.power_state().await.expect("power"), PowerState::On);
+}
+
+#[tokio::test]
+async fn the_probe_reads_each_profiles_generation() {
+    for (profile, generation, protocol) in [
+        ("ilo4-gen8-ribcl", 4, Protocol::Ribcl),
+        ("ilo4-gen9-2.7x", 4, Protocol::Ribcl),
+        ("ilo5-1.1x", 5, Protocol::Redfish),
+        ("ilo5-2.7x", 5, Protocol::Redfish),
+        ("ilo5-3.x", 5, Protocol::Redfish),
+        ("ilo6-1.6x", 6, Protocol::Redfish),
+    ] {
+        let lab = Lab::start(Profile::named(profile).expect("profile")).await;
+        let detected: Detected = detect::detect(&lab.config(Protocol::Auto))
+            .await
+            .expect("detects");
+        assert_eq!(detected.generation, Some(generation), "{profile}");
+        assert_eq!(detect::choose(&detected), protocol, "{profile}");
+        let identity = &Profile::named(profile).expect("profile").identity;
+        assert_eq!(detected.firmware.as_deref(), Some(identity.firmware));
+        assert_eq!(detected.model.as_deref(), Some(identity.product));
+    }
+}
+
+#[tokio::test]
+async fn trailing_slash_308_is_followed_with_the_same_method() {
+    let lab = Lab::with_quirk(Quirk::TrailingSlash308).await;
+    let (status, headers, _) = lab
+        .call(reqwest::Method::GET, "/redfish/v1/Systems/1", None)
+        .await;
+    assert_eq!(status, 308);
+    assert_eq!(
+        headers.get("location").and_then(|l| l.to_str().ok()),
+        Some("/redfish/v1/Systems/1/")
+    );
+    let client = lab.redfish();
+    let system = client.get("/redfish/v1/Systems/1").await.expect("GET");
+    assert_eq!(system["Id"], "1");
+    client
+        .patch(
+            "/redfish/v1/Systems/1",
+            &json!({"Boot": {"BootSourceOverrideTarget": "Cd", "BootSourceOverrideEnabled": "Once"}}),
+        )
+        .await
+        .expect("PATCH re-issued to the slash form");
+    assert_eq!(
+        client.one_time_boot().await.expect("read"),
+        Some(BootDevice::Cdrom)
+    );
+}
+
+#[tokio::test]
+async fn oem_only_virtual_media_is_inserted_and_ejected_by_the_oem_actions() {
+    let lab = Lab::with_quirk(Quirk::VmediaOemActionsOnly).await;
+    let media = media();
+    let (_, _, cd) = lab
+        .call(
+            reqwest::Method::GET,
+            "/redfish/v1/Managers/1/VirtualMedia/2/",
+            None,
+        )
+        .await;
+    assert!(
+        cd.get("Actions").is_none(),
+        "v1_0_0 has no standard actions: {cd}"
+    );
+    let (status, _, _) = lab
+        .call(
+            reqwest::Method::POST,
+            "/redfish/v1/Managers/1/VirtualMedia/2/Actions/VirtualMedia.InsertMedia/",
+            Some(json!({"Image": media.url("/boot.iso")})),
+        )
+        .await;
+    assert_eq!(status, 404);
+    let client = lab.redfish();
+    client
+        .insert_vmedia(VmediaDevice::Cdrom, &media.url("/boot.iso"))
+        .await
+        .expect("inserted by the OEM action");
+    assert!(
+        client
+            .vmedia_status(VmediaDevice::Cdrom)
+            .await
+            .expect("status")
+            .inserted
+    );
+    client
+        .eject_vmedia(VmediaDevice::Cdrom)
+        .await
+        .expect("ejected by the OEM action");
+    assert!(
+        !client
+            .vmedia_status(VmediaDevice::Cdrom)
+            .await
+            .expect("status")
+            .inserted
+    );
+}
+
+#[tokio::test]
+async fn eject_without_a_body_is_415_and_the_driver_sends_one() {
+    let lab = Lab::with_quirk(Quirk::EjectEmptyBody415).await;
+    let media = media();
+    let client = lab.redfish();
+    client
+        .insert_vmedia(VmediaDevice::Cdrom, &media.url("/boot.iso"))
+        .await
+        .expect("inserted");
+    let response = lab
+        .raw()
+        .post(format!(
+            "{}/redfish/v1/Managers/1/VirtualMedia/2/Actions/Oem/Hpe/HpeiLOVirtualMedia.EjectVirtualMedia/",
+            lab.base()
+        ))
+        .basic_auth(USER, Some(PASSWORD))
+        .header("content-length", "0")
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(response.status().as_u16(), 415);
+    client
+        .eject_vmedia(VmediaDevice::Cdrom)
+        .await
+        .expect("ejected");
+    assert!(
+        !client
+            .vmedia_status(VmediaDevice::Cdrom)
+            .await
+            .expect("status")
+            .inserted
+    );
+}
+
+#[tokio::test]
+async fn a_read_only_override_mode_is_changed_through_bios() {
+    let lab = Lab::with_quirk(Quirk::BootModeOverrideReadonly).await;
+    let (status, _, body) = lab
+        .call(
+            reqwest::Method::PATCH,
+            "/redfish/v1/Systems/1/",
+            Some(json!({"Boot": {"BootSourceOverrideTarget": "Cd", "BootSourceOverrideEnabled": "Once",
+                                 "BootSourceOverrideMode": "Legacy"}})),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        message_id(&body).ends_with(".UnsupportedOperation"),
+        "{body}"
+    );
+    let client = lab.redfish();
+    client
+        .set_pending_boot_mode(BootMode::Uefi)
+        .await
+        .expect("pending mode set through BIOS");
+    assert_eq!(
+        client.pending_boot_mode().await.expect("pending"),
+        BootMode::Uefi
+    );
+    client
+        .set_one_time_boot(&BootDevice::Cdrom)
+        .await
+        .expect("the override carries no mode");
+}
+
+#[tokio::test]
+async fn a_strict_boot_patch_gets_only_target_and_enabled() {
+    let lab = Lab::with_quirk(Quirk::StrictBootPatch).await;
+    let (status, _, body) = lab
+        .call(
+            reqwest::Method::PATCH,
+            "/redfish/v1/Systems/1/",
+            Some(json!({"Boot": {"BootSourceOverrideTarget": "Cd", "BootSourceOverrideEnabled": "Once",
+                                 "HttpBootUri": ""}})),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        message_id(&body).ends_with(".PropertyNotWritableOrUnknown"),
+        "{body}"
+    );
+    assert_eq!(
+        body.pointer("/error/@Message.ExtendedInfo/0/MessageArgs/0"),
+        Some(&json!("HttpBootUri"))
+    );
+    let client = lab.redfish();
+    client
+        .set_one_time_boot(&BootDevice::Cdrom)
+        .await
+        .expect("one-time CD");
+    client
+        .set_persistent_boot(&BootDevice::Hdd)
+        .await
+        .expect("persistent disk");
+}
+
+#[tokio::test]
+async fn a_reset_refused_after_a_power_change_is_waited_out() {
+    let lab = Lab::with_quirk(Quirk::ResetWindow).await;
+    let (status, _, _) = lab
+        .call(
+            reqwest::Method::POST,
+            "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset/",
+            Some(json!({"ResetType": "On"})),
+        )
+        .await;
+    assert_eq!(status, 200, "the first change is taken");
+    let (status, _, body) = lab
+        .call(
+            reqwest::Method::POST,
+            "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset/",
+            Some(json!({"ResetType": "ForceOff"})),
+        )
+        .await;
+    assert_eq!(status, 400, "refused within the window");
+    assert!(
+        message_id(&body).ends_with(".InvalidOperationForSystemState"),
+        "{body}"
+    );
+    let client = lab.redfish();
+    client.set_power(PowerAction::Off).await.expect("off");
+    assert_eq!(client.power_state().await.expect("read"), PowerState::Off);
+    client.set_power(PowerAction::On).await.expect("on again");
+    assert_eq!(client.power_state().await.expect("read"), PowerState::On);
+    client.set_power(PowerAction::Reset).await.expect("reset");
+}
+
+#[tokio::test]
+async fn boot_changes_refused_during_post_are_waited_out() {
+    let lab = Lab::with_quirk(Quirk::PostRefusesBootChanges).await;
+    let client = lab.redfish();
+    client.set_power(PowerAction::On).await.expect("on");
+    let (_, _, system) = lab
+        .call(reqwest::Method::GET, "/redfish/v1/Systems/1/", None)
+        .await;
+    assert_eq!(system["Oem"]["Hpe"]["PostState"], "InPost", "{system}");
+    let (status, _, body) = lab
+        .call(
+            reqwest::Method::PATCH,
+            "/redfish/v1/Systems/1/",
+            Some(json!({"Boot": {"BootSourceOverrideTarget": "Hdd", "BootSourceOverrideEnabled": "Once"}})),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        message_id(&body).ends_with(".UnableToModifyDuringSystemPOST"),
+        "{body}"
+    );
+    client
+        .set_one_time_boot(&BootDevice::Cdrom)
+        .await
+        .expect("set once POST is over");
+    assert_eq!(
+        client.one_time_boot().await.expect("read"),
+        Some(BootDevice::Cdrom)
+    );
+}
+
+#[tokio::test]
+async fn boot_once_is_flagged_on_the_cd_only() {
+    let lab = Lab::with_quirk(Quirk::BootOnceCdOnly).await;
+    let media = media();
+    let (_, _, floppy) = lab
+        .call(
+            reqwest::Method::GET,
+            "/redfish/v1/Managers/1/VirtualMedia/1/",
+            None,
+        )
+        .await;
+    assert!(
+        floppy.pointer("/Oem/Hpe/BootOnNextServerReset").is_none(),
+        "{floppy}"
+    );
+    let (status, _, body) = lab
+        .call(
+            reqwest::Method::PATCH,
+            "/redfish/v1/Managers/1/VirtualMedia/1/",
+            Some(json!({"Oem": {"Hpe": {"BootOnNextServerReset": false}}})),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        message_id(&body).ends_with(".PropertyNotWritableOrUnknown"),
+        "{body}"
+    );
+    let client = lab.redfish();
+    client
+        .insert_vmedia(VmediaDevice::Floppy, &media.url("/boot.iso"))
+        .await
+        .expect("floppy inserted");
+    client
+        .set_vmedia_status(VmediaDevice::Floppy, VmediaBootOption::NoBoot, Some(true))
+        .await
+        .expect("no boot flag sent to the floppy");
+    let err = client
+        .set_vmedia_status(VmediaDevice::Floppy, VmediaBootOption::BootOnce, None)
+        .await
+        .expect_err("the floppy cannot boot");
+    assert!(matches!(err, DriverError::NotSupported { .. }), "{err}");
+    client
+        .insert_vmedia(VmediaDevice::Cdrom, &media.url("/boot.iso"))
+        .await
+        .expect("CD inserted");
+    client
+        .set_vmedia_status(VmediaDevice::Cdrom, VmediaBootOption::BootOnce, None)
+        .await
+        .expect("the CD boots once");
+}
+
+#[tokio::test]
+async fn chunked_replies_without_a_length_are_read() {
+    let lab = Lab::with_quirk(Quirk::Chunked).await;
+    let response = lab
+        .raw()
+        .get(format!("{}/redfish/v1/Systems/1/", lab.base()))
+        .basic_auth(USER, Some(PASSWORD))
+        .send()
+        .await
+        .expect("answers");
+    assert!(response.headers().get("content-length").is_none());
+    assert_eq!(
+        response
+            .headers()
+            .get("transfer-encoding")
+            .and_then(|v| v.to_str().ok()),
+        Some("chunked")
+    );
+    let client = lab.redfish();
+    assert_eq!(client.power_state().await.expect("read"), PowerState::Off);
+}
