@@ -9,6 +9,8 @@
 //! Certificates an operator or a peer hands over are read here once, with one set of messages:
 //! a CA file that cannot be read, PEM that does not parse, and text holding no certificate at
 //! all are each refused by name before any connection is tried (docs/architecture.md §7).
+//! A CA file is checked by [`super::ca_file`]: webpki's rules, plus the operator's pin of a
+//! self-signed `CA:TRUE` certificate presented as itself, which OpenSSL-based clients accept.
 //!
 //! Two shapes of client exist. A *management* client (a BMC, an agent) talks to a host on a
 //! management or provisioning network: no proxy from the environment, no redirect followed
@@ -133,6 +135,14 @@ pub enum HttpsClientError {
         /// The certificates.
         what: String,
     },
+    /// The certificates could not be made into a verifier.
+    #[error("{what}: {message}")]
+    Verifier {
+        /// The certificates.
+        what: String,
+        /// Why.
+        message: String,
+    },
     /// reqwest refused the configuration.
     #[error("building the HTTPS client: {0}")]
     Build(reqwest::Error),
@@ -218,7 +228,17 @@ impl ClientSpec {
                     source,
                 })?;
                 let what = format!("CA file {}", path.display());
-                builder.tls_certs_only(certificates(&what, &pem)?)
+                // Checked as reqwest would read it, for the same messages; then verified by
+                // the CA-file rule that also takes a pinned self-signed CA:TRUE certificate.
+                certificates(&what, &pem)?;
+                let ders = der_certificates(&pem);
+                let config = super::ca_file::client_config(ders).map_err(|e| {
+                    HttpsClientError::Verifier {
+                        what: what.clone(),
+                        message: e.to_string(),
+                    }
+                })?;
+                builder.tls_backend_preconfigured(config)
             }
             Trust::Insecure => builder.danger_accept_invalid_certs(true),
             Trust::SystemAnd(extra) => certificates(&extra.source, extra.pem.as_bytes())?
@@ -233,6 +253,15 @@ impl ClientSpec {
             .build()
             .map_err(|e| HttpsClientError::Build(e.without_url()))
     }
+}
+
+/// The certificates of a PEM text as DER (what rustls takes); those that do not parse are left
+/// out (reqwest's reading of the same text has named the problem already).
+fn der_certificates(pem: &[u8]) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::pem_slice_iter(pem)
+        .filter_map(Result::ok)
+        .collect()
 }
 
 /// The certificates in `pem`, at least one.
@@ -350,6 +379,32 @@ mod tests {
         let err = fetch(system, &https(&server))
             .await
             .expect_err("unknown issuer");
+        assert!(err.to_lowercase().contains("certificate"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_pinned_self_signed_ca_certificate_is_accepted_and_nothing_else() {
+        // An iLO certificate as `openssl req -x509` makes it: self-signed and CA:TRUE.
+        let hello = |_: &crate::drivers::ilo::test_server::Request| Reply::ok("hello");
+        let ilo = TestServer::start_as(&["127.0.0.1"], true, hello).await;
+        let pinned = ClientSpec::management(Trust::CaFile(ilo.cert_path.clone()), QUICK);
+        assert_eq!(
+            fetch(pinned.clone(), &https(&ilo)).await.as_deref(),
+            Ok("hello"),
+            "the operator's pin of the iLO's own certificate"
+        );
+        // Another CA:TRUE certificate for the same name is refused by that pin.
+        let impostor = TestServer::start_as(&["127.0.0.1"], true, hello).await;
+        let err = fetch(pinned, &https(&impostor))
+            .await
+            .expect_err("another certificate");
+        assert!(err.to_lowercase().contains("certificate"), "{err}");
+        // The pinned certificate does not stand for a name it does not carry.
+        let wrong_name = TestServer::start_as(&["ilo.example"], true, hello).await;
+        let spec = ClientSpec::management(Trust::CaFile(wrong_name.cert_path.clone()), QUICK);
+        let err = fetch(spec, &https(&wrong_name))
+            .await
+            .expect_err("not valid for 127.0.0.1");
         assert!(err.to_lowercase().contains("certificate"), "{err}");
     }
 

@@ -6,6 +6,7 @@
 //! call-backs share: the count of failed secret checks ([`failed_checks`]).
 
 pub mod admission;
+pub mod ca_file;
 pub mod failed_checks;
 pub mod https;
 pub mod retry;

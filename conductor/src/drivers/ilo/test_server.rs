@@ -92,16 +92,31 @@ impl Drop for TestServer {
 impl TestServer {
     /// Starts a server with `handler`.
     pub async fn start(handler: impl Fn(&Request) -> Reply + Send + Sync + 'static) -> Self {
+        TestServer::start_as(&["127.0.0.1", "localhost"], false, handler).await
+    }
+
+    /// Starts a server whose self-signed certificate names `names` and, with `ca`, is marked
+    /// `CA:TRUE` (as `openssl req -x509` makes it).
+    pub async fn start_as(
+        names: &[&str],
+        ca: bool,
+        handler: impl Fn(&Request) -> Reply + Send + Sync + 'static,
+    ) -> Self {
         crate::net::https::install_crypto_provider();
-        let key = rcgen::generate_simple_self_signed(vec![
-            "127.0.0.1".to_string(),
-            "localhost".to_string(),
-        ])
-        .expect("generating a test certificate");
-        let cert_pem = key.cert.pem();
-        let cert_der = key.cert.der().clone();
+        let mut params =
+            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .expect("certificate names");
+        if ca {
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        }
+        let signing_key = rcgen::KeyPair::generate().expect("a key pair");
+        let cert = params
+            .self_signed(&signing_key)
+            .expect("generating a test certificate");
+        let cert_pem = cert.pem();
+        let cert_der = cert.der().clone();
         let key_der = rustls_pki_types::PrivateKeyDer::Pkcs8(
-            rustls_pki_types::PrivatePkcs8KeyDer::from(key.signing_key.serialize_der()),
+            rustls_pki_types::PrivatePkcs8KeyDer::from(signing_key.serialize_der()),
         );
         let tls = rustls::ServerConfig::builder()
             .with_no_client_auth()
