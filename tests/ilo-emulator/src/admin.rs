@@ -138,6 +138,28 @@ pub async fn handle(server: &Server, req: Request<Incoming>) -> Reply {
                 ),
             }
         }
+        (Method::PUT, "/_emulator/license") => {
+            // The licence an operator finds installed: `{"license": "standard"|"advanced"}`.
+            let body = match read_body(req.into_body()).await {
+                Ok(b) => b,
+                Err(reply) => return reply,
+            };
+            let wanted = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v.get("license").and_then(|l| l.as_str()).map(str::to_owned));
+            let license = match wanted.as_deref() {
+                Some("standard") => crate::state::License::Standard,
+                Some("advanced") => crate::state::License::Advanced,
+                _ => {
+                    return json_reply(
+                        StatusCode::BAD_REQUEST,
+                        &json!({ "error": "expected {\"license\": \"standard\"|\"advanced\"}" }),
+                    )
+                }
+            };
+            server.update(|s| s.license = license).await;
+            json_reply(StatusCode::OK, &json!({ "license": wanted }))
+        }
         (Method::GET, "/_emulator/faults") => json_reply(
             StatusCode::OK,
             &json!({ "faults_pending": server.snapshot().await.faults_pending }),

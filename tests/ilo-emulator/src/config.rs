@@ -29,6 +29,9 @@ pub struct ServerConfig {
     pub supported_boot_modes: SupportedBootModes,
     /// Firmware identity, quirks and timings (`product` above overrides the identity's model).
     pub profile: Profile,
+    /// Seconds the iLO's clock is ahead of (negative: behind) the host's, as its `Date`
+    /// headers show (an iLO without NTP drifts).
+    pub clock_skew_secs: i64,
 }
 
 impl ServerConfig {
@@ -52,6 +55,7 @@ impl Default for ServerConfig {
             boot_mode: BootMode::Legacy,
             supported_boot_modes: SupportedBootModes::LegacyUefi,
             profile: Profile::lab(),
+            clock_skew_secs: 0,
         }
     }
 }

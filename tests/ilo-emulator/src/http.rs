@@ -234,7 +234,23 @@ async fn route(server: Arc<Server>, req: Request<Incoming>) -> Result<Reply, Una
         .as_ref()
         .is_some_and(|f| f.kind == FaultKind::Truncated);
     let reply = dispatch(&server, req, &method, &path, fault.as_ref()).await;
-    let (parts, body) = reply.into_parts();
+    let (mut parts, body) = reply.into_parts();
+    if server.config.clock_skew_secs != 0 {
+        // hyper adds a Date header only when the reply has none.
+        let skew = Duration::from_secs(server.config.clock_skew_secs.unsigned_abs());
+        let now = std::time::SystemTime::now();
+        let clock = if server.config.clock_skew_secs > 0 {
+            now.checked_add(skew)
+        } else {
+            now.checked_sub(skew)
+        };
+        if let Some(v) = clock
+            .map(httpdate::fmt_http_date)
+            .and_then(|d| header::HeaderValue::from_str(&d).ok())
+        {
+            parts.headers.insert(header::DATE, v);
+        }
+    }
     let body = if truncated {
         body.truncate()
     } else if server.quirk(Quirk::Chunked) {

@@ -79,6 +79,10 @@ struct Args {
     /// Print the profiles and quirks and exit.
     #[arg(long)]
     list_profiles: bool,
+    /// Seconds the iLOs' clocks are ahead of this host's (negative: behind), in their `Date`
+    /// headers.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    clock_skew_secs: i64,
     /// Number of emulated servers.
     #[arg(long, default_value_t = 1)]
     servers: usize,
@@ -287,6 +291,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             username: args.username,
             password: args.password,
             product: args.product.unwrap_or(defaults.product.clone()),
+            clock_skew_secs: args.clock_skew_secs,
             license: match args.license {
                 LicenseArg::Standard => License::Standard,
                 LicenseArg::Advanced => License::Advanced,

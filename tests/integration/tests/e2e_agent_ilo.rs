@@ -114,7 +114,15 @@ enum Then {
     CleanAndDeployAgain,
 }
 
-fn deploy_and_boot(firmware: Firmware, qcow2: bool, name: &str, then: Then) {
+/// `profile`: the emulator's firmware profile and the protocol the conductor's probe must
+/// choose for it.
+fn deploy_and_boot(
+    firmware: Firmware,
+    qcow2: bool,
+    name: &str,
+    then: Then,
+    profile: (&'static str, &str),
+) {
     let image: TestImage = test_image::ensure();
     let (file, format, sha) = if qcow2 {
         (&image.disk_qcow2, "qcow2", image.disk_qcow2_sha256.clone())
@@ -138,6 +146,7 @@ fn deploy_and_boot(firmware: Firmware, qcow2: bool, name: &str, then: Then) {
             media: vec![(media_path.clone(), read(file))],
             automated_clean: then == Then::CleanAndDeployAgain,
             debug_logging: watched,
+            profile: Some(profile.0),
             ..Default::default()
         },
     );
@@ -154,6 +163,11 @@ fn deploy_and_boot(firmware: Firmware, qcow2: bool, name: &str, then: Then) {
     lab.bm(&["node", "deploy", &node]);
     let shown = lab.wait_state(&node, "active", DEPLOY_LIMIT);
     assert_deployed(&lab, &shown);
+    assert_eq!(
+        shown["driver_internal_info"]["bmc_protocol"]["protocol"], profile.1,
+        "the protocol the probe chose for {}: {shown}",
+        profile.0
+    );
     lab.wait_console(&marker, 1, OS_BOOT_LIMIT);
     let machine = lab.emulator_state()["machine"].clone();
     assert_eq!(machine["firmware"], firmware.emulator_name(), "{machine}");
@@ -222,7 +236,8 @@ fn deploy_and_boot(firmware: Firmware, qcow2: bool, name: &str, then: Then) {
 }
 
 /// Tests 1 and 5 of the issue on one node: the raw image in BIOS, then an undeploy with
-/// automated cleaning, then the same node deployed again.
+/// automated cleaning, then the same node deployed again; the BMC answers as an iLO 5 2.72
+/// (Redfish, with its POST and reset-window refusals).
 #[test]
 fn agent_ilo_deploys_the_raw_test_os_in_bios_cleans_it_away_and_deploys_it_again() {
     deploy_and_boot(
@@ -230,12 +245,14 @@ fn agent_ilo_deploys_the_raw_test_os_in_bios_cleans_it_away_and_deploys_it_again
         false,
         "agent_ilo_raw_bios_clean",
         Then::CleanAndDeployAgain,
+        ("ilo5-2.7x", "redfish"),
     );
 }
 
 /// The qcow2 image in UEFI, watched for leaked secrets with debug logging on everywhere (the
 /// "no secret is logged" test, agent side); then a `redfish` node enrolled with Ironic's keys on
-/// the same server goes to `available`.
+/// the same server goes to `available`. The BMC answers as an iLO 6 1.70 (RIBCL disabled,
+/// strict Boot PATCH).
 #[test]
 fn agent_ilo_deploys_the_qcow2_test_os_and_it_boots_in_uefi() {
     deploy_and_boot(
@@ -243,6 +260,7 @@ fn agent_ilo_deploys_the_qcow2_test_os_and_it_boots_in_uefi() {
         true,
         "agent_ilo_qcow2_uefi",
         Then::CheckNoSecretLeakedThenEnrollRedfish,
+        ("ilo6-1.6x", "redfish"),
     );
 }
 

@@ -27,13 +27,20 @@ const OS_BOOT_LIMIT: Duration = Duration::from_secs(180);
 
 /// `watched`: with debug logging on everywhere, no secret the deploy and the reboot issued
 /// shows in a log, an API response or a state file.
-fn netboot_deploy_and_reboot(firmware: Firmware, name: &str, watched: bool) {
+/// `profile`: the emulator's firmware profile, if not its default.
+fn netboot_deploy_and_reboot(
+    firmware: Firmware,
+    name: &str,
+    watched: bool,
+    profile: Option<&'static str>,
+) {
     let image: TestImage = test_image::ensure();
     let lab = Lab::start(
         name,
         LabOptions {
             media: partition_media(&image),
             debug_logging: watched,
+            profile,
             ..Default::default()
         },
     );
@@ -53,6 +60,11 @@ fn netboot_deploy_and_reboot(firmware: Firmware, name: &str, watched: bool) {
     );
     assert_eq!(state["vmedia"]["FLOPPY"]["inserted"], false, "{state}");
     let first_url = state["vmedia"]["CDROM"]["url"].clone();
+    let shown = lab.show(&node);
+    assert_eq!(
+        shown["driver_internal_info"]["bmc_protocol"]["protocol"], "ribcl",
+        "an iLO 4 is driven over RIBCL: {shown}"
+    );
     assert_eq!(
         state["machine"]["firmware"],
         firmware.emulator_name(),
@@ -90,12 +102,18 @@ fn netboot_deploy_and_reboot(firmware: Firmware, name: &str, watched: bool) {
     }
 }
 
+/// The BMC answers as a Gen8's iLO 4 2.10: RIBCL only, no Redfish.
 #[test]
 fn iscsi_ilo_deploys_the_partition_test_os_and_it_netboots_twice_in_bios() {
-    netboot_deploy_and_reboot(Firmware::Bios, "iscsi_ilo_netboot_bios", true);
+    netboot_deploy_and_reboot(
+        Firmware::Bios,
+        "iscsi_ilo_netboot_bios",
+        true,
+        Some("ilo4-gen8-ribcl"),
+    );
 }
 
 #[test]
 fn iscsi_ilo_deploys_the_partition_test_os_and_it_netboots_twice_in_uefi() {
-    netboot_deploy_and_reboot(Firmware::Uefi, "iscsi_ilo_netboot_uefi", false);
+    netboot_deploy_and_reboot(Firmware::Uefi, "iscsi_ilo_netboot_uefi", false, None);
 }

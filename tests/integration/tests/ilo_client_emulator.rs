@@ -578,3 +578,133 @@ fn virtual_media_needs_a_licence_over_ribcl() {
 fn virtual_media_needs_a_licence_over_redfish() {
     virtual_media_needs_a_licence("redfish");
 }
+
+/// `vmdeploy-conductor ilo probe --address … [extra]` (the argument order: the command
+/// first); its exit code, standard output and standard error.
+fn probe(emu: &Emulator, pw: &Path, extra: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(bin("vmdeploy-conductor"))
+        .args([
+            "ilo",
+            "probe",
+            "--address",
+            &emu.address,
+            "--username",
+            USER,
+        ])
+        .arg("--password-file")
+        .arg(pw)
+        .arg("--ca")
+        .arg(&emu.cert)
+        .args(extra)
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("running vmdeploy-conductor");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The status of the check named `name` in a `--json` report.
+fn check_status(report: &Value, name: &str) -> String {
+    report["checks"]
+        .as_array()
+        .and_then(|checks| checks.iter().find(|c| c["check"] == name))
+        .map(|c| c["status"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_else(|| format!("no {name} check in {report}"))
+}
+
+#[test]
+fn probe_passes_a_ready_ilo_of_every_profile() {
+    for profile in [
+        "lab",
+        "ilo4-gen8-ribcl",
+        "ilo4-gen9-2.7x",
+        "ilo5-1.1x",
+        "ilo5-2.7x",
+        "ilo5-3.x",
+        "ilo6-1.6x",
+    ] {
+        let emu = Emulator::start(&["--profile", profile]);
+        let pw = emu.password_file(PASSWORD);
+        let (code, out, err) = probe(&emu, &pw, &[]);
+        assert_eq!(code, Some(0), "{profile}: {out}{err}");
+        for check in [
+            "reachable",
+            "firmware",
+            "protocol",
+            "credentials",
+            "power",
+            "licence",
+            "vmedia-floppy",
+            "vmedia-cd",
+            "boot-mode",
+            "clock",
+        ] {
+            assert!(
+                out.lines()
+                    .any(|l| l.split_whitespace().nth(1) == Some(check)),
+                "{profile}: no {check} line:\n{out}"
+            );
+        }
+        assert!(
+            !out.lines().any(|l| l.starts_with("fail")),
+            "{profile}:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn probe_names_each_problem_of_a_neglected_ilo() {
+    // An iLO 6 (RIBCL disabled) whose clock is an hour ahead, with media left in its CD, a
+    // boot override stuck on Continuous, and, after those, a Standard licence.
+    let emu = Emulator::start(&["--profile", "ilo6-1.6x", "--clock-skew-secs", "3600"]);
+    let images = ImageServer::start();
+    let pw = emu.password_file(PASSWORD);
+    let url = format!("{}/boot.iso", images.base);
+    ok(&emu, "redfish", &pw, &["vmedia", "insert", "cdrom", &url]);
+    ok(&emu, "redfish", &pw, &["boot-persistent", "cdrom"]);
+    emu.admin(
+        "PUT",
+        "/_emulator/license",
+        Some(&json!({"license": "standard"})),
+    );
+    let (code, out, err) = probe(&emu, &pw, &["--json"]);
+    assert_eq!(code, Some(1), "a failed check exits 1: {out}{err}");
+    assert!(err.contains("check(s) failed"), "{err}");
+    let report = parse_json(out.as_bytes(), "probe --json");
+    for (check, status) in [
+        ("licence", "fail"),
+        ("vmedia-cd", "warn"),
+        ("boot-override", "warn"),
+        ("ribcl", "warn"),
+        ("clock", "warn"),
+        ("credentials", "ok"),
+    ] {
+        assert_eq!(check_status(&report, check), status, "{check}: {report:#}");
+    }
+    let clock = report["checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["check"] == "clock"))
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        clock["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("ahead")),
+        "{clock}"
+    );
+
+    // Wrong credentials fail the credentials check; no address is bad usage (64).
+    let wrong = emu.password_file("not-the-password");
+    let (code, out, _) = probe(&emu, &wrong, &["--json"]);
+    assert_eq!(code, Some(1));
+    let report = parse_json(out.as_bytes(), "probe --json");
+    assert_eq!(check_status(&report, "credentials"), "fail", "{report:#}");
+    let usage = Command::new(bin("vmdeploy-conductor"))
+        .args(["ilo", "probe"])
+        .output()
+        .expect("running vmdeploy-conductor");
+    assert_eq!(usage.status.code(), Some(64));
+}

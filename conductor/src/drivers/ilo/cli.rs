@@ -20,30 +20,31 @@ use crate::drivers::{
 /// Arguments of `vmdeploy-conductor ilo`.
 #[derive(clap::Args, Debug)]
 pub struct IloArgs {
-    /// The iLO, `HOST` or `HOST:PORT` (port 443 by default).
-    #[arg(long)]
-    pub address: String,
-    /// Login name.
-    #[arg(long)]
-    pub username: String,
+    /// The iLO, `HOST` or `HOST:PORT` (port 443 by default). Required.
+    #[arg(long, global = true)]
+    pub address: Option<String>,
+    /// Login name. Required.
+    #[arg(long, global = true)]
+    pub username: Option<String>,
     /// File holding the password (first line); passwords are never taken on the command line.
-    #[arg(long)]
-    pub password_file: PathBuf,
+    /// Required.
+    #[arg(long, global = true)]
+    pub password_file: Option<PathBuf>,
     /// Verify the iLO's certificate against the CA certificates in this PEM file.
-    #[arg(long, conflicts_with = "insecure")]
+    #[arg(long, global = true, conflicts_with = "insecure")]
     pub ca: Option<PathBuf>,
     /// Do not verify the iLO's certificate.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub insecure: bool,
     /// Protocol: ribcl, redfish, or auto (ask the BMC: iLO 4 uses RIBCL, iLO 5 and later and
     /// other Redfish BMCs use Redfish).
     #[arg(long, value_enum, default_value = "auto")]
     pub protocol: ProtocolArg,
     /// Seconds each operation may take, retries included.
-    #[arg(long, default_value_t = super::DEFAULT_TIMEOUT_SECS)]
+    #[arg(long, global = true, default_value_t = super::DEFAULT_TIMEOUT_SECS)]
     pub timeout: u64,
     /// Print one JSON object instead of text.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub json: bool,
     /// What to do.
     #[command(subcommand)]
@@ -111,6 +112,13 @@ pub enum IloCommand {
     Health,
     /// Model, firmware and protocol.
     Info,
+    /// Read-only readiness checks of the iLO before a fleet is enrolled: one line per check,
+    /// `ok`, `warn` or `fail` with what to do; exit 1 when a check fails.
+    Probe {
+        /// An image URL to HEAD from here (the iLO reads media by range).
+        #[arg(long)]
+        media_url: Option<String>,
+    },
 }
 
 /// `power` actions.
@@ -244,10 +252,15 @@ fn read_password(path: &PathBuf) -> anyhow::Result<Secret> {
 }
 
 fn config(args: &IloArgs) -> anyhow::Result<IloConfig> {
+    let (Some(address), Some(username), Some(password_file)) =
+        (&args.address, &args.username, &args.password_file)
+    else {
+        bail!("--address, --username and --password-file are required");
+    };
     let mut config = IloConfig::new(
-        args.address.clone(),
-        args.username.clone(),
-        read_password(&args.password_file)?,
+        address.clone(),
+        username.clone(),
+        read_password(password_file)?,
     );
     if args.timeout == 0 {
         bail!("--timeout must be at least 1 second");
@@ -276,6 +289,30 @@ pub fn run(args: IloArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    if let IloCommand::Probe { media_url } = &args.command {
+        let report = runtime.block_on(super::probe::probe(&config, media_url.as_deref()));
+        if args.json {
+            println!(
+                "{}",
+                serde_json::to_string(&report).context("writing the report")?
+            );
+        } else {
+            print!("{}", report.text());
+        }
+        return match report.first_failure() {
+            Some(check) => bail!(
+                "{} check(s) failed, the first: {}: {}",
+                report
+                    .checks
+                    .iter()
+                    .filter(|c| c.status == super::probe::Status::Fail)
+                    .count(),
+                check.check,
+                check.detail
+            ),
+            None => Ok(()),
+        };
+    }
     let output = runtime
         .block_on(async {
             let client = IloClient::connect(&config)
@@ -587,5 +624,7 @@ async fn execute(client: &IloClient, command: &IloCommand) -> anyhow::Result<Out
                 serde_json::to_value(&info).context("encoding info")?,
             )
         }
+        // Run before a client is connected (run()); never reached.
+        IloCommand::Probe { .. } => bail!("probe runs on its own"),
     })
 }

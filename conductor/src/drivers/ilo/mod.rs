@@ -23,6 +23,7 @@ use super::{
 pub mod cli;
 pub mod detect;
 pub mod http;
+pub mod probe;
 pub mod redfish;
 pub mod ribcl;
 #[cfg(test)]

@@ -128,6 +128,9 @@ pub struct LabOptions {
     pub netboot: Option<NetbootLoader>,
     /// Which conductor serves the API: ours, or upstream Ironic 39 ([`ironic`]).
     pub peer: Peer,
+    /// `ilo-emulator --profile`: the iLO generation and firmware line the node's BMC answers as
+    /// (docs/ilo-firmware.md); `None`: the emulator's default (`lab`).
+    pub profile: Option<&'static str>,
     /// Debug logging on every component: the emulator (`RUST_LOG=debug`), the conductor
     /// (`[log] level`: trace for our crates, debug for the libraries) and the agent (`ipa-debug=1` on the floppy through the node's
     /// `kernel_append_params`), for [`checks::assert_no_secret_leaked`].
@@ -174,6 +177,7 @@ impl Default for LabOptions {
             guest_ip: None,
             netboot: None,
             peer: Peer::Vmdeploy,
+            profile: None,
             debug_logging: false,
         }
     }
@@ -317,6 +321,7 @@ impl Lab {
                     .iter()
                     .flat_map(|ip| ["--qemu-guest-ip", ip.as_str()]),
             )
+            .args(options.profile.iter().flat_map(|p| ["--profile", p]))
             .args(
                 (options.peer == Peer::Ironic)
                     .then_some(["--product", ironic::ILO5_PRODUCT])
