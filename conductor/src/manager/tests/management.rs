@@ -63,8 +63,33 @@ async fn delete_maintenance_pass_deploy_info_validate_and_boot_device() {
 
     let lines = h.manager.validate(&id(available)).await.expect("validate");
     assert_eq!(lines["power"].result, Some(true), "{:?}", lines["power"]);
+    assert_eq!(
+        lines["management"].result,
+        Some(true),
+        "{:?}",
+        lines["management"]
+    );
     assert_eq!(lines["deploy"].result, Some(true));
     assert_eq!(lines["console"].result, None);
+    // A Standard licence fails the readiness checks: management says which, power does not.
+    h.emulator
+        .server(0)
+        .expect("server 0")
+        .update(|s| s.license = vmdeploy_ilo_emulator::License::Standard)
+        .await;
+    let lines = h.manager.validate(&id(available)).await.expect("validate");
+    assert_eq!(lines["power"].result, Some(true), "{:?}", lines["power"]);
+    assert_eq!(lines["management"].result, Some(false));
+    let reason = lines["management"].reason.clone().unwrap_or_default();
+    assert!(
+        reason.contains("readiness check licence failed") && reason.contains("Advanced"),
+        "{reason}"
+    );
+    h.emulator
+        .server(0)
+        .expect("server 0")
+        .update(|s| s.license = vmdeploy_ilo_emulator::License::Advanced)
+        .await;
     *h.flow.validate_error.lock().expect("lock") = Some("virtual media not licensed".into());
     let lines = h.manager.validate(&id(available)).await.expect("validate");
     assert_eq!(lines["boot"].result, Some(false));
