@@ -35,7 +35,8 @@ fn line(result: Result<(), String>) -> InterfaceValidation {
 
 /// The readiness probe's verdict: the first failing check, worded for `node validate`.
 async fn readiness(node: &crate::store::Node, core: &Arc<Core>) -> Result<(), String> {
-    let settings = Bmc::settings(node, &core.deploy.config.ilo_defaults).map_err(|e| e.to_string())?;
+    let settings =
+        Bmc::settings(node, &core.deploy.config.ilo_defaults).map_err(|e| e.to_string())?;
     let report = probe::probe(&settings.config, None).await;
     match report.first_failure() {
         None => Ok(()),

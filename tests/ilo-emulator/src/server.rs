@@ -64,6 +64,10 @@ pub struct ServerSnapshot {
     pub state: ServerState,
     /// Requests served (admin requests excluded).
     pub requests: u64,
+    /// Redfish sessions open now.
+    pub sessions_live: usize,
+    /// Redfish sessions opened since the start.
+    pub sessions_opened: u64,
     /// Faults still queued.
     pub faults_pending: Vec<FaultSpec>,
     /// What the backend says about the machine ([`Backend::describe`]).
@@ -133,6 +137,7 @@ pub struct Server {
     fetcher: MediaFetcher,
     requests: AtomicU64,
     sessions: Mutex<Vec<String>>,
+    sessions_opened: AtomicU64,
     host_clock: Mutex<HostClock>,
     /// Shared by every server of the emulator.
     pub gauge: Arc<RequestGauge>,
@@ -165,6 +170,7 @@ impl Server {
             fetcher,
             requests: AtomicU64::new(0),
             sessions: Mutex::new(Vec::new()),
+            sessions_opened: AtomicU64::new(0),
             host_clock: Mutex::new(HostClock::default()),
             gauge,
         }
@@ -223,6 +229,8 @@ impl Server {
             uuid: self.uuid.clone(),
             state,
             requests: self.requests.load(Ordering::Relaxed),
+            sessions_live: self.session_counts().0,
+            sessions_opened: self.session_counts().1,
             faults_pending: self.faults.lock().map(|q| q.pending()).unwrap_or_default(),
         }
     }
@@ -563,6 +571,7 @@ impl Server {
                 .map(|d| d.as_nanos() as u64)
                 .unwrap_or(0)
         );
+        self.sessions_opened.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut s) = self.sessions.lock() {
             // Bounded like a real iLO's session table; the oldest session is dropped (a real
             // iLO refuses new logins instead [guess]; dropping keeps long scale runs working).
@@ -572,6 +581,15 @@ impl Server {
             s.push(token.clone());
         }
         token
+    }
+
+    /// Redfish sessions open now, and opened since the start: a client that leaks sessions
+    /// leaves the first above zero.
+    pub fn session_counts(&self) -> (usize, u64) {
+        (
+            self.sessions.lock().map(|s| s.len()).unwrap_or(0),
+            self.sessions_opened.load(Ordering::Relaxed),
+        )
     }
 
     /// Redfish: whether a session token is live.

@@ -23,6 +23,7 @@
 //! `FAKE_RAMDISK_VERBOSE=1` prints each node's events, `FAKE_RAMDISK_KEEP_DIR=1` keeps the
 //! conductor's and the emulator's logs.
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -34,7 +35,7 @@ use vmdeploy_integration_tests::conductor_env::make_image;
 use vmdeploy_integration_tests::emulator::MediaServer;
 use vmdeploy_integration_tests::fake_ramdisk::{mac_plus, Config, Harness, TlsMode};
 use vmdeploy_integration_tests::fleet::{
-    from_env, harness_config, start_emulator, start_emulator_with, Api,
+    from_env, harness_config, start_emulator, start_emulator_with, Api, VERSION,
 };
 use vmdeploy_integration_tests::{bin, free_port};
 
@@ -206,6 +207,71 @@ async fn ten_agent_ilo_nodes_deploy_and_undeploy_through_fake_ramdisks() {
     harness.shutdown().await;
 }
 
+/// `PUT …/states/power {"target": "power on"}` `times` times on `uuid`, each awaited (the
+/// node's `target_power_state` cleared) before the next; a 409 (the node busy) is tried again.
+async fn power_on_repeatedly(api: &Api, uuid: &str, times: usize) {
+    for _ in 0..times {
+        loop {
+            let response = api
+                .http
+                .put(format!("{}/v1/nodes/{uuid}/states/power", api.url))
+                .header(VERSION.0, VERSION.1)
+                .json(&json!({"target": "power on"}))
+                .send()
+                .await
+                .expect("the API answers");
+            let status = response.status();
+            if status == reqwest::StatusCode::CONFLICT {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+            assert!(status.is_success(), "power on {uuid}: {status}");
+            break;
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let node = api.node(uuid).await;
+            if node["target_power_state"].is_null() {
+                assert_eq!(node["power_state"], "power on", "{node}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "power on never ended: {node}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// `GET /_emulator/state` of the server at `address` (its certificate not checked: test only).
+fn emulator_state(address: &SocketAddr) -> serde_json::Value {
+    let out = Command::new("curl")
+        .args(["-sS", "-k", "--max-time", "10"])
+        .arg(format!("https://{address}/_emulator/state"))
+        .output()
+        .expect("running curl");
+    serde_json::from_slice(&out.stdout).expect("the emulator's state as JSON")
+}
+
+/// SIGTERM, then the exit within 30 s (the conductor closes its BMC sessions on the way out).
+fn stop_gracefully(mut child: ChildGuard) {
+    let pid = libc::pid_t::try_from(child.id()).expect("a pid");
+    // SAFETY: kill takes plain integers and touches no memory of ours.
+    unsafe {
+        libc::kill(pid, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            assert!(status.success(), "the conductor exited with {status}");
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the conductor did not stop within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The firmware profiles of the emulator (`ilo-emulator --list-profiles`) besides the default
 /// `lab`, with the protocol the conductor's `auto` probe must choose for each.
 const PROFILES: [(&str, &str); 6] = [
@@ -259,7 +325,7 @@ async fn agent_ilo_deploys_through_every_firmware_profile() {
     .expect("the harness starts");
 
     let port = free_port();
-    let _conductor = start_conductor(dir.path(), port, None);
+    let conductor = start_conductor(dir.path(), port, None);
     let api = Api {
         http: reqwest::Client::builder()
             .no_proxy()
@@ -310,6 +376,32 @@ async fn agent_ilo_deploys_through_every_firmware_profile() {
         .await;
     api.provision_all(&nodes, "deleted", "available", &harness)
         .await;
+
+    // 100 power actions on each node: the conductor keeps one Redfish session per iLO, and
+    // closes every session it opened when it stops.
+    for uuid in &nodes {
+        power_on_repeatedly(&api, uuid, 100).await;
+    }
+    let sessions = |emulator: &SocketAddr| {
+        let state = emulator_state(emulator);
+        (
+            state["sessions"]["live"].as_u64().unwrap_or(u64::MAX),
+            state["sessions"]["opened"].as_u64().unwrap_or(0),
+        )
+    };
+    for (ilo, (profile, protocol)) in ilos.iter().zip(PROFILES) {
+        let (live, opened) = sessions(ilo);
+        if protocol == "redfish" {
+            assert!(opened >= 1, "{profile}: the conductor used sessions");
+            assert!(live <= 1, "{profile}: {live} sessions open at once");
+        }
+    }
+    stop_gracefully(conductor);
+    for (ilo, (profile, _)) in ilos.iter().zip(PROFILES) {
+        let (live, opened) = sessions(ilo);
+        assert_eq!(live, 0, "{profile}: sessions left open ({opened} opened)");
+    }
+
     let stats = harness.stats().to_json();
     eprintln!(
         "firmware profiles: {} nodes in {:.1?}\n{stats:#}",

@@ -407,9 +407,9 @@ pub async fn probe(config: &IloConfig, media_url: Option<&str>) -> Report {
     ));
     match client.licences().await {
         // Another vendor's Redfish BMC has no iLO licence to check.
-        Ok(licences) if licences.is_empty() && detected.generation.is_none() => checks.push(
-            Check::ok("licence", "none reported (not an HPE iLO)"),
-        ),
+        Ok(licences) if licences.is_empty() && detected.generation.is_none() => {
+            checks.push(Check::ok("licence", "none reported (not an HPE iLO)"))
+        }
         Ok(licences) if virtual_media_licensed(&licences) => checks.push(Check::ok(
             "licence",
             licences
