@@ -708,3 +708,60 @@ fn probe_names_each_problem_of_a_neglected_ilo() {
         .expect("running vmdeploy-conductor");
     assert_eq!(usage.status.code(), Some(64));
 }
+
+#[test]
+fn probe_inventory_prints_a_row_per_ilo_and_fails_when_one_does() {
+    let gen8 = Emulator::start(&["--profile", "ilo4-gen8-ribcl"]);
+    let ilo5 = Emulator::start(&["--profile", "ilo5-2.7x"]);
+    let standard = Emulator::start(&["--profile", "ilo6-1.6x", "--license", "standard"]);
+    let pw = gen8.password_file(PASSWORD);
+    let inventory = gen8.dir.path().join("inventory");
+    // Shared user and password file from the command line; each line its own CA.
+    let lines: Vec<String> = [&gen8, &ilo5, &standard]
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {USER} {} {}  # a comment",
+                e.address,
+                pw.display(),
+                e.cert.display()
+            )
+        })
+        .collect();
+    std::fs::write(&inventory, format!("# fleet\n\n{}\n", lines.join("\n"))).expect("inventory");
+    let run = |json: bool| {
+        Command::new(bin("vmdeploy-conductor"))
+            .args(["ilo", "probe", "--inventory"])
+            .arg(&inventory)
+            .args(["--concurrency", "2"])
+            .args(json.then_some("--json"))
+            .env("RUST_LOG", "error")
+            .output()
+            .expect("running vmdeploy-conductor")
+    };
+    let out = run(false);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{table}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("1 of 3 iLOs failed"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<&str> = table.lines().collect();
+    assert_eq!(rows.len(), 4, "a header and a row per iLO:\n{table}");
+    assert!(
+        rows[1].contains(&gen8.address)
+            && rows[1].contains("iLO 4 2.10")
+            && rows[1].contains("ribcl"),
+        "{table}"
+    );
+    assert!(
+        rows[2].contains("iLO 5 2.72") && rows[2].contains("redfish"),
+        "{table}"
+    );
+    assert!(rows[3].contains("licence"), "{table}");
+    let out = run(true);
+    let report = parse_json(&out.stdout, "probe --inventory --json");
+    assert_eq!(report["ilos"].as_array().map(Vec::len), Some(3), "{report}");
+    assert_eq!(report["ilos"][1]["detected"]["generation"], 5, "{report}");
+}

@@ -118,6 +118,14 @@ pub enum IloCommand {
         /// An image URL to HEAD from here (the iLO reads media by range).
         #[arg(long)]
         media_url: Option<String>,
+        /// Probe a fleet: a file with one iLO per line,
+        /// `ADDRESS [USERNAME [PASSWORD_FILE [CA_FILE]]]` (`#` starts a comment); what a line
+        /// leaves out comes from --username, --password-file and --ca. Prints a table.
+        #[arg(long, conflicts_with = "address")]
+        inventory: Option<PathBuf>,
+        /// With --inventory: iLOs probed at once.
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
     },
 }
 
@@ -241,7 +249,7 @@ impl From<VmediaArg> for VmediaDevice {
 }
 
 /// Reads the password file: its first line, without the line end.
-fn read_password(path: &PathBuf) -> anyhow::Result<Secret> {
+fn read_password(path: &std::path::Path) -> anyhow::Result<Secret> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading password file {}", path.display()))?;
     let password = text.lines().next().unwrap_or("");
@@ -257,17 +265,24 @@ fn config(args: &IloArgs) -> anyhow::Result<IloConfig> {
     else {
         bail!("--address, --username and --password-file are required");
     };
-    let mut config = IloConfig::new(
-        address.clone(),
-        username.clone(),
-        read_password(password_file)?,
-    );
+    config_for(args, address, username, password_file, args.ca.as_deref())
+}
+
+/// The config of one iLO: its address and login, the rest from `args`.
+fn config_for(
+    args: &IloArgs,
+    address: &str,
+    username: &str,
+    password_file: &std::path::Path,
+    ca: Option<&std::path::Path>,
+) -> anyhow::Result<IloConfig> {
+    let mut config = IloConfig::new(address, username, read_password(password_file)?);
     if args.timeout == 0 {
         bail!("--timeout must be at least 1 second");
     }
     config.timeout = Duration::from_secs(args.timeout);
-    config.tls = match (&args.ca, args.insecure) {
-        (Some(ca), _) => TlsVerify::CaFile(ca.clone()),
+    config.tls = match (ca, args.insecure) {
+        (Some(ca), _) => TlsVerify::CaFile(ca.to_path_buf()),
         (None, true) => TlsVerify::Insecure,
         (None, false) => TlsVerify::System,
     };
@@ -279,40 +294,122 @@ fn config(args: &IloArgs) -> anyhow::Result<IloConfig> {
     Ok(config)
 }
 
+/// The iLOs of an inventory file (see `IloCommand::Probe`), each with its config.
+fn inventory(args: &IloArgs, path: &std::path::Path) -> anyhow::Result<Vec<IloConfig>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the inventory {}", path.display()))?;
+    let mut configs = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let at = || format!("{} line {}", path.display(), n + 1);
+        if fields.len() > 4 {
+            bail!("{}: more than ADDRESS USERNAME PASSWORD_FILE CA_FILE", at());
+        }
+        let username = fields
+            .get(1)
+            .copied()
+            .or(args.username.as_deref())
+            .with_context(|| format!("{}: no user name, and no --username", at()))?;
+        let password_file = fields
+            .get(2)
+            .map(PathBuf::from)
+            .or_else(|| args.password_file.clone())
+            .with_context(|| format!("{}: no password file, and no --password-file", at()))?;
+        let ca = fields.get(3).map(PathBuf::from).or_else(|| args.ca.clone());
+        configs.push(
+            config_for(args, fields[0], username, &password_file, ca.as_deref())
+                .with_context(at)?,
+        );
+    }
+    if configs.is_empty() {
+        bail!("the inventory {} names no iLO", path.display());
+    }
+    Ok(configs)
+}
+
+/// `ilo probe`: one iLO's checks, or with an inventory the fleet's table.
+fn run_probe(
+    args: &IloArgs,
+    media_url: Option<&str>,
+    inventory_file: Option<&std::path::Path>,
+    concurrency: usize,
+) -> anyhow::Result<()> {
+    let configs = match inventory_file {
+        Some(path) => inventory(args, path).map_err(UsageError::wrap)?,
+        None => vec![config(args).map_err(UsageError::wrap)?],
+    };
+    if concurrency == 0 {
+        return Err(UsageError::wrap(anyhow::anyhow!("--concurrency must be at least 1")).into());
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let reports: Vec<super::probe::Report> = runtime.block_on(async {
+        use futures_util::stream::StreamExt;
+        futures_util::stream::iter(configs.iter())
+            .map(|config| super::probe::probe(config, media_url))
+            .buffered(concurrency)
+            .collect()
+            .await
+    });
+    let failed: Vec<&super::probe::Report> = reports.iter().filter(|r| r.failed()).collect();
+    let single = inventory_file.is_none();
+    if args.json {
+        let json = if single {
+            serde_json::to_string(&reports[0])
+        } else {
+            serde_json::to_string(&json!({ "ilos": reports }))
+        };
+        println!("{}", json.context("writing the report")?);
+    } else if single {
+        print!("{}", reports[0].text());
+    } else {
+        print!("{}", super::probe::fleet_table(&reports));
+    }
+    match failed.first() {
+        None => Ok(()),
+        Some(first) if single => {
+            let check = first.first_failure().map_or(String::new(), |c| {
+                format!(", the first: {}: {}", c.check, c.detail)
+            });
+            bail!(
+                "{} check(s) failed{check}",
+                first.count(super::probe::Status::Fail)
+            )
+        }
+        Some(_) => bail!("{} of {} iLOs failed a check", failed.len(), reports.len()),
+    }
+}
+
 /// Runs an iLO operator command. Errors in the arguments, requests the iLO was never sent
 /// because their input is wrong, and requests the iLO refused as invalid
 /// ([`DriverError::InvalidRequest`]: an address, a CA file, an image URL, a virtual media option
 /// the iLO rejects) are [`UsageError`]s (exit 64).
 pub fn run(args: IloArgs) -> anyhow::Result<()> {
+    if let IloCommand::Probe {
+        media_url,
+        inventory,
+        concurrency,
+    } = &args.command
+    {
+        return run_probe(
+            &args,
+            media_url.as_deref(),
+            inventory.as_deref(),
+            *concurrency,
+        );
+    }
     let config = config(&args).map_err(UsageError::wrap)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    if let IloCommand::Probe { media_url } = &args.command {
-        let report = runtime.block_on(super::probe::probe(&config, media_url.as_deref()));
-        if args.json {
-            println!(
-                "{}",
-                serde_json::to_string(&report).context("writing the report")?
-            );
-        } else {
-            print!("{}", report.text());
-        }
-        return match report.first_failure() {
-            Some(check) => bail!(
-                "{} check(s) failed, the first: {}: {}",
-                report
-                    .checks
-                    .iter()
-                    .filter(|c| c.status == super::probe::Status::Fail)
-                    .count(),
-                check.check,
-                check.detail
-            ),
-            None => Ok(()),
-        };
-    }
     let output = runtime
         .block_on(async {
             let client = IloClient::connect(&config)

@@ -100,14 +100,35 @@ impl Check {
 pub struct Report {
     /// The iLO, as given.
     pub address: String,
+    /// What its unauthenticated endpoints said (`None` when it could not be reached).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detected: Option<DetectedSummary>,
     /// The checks in order.
     pub checks: Vec<Check>,
+}
+
+/// [`Detected`] as a report shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DetectedSummary {
+    /// iLO generation.
+    pub generation: Option<u32>,
+    /// Firmware `MAJOR.MINOR`.
+    pub firmware: Option<String>,
+    /// Server model.
+    pub model: Option<String>,
+    /// The protocol vmdeploy drives it with.
+    pub protocol: String,
 }
 
 impl Report {
     /// Whether any check failed.
     pub fn failed(&self) -> bool {
         self.checks.iter().any(|c| c.status == Status::Fail)
+    }
+
+    /// Checks with `status`.
+    pub fn count(&self, status: Status) -> usize {
+        self.checks.iter().filter(|c| c.status == status).count()
     }
 
     /// The first failed check, if any.
@@ -337,8 +358,10 @@ async fn redfish_checks(client: &RedfishClient, checks: &mut Vec<Check>) {
 /// says); `media_url`: an image URL to HEAD from here.
 pub async fn probe(config: &IloConfig, media_url: Option<&str>) -> Report {
     let mut checks = Vec::new();
-    let report = |checks| Report {
+    let mut summary = None;
+    let report = |checks, detected| Report {
         address: config.address.clone(),
+        detected,
         checks,
     };
     let detected = match detect::detect(config).await {
@@ -349,7 +372,7 @@ pub async fn probe(config: &IloConfig, media_url: Option<&str>) -> Report {
                 e.to_string(),
                 "fetch the iLO's certificate (openssl s_client -connect HOST:443 -showcerts), check it, and give it as --ca (ilo_verify_ca)",
             ));
-            return report(checks);
+            return report(checks, summary);
         }
         Err(e) => {
             checks.push(Check::fail(
@@ -357,7 +380,7 @@ pub async fn probe(config: &IloConfig, media_url: Option<&str>) -> Report {
                 e.to_string(),
                 "check the address, the port and the route from the conductor to the management network",
             ));
-            return report(checks);
+            return report(checks, summary);
         }
     };
     checks.push(Check::ok(
@@ -366,6 +389,12 @@ pub async fn probe(config: &IloConfig, media_url: Option<&str>) -> Report {
     ));
     checks.push(firmware_check(&detected));
     let protocol = detect::choose(&detected);
+    summary = Some(DetectedSummary {
+        generation: detected.generation,
+        firmware: detected.firmware.clone(),
+        model: detected.model.clone(),
+        protocol: protocol.to_string(),
+    });
     checks.push(Check::ok(
         "protocol",
         format!(
@@ -379,7 +408,7 @@ pub async fn probe(config: &IloConfig, media_url: Option<&str>) -> Report {
         Ok(c) => c,
         Err(e) => {
             checks.push(Check::fail("credentials", e.to_string(), "see the error"));
-            return report(checks);
+            return report(checks, summary);
         }
     };
     let power = match client.power_state().await {
@@ -390,11 +419,11 @@ pub async fn probe(config: &IloConfig, media_url: Option<&str>) -> Report {
                 e.to_string(),
                 "check the user name and password (the user needs the Virtual Media and Host BIOS privileges)",
             ));
-            return report(checks);
+            return report(checks, summary);
         }
         Err(e) => {
             checks.push(Check::fail("credentials", e.to_string(), "see the error"));
-            return report(checks);
+            return report(checks, summary);
         }
     };
     checks.push(Check::ok("credentials", "accepted"));
@@ -496,7 +525,42 @@ pub async fn probe(config: &IloConfig, media_url: Option<&str>) -> Report {
     if let IloClient::Redfish(redfish) = &client {
         redfish.logout().await;
     }
-    report(checks)
+    report(checks, summary)
+}
+
+/// The fleet table of `ilo probe --inventory`: one row per iLO.
+pub fn fleet_table(reports: &[Report]) -> String {
+    let mut out = format!(
+        "{:<24} {:<12} {:<8} {:>4} {:>4}  {}\n",
+        "ADDRESS", "ILO", "PROTOCOL", "FAIL", "WARN", "FIRST FAILURE"
+    );
+    for r in reports {
+        let (ilo, protocol) = match &r.detected {
+            Some(d) => (
+                format!(
+                    "iLO {} {}",
+                    d.generation.map_or_else(|| "?".into(), |g| g.to_string()),
+                    d.firmware.as_deref().unwrap_or("?")
+                ),
+                d.protocol.clone(),
+            ),
+            None => ("-".to_string(), "-".to_string()),
+        };
+        let first = r
+            .first_failure()
+            .map(|c| format!("{}: {}", c.check, c.detail))
+            .unwrap_or_else(|| "-".into());
+        out.push_str(&format!(
+            "{:<24} {:<12} {:<8} {:>4} {:>4}  {}\n",
+            r.address,
+            ilo,
+            protocol,
+            r.count(Status::Fail),
+            r.count(Status::Warn),
+            first
+        ));
+    }
+    out
 }
 
 #[cfg(test)]
