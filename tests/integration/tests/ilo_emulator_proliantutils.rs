@@ -19,6 +19,23 @@ fn proliantutils_drives_the_emulator_over_ribcl() {
     support::run_client_script("ilo_emulator_proliantutils.py", &emulator, 0, &images);
 }
 
+/// The same checks against the Gen8 profile (iLO 4 2.10, no Redfish): proliantutils stays on
+/// RIBCL for a Gen8 and never needs Redfish.
+#[test]
+fn proliantutils_drives_the_gen8_profile_over_ribcl() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_images(dir.path());
+    let images = ImageServer::start(dir.path());
+    let emulator = EmulatorProcess::start(dir.path(), 1, &["--profile", "ilo4-gen8-ribcl"]);
+    support::run_client_script_with(
+        "ilo_emulator_proliantutils.py",
+        &emulator,
+        0,
+        &images,
+        &["--firmware", "2.10"],
+    );
+}
+
 #[test]
 fn python_hpilo_drives_the_emulator_over_ribcl() {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -155,6 +155,17 @@ pub fn run_client_script(
     server: usize,
     images: &ImageServer,
 ) {
+    run_client_script_with(script, emulator, server, images, &[]);
+}
+
+/// [`run_client_script`] with more arguments for the script.
+pub fn run_client_script_with(
+    script: &str,
+    emulator: &EmulatorProcess,
+    server: usize,
+    images: &ImageServer,
+    extra: &[&str],
+) {
     let ilo = &emulator.addrs[server];
     let cert = &emulator.cert;
     let path = workspace_root().join("tests/integration/py").join(script);
@@ -164,6 +175,7 @@ pub fn run_client_script(
         .args(["--image-base", &images.base])
         .arg("--cacert")
         .arg(cert)
+        .args(extra)
         .output()
         .expect("running the Python client script");
     let stdout = String::from_utf8_lossy(&out.stdout);
