@@ -354,6 +354,39 @@ impl Bmc {
             .map_err(|e| self.failed("reading the persistent boot order", e))
     }
 
+    /// Checks that the host booted in `expected`, the mode set as pending before the boot: iLO
+    /// 5/6 apply a BIOS change at the reboot and may refuse it (a BIOS password, a setting it
+    /// depends on), saying why only in the BIOS settings result. A BMC that cannot tell the
+    /// current mode passes.
+    pub async fn confirm_boot_mode(&self, expected: BootMode) -> Result<(), BmcError> {
+        let current = match self.client.current_boot_mode().await {
+            Ok(mode) => mode,
+            Err(DriverError::NotSupported { .. }) => return Ok(()),
+            Err(e) => return Err(self.failed("reading the current boot mode", e)),
+        };
+        if current == expected {
+            return Ok(());
+        }
+        let result = match &self.client {
+            IloClient::Redfish(redfish) => redfish
+                .bios_settings_result()
+                .await
+                .map(|m| m.join("; "))
+                .unwrap_or_else(|e| format!("unreadable: {e}")),
+            IloClient::Ribcl(_) => "not reported over RIBCL".into(),
+        };
+        Err(self.failed(
+            "checking the boot mode after the reboot",
+            DriverError::Bmc {
+                code: None,
+                message: format!(
+                    "boot mode {expected} did not apply: the host booted in {current}; the                      BIOS settings result: {}",
+                    if result.is_empty() { "none" } else { &result }
+                ),
+            },
+        ))
+    }
+
     /// Makes `wanted` (or, when `None`, whatever is pending) the boot mode of the next boot;
     /// returns the mode the host will boot in. A BMC that cannot tell or set boot modes is a
     /// legacy-BIOS-only machine, as Ironic assumes.

@@ -73,6 +73,15 @@ pub(crate) async fn record_ramdisk_boot(
         .context("saving the ramdisk's secret before the node boots")
 }
 
+/// The boot mode [`record_ramdisk_boot`] recorded, if it did.
+pub(crate) fn recorded_boot_mode(node: &Node) -> Option<BootMode> {
+    match node.driver_internal_info.get(BOOT_MODE_KEY)?.as_str()? {
+        m if m.eq_ignore_ascii_case("uefi") => Some(BootMode::Uefi),
+        m if m.eq_ignore_ascii_case("bios") => Some(BootMode::Bios),
+        _ => None,
+    }
+}
+
 /// Forgets the ramdisk's secrets (agent token, deploy key). The agent token's digest and the
 /// time are kept ([`RETIRED_TOKEN_KEY`], [`RETIRED_AT_KEY`]): not the token, which could be
 /// replayed, but enough to recognise the agent's own late heartbeat.

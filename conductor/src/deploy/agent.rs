@@ -178,6 +178,12 @@ impl DeployInterface for AgentDeploy {
         }
         let client = self.client(node)?;
         if text(&node.driver_internal_info, STEP_KEY).is_none() {
+            // The ramdisk runs: POST is over, so the BIOS has applied (or refused) the boot
+            // mode set before the boot. An image written in the wrong mode would not boot.
+            if let Some(expected) = crate::boot::recorded_boot_mode(node) {
+                let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
+                bmc.confirm_boot_mode(expected).await?;
+            }
             self.start_image_write(node, &client).await?;
             self.ctx
                 .store

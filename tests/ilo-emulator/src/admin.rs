@@ -161,6 +161,30 @@ pub async fn handle(server: &Server, req: Request<Incoming>) -> Reply {
             server.update(|s| s.license = license).await;
             json_reply(StatusCode::OK, &json!({ "license": wanted }))
         }
+        (Method::PUT, "/_emulator/bios-reject") => {
+            // Every pending boot-mode change is refused at boot with this message id until
+            // cleared: `{"message_id": "iLO.2.15.SomeRefusal"}`, `{"message_id": null}` clears.
+            let body = match read_body(req.into_body()).await {
+                Ok(b) => b,
+                Err(reply) => return reply,
+            };
+            let Some(id) = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v.get("message_id").cloned())
+                .and_then(|i| match i {
+                    serde_json::Value::Null => Some(None),
+                    serde_json::Value::String(s) => Some(Some(s)),
+                    _ => None,
+                })
+            else {
+                return json_reply(
+                    StatusCode::BAD_REQUEST,
+                    &json!({ "error": "expected {\"message_id\": \"...\" | null}" }),
+                );
+            };
+            server.update(|s| s.bios_reject = id.clone()).await;
+            json_reply(StatusCode::OK, &json!({ "bios_reject": id }))
+        }
         (Method::GET, "/_emulator/faults") => json_reply(
             StatusCode::OK,
             &json!({ "faults_pending": server.snapshot().await.faults_pending }),

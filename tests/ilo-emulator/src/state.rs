@@ -468,6 +468,13 @@ pub struct ServerState {
     pub license: License,
     /// Boots since start.
     pub boots: u64,
+    /// A message id the BIOS answers every pending boot-mode change with instead of applying
+    /// it, until cleared (set through the admin API: a BIOS that refuses the setting, e.g. for
+    /// a BIOS password or a Secure Boot dependency).
+    pub bios_reject: Option<String>,
+    /// The result of the last BIOS settings apply, as Redfish `@Redfish.Settings.Messages`
+    /// shows it: message ids, each with the attribute it names (if any).
+    pub bios_settings_messages: Vec<(String, Option<String>)>,
     /// The last boot.
     pub last_boot: Option<BootRecord>,
 }
@@ -503,6 +510,8 @@ impl ServerState {
             ],
             license,
             boots: 0,
+            bios_reject: None,
+            bios_settings_messages: Vec::new(),
             last_boot: None,
         }
     }
@@ -605,7 +614,19 @@ impl ServerState {
     /// One boot: apply the pending mode, choose the device, consume the one-time boot and
     /// BOOT_ONCE media.
     fn boot(&mut self) -> BootPlan {
-        self.boot_mode_current = self.boot_mode_pending;
+        if self.boot_mode_pending != self.boot_mode_current {
+            // The BIOS applies its pending settings at boot, or refuses them and says so.
+            match &self.bios_reject {
+                Some(id) => {
+                    self.boot_mode_pending = self.boot_mode_current;
+                    self.bios_settings_messages = vec![(id.clone(), Some("BootMode".into()))];
+                }
+                None => {
+                    self.boot_mode_current = self.boot_mode_pending;
+                    self.bios_settings_messages = vec![("Base.1.0.Success".into(), None)];
+                }
+            }
+        }
         self.boots += 1;
         // Media connected for this boot: BOOT_ALWAYS / BOOT_ONCE with an image, or CONNECTed.
         let mut media = Vec::new();

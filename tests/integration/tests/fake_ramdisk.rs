@@ -415,3 +415,114 @@ async fn agent_ilo_deploys_through_every_firmware_profile() {
     assert_eq!(harness.running(), 0, "every ramdisk ended: {stats:#}");
     harness.shutdown().await;
 }
+
+/// An iLO 5 whose BIOS refuses the UEFI mode the node asks for: the deploy ramdisk boots in
+/// legacy BIOS anyway, and the deploy fails at the ramdisk's first heartbeat, before any image
+/// is written, with the BIOS's own settings message in `last_error`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_boot_mode_the_bios_refused_fails_the_deploy_with_its_message() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_emulator, ilos) = start_emulator_with(dir.path(), 1, &["--profile", "ilo5-2.7x"]);
+    let ilo_cert = dir.path().join("ilo-cert.pem");
+    let image = make_image(1 << 20);
+    let image_sha256 = hex::encode(Sha256::digest(&image));
+    let media = MediaServer::start(vec![("/image.raw", image)]);
+    let iso = dir.path().join("deploy.iso");
+    std::fs::write(&iso, vec![0x5a; 64 * 1024]).expect("the deploy ISO stand-in");
+    let macs = vec![mac_plus(MAC_BASE, 0x60).expect("a MAC")];
+    let harness = Harness::start(Config {
+        tls: TlsMode::Mixed,
+        poll_interval: Duration::from_millis(200),
+        heartbeat_scale: 0.02,
+        write_delay: Duration::from_millis(300),
+        ..harness_config(&ilos, &macs, &ilo_cert)
+    })
+    .await
+    .expect("the harness starts");
+    let port = free_port();
+    let _conductor = start_conductor(dir.path(), port, Some(&ilo_cert));
+    let api = Api {
+        http: reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("an HTTP client"),
+        url: format!("http://127.0.0.1:{port}"),
+        phase_limit: Duration::from_secs(60),
+    };
+    let nodes = api
+        .enroll(
+            "refused",
+            &ilos,
+            &macs,
+            &iso,
+            json!({"properties": {"capabilities": "boot_mode:uefi"}}),
+        )
+        .await;
+    let uuid = &nodes[0];
+    api.call(
+        reqwest::Method::PATCH,
+        &format!("/v1/nodes/{uuid}"),
+        Some(json!([
+            {"op": "replace", "path": "/driver_info/ilo_protocol", "value": "auto"},
+            {"op": "add", "path": "/instance_info/image_source", "value": media.url("/image.raw")},
+            {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
+            {"op": "add", "path": "/instance_info/image_os_hash_value", "value": image_sha256},
+            {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"},
+        ])),
+    )
+    .await;
+    api.provision_all(&nodes, "manage", "manageable", &harness)
+        .await;
+    // From now on the BIOS refuses every boot-mode change: cleaning's ramdisk boots in legacy
+    // BIOS (erasing does not care), the deploy's must not write an image in the wrong mode.
+    let refusal = "iLO.2.15.PropertyValueIncompatible";
+    let out = Command::new("curl")
+        .args(["-sS", "-k", "--max-time", "10", "-X", "PUT", "-d"])
+        .arg(json!({"message_id": refusal}).to_string())
+        .arg(format!("https://{}/_emulator/bios-reject", ilos[0]))
+        .output()
+        .expect("running curl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    api.provision_all(&nodes, "provide", "available", &harness)
+        .await;
+    api.call(
+        reqwest::Method::PUT,
+        &format!("/v1/nodes/{uuid}/states/provision"),
+        Some(json!({"target": "active"})),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let node = loop {
+        let node = api.node(uuid).await;
+        if node["provision_state"] == "deploy failed" {
+            break node;
+        }
+        assert_ne!(
+            node["provision_state"], "active",
+            "deployed in the wrong mode: {node}"
+        );
+        assert!(Instant::now() < deadline, "no failure within 90 s: {node}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let error = node["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("boot mode uefi did not apply") && error.contains(refusal),
+        "{error}"
+    );
+    let state = emulator_state(&ilos[0]);
+    assert_eq!(state["boot_mode"]["current"], "LEGACY", "{state}");
+    let stats = harness.stats().to_json();
+    assert_eq!(
+        stats["commands_by_name"]["standby.prepare_image"]
+            .as_u64()
+            .unwrap_or(0),
+        0,
+        "no image was written: {stats:#}"
+    );
+    harness.shutdown().await;
+}

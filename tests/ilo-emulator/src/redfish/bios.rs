@@ -22,13 +22,22 @@ pub(super) async fn handle(
 ) -> Reply {
     match (method, rest) {
         (&Method::GET, []) => {
-            let mode = server.read(|s| s.boot_mode_current).await;
+            let (mode, messages) = server
+                .read(|s| (s.boot_mode_current, s.bios_settings_messages.clone()))
+                .await;
+            let messages: Vec<Value> = messages
+                .iter()
+                .map(|(id, arg)| match arg {
+                    Some(a) => json!({"MessageId": id, "MessageArgs": [a]}),
+                    None => json!({"MessageId": id}),
+                })
+                .collect();
             json_reply(
                 StatusCode::OK,
                 &json!({"@odata.id": "/redfish/v1/Systems/1/Bios/", "Id": "Bios", "Name": "BIOS Current Settings",
                     "AttributeRegistry": "BiosAttributeRegistryP89.v1_0_0",
                     "Attributes": {"BootMode": bios_mode(mode), "UefiOptimizedBoot": if mode == BootMode::Uefi { "Enabled" } else { "Disabled" }},
-                    "@Redfish.Settings": {"SettingsObject": {"@odata.id": BIOS_SETTINGS}},
+                    "@Redfish.Settings": {"SettingsObject": {"@odata.id": BIOS_SETTINGS}, "Messages": messages},
                     "Oem": {"Hpe": {"Links": {"Boot": {"@odata.id": BIOS_BOOT}}}}}),
             )
         }

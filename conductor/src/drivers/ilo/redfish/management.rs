@@ -99,6 +99,44 @@ impl RedfishClient {
         Ok(names)
     }
 
+    /// The result of the BIOS's last apply of pending settings (`@Redfish.Settings.Messages`:
+    /// `Base.1.0.Success`, or what it refused and why), as `MessageId (args)` texts; empty
+    /// when the service shows none.
+    pub async fn bios_settings_result(&self) -> Result<Vec<String>, DriverError> {
+        let (_, system) = self.system().await?;
+        let Some((bios, _)) = self.bios(&system).await? else {
+            return Ok(Vec::new());
+        };
+        let messages = bios
+            .pointer("/@Redfish.Settings/Messages")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        Ok(messages
+            .iter()
+            .filter_map(|m| {
+                let id = m
+                    .get("MessageId")
+                    .or_else(|| m.get("MessageID"))
+                    .and_then(Value::as_str)?;
+                let args: Vec<String> = m
+                    .get("MessageArgs")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                Some(if args.is_empty() {
+                    id.to_string()
+                } else {
+                    format!("{id} ({})", args.join(", "))
+                })
+            })
+            .collect())
+    }
+
     /// The BIOS resource and its pending-settings URI, if the system has a working one
     /// (sushy-tools' fake driver answers 501: then `None`).
     async fn bios(&self, system: &Value) -> Result<Option<(Value, Option<String>)>, DriverError> {
