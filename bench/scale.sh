@@ -35,7 +35,10 @@
 # PHASE_SECS (900), IRONIC_BUDGET_SECS (900), HEARTBEAT_SCALE (1.0, the agent's timing),
 # BOOT_DELAY_MS (2000), WRITE_DELAY_MS (2000), AGENT_TLS (auto|off), SAMPLER_HZ (5),
 # KEEP_DIR=1 (keep the logs; the run prints where), PROFILE (cargo profile, default release),
-# BUILD=0 (use binaries already built), CARGO_TARGET_DIR, VMDEPLOY_VENV (the venv with Ironic).
+# BUILD=0 (use binaries already built), CARGO_TARGET_DIR, VMDEPLOY_VENV (the venv with Ironic),
+# EMULATOR_ARGS (more ilo-emulator arguments: the slow media read of a real BMC is
+# "--boot-read-mib 32 --range-kib 64 --range-latency-ms 10", each boot then reading 512 ranges
+# from the conductor's object store; a firmware profile is "--profile ilo5-2.7x").
 # Needs PostgreSQL for pg/pg3 and the venv's Ironic for IRONIC=1 (scripts/setup installs both).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

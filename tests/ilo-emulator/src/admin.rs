@@ -86,6 +86,7 @@ pub fn state_json(s: &ServerSnapshot) -> serde_json::Value {
             "mode": b.mode.ribcl(),
             "media_url": b.media_url,
             "media_read_error": b.media_read_error,
+            "media_read": b.media_read,
         })),
         "requests": s.requests,
         "sessions": {"live": s.sessions_live, "opened": s.sessions_opened},

@@ -32,6 +32,8 @@ pub struct ServerConfig {
     /// Seconds the iLO's clock is ahead of (negative: behind) the host's, as its `Date`
     /// headers show (an iLO without NTP drifts).
     pub clock_skew_secs: i64,
+    /// How each boot reads its virtual medium.
+    pub boot_read: crate::media_fetch::BootRead,
 }
 
 impl ServerConfig {
@@ -56,6 +58,7 @@ impl Default for ServerConfig {
             supported_boot_modes: SupportedBootModes::LegacyUefi,
             profile: Profile::lab(),
             clock_skew_secs: 0,
+            boot_read: crate::media_fetch::BootRead::default(),
         }
     }
 }

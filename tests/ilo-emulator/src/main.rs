@@ -3,6 +3,7 @@
 //! ```text
 //! ilo-emulator --listen ADDR:PORT [--servers N] [--username U --password P]
 //!              [--profile NAME] [--quirk NAME[=on|off]]... [--list-profiles]
+//!              [--boot-read-mib N [--range-kib K] [--range-latency-ms L] [--range-concurrency C]]
 //!              [--tls-cert PEM --tls-key PEM] [--license standard|advanced] [--product NAME]
 //!              [--backend memory|qemu] [--qemu-state-dir DIR] [--qemu-memory-mib N]
 //!              [--qemu-disk-size-mib N] [--guest-forward HOST:PORT]... [--qemu-vmedia usb|legacy]
@@ -21,6 +22,7 @@ use clap::{Parser, ValueEnum};
 use vmdeploy_ilo_emulator::backend::{Backend, InMemoryBackend};
 use vmdeploy_ilo_emulator::config::BackendFactory;
 use vmdeploy_ilo_emulator::config::{EmulatorConfig, ServerConfig, TlsSource};
+use vmdeploy_ilo_emulator::media_fetch::BootRead;
 use vmdeploy_ilo_emulator::profile::{Profile, QuirkSwitch};
 use vmdeploy_ilo_emulator::qemu::{
     GuestForward, NicModel, PxeBootfile, QemuBackend, QemuSettings, VmediaBus,
@@ -79,6 +81,19 @@ struct Args {
     /// Print the profiles and quirks and exit.
     #[arg(long)]
     list_profiles: bool,
+    /// At each boot from virtual media, read this many MiB of the image by range before the
+    /// boot counts as done (0: only its first sectors).
+    #[arg(long, default_value_t = 0)]
+    boot_read_mib: u64,
+    /// KiB per range request of that read.
+    #[arg(long, default_value_t = 256)]
+    range_kib: u64,
+    /// Milliseconds added to each range request (the BMC's own cost per request).
+    #[arg(long, default_value_t = 0)]
+    range_latency_ms: u64,
+    /// Range requests at once.
+    #[arg(long, default_value_t = 4)]
+    range_concurrency: usize,
     /// Seconds the iLOs' clocks are ahead of this host's (negative: behind), in their `Date`
     /// headers.
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
@@ -292,6 +307,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
             password: args.password,
             product: args.product.unwrap_or(defaults.product.clone()),
             clock_skew_secs: args.clock_skew_secs,
+            boot_read: BootRead {
+                boot_bytes: args.boot_read_mib.saturating_mul(1 << 20),
+                range_bytes: args.range_kib.max(1).saturating_mul(1024),
+                latency: std::time::Duration::from_millis(args.range_latency_ms),
+                concurrency: args.range_concurrency.max(1),
+            },
             license: match args.license {
                 LicenseArg::Standard => License::Standard,
                 LicenseArg::Advanced => License::Advanced,

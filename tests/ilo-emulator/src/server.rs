@@ -270,13 +270,24 @@ impl Server {
         // The firmware reads the boot medium by range, as at insert time: a URL that stopped
         // answering (an expired temp URL, a stopped image server) makes this boot fail to find
         // its medium. Recorded in `last_boot.media_read_error`.
+        // With a boot read model (`--boot-read-mib`), this boot also reads the image's first
+        // MiB by range before it counts as done: a deploy's time then includes the medium's
+        // read, and the image server its load.
         if let Some(url) = state.last_boot.as_ref().and_then(|b| b.media_url.clone()) {
-            let error = self.fetcher.probe(&url).await.err().map(|e| e.to_string());
+            let result = self
+                .fetcher
+                .read_for_boot(&url, &self.config.boot_read)
+                .await;
+            let (error, stats) = match result {
+                Ok(stats) => (None, Some(stats)),
+                Err(e) => (Some(e.to_string()), None),
+            };
             if let Some(e) = &error {
                 tracing::warn!(server = self.index, url = %Url(&url), error = %Url(e), "boot medium unreadable");
             }
             if let Some(record) = state.last_boot.as_mut() {
                 record.media_read_error = error;
+                record.media_read = stats;
             }
         }
         self.backend.set_firmware_boot_mode(plan.mode).await?;

@@ -427,6 +427,8 @@ pub struct BootRecord {
     /// Set when the boot medium could not be read at boot (filled in by the server, which does
     /// the I/O).
     pub media_read_error: Option<String>,
+    /// What reading the boot medium took (filled in by the server).
+    pub media_read: Option<crate::media_fetch::BootReadStats>,
 }
 
 /// What a boot must do on the machine behind the emulator; returned by [`ServerState::boot`].
@@ -694,6 +696,7 @@ impl ServerState {
             mode: self.boot_mode_current,
             media_url,
             media_read_error: None,
+            media_read: None,
         });
         BootPlan {
             mode: self.boot_mode_current,

@@ -745,6 +745,13 @@ fn start_emulator(dir: &Path, servers: usize) -> anyhow::Result<Emulator> {
         .args(["--username", ILO_USER, "--password", ILO_PASSWORD])
         .arg("--cert-out")
         .arg(&cert)
+        // EMULATOR_ARGS: e.g. the slow media read of a real BMC (`--boot-read-mib 32
+        // --range-kib 64 --range-latency-ms 10`), or a firmware profile.
+        .args(
+            std::env::var("EMULATOR_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&log)?)

@@ -496,3 +496,53 @@ async fn chunked_replies_without_a_length_are_read() {
     let client = lab.redfish();
     assert_eq!(client.power_state().await.expect("read"), PowerState::Off);
 }
+
+#[tokio::test]
+async fn a_boot_reads_its_medium_by_range_as_configured() {
+    use vmdeploy_ilo_emulator::media_fetch::BootRead;
+    // 1 MiB of a 2 MiB image in 64 KiB ranges, 50 ms each, 4 at once: 16 ranges after the
+    // first sectors, at least 4 rounds of 50 ms.
+    let config = EmulatorConfig {
+        server: ServerConfig {
+            boot_read: BootRead {
+                boot_bytes: 1 << 20,
+                range_bytes: 64 << 10,
+                latency: Duration::from_millis(50),
+                concurrency: 4,
+            },
+            ..ServerConfig::default()
+        },
+        ..EmulatorConfig::loopback()
+    };
+    let emulator = Emulator::start(config).await.expect("the emulator starts");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cert = dir.path().join("ilo.pem");
+    std::fs::write(&cert, emulator.cert_pem()).expect("writing the certificate");
+    let lab = Lab {
+        emulator,
+        _dir: dir,
+        cert,
+    };
+    let media = MediaServer::start(vec![("/boot.iso", vec![0x5a; 2 << 20])]);
+    let client = lab.redfish();
+    client
+        .insert_vmedia(VmediaDevice::Cdrom, &media.url("/boot.iso"))
+        .await
+        .expect("inserted");
+    client
+        .set_vmedia_status(VmediaDevice::Cdrom, VmediaBootOption::BootOnce, None)
+        .await
+        .expect("boot once");
+    client
+        .set_one_time_boot(&BootDevice::Cdrom)
+        .await
+        .expect("one-time CD");
+    client.set_power(PowerAction::On).await.expect("on");
+    let state = lab.emulator.state(0).await.expect("server 0");
+    let boot = state.state.last_boot.expect("a boot");
+    assert_eq!(boot.device, Some(vmdeploy_ilo_emulator::BootDevice::Cdrom));
+    let read = boot.media_read.expect("the read's figures");
+    assert_eq!(read.ranges, 17, "{read:?}");
+    assert!(read.bytes >= 1 << 20, "{read:?}");
+    assert!(read.millis >= 200, "{read:?}");
+}
