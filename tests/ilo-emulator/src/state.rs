@@ -470,6 +470,10 @@ pub struct ServerState {
     pub license: License,
     /// Boots since start.
     pub boots: u64,
+    /// Secure Boot as set (`SecureBootEnable`); it takes effect at the next boot.
+    pub secure_boot_enable: bool,
+    /// Secure Boot in the running boot (`SecureBootCurrentBoot`).
+    pub secure_boot_current: bool,
     /// A message id the BIOS answers every pending boot-mode change with instead of applying
     /// it, until cleared (set through the admin API: a BIOS that refuses the setting, e.g. for
     /// a BIOS password or a Secure Boot dependency).
@@ -512,6 +516,8 @@ impl ServerState {
             ],
             license,
             boots: 0,
+            secure_boot_enable: false,
+            secure_boot_current: false,
             bios_reject: None,
             bios_settings_messages: Vec::new(),
             last_boot: None,
@@ -616,6 +622,8 @@ impl ServerState {
     /// One boot: apply the pending mode, choose the device, consume the one-time boot and
     /// BOOT_ONCE media.
     fn boot(&mut self) -> BootPlan {
+        self.secure_boot_current =
+            self.secure_boot_enable && self.boot_mode_pending == BootMode::Uefi;
         if self.boot_mode_pending != self.boot_mode_current {
             // The BIOS applies its pending settings at boot, or refuses them and says so.
             match &self.bios_reject {

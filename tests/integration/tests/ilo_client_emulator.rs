@@ -659,9 +659,40 @@ fn probe_passes_a_ready_ilo_of_every_profile() {
 fn probe_names_each_problem_of_a_neglected_ilo() {
     // An iLO 6 (RIBCL disabled) whose clock is an hour ahead, with media left in its CD, a
     // boot override stuck on Continuous, and, after those, a Standard licence.
-    let emu = Emulator::start(&["--profile", "ilo6-1.6x", "--clock-skew-secs", "3600"]);
+    let emu = Emulator::start(&[
+        "--profile",
+        "ilo6-1.6x",
+        "--clock-skew-secs",
+        "3600",
+        "--boot-mode",
+        "uefi",
+    ]);
     let images = ImageServer::start();
     let pw = emu.password_file(PASSWORD);
+    // Secure Boot switched on (UEFI): the deploy media must be signed.
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "10",
+            "-u",
+            &format!("{USER}:{PASSWORD}"),
+            "--cacert",
+        ])
+        .arg(&emu.cert)
+        .args(["-X", "PATCH", "-H", "Content-Type: application/json", "-d"])
+        .arg(r#"{"SecureBootEnable": true}"#)
+        .arg(format!(
+            "https://{}/redfish/v1/Systems/1/SecureBoot/",
+            emu.address
+        ))
+        .output()
+        .expect("running curl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let url = format!("{}/boot.iso", images.base);
     ok(&emu, "redfish", &pw, &["vmedia", "insert", "cdrom", &url]);
     ok(&emu, "redfish", &pw, &["boot-persistent", "cdrom"]);
@@ -680,6 +711,7 @@ fn probe_names_each_problem_of_a_neglected_ilo() {
         ("boot-override", "warn"),
         ("ribcl", "warn"),
         ("clock", "warn"),
+        ("secure-boot", "warn"),
         ("credentials", "ok"),
     ] {
         assert_eq!(check_status(&report, check), status, "{check}: {report:#}");

@@ -337,6 +337,29 @@ async fn redfish_checks(client: &RedfishClient, checks: &mut Vec<Check>) {
             None => {}
         }
     }
+    if let Ok(system) = client.get(&layout.system).await {
+        if let Some(uri) = system
+            .pointer("/SecureBoot/@odata.id")
+            .and_then(Value::as_str)
+        {
+            if let Ok(sb) = client.get(uri).await {
+                let current = sb
+                    .get("SecureBootCurrentBoot")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let enable = sb.get("SecureBootEnable").and_then(Value::as_bool);
+                if current == "Enabled" || enable == Some(true) {
+                    checks.push(Check::warn(
+                        "secure-boot",
+                        format!("Secure Boot {current} (set: {})", enable.unwrap_or(false)),
+                        "the deploy ISO and the instance must boot signed (shim), or turn Secure Boot off",
+                    ));
+                } else {
+                    checks.push(Check::ok("secure-boot", "disabled"));
+                }
+            }
+        }
+    }
     if let Ok(sessions) = client.get("/redfish/v1/SessionService/Sessions/").await {
         let count = sessions
             .get("Members")

@@ -41,6 +41,45 @@ pub(super) async fn handle(
             };
             patch_system(server, &body).await
         }
+        (&Method::GET, ["1", "secureboot"]) => {
+            let (enable, current) = server
+                .read(|s| (s.secure_boot_enable, s.secure_boot_current))
+                .await;
+            json_reply(
+                StatusCode::OK,
+                &json!({"@odata.id": "/redfish/v1/Systems/1/SecureBoot/", "@odata.type": "#SecureBoot.v1_0_0.SecureBoot",
+                    "Id": "SecureBoot", "Name": "Secure Boot",
+                    "SecureBootEnable": enable,
+                    "SecureBootCurrentBoot": if current { "Enabled" } else { "Disabled" },
+                    "SecureBootMode": "UserMode"}),
+            )
+        }
+        (&Method::PATCH, ["1", "secureboot"]) => {
+            let body = match parse_json(req).await {
+                Ok(b) => b,
+                Err(r) => return r,
+            };
+            let Some(enable) = body.get("SecureBootEnable").and_then(Value::as_bool) else {
+                return no_content();
+            };
+            // Only in UEFI mode (docs/ilo-quirks.md §7); it applies at the next boot.
+            let legacy = server
+                .read(|s| s.boot_mode_pending == BootMode::Legacy)
+                .await;
+            if enable && legacy {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    &server
+                        .config
+                        .profile
+                        .identity
+                        .ilo_message("UnsupportedOperationInLegacyBootMode"),
+                    "Secure Boot needs UEFI boot mode.",
+                );
+            }
+            server.update(|s| s.secure_boot_enable = enable).await;
+            no_content()
+        }
         (&Method::POST, ["1", "actions", "computersystem.reset"]) => {
             let body = match parse_json(req).await {
                 Ok(b) => b,
@@ -118,6 +157,7 @@ fn system_json(server: &Server, s: &ServerState, post_state: &str) -> Value {
             "BootSourceOverrideEnabled@Redfish.AllowableValues": ["Disabled", "Once", "Continuous"],
         },
         "Bios": {"@odata.id": "/redfish/v1/Systems/1/Bios/"},
+        "SecureBoot": {"@odata.id": "/redfish/v1/Systems/1/SecureBoot/"},
         "Links": {"ManagedBy": [{"@odata.id": MANAGER}], "Chassis": [{"@odata.id": "/redfish/v1/Chassis/1/"}]},
         "Actions": {
             "#ComputerSystem.Reset": {
