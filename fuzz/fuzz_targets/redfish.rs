@@ -1,18 +1,25 @@
 //! Redfish bodies from an iLO: the JSON the client reads (`serde_json` into `Value`, as
 //! `redfish::client` does) and every accessor the conductor runs on a resource
-//! (`redfish::codec`), plus the error-body readers (`redfish::error`).
+//! (`redfish::codec`), plus the error-body readers (`redfish::error`) and the refusal rules
+//! (`redfish::refusals`), and the probe's `xmldata` reader (`detect`).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
+use vmdeploy_conductor::drivers::ilo::detect;
 use vmdeploy_conductor::drivers::ilo::redfish::codec::{self as c, PathStep};
 use vmdeploy_conductor::drivers::ilo::redfish::error::{error_message, message_ids};
+use vmdeploy_conductor::drivers::ilo::redfish::refusals::refusal_for;
 use vmdeploy_conductor::drivers::{BootDevice, Health, VmediaDevice};
 
 fuzz_target!(|data: &[u8]| {
-    // Error bodies are read whatever they hold.
+    // The unauthenticated xmldata document the protocol probe reads.
+    let detected = detect::parse_xmldata(data);
+    let _ = detect::choose(&detected);
+    // Error bodies are read whatever they hold, and matched against the refusal rules.
     let message = error_message(data);
-    let _ = message_ids(data);
+    let ids = message_ids(data);
+    let _ = refusal_for(&ids);
     assert!(
         message.len() <= data.len() + 256,
         "an error message larger than its body"

@@ -165,6 +165,24 @@ mod tests {
         assert_eq!(choose(&with(None, false)), Protocol::Ribcl);
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_document_reads_without_panic(body in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let d = parse_xmldata(&body);
+            proptest::prop_assert!(!d.redfish);
+            let _ = choose(&d);
+        }
+
+        #[test]
+        fn the_generation_is_the_number_after_ilo(generation in 1u32..100, noise in "[ -~]{0,40}") {
+            let pn = format!("Integrated Lights-Out {generation} (iLO {generation}){noise}");
+            let doc = format!("<RIMP><MP><PN>{pn}</PN><FWRI>2.72</FWRI></MP></RIMP>");
+            let d = parse_xmldata(doc.as_bytes());
+            // Whatever follows the number (even a stray "</PN>") cannot change it.
+            proptest::prop_assert_eq!(d.generation, Some(generation));
+        }
+    }
+
     #[test]
     fn any_bytes_give_an_answer() {
         for body in [
