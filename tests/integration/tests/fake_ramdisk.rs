@@ -122,15 +122,10 @@ async fn ten_agent_ilo_nodes_deploy_and_undeploy_through_fake_ramdisks() {
 
     let port = free_port();
     let _conductor = start_conductor(dir.path(), port, Some(&ilo_cert));
-    let api = Api {
-        http: reqwest::Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .expect("an HTTP client"),
-        url: format!("http://127.0.0.1:{port}"),
-        phase_limit: Duration::from_secs(from_env("FAKE_RAMDISK_PHASE_SECS", 45)),
-    };
+    let api = api_on(
+        port,
+        Duration::from_secs(from_env("FAKE_RAMDISK_PHASE_SECS", 45)),
+    );
 
     let nodes = api.enroll("fake", &ilos, &macs, &iso, json!({})).await;
 
@@ -205,6 +200,19 @@ async fn ten_agent_ilo_nodes_deploy_and_undeploy_through_fake_ramdisks() {
     );
     assert_eq!(harness.running(), 0, "every ramdisk ended: {stats:#}");
     harness.shutdown().await;
+}
+
+/// A client of the conductor's API on `port`, each provision phase within `phase_limit`.
+fn api_on(port: u16, phase_limit: Duration) -> Api {
+    Api {
+        http: reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("an HTTP client"),
+        url: format!("http://127.0.0.1:{port}"),
+        phase_limit,
+    }
 }
 
 /// `PUT …/states/power {"target": "power on"}` `times` times on `uuid`, each awaited (the
@@ -326,15 +334,7 @@ async fn agent_ilo_deploys_through_every_firmware_profile() {
 
     let port = free_port();
     let conductor = start_conductor(dir.path(), port, None);
-    let api = Api {
-        http: reqwest::Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .expect("an HTTP client"),
-        url: format!("http://127.0.0.1:{port}"),
-        phase_limit: Duration::from_secs(120),
-    };
+    let api = api_on(port, Duration::from_secs(120));
     let nodes = api.enroll("profile", &ilos, &macs, &iso, json!({})).await;
     for (uuid, cert) in nodes.iter().zip(&certs) {
         api.call(
@@ -441,15 +441,7 @@ async fn a_boot_mode_the_bios_refused_fails_the_deploy_with_its_message() {
     .expect("the harness starts");
     let port = free_port();
     let _conductor = start_conductor(dir.path(), port, Some(&ilo_cert));
-    let api = Api {
-        http: reqwest::Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .expect("an HTTP client"),
-        url: format!("http://127.0.0.1:{port}"),
-        phase_limit: Duration::from_secs(60),
-    };
+    let api = api_on(port, Duration::from_secs(60));
     let nodes = api
         .enroll(
             "refused",

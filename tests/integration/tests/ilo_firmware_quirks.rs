@@ -33,10 +33,14 @@ struct Lab {
 
 impl Lab {
     async fn start(profile: Profile) -> Lab {
-        let config = EmulatorConfig {
+        Lab::with_config(EmulatorConfig {
             server: ServerConfig::with_profile(profile),
             ..EmulatorConfig::loopback()
-        };
+        })
+        .await
+    }
+
+    async fn with_config(config: EmulatorConfig) -> Lab {
         let emulator = Emulator::start(config).await.expect("the emulator starts");
         let dir = tempfile::tempdir().expect("temp dir");
         let cert = dir.path().join("ilo.pem");
@@ -514,15 +518,7 @@ async fn a_boot_reads_its_medium_by_range_as_configured() {
         },
         ..EmulatorConfig::loopback()
     };
-    let emulator = Emulator::start(config).await.expect("the emulator starts");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let cert = dir.path().join("ilo.pem");
-    std::fs::write(&cert, emulator.cert_pem()).expect("writing the certificate");
-    let lab = Lab {
-        emulator,
-        _dir: dir,
-        cert,
-    };
+    let lab = Lab::with_config(config).await;
     let media = MediaServer::start(vec![("/boot.iso", vec![0x5a; 2 << 20])]);
     let client = lab.redfish();
     client
