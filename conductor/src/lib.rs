@@ -19,6 +19,8 @@ pub mod deploy;
 pub mod drivers;
 /// The local cache of instance images (raw, verified, LRU) the iscsi_ilo flow writes from.
 pub mod image_cache;
+/// `import`: nodes and ports of an OpenStack Ironic brought into vmdeploy (dry run, `--apply`).
+pub mod import;
 /// The iSCSI initiator (login, CHAP, write/read pipelines), with the `iscsi` CLI.
 pub mod initiator;
 /// Console logging set-up.

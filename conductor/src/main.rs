@@ -24,6 +24,9 @@ enum Command {
     Iscsi(vmdeploy_conductor::initiator::cli::IscsiArgs),
     /// Drive one iLO (RIBCL or Redfish): power, boot device, boot mode, virtual media, health.
     Ilo(vmdeploy_conductor::drivers::ilo::cli::IloArgs),
+    /// Bring nodes over from an OpenStack Ironic (its API or `baremetal node list --long -f
+    /// json`): a report by default, `--apply` to enroll them (they end `manageable`).
+    Import(vmdeploy_conductor::import::cli::ImportArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => vmdeploy_conductor::service::run(args),
         Command::Iscsi(args) => vmdeploy_conductor::initiator::cli::run(args),
         Command::Ilo(args) => vmdeploy_conductor::drivers::ilo::cli::run(args),
+        Command::Import(args) => vmdeploy_conductor::import::cli::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -24,6 +24,7 @@ pub mod freeze;
 pub mod front_door;
 pub mod http;
 pub mod ipa_standin;
+pub mod ironic_standalone;
 pub mod iscsi_standin;
 pub mod lock;
 pub mod loopdev;
