@@ -37,7 +37,11 @@ fn line(result: Result<(), String>) -> InterfaceValidation {
 async fn readiness(node: &crate::store::Node, core: &Arc<Core>) -> Result<(), String> {
     let settings =
         Bmc::settings(node, &core.deploy.config.ilo_defaults).map_err(|e| e.to_string())?;
-    let report = probe::probe(&settings.config, None).await;
+    let needs = probe::Needs {
+        virtual_media: crate::node::hardware_type::NodeInterfaces::shown(node).boot_method()
+            == crate::node::hardware_type::BootMethod::VirtualMedia,
+    };
+    let report = probe::probe_for(&settings.config, None, needs).await;
     match report.first_failure() {
         None => Ok(()),
         Some(check) => Err(format!(

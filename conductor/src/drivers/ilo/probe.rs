@@ -377,9 +377,30 @@ async fn redfish_checks(client: &RedfishClient, checks: &mut Vec<Check>) {
     }
 }
 
+/// What the node behind the iLO will use, which decides what must be there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Needs {
+    /// Scripted virtual media (every driver but `pxe_ilo`): the licence must be Advanced.
+    pub virtual_media: bool,
+}
+
+impl Default for Needs {
+    fn default() -> Self {
+        Needs {
+            virtual_media: true,
+        }
+    }
+}
+
 /// Runs every check against the iLO of `config` (its protocol is probed whatever `config`
 /// says); `media_url`: an image URL to HEAD from here.
 pub async fn probe(config: &IloConfig, media_url: Option<&str>) -> Report {
+    probe_for(config, media_url, Needs::default()).await
+}
+
+/// [`probe`] for a node that needs what `needs` says (a network-booted node needs no virtual
+/// media licence).
+pub async fn probe_for(config: &IloConfig, media_url: Option<&str>, needs: Needs) -> Report {
     let mut checks = Vec::new();
     let mut summary = None;
     let report = |checks, detected| Report {
@@ -469,6 +490,17 @@ pub async fn probe(config: &IloConfig, media_url: Option<&str>) -> Report {
                 .map(|l| l.licence_type.clone())
                 .collect::<Vec<_>>()
                 .join(", "),
+        )),
+        Ok(licences) if !needs.virtual_media => checks.push(Check::ok(
+            "licence",
+            format!(
+                "{} (no virtual media: the node boots from the network)",
+                licences
+                    .iter()
+                    .map(|l| l.licence_type.clone())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         )),
         Ok(licences) => checks.push(Check::fail(
             "licence",

@@ -85,6 +85,21 @@ async fn delete_maintenance_pass_deploy_info_validate_and_boot_device() {
         reason.contains("readiness check licence failed") && reason.contains("Advanced"),
         "{reason}"
     );
+    // A network-booted node on the same iLO needs no virtual media licence.
+    let netboot = h
+        .create_node(
+            "pxe_ilo",
+            ProvisionState::Available,
+            h.driver_info("password"),
+        )
+        .await;
+    let lines = h.manager.validate(&id(netboot)).await.expect("validate");
+    assert_eq!(
+        lines["management"].result,
+        Some(true),
+        "{:?}",
+        lines["management"]
+    );
     h.emulator
         .server(0)
         .expect("server 0")
