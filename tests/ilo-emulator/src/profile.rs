@@ -325,7 +325,8 @@ impl Profile {
                     firmware_date: "Aug 16 2017",
                     ilo_registry: "iLO.2.14",
                     base_registry: "Base.1.4",
-                    reset_types: RESET_7,
+                    // Every reset the emulator implements (PowerCycle and ForceOn too).
+                    reset_types: RESET_9,
                 },
                 quirks(&[]),
             ),
