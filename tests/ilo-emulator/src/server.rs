@@ -572,7 +572,15 @@ impl Server {
     }
 
     /// Redfish: creates a session token.
-    pub fn new_session(&self) -> String {
+    /// Opens a Redfish session: its token, or `None` when the table is full and the profile
+    /// refuses logins then ([`crate::profile::Quirk::SessionLimit`]).
+    pub fn new_session(&self) -> Option<String> {
+        let cap = self.config.profile.timings.session_cap;
+        if self.quirk(crate::profile::Quirk::SessionLimit)
+            && self.sessions.lock().map(|s| s.len()).unwrap_or(0) >= cap
+        {
+            return None;
+        }
         let n = self.requests.load(Ordering::Relaxed);
         let token = format!(
             "{:016x}{:016x}",
@@ -591,7 +599,15 @@ impl Server {
             }
             s.push(token.clone());
         }
-        token
+        Some(token)
+    }
+
+    /// The ids (first 16 characters of the token) of the sessions open now.
+    pub fn session_ids(&self) -> Vec<String> {
+        self.sessions
+            .lock()
+            .map(|s| s.iter().map(|t| t.chars().take(16).collect()).collect())
+            .unwrap_or_default()
     }
 
     /// Redfish sessions open now, and opened since the start: a client that leaks sessions
@@ -608,6 +624,19 @@ impl Server {
         self.sessions
             .lock()
             .map(|s| s.iter().any(|t| t == token))
+            .unwrap_or(false)
+    }
+
+    /// Redfish: ends the session whose id (see [`Server::session_ids`]) is `id`, matched without case
+    /// (the router lower-cases paths).
+    pub fn end_session_with_id(&self, id: &str) -> bool {
+        self.sessions
+            .lock()
+            .map(|mut s| {
+                let before = s.len();
+                s.retain(|t| !t.get(..16).is_some_and(|p| p.eq_ignore_ascii_case(id)));
+                s.len() != before
+            })
             .unwrap_or(false)
     }
 

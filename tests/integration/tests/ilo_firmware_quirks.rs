@@ -542,3 +542,212 @@ async fn a_boot_reads_its_medium_by_range_as_configured() {
     assert!(read.bytes >= 1 << 20, "{read:?}");
     assert!(read.millis >= 200, "{read:?}");
 }
+
+#[tokio::test]
+async fn a_full_session_table_is_met_with_basic_auth() {
+    // An iLO 5's identity, so that the probe speaks Redfish; only this quirk on.
+    let mut profile = Profile::lab().with(Quirk::SessionLimit, true);
+    profile.identity = Profile::named("ilo5-2.7x").expect("profile").identity;
+    let lab = Lab::start(profile).await;
+    let cap = Profile::lab().timings.session_cap;
+    // Another client logs in `cap` times and never logs out.
+    for n in 0..cap {
+        let (status, _, body) = lab
+            .call(
+                reqwest::Method::POST,
+                "/redfish/v1/SessionService/Sessions/",
+                Some(json!({"UserName": USER, "Password": PASSWORD})),
+            )
+            .await;
+        assert_eq!(status, 201, "login {n}: {body}");
+    }
+    let (status, _, body) = lab
+        .call(
+            reqwest::Method::POST,
+            "/redfish/v1/SessionService/Sessions/",
+            Some(json!({"UserName": USER, "Password": PASSWORD})),
+        )
+        .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        message_id(&body).ends_with(".SessionLimitExceeded"),
+        "{body}"
+    );
+    let (_, _, listed) = lab
+        .call(
+            reqwest::Method::GET,
+            "/redfish/v1/SessionService/Sessions/",
+            None,
+        )
+        .await;
+    assert_eq!(
+        listed["Members"].as_array().map(Vec::len),
+        Some(cap),
+        "{listed}"
+    );
+
+    // The driver is not told a bad password: it powers the host on with Basic auth and opens
+    // no session.
+    let client = lab.redfish();
+    client.set_power(PowerAction::On).await.expect("power on");
+    assert_eq!(client.power_state().await.expect("power"), PowerState::On);
+    client.logout().await;
+    let ilo = lab.emulator.server(0).expect("server 0");
+    assert_eq!(ilo.session_counts(), (cap, cap as u64));
+
+    // The readiness probe names the leak.
+    let report =
+        vmdeploy_conductor::drivers::ilo::probe::probe(&lab.config(Protocol::Auto), None).await;
+    let sessions = report
+        .checks
+        .iter()
+        .find(|c| c.check == "sessions")
+        .expect("a sessions check");
+    assert_eq!(
+        sessions.status,
+        vmdeploy_conductor::drivers::ilo::probe::Status::Warn,
+        "{}",
+        report.text()
+    );
+}
+
+#[tokio::test]
+async fn a_uefi_cd_entry_appears_only_once_the_medium_is_connected() {
+    use vmdeploy_conductor::bmc::Bmc;
+    use vmdeploy_conductor::node::driver_info::IloDefaults;
+    use vmdeploy_conductor::states::ProvisionState;
+    use vmdeploy_conductor::store::Node;
+
+    let lab = Lab::with_config(EmulatorConfig {
+        server: ServerConfig {
+            boot_mode: vmdeploy_ilo_emulator::BootMode::Uefi,
+            ..ServerConfig::with_profile(Profile::lab().with(Quirk::UefiCdEntryWhenConnected, true))
+        },
+        ..EmulatorConfig::loopback()
+    })
+    .await;
+    let media = media();
+    let ribcl = IloClient::connect(&lab.config(Protocol::Ribcl))
+        .await
+        .expect("connects");
+    assert_eq!(
+        ribcl.current_boot_mode().await.expect("mode"),
+        BootMode::Uefi
+    );
+    // Inserted but not connected: no CD entry in the UEFI order, and naming it is refused.
+    ribcl
+        .insert_vmedia(VmediaDevice::Cdrom, &media.url("/boot.iso"))
+        .await
+        .expect("inserted");
+    let order = ribcl.persistent_boot().await.expect("order");
+    assert!(!order.contains(&BootDevice::Cdrom), "{order:?}");
+    let err = ribcl
+        .set_persistent_boot(&BootDevice::Cdrom)
+        .await
+        .expect_err("no CD entry yet");
+    assert!(err.to_string().contains("no UEFI boot entry"), "{err}");
+    ribcl
+        .eject_vmedia(VmediaDevice::Cdrom)
+        .await
+        .expect("ejected");
+
+    // What a netboot instance's attach does, through the BMC layer: insert (and connect),
+    // then the CD as the persistent boot device.
+    let mut node = Node::new(uuid::Uuid::new_v4(), "ilo", ProvisionState::Manageable);
+    node.driver_info = json!({
+        "ilo_address": lab.emulator.addresses()[0].to_string(),
+        "ilo_username": USER, "ilo_password": PASSWORD,
+        "ilo_verify_ca": lab.cert, "ilo_protocol": "ribcl",
+    })
+    .as_object()
+    .expect("an object")
+    .clone();
+    let bmc = Bmc::connect(&mut node, &IloDefaults::default())
+        .await
+        .expect("connects");
+    bmc.insert(VmediaDevice::Cdrom, &media.url("/boot.iso"))
+        .await
+        .expect("inserted and connected");
+    bmc.boot_from_cd().await.expect("the CD boots persistently");
+    let order = ribcl.persistent_boot().await.expect("order");
+    assert_eq!(order.first(), Some(&BootDevice::Cdrom), "{order:?}");
+}
+
+#[tokio::test]
+async fn a_manager_without_power_state_is_not_required() {
+    // An iLO 6's identity (the probe then speaks Redfish); only this quirk on.
+    let mut profile = Profile::lab().with(Quirk::ManagerNoPowerState, true);
+    profile.identity = Profile::named("ilo6-1.6x").expect("profile").identity;
+    let lab = Lab::start(profile).await;
+    let (_, _, manager) = lab
+        .call(reqwest::Method::GET, "/redfish/v1/Managers/1/", None)
+        .await;
+    assert!(manager.get("FirmwareVersion").is_some(), "{manager}");
+    assert!(manager.get("PowerState").is_none(), "{manager}");
+    let plain = Lab::start(Profile::lab()).await;
+    let (_, _, manager) = plain
+        .call(reqwest::Method::GET, "/redfish/v1/Managers/1/", None)
+        .await;
+    assert_eq!(manager["PowerState"], "On", "{manager}");
+
+    let client = IloClient::connect(&lab.config(Protocol::Redfish))
+        .await
+        .expect("connects");
+    client.set_power(PowerAction::On).await.expect("power on");
+    assert_eq!(client.power_state().await.expect("power"), PowerState::On);
+    let report =
+        vmdeploy_conductor::drivers::ilo::probe::probe(&lab.config(Protocol::Auto), None).await;
+    assert!(!report.failed(), "{}", report.text());
+    assert!(
+        report.checks.iter().any(|c| c.check == "sessions"),
+        "the Redfish checks ran: {}",
+        report.text()
+    );
+}
+
+#[tokio::test]
+async fn a_body_without_its_content_type_is_415_and_the_driver_names_it() {
+    let lab = Lab::with_quirk(Quirk::ContentTypeRequired).await;
+    let response = lab
+        .raw()
+        .patch(format!("{}/redfish/v1/Systems/1/", lab.base()))
+        .basic_auth(USER, Some(PASSWORD))
+        .body(
+            r#"{"Boot": {"BootSourceOverrideTarget": "Cd", "BootSourceOverrideEnabled": "Once"}}"#,
+        )
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(response.status().as_u16(), 415);
+    // The same body said to be JSON is taken.
+    let (status, _, body) = lab
+        .call(
+            reqwest::Method::PATCH,
+            "/redfish/v1/Systems/1/",
+            Some(json!({"Boot": {"BootSourceOverrideTarget": "Cd", "BootSourceOverrideEnabled": "Once"}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+
+    // Every body the driver sends says what it is: a deploy's boot, media and power calls.
+    let media = media();
+    let client = lab.redfish();
+    client
+        .insert_vmedia(VmediaDevice::Cdrom, &media.url("/boot.iso"))
+        .await
+        .expect("inserted");
+    client
+        .set_vmedia_status(VmediaDevice::Cdrom, VmediaBootOption::BootOnce, None)
+        .await
+        .expect("boot once");
+    client
+        .set_one_time_boot(&BootDevice::Cdrom)
+        .await
+        .expect("one-time boot");
+    client
+        .eject_vmedia(VmediaDevice::Cdrom)
+        .await
+        .expect("ejected");
+    client.set_power(PowerAction::On).await.expect("power on");
+    client.logout().await;
+}

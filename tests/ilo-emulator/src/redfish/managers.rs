@@ -36,9 +36,7 @@ pub(super) async fn handle(
                 .split_once('.')
                 .unwrap_or((identity.firmware, "0"));
             let licence = server.read(|s| s.license).await;
-            json_reply(
-                StatusCode::OK,
-                &json!({"@odata.id": MANAGER, "@odata.type": "#Manager.v1_5_1.Manager", "Id": "1", "Name": "Manager",
+            let mut manager = json!({"@odata.id": MANAGER, "@odata.type": "#Manager.v1_5_1.Manager", "Id": "1", "Name": "Manager",
                     "ManagerType": "BMC", "FirmwareVersion": identity.firmware_version(), "Model": identity.generation.model(),
                     "VirtualMedia": {"@odata.id": "/redfish/v1/Managers/1/VirtualMedia/"},
                     "Links": {"ManagerForServers": [{"@odata.id": SYSTEM}]},
@@ -52,8 +50,12 @@ pub(super) async fn handle(
                         }},
                         "License": {"LicenseString": licence_name(licence), "LicenseType": "Perpetual",
                             "LicenseKey": "XXXXX-XXXXX-XXXXX-XXXXX-XXXXX"},
-                        "Links": {"LicenseService": {"@odata.id": "/redfish/v1/Managers/1/LicenseService/"}}}}}),
-            )
+                        "Links": {"LicenseService": {"@odata.id": "/redfish/v1/Managers/1/LicenseService/"}}}}});
+            if !server.quirk(Quirk::ManagerNoPowerState) {
+                // The iLO's own power, always on while it answers; iLO 6 1.70 leaves it out.
+                manager["PowerState"] = json!("On");
+            }
+            json_reply(StatusCode::OK, &manager)
         }
         (&Method::GET, ["1", "licenseservice"]) => json_reply(
             StatusCode::OK,

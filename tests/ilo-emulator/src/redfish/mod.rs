@@ -225,6 +225,26 @@ pub(super) fn unrouted(method: &Method, raw_path: &str) -> Reply {
     }
 }
 
+/// Whether the request carries a body (a length above zero, or chunks).
+fn has_body(req: &Request<Incoming>) -> bool {
+    let headers = req.headers();
+    headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .is_some_and(|n| n > 0)
+}
+
+/// Whether `Content-Type` says JSON (`application/json`, any parameters).
+fn json_content_type(req: &Request<Incoming>) -> bool {
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"))
+}
+
 /// Handles a `/redfish/...` request: the open service root, injected faults, session login,
 /// authentication, then the resource's handler.
 pub async fn handle(server: &Server, req: Request<Incoming>, fault: Option<&FaultSpec>) -> Reply {
@@ -274,6 +294,18 @@ pub async fn handle(server: &Server, req: Request<Incoming>, fault: Option<&Faul
             }
             _ => {}
         }
+    }
+    if server.quirk(Quirk::ContentTypeRequired) && has_body(&req) && !json_content_type(&req) {
+        // iLO 4 Gen9 refuses a body it is not told is JSON (docs/ilo-quirks.md §1).
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            &server
+                .config
+                .profile
+                .identity
+                .base_message("UnsupportedMediaType"),
+            "The request body must be sent with Content-Type: application/json.",
+        );
     }
     let login_fault = fault.is_some_and(|f| f.kind == FaultKind::LoginFail);
     // Session creation is the one call that authenticates by body.

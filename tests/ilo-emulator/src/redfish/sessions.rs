@@ -26,7 +26,20 @@ pub(super) async fn login(server: &Server, req: Request<Incoming>, login_fault: 
             "Login failed: invalid credentials.",
         );
     }
-    let token = server.new_session();
+    let Some(token) = server.new_session() else {
+        let cap = server.config.profile.timings.session_cap;
+        tracing::warn!(
+            server = server.index,
+            user,
+            cap,
+            "Redfish session login refused: the session table is full"
+        );
+        return error(
+            StatusCode::FORBIDDEN,
+            &server.config.profile.identity.base_message("SessionLimitExceeded"),
+            "The session establishment failed due to the number of simultaneous sessions exceeding the limit of the implementation.",
+        );
+    };
     let location = format!("/redfish/v1/SessionService/Sessions/{}/", &token[..16]);
     let mut r = json_reply(
         StatusCode::CREATED,
@@ -56,17 +69,30 @@ pub(super) fn handle(
             &json!({"@odata.id": "/redfish/v1/SessionService/", "Id": "SessionService", "Name": "Session Service",
                 "ServiceEnabled": true, "Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions/"}}),
         ),
-        (&Method::GET, ["sessions"]) => json_reply(
-            StatusCode::OK,
-            &collection("/redfish/v1/SessionService/Sessions/", "Session", &[]),
-        ),
-        (&Method::DELETE, ["sessions", _id]) => {
-            if let Some(token) = req
-                .headers()
-                .get("X-Auth-Token")
-                .and_then(|v| v.to_str().ok())
-            {
-                server.end_session(token);
+        (&Method::GET, ["sessions"]) => {
+            let members: Vec<String> = server
+                .session_ids()
+                .iter()
+                .map(|id| format!("/redfish/v1/SessionService/Sessions/{id}/"))
+                .collect();
+            let members: Vec<&str> = members.iter().map(String::as_str).collect();
+            json_reply(
+                StatusCode::OK,
+                &collection("/redfish/v1/SessionService/Sessions/", "Session", &members),
+            )
+        }
+        (&Method::DELETE, ["sessions", id]) => {
+            // The session named in the URI: the caller's own, or one another client left
+            // open (an operator clearing leaked sessions).
+            let ended = server.end_session_with_id(id);
+            if !ended {
+                if let Some(token) = req
+                    .headers()
+                    .get("X-Auth-Token")
+                    .and_then(|v| v.to_str().ok())
+                {
+                    server.end_session(token);
+                }
             }
             no_content()
         }

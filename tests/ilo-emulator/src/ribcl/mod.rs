@@ -16,6 +16,7 @@ pub mod health;
 pub mod reply;
 
 use crate::fault::{FaultKind, FaultSpec};
+use crate::profile::Quirk;
 use crate::server::{OpError, PowerChange, Server};
 use crate::state::{BootDevice, BootMode, OneTimeBoot, Power, StateError, VmBootAction, VmDevice};
 use crate::xml::{self, escape, Element};
@@ -174,9 +175,25 @@ fn vm_status_payload(device: VmDevice, s: &crate::state::ServerState) -> String 
     )
 }
 
-fn persistent_boot_payload(s: &crate::state::ServerState) -> String {
+/// Whether the virtual CD has a connected image, so that its UEFI boot entry exists.
+fn cd_listed(s: &crate::state::ServerState) -> bool {
+    let cd = s.vm(VmDevice::Cdrom);
+    cd.inserted() && cd.connected
+}
+
+/// GET_PERSISTENT_BOOT's order; with `cd_when_connected`
+/// ([`Quirk::UefiCdEntryWhenConnected`]) a UEFI order leaves out the virtual CD while it has
+/// no image connected.
+fn persistent_boot_payload(s: &crate::state::ServerState, cd_when_connected: bool) -> String {
     let mut p = String::from("<PERSISTENT_BOOT>\n");
     for d in &s.persistent_boot {
+        if cd_when_connected
+            && s.boot_mode_current == BootMode::Uefi
+            && *d == BootDevice::Cdrom
+            && !cd_listed(s)
+        {
+            continue;
+        }
         match s.boot_mode_current {
             BootMode::Legacy => p.push_str(&format!("    <DEVICE value=\"{}\"/>\n", d.ribcl())),
             BootMode::Uefi => {
@@ -277,7 +294,14 @@ async fn run_command(server: &Server, cmd: &Element) -> CmdResult {
             server.set_one_time_boot(target).await;
             ok()
         }
-        "GET_PERSISTENT_BOOT" => Ok(Outcome::Data(server.read(persistent_boot_payload).await)),
+        "GET_PERSISTENT_BOOT" => {
+            let cd_when_connected = server.quirk(Quirk::UefiCdEntryWhenConnected);
+            Ok(Outcome::Data(
+                server
+                    .read(|s| persistent_boot_payload(s, cd_when_connected))
+                    .await,
+            ))
+        }
         "SET_PERSISTENT_BOOT" => {
             let mut devices = Vec::new();
             for d in cmd.children.iter().filter(|c| c.name == "DEVICE") {
@@ -288,6 +312,22 @@ async fn run_command(server: &Server, cmd: &Element) -> CmdResult {
                         RibclStatus::new(status::SEVERE, format!("Invalid boot device: {v}."))
                     })?;
                 devices.push(dev);
+            }
+            if server.quirk(Quirk::UefiCdEntryWhenConnected) {
+                let (uefi, cd_listed) = server
+                    .read(|s| (s.boot_mode_current == BootMode::Uefi, cd_listed(s)))
+                    .await;
+                if uefi && !cd_listed && devices.contains(&BootDevice::Cdrom) {
+                    // The entry is not in the UEFI order while no image is connected
+                    // (docs/ilo-quirks.md §3) [guess: the status of the refusal].
+                    return Err(RibclStatus::new(
+                        status::SEVERE,
+                        format!(
+                            "Invalid boot device: {}.",
+                            BootDevice::Cdrom.uefi_options()[0].0
+                        ),
+                    ));
+                }
             }
             server.set_persistent_boot(&devices).await;
             ok()

@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 
 use super::codec::{join, link, link_at, members, vmedia_kind, PathStep};
 use super::error::status_error;
-use super::refusals::SETTLING;
+use super::refusals::{refusal_for, Answer, SETTLING};
 use super::sessions::{session_url, Opened, RedfishSessions, SessionToken};
 use crate::drivers::ilo::http::{
     build_client, map_reqwest_error, read_body, with_retries_if, RetryPolicy,
@@ -406,15 +406,25 @@ impl RedfishClient {
                     uri,
                 })
             }
-            401 | 403 => {
+            400..=499 | 501 => {
                 let bytes = read_body(&url, self.timeout, response)
                     .await
                     .unwrap_or_default();
-                Err(DriverError::LoginFailed {
-                    message: super::error::error_message(&bytes),
-                })
-            }
-            400..=499 | 501 => {
+                let ids = super::error::message_ids(&bytes);
+                if let Some((rule, id)) = refusal_for(&ids) {
+                    if rule.answer == Answer::UseBasicAuth {
+                        // Whatever the status (401/403 included): this is not a bad password.
+                        tracing::warn!(base = %self.base, %status, message_id = id,
+                            "the iLO's session table is full (sessions leaked by another client?): \
+                             using Basic auth, whose sessions the iLO closes itself");
+                        return Ok(Auth::Basic);
+                    }
+                }
+                if matches!(status.as_u16(), 401 | 403) {
+                    return Err(DriverError::LoginFailed {
+                        message: super::error::error_message(&bytes),
+                    });
+                }
                 tracing::debug!(base = %self.base, %status, "Redfish session refused: using Basic auth");
                 Ok(Auth::Basic)
             }
@@ -829,8 +839,9 @@ mod tests {
     }
 
     /// A BMC with a session table like an iLO's: logins with any of `passwords` make a session
-    /// (refused with 403 when `cap` sessions are open, as a full iLO refuses), DELETE ends one,
-    /// and resources answer only to a live token.
+    /// (refused with 403 and `SessionLimitExceeded` when `cap` sessions are open), DELETE ends
+    /// one, and resources answer to a live token or to Basic auth with the first password
+    /// (whose per-request session the iLO closes itself).
     #[derive(Clone, Default)]
     struct SessionTable {
         state: std::sync::Arc<std::sync::Mutex<Sessions>>,
@@ -846,6 +857,8 @@ mod tests {
         most: usize,
         logins: usize,
         logouts: usize,
+        /// Requests authenticated by Basic.
+        basic: usize,
     }
 
     impl SessionTable {
@@ -875,9 +888,19 @@ mod tests {
         fn reply(&self, req: &Request) -> Reply {
             let mut s = self.lock();
             let token = req.header("x-auth-token").map(str::to_string);
-            let live = token
-                .as_deref()
-                .is_some_and(|t| s.live.iter().any(|(l, _)| l == t));
+            let basic = s.passwords.first().is_some_and(|p| {
+                use base64::Engine as _;
+                let expected =
+                    base64::engine::general_purpose::STANDARD.encode(format!("admin:{p}"));
+                req.header("authorization") == Some(format!("Basic {expected}").as_str())
+            });
+            if basic {
+                s.basic += 1;
+            }
+            let live = basic
+                || token
+                    .as_deref()
+                    .is_some_and(|t| s.live.iter().any(|(l, _)| l == t));
             match (req.method.as_str(), req.path.as_str()) {
                 ("GET", "/redfish/v1/") => json_reply(
                     200,
@@ -1154,23 +1177,38 @@ mod tests {
                 .unwrap_or_else(|e| panic!("task {task}: {e}"));
         }
         assert_eq!(table.lock().most, 1);
+        assert_eq!(table.lock().basic, 0);
         assert_eq!(sessions.logins(), 1);
 
+        // Each task with its own session, never closed (as before the cache): the table fills
+        // at the third; SessionLimitExceeded (a 403) is not a bad password, so the rest go on
+        // with Basic auth.
         let uncached = SessionTable::new(&["secret"], 3);
         let server = uncached.start().await;
-        let mut failed = None;
         for task in 0..20 {
-            if let Err(e) = RedfishClient::new(&config(&server))
+            RedfishClient::new(&config(&server))
                 .expect("client")
                 .power_state()
                 .await
-            {
-                failed = Some((task, e));
-                break;
-            }
+                .unwrap_or_else(|e| panic!("uncached task {task}: {e}"));
         }
-        let (task, err) = failed.expect("without the cache the sessions run out");
-        assert_eq!(task, 3);
+        let s = uncached.lock();
+        assert_eq!((s.most, s.logins), (3, 3));
+        assert!(s.basic >= 17, "{} Basic requests", s.basic);
+    }
+
+    /// A wrong password is still a login failure, not a full table.
+    #[tokio::test]
+    async fn a_full_session_table_is_not_taken_for_a_bad_password() {
+        let table = SessionTable::new(&["secret"], 0);
+        let server = table.start().await;
+        let mut cfg = config(&server);
+        cfg.password = Secret::new("wrong");
+        let err = RedfishClient::new(&cfg)
+            .expect("client")
+            .power_state()
+            .await
+            .expect_err("wrong password");
         assert!(matches!(err, DriverError::LoginFailed { .. }), "{err}");
     }
 

@@ -71,7 +71,7 @@ pub fn status_error(method: &str, path: &str, status: u16, body: &[u8]) -> Drive
                 operation: format!("{method} {path}"),
                 message,
             },
-            Answer::WaitAndRetry => DriverError::Busy {
+            Answer::WaitAndRetry | Answer::UseBasicAuth => DriverError::Busy {
                 message: format!("{method} {path}: {message}"),
             },
         };

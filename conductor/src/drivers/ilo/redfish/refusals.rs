@@ -25,6 +25,11 @@ pub enum Answer {
     /// The licence lacks the feature: [`crate::drivers::DriverError::NotLicensed`], whatever
     /// the HTTP status (iLO answers 400).
     NotLicensed,
+    /// The iLO's session table is full (sessions leaked by other clients, kept until they
+    /// idle out): authenticate each request with Basic instead, whose sessions the iLO closes
+    /// itself. Elsewhere than at login it surfaces as
+    /// [`crate::drivers::DriverError::Busy`].
+    UseBasicAuth,
 }
 
 /// One rule.
@@ -59,6 +64,11 @@ pub const REFUSALS: &[Refusal] = &[
         message: "LicenseKeyRequired",
         answer: Answer::NotLicensed,
         when: "scripted virtual media on an iLO Standard licence",
+    },
+    Refusal {
+        message: "SessionLimitExceeded",
+        answer: Answer::UseBasicAuth,
+        when: "a session login while the iLO's session table is full",
     },
 ];
 
@@ -108,6 +118,8 @@ mod tests {
         let ids = ["Base.1.18.Success", "iLO.2.25.LicenseKeyRequired"];
         let (rule, _) = refusal_for(&ids).expect("licence");
         assert_eq!(rule.answer, Answer::NotLicensed);
+        let (rule, _) = refusal_for(&["Base.1.17.SessionLimitExceeded"]).expect("sessions");
+        assert_eq!(rule.answer, Answer::UseBasicAuth);
         assert!(refusal_for(&["Base.1.4.PropertyValueNotInList"]).is_none());
         assert!(refusal_for::<&str>(&[]).is_none());
         // A longer name that merely ends the same way is not the rule.
