@@ -29,6 +29,8 @@ def main():
     p.add_argument("--cacert", required=True)
     # The firmware the emulator's profile reports (`lab`: 2.55; `ilo4-gen8-ribcl`: 2.10).
     p.add_argument("--firmware", default="2.55")
+    # The profile's quirk: a UEFI order lists the virtual CD only while media is connected.
+    p.add_argument("--uefi-cd-entry-when-connected", action="store_true")
     args = p.parse_args()
     iso = args.image_base + "deploy.iso"
     floppy = args.image_base + "params.img"
@@ -100,8 +102,21 @@ def main():
     assert state(args)["persistent_boot"][0] == "NETWORK"
     ilo.update_persistent_boot(["HDD"])
     assert ilo.get_persistent_boot_device() == "HDD"
+    if args.uefi_cd_entry_when_connected:
+        # proliantutils meets the real iLO 4's missing entry (its sample
+        # GET_PERSISTENT_BOOT_DEVICE_CDROM_MISSING_UEFI_XML) and refuses; with the CD
+        # inserted and connected, as Ironic's attach does, the entry is there.
+        try:
+            ilo.update_persistent_boot(["CDROM"])
+            raise AssertionError("the CD entry is listed without media")
+        except exception.IloInvalidInputError as e:
+            assert "CDROM" in str(e), e
+        ilo.insert_virtual_media(iso, device="CDROM")
+        ilo.set_vm_status(device="CDROM", boot_option="CONNECT", write_protect="YES")
     ilo.update_persistent_boot(["CDROM"])
     assert ilo.get_persistent_boot_device() == "CDROM"
+    if args.uefi_cd_entry_when_connected:
+        ilo.eject_virtual_media(device="CDROM")
     ilo.set_pending_boot_mode("LEGACY")
     ilo.set_host_power("OFF")
     ilo.set_host_power("ON")

@@ -32,7 +32,7 @@ fn proliantutils_drives_the_gen8_profile_over_ribcl() {
         &emulator,
         0,
         &images,
-        &["--firmware", "2.10"],
+        &["--firmware", "2.10", "--uefi-cd-entry-when-connected"],
     );
 }
 
