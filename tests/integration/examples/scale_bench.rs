@@ -63,7 +63,6 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -81,8 +80,9 @@ use vmdeploy_integration_tests::fake_ramdisk::{
     mac_plus, servers_from_emulator_output, Config, Harness, ServerSpec, TlsMode,
 };
 use vmdeploy_integration_tests::front_door::FrontDoor;
+use vmdeploy_integration_tests::ironic_standalone::{self, Ironic};
 use vmdeploy_integration_tests::rss::RssSampler;
-use vmdeploy_integration_tests::{bin, free_port, tcp_listening, venv_bin};
+use vmdeploy_integration_tests::{bin, free_port, tcp_listening};
 
 const ILO_USER: &str = "Administrator";
 const ILO_PASSWORD: &str = "scale-bench-pass";
@@ -1408,116 +1408,6 @@ async fn deploy_phase(
 // ---------------------------------------------------------------------------------------------
 // Ironic
 
-fn ironic_conf(dir: &Path, port: u16) -> String {
-    format!(
-        "[DEFAULT]
-auth_strategy = noauth
-rpc_transport = none
-host = scale-bench
-use_stderr = true
-enabled_hardware_types = fake-hardware
-enabled_boot_interfaces = fake
-enabled_deploy_interfaces = fake
-enabled_power_interfaces = fake
-enabled_management_interfaces = fake
-enabled_inspect_interfaces = no-inspect
-enabled_network_interfaces = noop
-default_network_interface = noop
-enabled_raid_interfaces = no-raid
-enabled_bios_interfaces = no-bios
-enabled_vendor_interfaces = no-vendor
-enabled_firmware_interfaces = no-firmware
-enabled_console_interfaces = no-console
-enabled_rescue_interfaces = no-rescue
-
-[api]
-host_ip = 127.0.0.1
-port = {port}
-
-[database]
-connection = sqlite:///{db}
-
-[oslo_concurrency]
-lock_path = {locks}
-
-[dhcp]
-dhcp_provider = none
-
-[conductor]
-automated_clean = false
-",
-        db = dir.join("ironic.sqlite").display(),
-        locks = dir.join("locks").display(),
-    )
-}
-
-struct Ironic {
-    child: ChildGuard,
-    log: PathBuf,
-    url: String,
-}
-
-fn start_ironic(dir: &Path) -> anyhow::Result<Ironic> {
-    std::fs::create_dir_all(dir.join("locks"))?;
-    let port = free_port();
-    let conf = dir.join("ironic.conf");
-    std::fs::write(&conf, ironic_conf(dir, port))?;
-    let path = format!(
-        "{}:{}",
-        venv_bin("python3")
-            .parent()
-            .context("the venv's bin")?
-            .display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let out = Command::new(venv_bin("ironic-dbsync"))
-        .arg("--config-file")
-        .arg(&conf)
-        .arg("create_schema")
-        .env("PATH", &path)
-        .output()
-        .context("running ironic-dbsync")?;
-    if !out.status.success() {
-        bail!(
-            "ironic-dbsync create_schema: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let log = dir.join("ironic.log");
-    let child = Command::new(venv_bin("ironic"))
-        .arg("--config-file")
-        .arg(&conf)
-        .env("PATH", &path)
-        .env_remove("http_proxy")
-        .env_remove("https_proxy")
-        .env_remove("HTTP_PROXY")
-        .env_remove("HTTPS_PROXY")
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log)?)
-        .spawn()
-        .context("starting ironic")?;
-    let mut child = ChildGuard::new(child)
-        .killing_group()
-        .with_log("ironic", &log);
-    let deadline = Instant::now() + Duration::from_secs(180);
-    while !tcp_listening(port) {
-        if let Ok(Some(status)) = child.try_wait() {
-            bail!("ironic exited ({status}): {}", tail(&log, 30));
-        }
-        if Instant::now() > deadline {
-            bail!("ironic did not listen within 180 s: {}", tail(&log, 30));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    Ok(Ironic {
-        child,
-        log,
-        url: format!("http://127.0.0.1:{port}"),
-    })
-}
-
 async fn run_ironic(
     n: usize,
     o: &Options,
@@ -1526,7 +1416,7 @@ async fn run_ironic(
     budget: Duration,
 ) -> anyhow::Result<Figures> {
     std::fs::create_dir_all(dir)?;
-    let ironic = start_ironic(dir)?;
+    let ironic = Ironic::try_start(dir, &ironic_standalone::FAKE, None)?;
     let pgid = ironic.child.id();
     let api = Api::new(ironic.url.clone());
     // The conductor side registers a moment after the API listens.

@@ -32,6 +32,41 @@ pub fn from_env<T: std::str::FromStr>(name: &str, default: T) -> T {
     }
 }
 
+/// Starts `vmdeploy-conductor serve` with `config` (a `conductor.toml` whose API listens on
+/// `127.0.0.1:port`), its state and log in `dir`; returns once the API listens.
+pub fn start_conductor(dir: &Path, port: u16, config: &str) -> ChildGuard {
+    let config_path = dir.join("conductor.toml");
+    std::fs::write(&config_path, config).expect("writing conductor.toml");
+    let state = dir.join("conductor");
+    std::fs::create_dir_all(&state).expect("state dir");
+    let log = dir.join("conductor.log");
+    let child = Command::new(bin("vmdeploy-conductor"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&config_path)
+        .arg("--state-dir")
+        .arg(&state)
+        .env_remove("RUST_LOG")
+        .env_remove("STATE_DIRECTORY")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("conductor log"))
+        .spawn()
+        .expect("starting vmdeploy-conductor serve");
+    let mut child = ChildGuard::new(child).with_log("vmdeploy-conductor", &log);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !crate::tcp_listening(port) {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("vmdeploy-conductor serve exited ({status}) before listening");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "vmdeploy-conductor serve did not listen within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child
+}
+
 /// Starts the in-memory emulator with `servers` servers; returns its guard and the servers'
 /// addresses once it printed `ready`.
 pub fn start_emulator(dir: &Path, servers: usize) -> (ChildGuard, Vec<SocketAddr>) {

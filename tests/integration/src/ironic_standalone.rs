@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use anyhow::{bail, Context as _};
 use serde_json::Value;
 
 use crate::child::ChildGuard;
@@ -133,66 +134,48 @@ impl Ironic {
 
     /// [`Ironic::start`] with list pages of at most `max_limit` records, when given.
     pub fn start_paged(dir: &Path, drivers: &Drivers<'_>, max_limit: Option<usize>) -> Ironic {
-        std::fs::create_dir_all(dir.join("locks")).expect("Ironic's lock directory");
+        Ironic::try_start(dir, drivers, max_limit).unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    /// [`Ironic::start_paged`] that returns what went wrong instead of failing the test (the
+    /// benches report it and go on).
+    pub fn try_start(
+        dir: &Path,
+        drivers: &Drivers<'_>,
+        max_limit: Option<usize>,
+    ) -> anyhow::Result<Ironic> {
+        std::fs::create_dir_all(dir.join("locks")).context("Ironic's lock directory")?;
         let port = free_port();
         let conf = dir.join("ironic.conf");
         std::fs::write(&conf, ironic_conf(dir, port, drivers, max_limit))
-            .expect("writing ironic.conf");
-        let path = format!(
-            "{}:{}",
-            venv_bin("python3")
-                .parent()
-                .expect("the venv's bin directory")
-                .display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
-        let out = Command::new(venv_bin("ironic-dbsync"))
-            .arg("--config-file")
-            .arg(&conf)
-            .arg("create_schema")
-            .env("PATH", &path)
-            .output()
-            .expect("running ironic-dbsync (fix: run scripts/setup)");
-        assert!(
-            out.status.success(),
-            "ironic-dbsync create_schema failed (fix: run scripts/setup): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+            .context("writing ironic.conf")?;
+        let path = ironic_path(&[]);
+        create_schema(&conf, &path)?;
         let log = dir.join("ironic.log");
-        let child = Command::new(venv_bin("ironic"))
-            .arg("--config-file")
-            .arg(&conf)
-            .env("PATH", &path)
-            .env_remove("http_proxy")
-            .env_remove("https_proxy")
-            .env_remove("HTTP_PROXY")
-            .env_remove("HTTPS_PROXY")
-            // Its own process group: the guard stops its workers with it.
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("Ironic's log"))
+        let child = ironic_command(&conf, &path, &log)?
             .spawn()
-            .expect("starting ironic (fix: run scripts/setup)");
+            .context("starting ironic (fix: run scripts/setup)")?;
         let mut child = ChildGuard::new(child)
             .killing_group()
             .with_log("ironic", &log);
         let deadline = Instant::now() + Duration::from_secs(180);
         while !tcp_listening(port) {
             if let Ok(Some(status)) = child.try_wait() {
-                panic!("ironic exited ({status}) before listening; its log is printed below");
+                bail!(
+                    "ironic exited ({status}) before listening: {}",
+                    log_tail(&log, 30)
+                );
             }
-            assert!(
-                Instant::now() < deadline,
-                "ironic did not listen within 180 s"
-            );
+            if Instant::now() > deadline {
+                bail!("ironic did not listen within 180 s: {}", log_tail(&log, 30));
+            }
             std::thread::sleep(Duration::from_millis(200));
         }
-        Ironic {
+        Ok(Ironic {
             child,
             url: format!("http://127.0.0.1:{port}"),
             log,
-        }
+        })
     }
 
     /// Waits until `GET /v1/drivers` lists every driver of `names` (the conductor side has
@@ -234,4 +217,64 @@ impl Ironic {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
+}
+
+/// `PATH` for Ironic's processes: `first`, then the venv's `bin` (Ironic runs its own tools by
+/// name), then the caller's.
+pub fn ironic_path(first: &[&Path]) -> String {
+    let venv = venv_bin("python3");
+    let mut parts: Vec<String> = first.iter().map(|p| p.display().to_string()).collect();
+    if let Some(bin) = venv.parent() {
+        parts.push(bin.display().to_string());
+    }
+    parts.push(std::env::var("PATH").unwrap_or_default());
+    parts.join(":")
+}
+
+/// `ironic-dbsync create_schema` for the configuration `conf`.
+pub fn create_schema(conf: &Path, path: &str) -> anyhow::Result<()> {
+    let out = Command::new(venv_bin("ironic-dbsync"))
+        .arg("--config-file")
+        .arg(conf)
+        .arg("create_schema")
+        .env("PATH", path)
+        .output()
+        .context("running ironic-dbsync (fix: run scripts/setup)")?;
+    if !out.status.success() {
+        bail!(
+            "ironic-dbsync create_schema failed (fix: run scripts/setup): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// The all-in-one `ironic` process for `conf`: no proxy from the environment (a caller sets
+/// its own after this), its own process group (a guard that kills the group stops its workers
+/// too), stderr to `log`.
+pub fn ironic_command(conf: &Path, path: &str, log: &Path) -> anyhow::Result<Command> {
+    let mut command = Command::new(venv_bin("ironic"));
+    command
+        .arg("--config-file")
+        .arg(conf)
+        .env("PATH", path)
+        .env_remove("http_proxy")
+        .env_remove("https_proxy")
+        .env_remove("HTTP_PROXY")
+        .env_remove("HTTPS_PROXY")
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(
+            std::fs::File::create(log)
+                .with_context(|| format!("creating Ironic's log {}", log.display()))?,
+        );
+    Ok(command)
+}
+
+/// The last `lines` lines of a log, for an error message.
+fn log_tail(log: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }

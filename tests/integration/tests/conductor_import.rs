@@ -27,7 +27,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use reqwest::Method;
@@ -39,7 +39,7 @@ use vmdeploy_integration_tests::fleet::{
     start_emulator, start_emulator_with, Api, ILO_PASSWORD, ILO_USER,
 };
 use vmdeploy_integration_tests::ironic_standalone::{Ironic, REDFISH_AND_FAKE};
-use vmdeploy_integration_tests::{bin, free_port, tcp_listening, workspace_root};
+use vmdeploy_integration_tests::{bin, free_port, workspace_root};
 
 /// What vmdeploy must hold for one fixture node after `--apply`.
 struct Enrolled<'a> {
@@ -77,42 +77,14 @@ struct Serve {
 impl Serve {
     fn start(dir: &Path) -> Serve {
         let port = free_port();
-        let config = dir.join("conductor.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[api]\nlisten = [\"127.0.0.1:{port}\"]\n# Lists of several pages: the import \
-                 follows `next` links.\nmax_limit = 2\n\n[log]\nlevel = \"info\"\n"
+        // Lists of several pages: the import follows `next` links.
+        let child = vmdeploy_integration_tests::fleet::start_conductor(
+            dir,
+            port,
+            &format!(
+                "[api]\nlisten = [\"127.0.0.1:{port}\"]\nmax_limit = 2\n\n[log]\nlevel = \"info\"\n"
             ),
-        )
-        .expect("writing conductor.toml");
-        let state = dir.join("conductor");
-        std::fs::create_dir_all(&state).expect("state dir");
-        let log = dir.join("conductor.log");
-        let child = Command::new(bin("vmdeploy-conductor"))
-            .arg("serve")
-            .arg("--config")
-            .arg(&config)
-            .arg("--state-dir")
-            .arg(&state)
-            .env_remove("RUST_LOG")
-            .env_remove("STATE_DIRECTORY")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("conductor log"))
-            .spawn()
-            .expect("starting vmdeploy-conductor serve");
-        let mut child = ChildGuard::new(child).with_log("vmdeploy-conductor", &log);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !tcp_listening(port) {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("vmdeploy-conductor serve exited ({status}) before listening");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "vmdeploy-conductor serve did not listen within 60 s"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        );
         Serve {
             _child: child,
             url: format!("http://127.0.0.1:{port}"),

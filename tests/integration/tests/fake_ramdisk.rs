@@ -25,7 +25,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -37,7 +37,7 @@ use vmdeploy_integration_tests::fake_ramdisk::{mac_plus, Config, Harness, TlsMod
 use vmdeploy_integration_tests::fleet::{
     from_env, harness_config, start_emulator, start_emulator_with, Api, VERSION,
 };
-use vmdeploy_integration_tests::{bin, free_port};
+use vmdeploy_integration_tests::free_port;
 
 /// Node i's port MAC is this + i.
 const MAC_BASE: &str = "52:54:00:fa:00:00";
@@ -55,36 +55,7 @@ fn start_conductor(dir: &Path, port: u16, ilo_cert: Option<&Path>) -> ChildGuard
          agent_power_off_wait = 1\nautomated_clean = true\ndeploy_callback_timeout = 120\n\n\
          {ilo}[log]\nlevel = \"info\"\n"
     );
-    let config_path = dir.join("conductor.toml");
-    std::fs::write(&config_path, config).expect("writing conductor.toml");
-    let state = dir.join("conductor");
-    std::fs::create_dir_all(&state).expect("state dir");
-    let log = dir.join("conductor.log");
-    let child = Command::new(bin("vmdeploy-conductor"))
-        .arg("serve")
-        .arg("--config")
-        .arg(&config_path)
-        .arg("--state-dir")
-        .arg(&state)
-        .env_remove("RUST_LOG")
-        .env_remove("STATE_DIRECTORY")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("conductor log"))
-        .spawn()
-        .expect("starting vmdeploy-conductor serve");
-    let mut child = ChildGuard::new(child).with_log("vmdeploy-conductor", &log);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !vmdeploy_integration_tests::tcp_listening(port) {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("vmdeploy-conductor serve exited ({status}) before listening");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "vmdeploy-conductor serve did not listen within 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    child
+    vmdeploy_integration_tests::fleet::start_conductor(dir, port, &config)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

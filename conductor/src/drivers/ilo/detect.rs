@@ -18,7 +18,7 @@
 //! A model string does not decide: proliantutils routes "Gen10" to Redfish and everything else
 //! to RIBCL, so a Gen11 (iLO 6, RIBCL off) was driven over RIBCL and failed.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
@@ -39,6 +39,18 @@ pub struct Detected {
     pub redfish: bool,
     /// The service root's `RedfishVersion`, when it answered.
     pub redfish_version: Option<String>,
+    /// The BMC's `Date` header and the conductor's clock when it arrived (the probe's clock
+    /// check; temp URLs depend on agreeing clocks).
+    pub clock: Option<ClockReading>,
+}
+
+/// A BMC's clock read from an HTTP `Date` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockReading {
+    /// What the BMC said.
+    pub bmc: SystemTime,
+    /// The conductor's clock when the answer arrived.
+    pub local: SystemTime,
 }
 
 /// The protocol for what was detected (see the module's Design).
@@ -84,22 +96,39 @@ pub fn parse_xmldata(body: &[u8]) -> Detected {
     }
 }
 
-/// One unauthenticated GET: the body of a 2xx answer, `None` for any other status, the error
-/// when nothing answered.
+/// What one unauthenticated GET brought: the body of a 2xx answer (`None` for any other
+/// status) and the clock reading of its `Date` header.
+struct Fetched {
+    body: Option<bytes::Bytes>,
+    clock: Option<ClockReading>,
+}
+
+/// One unauthenticated GET; the error when nothing answered.
 async fn fetch(
     http: &reqwest::Client,
     url: &str,
     timeout: Duration,
-) -> Result<Option<bytes::Bytes>, DriverError> {
+) -> Result<Fetched, DriverError> {
     let response = http
         .get(url)
         .send()
         .await
         .map_err(|e| map_reqwest_error(url, timeout, &e))?;
+    let local = SystemTime::now();
+    let clock = response
+        .headers()
+        .get(reqwest::header::DATE)
+        .and_then(|d| d.to_str().ok())
+        .and_then(|d| httpdate::parse_http_date(d).ok())
+        .map(|bmc| ClockReading { bmc, local });
     if !response.status().is_success() {
-        return Ok(None);
+        return Ok(Fetched { body: None, clock });
     }
-    read_body(url, timeout, response).await.map(Some)
+    let body = read_body(url, timeout, response).await?;
+    Ok(Fetched {
+        body: Some(body),
+        clock,
+    })
 }
 
 /// Asks the BMC of `config` what it is.
@@ -115,9 +144,16 @@ pub async fn detect(config: &IloConfig) -> Result<Detected, DriverError> {
     // Nothing answered at all: the BMC is unreachable or its certificate is refused; say so.
     let (xmldata, root) = match (xmldata, root) {
         (Err(e), Err(_)) => return Err(e),
-        (x, r) => (x.ok().flatten(), r.ok().flatten()),
+        (x, r) => (x.ok(), r.ok()),
     };
+    let clock = xmldata
+        .as_ref()
+        .and_then(|x| x.clock)
+        .or_else(|| root.as_ref().and_then(|r| r.clock));
+    let xmldata = xmldata.and_then(|x| x.body);
+    let root = root.and_then(|r| r.body);
     let mut detected = xmldata.as_deref().map(parse_xmldata).unwrap_or_default();
+    detected.clock = clock;
     if let Some(root) = root {
         if let Ok(json) = serde_json::from_slice::<Value>(&root) {
             detected.redfish = json.is_object();

@@ -189,23 +189,6 @@ fn firmware_check(detected: &Detected) -> Check {
     }
 }
 
-/// Reads the iLO's clock from a `Date` header of an unauthenticated request.
-async fn bmc_clock(config: &IloConfig) -> Result<Option<SystemTime>, DriverError> {
-    let base = config.base_url()?;
-    let http = build_client(&config.tls, config.timeout)?;
-    let url = format!("{base}/xmldata?item=all");
-    let response = http
-        .get(&url)
-        .send()
-        .await
-        .map_err(|e| super::http::map_reqwest_error(&url, config.timeout, &e))?;
-    Ok(response
-        .headers()
-        .get(reqwest::header::DATE)
-        .and_then(|d| d.to_str().ok())
-        .and_then(|d| httpdate::parse_http_date(d).ok()))
-}
-
 fn clock_check(bmc: Option<SystemTime>, now: SystemTime) -> Check {
     let Some(bmc) = bmc else {
         return Check::warn(
@@ -297,7 +280,8 @@ async fn redfish_checks(client: &RedfishClient, checks: &mut Vec<Check>) {
             }
         }
     }
-    if let Ok(system) = client.get(&layout.system).await {
+    let system = client.get(&layout.system).await.ok();
+    if let Some(system) = &system {
         let boot = system.get("Boot").cloned().unwrap_or(Value::Null);
         let enabled = boot
             .get("BootSourceOverrideEnabled")
@@ -337,7 +321,7 @@ async fn redfish_checks(client: &RedfishClient, checks: &mut Vec<Check>) {
             None => {}
         }
     }
-    if let Ok(system) = client.get(&layout.system).await {
+    if let Some(system) = &system {
         if let Some(uri) = system
             .pointer("/SecureBoot/@odata.id")
             .and_then(Value::as_str)
@@ -566,14 +550,11 @@ pub async fn probe_for(config: &IloConfig, media_url: Option<&str>, needs: Needs
     if let IloClient::Redfish(redfish) = &client {
         redfish_checks(redfish, &mut checks).await;
     }
-    match bmc_clock(&config).await {
-        Ok(clock) => checks.push(clock_check(clock, SystemTime::now())),
-        Err(e) => checks.push(Check::warn(
-            "clock",
-            e.to_string(),
-            "check the iLO's time by hand",
-        )),
-    }
+    // The Date header of the detection's answers, against the conductor's clock then.
+    checks.push(match detected.clock {
+        Some(clock) => clock_check(Some(clock.bmc), clock.local),
+        None => clock_check(None, SystemTime::now()),
+    });
     if let Some(url) = media_url {
         checks.push(media_check(&config, url).await);
     }

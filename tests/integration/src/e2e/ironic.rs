@@ -29,16 +29,15 @@
 //!   (`ipa-advertise-host`/`-port` in the node's `driver_info.kernel_append_params`), as a
 //!   ramdisk behind NAT must.
 
-use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use sha2::Digest as _;
 
 use super::{Firmware, Lab, LabOptions, GUEST_API, GUEST_MEDIA, ILO_PASSWORD, ILO_USER};
+use crate::bin;
 use crate::emulator::MediaServer;
-use crate::{bin, venv_bin};
 
 /// The product name that makes the emulator an iLO 5 (Redfish, Gen10).
 pub const ILO5_PRODUCT: &str = "ProLiant DL360 Gen10";
@@ -154,33 +153,13 @@ impl Lab {
         let conf_path = dir.join("ironic.conf");
         std::fs::write(&conf_path, config).expect("writing ironic.conf");
 
-        let path = format!(
-            "{}:{}:{}",
-            tools.display(),
-            venv_bin("python3")
-                .parent()
-                .expect("the venv's bin")
-                .display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
-        let out = Command::new(venv_bin("ironic-dbsync"))
-            .arg("--config-file")
-            .arg(&conf_path)
-            .arg("create_schema")
-            .env("PATH", &path)
-            .output()
-            .expect("running ironic-dbsync (fix: scripts/setup installs Ironic into the venv)");
-        assert!(
-            out.status.success(),
-            "ironic-dbsync create_schema: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let path = crate::ironic_standalone::ironic_path(&[&tools]);
+        crate::ironic_standalone::create_schema(&conf_path, &path)
+            .unwrap_or_else(|e| panic!("{e:#}"));
 
         let log = dir.join("conductor.log");
-        let child = Command::new(venv_bin("ironic"))
-            .arg("--config-file")
-            .arg(&conf_path)
-            .env("PATH", &path)
+        let child = crate::ironic_standalone::ironic_command(&conf_path, &path, &log)
+            .unwrap_or_else(|e| panic!("{e:#}"))
             // Ironic checks the image URL it hands the agent (`http_url`, the node's view) with
             // a HEAD request of its own; the host has no route to the node's network, so its
             // HTTP traffic goes through the HTTP root's server, which answers proxy requests by
@@ -188,14 +167,7 @@ impl Lab {
             // Loopback (the BMC, the published images) goes direct.
             .env("http_proxy", format!("http://127.0.0.1:{http_port}"))
             .env("no_proxy", "127.0.0.1,localhost")
-            .env_remove("https_proxy")
-            .env_remove("HTTPS_PROXY")
-            .env_remove("HTTP_PROXY")
             .env_remove("NO_PROXY")
-            // Its own process group, so that the lab's end stops its workers too.
-            .process_group(0)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("ironic log"))
             .spawn()
             .expect("starting ironic (fix: scripts/setup installs Ironic into the venv)");
         // Ironic leads its own process group: the lab's end stops its workers with it.
