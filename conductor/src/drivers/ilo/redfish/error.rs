@@ -3,27 +3,29 @@
 
 use serde_json::Value;
 
-use super::refusals::{refusal_for, Answer};
+use super::refusals::{message_suffix, refusal_for, Answer};
 use crate::drivers::DriverError;
 
-/// The most specific message in an error body: the first ExtendedInfo `Message`, else
-/// `error.message`, else the body's start.
+/// The most specific message in an error body: each `@Message.ExtendedInfo` entry (but
+/// `Success`) as its `Message`, or, as iLO 5 and 6 send them (ids only, no text), as what the
+/// id means with its `MessageArgs`; else `error.message`; else the body's start.
 pub fn error_message(body: &[u8]) -> String {
     let parsed: Option<Value> = serde_json::from_slice(body).ok();
     let from_json = parsed.as_ref().and_then(|v| {
         let error = v.get("error")?;
-        error
+        let infos: Vec<String> = error
             .get("@Message.ExtendedInfo")
             .and_then(Value::as_array)
-            .and_then(|infos| {
-                infos.iter().find_map(|i| {
-                    i.get("Message")
-                        .and_then(Value::as_str)
-                        .or_else(|| i.get("MessageId").and_then(Value::as_str))
-                })
-            })
-            .or_else(|| error.get("message").and_then(Value::as_str))
-            .map(str::to_string)
+            .map(|infos| infos.iter().filter_map(info_text).collect())
+            .unwrap_or_default();
+        if infos.is_empty() {
+            error
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        } else {
+            Some(infos.join("; "))
+        }
     });
     from_json.unwrap_or_else(|| {
         let end = body.len().min(120);
@@ -33,6 +35,79 @@ pub fn error_message(body: &[u8]) -> String {
         } else {
             text
         }
+    })
+}
+
+/// One ExtendedInfo entry as text; `None` for `Success` and an entry with neither text nor id.
+fn info_text(info: &Value) -> Option<String> {
+    let id = info
+        .get("MessageId")
+        .or_else(|| info.get("MessageID"))
+        .and_then(Value::as_str);
+    if id.is_some_and(|id| message_suffix(id) == "Success") {
+        return None;
+    }
+    if let Some(text) = info.get("Message").and_then(Value::as_str) {
+        return Some(text.to_string());
+    }
+    let id = id?;
+    let args: Vec<String> = info
+        .get("MessageArgs")
+        .and_then(Value::as_array)
+        .map(|args| {
+            args.iter()
+                .map(|a| match a {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let args = if args.is_empty() {
+        String::new()
+    } else {
+        format!(" [{}]", args.join(", "))
+    };
+    Some(match meaning(message_suffix(id)) {
+        Some(meaning) => format!("{meaning} ({id}{args})"),
+        None => format!("{id}{args}"),
+    })
+}
+
+/// What the message ids a deploy meets mean, in our words: iLO 5 and 6 send only the id and
+/// its arguments, the text being in registries a client would have to fetch (docs/ilo-quirks.md
+/// §10).
+fn meaning(suffix: &str) -> Option<&'static str> {
+    Some(match suffix {
+        "PropertyNotWritableOrUnknown" | "PropertyNotWritable" | "PropertyUnknown" => {
+            "the iLO does not take this property"
+        }
+        "PropertyValueNotInList" => "the iLO does not take this value",
+        "PropertyValueTypeError" | "PropertyValueFormatError" => {
+            "the value has the wrong type or format"
+        }
+        "PropertyMissing" | "ActionParameterMissing" => "a required property is missing",
+        "UnsupportedOperation" => "this firmware does not support the operation",
+        "ActionNotSupported" => "the resource has no such action",
+        "ResourceMissingAtURI" => "no such resource",
+        "MalformedJSON" => "the body is not valid JSON",
+        "InvalidOperationForSystemState" => {
+            "the host is changing power state (or already in the state asked)"
+        }
+        "UnableToModifyDuringSystemPOST" => "the host is in POST",
+        "ResetInProgress" => "the iLO is restarting",
+        "LicenseKeyRequired" => "the iLO licence does not include this (iLO Advanced needed)",
+        "SessionLimitExceeded" => "the iLO's session table is full",
+        "NoValidSession" => "not logged in, or the session expired",
+        "InsufficientPrivilege" => "the iLO user lacks the privilege",
+        "MaxVirtualMediaConnectionEstablished" | "NoScriptedVirtualMediaConnectionAvailable" => {
+            "virtual media is in use by another connection"
+        }
+        "VirtualMediaIsDisabled" => "virtual media is disabled on this iLO",
+        "UnableToModifyAfterVirtualMediaInsert" => "the medium is inserted: eject it first",
+        "UnsupportedOperationInLegacyBootMode" => "not possible in legacy BIOS boot mode",
+        "SystemResetRequired" => "applies at the next reboot",
+        _ => return None,
     })
 }
 
@@ -104,6 +179,24 @@ mod tests {
         assert_eq!(error_message(br#"{"error":{"message":"nope"}}"#), "nope");
         assert_eq!(error_message(b"<html>Bad</html>"), "<html>Bad</html>");
         assert_eq!(error_message(b""), "no details");
+    }
+
+    /// iLO 5/6 bodies carry ids and arguments but no text: the message says what they mean,
+    /// keeps the id for a search, and skips the Success entry.
+    #[test]
+    fn id_only_messages_are_described() {
+        let body = br#"{"error":{"code":"iLO.0.10.ExtendedInfo","message":"See @Message.ExtendedInfo for more information.","@Message.ExtendedInfo":[{"MessageId":"Base.1.18.Success"},{"MessageArgs":["HttpBootUri"],"MessageId":"iLO.2.34.PropertyNotWritableOrUnknown"}]}}"#;
+        assert_eq!(
+            error_message(body),
+            "the iLO does not take this property (iLO.2.34.PropertyNotWritableOrUnknown [HttpBootUri])"
+        );
+        let unknown = br#"{"error":{"@Message.ExtendedInfo":[{"MessageId":"iLO.2.15.SomethingNew","MessageArgs":[3,"x"]}]}}"#;
+        assert_eq!(error_message(unknown), "iLO.2.15.SomethingNew [3, x]");
+        let legacy =
+            br#"{"error":{"@Message.ExtendedInfo":[{"MessageID":"Base.0.10.PropertyUnknown"}]}}"#;
+        assert!(error_message(legacy).starts_with("the iLO does not take this property"));
+        let only_success = br#"{"error":{"message":"fallback","@Message.ExtendedInfo":[{"MessageId":"Base.1.4.Success"}]}}"#;
+        assert_eq!(error_message(only_success), "fallback");
     }
 
     #[test]
