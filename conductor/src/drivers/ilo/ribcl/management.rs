@@ -87,18 +87,35 @@ fn yes_no(value: &str) -> Option<bool> {
     }
 }
 
-/// `<ONE_TIME_BOOT><BOOT_TYPE VALUE="Normal"/></ONE_TIME_BOOT>`; `Normal` means none.
+/// `<ONE_TIME_BOOT><BOOT_TYPE VALUE="Normal"/></ONE_TIME_BOOT>`; `Normal` means none. iLO 6
+/// answers a UEFI entry as a pair, `VALUE="Boot000B" DESCRIPTION=".."` (docs/ilo-quirks.md §3),
+/// whose description says the device as in the persistent order; a description that names no
+/// known device keeps the entry's id.
 pub fn decode_one_time_boot(reply: &RibclReply) -> Result<Option<BootDevice>, RibclParseError> {
     const CMD: &str = "GET_ONE_TIME_BOOT";
-    let value = reply
+    let boot_type = reply
         .payload("ONE_TIME_BOOT")
-        .and_then(|e| e.child_value("BOOT_TYPE"))
+        .and_then(|e| e.find("BOOT_TYPE"));
+    let value = boot_type
+        .and_then(|b| b.get("VALUE"))
         .ok_or_else(|| missing(CMD, "ONE_TIME_BOOT/BOOT_TYPE VALUE"))?;
     if value.trim().eq_ignore_ascii_case("normal") {
-        Ok(None)
-    } else {
-        Ok(Some(parse_boot_device(value, None)))
+        return Ok(None);
     }
+    let described = boot_type
+        .and_then(|b| b.get("DESCRIPTION"))
+        .map(|description| BootEntry::uefi(value.trim(), description).device);
+    Ok(Some(match described {
+        Some(
+            device @ (BootDevice::Cdrom
+            | BootDevice::Hdd
+            | BootDevice::Network
+            | BootDevice::Floppy
+            | BootDevice::Usb),
+        ) => device,
+        Some(_) => parse_boot_device(value, boot_type.and_then(|b| b.get("DESCRIPTION"))),
+        None => parse_boot_device(value, None),
+    }))
 }
 
 /// `<PERSISTENT_BOOT><DEVICE value=".." [DESCRIPTION=".."]/>...`: in legacy mode the entries
@@ -550,6 +567,16 @@ mod tests {
             decode_one_time_boot(&r),
             Ok(Some(BootDevice::Uefi { .. }))
         ));
+        // iLO 6's pair shape: the description says the device.
+        let r = reply("<ONE_TIME_BOOT><BOOT_TYPE VALUE=\"Boot000B\" DESCRIPTION=\"iLO Virtual USB 2 : HPE iLO Virtual USB CD/DVD ROM\"/></ONE_TIME_BOOT>");
+        assert_eq!(
+            decode_one_time_boot(&r).expect("pair"),
+            Some(BootDevice::Cdrom)
+        );
+        let r = reply("<ONE_TIME_BOOT><BOOT_TYPE VALUE=\"Boot0012\" DESCRIPTION=\"Something new\"/></ONE_TIME_BOOT>");
+        assert!(
+            matches!(decode_one_time_boot(&r).expect("pair"), Some(BootDevice::Uefi { ref id, .. }) if id == "Boot0012")
+        );
     }
 
     #[test]
