@@ -88,6 +88,7 @@ pub fn state_json(s: &ServerSnapshot) -> serde_json::Value {
             "media_read_error": b.media_read_error,
             "media_read": b.media_read,
         })),
+        "last_media_read": st.last_media_read,
         "requests": s.requests,
         "sessions": {"live": s.sessions_live, "opened": s.sessions_opened},
         "faults_pending": s.faults_pending,

@@ -285,6 +285,9 @@ impl Server {
             if let Some(e) = &error {
                 tracing::warn!(server = self.index, url = %Url(&url), error = %Url(e), "boot medium unreadable");
             }
+            if stats.is_some() {
+                state.last_media_read = stats;
+            }
             if let Some(record) = state.last_boot.as_mut() {
                 record.media_read_error = error;
                 record.media_read = stats;

@@ -483,6 +483,8 @@ pub struct ServerState {
     pub bios_settings_messages: Vec<(String, Option<String>)>,
     /// The last boot.
     pub last_boot: Option<BootRecord>,
+    /// The last boot medium read (kept after later boots from disk, which read none).
+    pub last_media_read: Option<crate::media_fetch::BootReadStats>,
 }
 
 /// A state transition refused the way iLO refuses it.
@@ -521,6 +523,7 @@ impl ServerState {
             bios_reject: None,
             bios_settings_messages: Vec::new(),
             last_boot: None,
+            last_media_read: None,
         }
     }
 

@@ -720,6 +720,9 @@ struct Options {
     write_delay: Duration,
     tls: TlsMode,
     sampler_hz: f64,
+    /// The deploy ISO stand-in's size: what the emulator's boot read (EMULATOR_ARGS
+    /// `--boot-read-mib`) can read of it at most.
+    iso_bytes: usize,
 }
 
 impl Options {
@@ -735,6 +738,66 @@ struct Emulator {
     _child: ChildGuard,
     servers: Vec<SocketAddr>,
     cert: PathBuf,
+}
+
+/// One boot's read of its medium, as the emulator counted it (`last_boot.media_read`).
+#[derive(Debug, Clone, Copy)]
+struct MediaRead {
+    ranges: u64,
+    bytes: u64,
+    millis: u64,
+}
+
+/// The last boot-medium read of every emulated server: the deploy ramdisk's ISO boot.
+async fn media_reads(emulator: &Emulator) -> anyhow::Result<Vec<MediaRead>> {
+    let pem = std::fs::read(&emulator.cert)?;
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .add_root_certificate(reqwest::Certificate::from_pem(&pem)?)
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    let mut reads = Vec::new();
+    for ilo in &emulator.servers {
+        let state: Value = http
+            .get(format!("https://{ilo}/_emulator/state"))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        // The last boot is the instance's, from disk; the ISO boot's read is kept apart.
+        let read = state.get("last_media_read").filter(|v| !v.is_null());
+        if let Some(read) = read {
+            let field = |name: &str| read.get(name).and_then(Value::as_u64).unwrap_or(0);
+            reads.push(MediaRead {
+                ranges: field("ranges"),
+                bytes: field("bytes"),
+                millis: field("millis"),
+            });
+        }
+    }
+    Ok(reads)
+}
+
+/// One line: how many boots read media, and what each read.
+fn media_read_summary(reads: &[MediaRead]) -> String {
+    if reads.is_empty() {
+        return "boot media reads: none recorded".into();
+    }
+    let mut millis: Vec<u64> = reads.iter().map(|r| r.millis).collect();
+    millis.sort_unstable();
+    let mut ranges: Vec<u64> = reads.iter().map(|r| r.ranges).collect();
+    ranges.sort_unstable();
+    let bytes: u64 = reads.iter().map(|r| r.bytes).sum();
+    format!(
+        "boot media reads: {} boots, {:.1} MiB each on average, {} ranges (median), \
+         {} ms median / {} ms max per boot",
+        reads.len(),
+        bytes as f64 / reads.len() as f64 / (1024.0 * 1024.0),
+        ranges[ranges.len() / 2],
+        millis[millis.len() / 2],
+        millis[millis.len() - 1],
+    )
 }
 
 fn start_emulator(dir: &Path, servers: usize) -> anyhow::Result<Emulator> {
@@ -956,7 +1019,7 @@ async fn run_setup(
         .map(|i| mac_plus(MAC_BASE, i))
         .collect::<Result<_, _>>()?;
     let iso = dir.join("deploy.iso");
-    std::fs::write(&iso, vec![0x5a; 64 * 1024])?;
+    std::fs::write(&iso, vec![0x5a; o.iso_bytes])?;
 
     let database = match setup {
         Setup::Sqlite => None,
@@ -1163,6 +1226,13 @@ async fn run_setup(
         },
     )
     .await;
+    match media_reads(&emulator).await {
+        Ok(reads) => bench!("  {}: {}", setup.label(), media_read_summary(&reads)),
+        Err(e) => bench!(
+            "  {}: the emulator's boot reads could not be read: {e:#}",
+            setup.label()
+        ),
+    }
     let (mut figures, start_cpu, end_cpu) = match figures {
         Ok(f) => f,
         Err(e) => {
@@ -1727,6 +1797,7 @@ fn main() -> anyhow::Result<()> {
         write_delay: Duration::from_millis(env_or("WRITE_DELAY_MS", 2000)),
         tls,
         sampler_hz: env_or("SAMPLER_HZ", 5.0),
+        iso_bytes: env_or("ISO_KIB", 64usize) * 1024,
     };
     let budget = Duration::from_secs(env_or("IRONIC_BUDGET_SECS", 900));
     let dir = tempfile::Builder::new()
