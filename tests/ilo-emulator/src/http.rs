@@ -1,5 +1,5 @@
 //! HTTPS serving of one emulated iLO: TLS accept, routing (`/ribcl`, `/xmldata`, `/redfish/`,
-//! `/_emulator/`), the transport-level faults, and the reply framing.
+//! `/rest/v1`, `/_emulator/`), the transport-level faults, and the reply framing.
 //!
 //! RIBCL replies are framed like a real iLO's (docs/ilo-management.md §1.2, §5.2): HTTP/1.1 200,
 //! `Content-Type: text/xml`, chunked transfer encoding (one chunk per document; python-hpilo
@@ -25,7 +25,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::fault::{FaultKind, FaultSpec};
 use crate::profile::Quirk;
 use crate::server::Server;
-use crate::{admin, redfish, ribcl};
+use crate::{admin, redfish, ribcl, ris};
 use vmdeploy_shared::error::Chain;
 
 /// Largest request body accepted (RIBCL requests are a few hundred bytes).
@@ -305,6 +305,16 @@ async fn dispatch(
             return simple(StatusCode::OK, "application/json", "[]");
         }
         return redfish::handle(server, req, fault).await;
+    }
+    if ris::is_ris_path(path) {
+        // iLO 5 and 6 send every RIS path to Redfish (docs/ilo-quirks.md §0); an iLO 4 answers
+        // it only with RIS (the `ris` quirk), else as any unknown path.
+        if ris::redirects_to_redfish(server) {
+            return ris::redirect_to_redfish(path, req.uri().query());
+        }
+        if server.quirk(Quirk::Ris) {
+            return ris::handle(server, req, fault).await;
+        }
     }
     simple(
         StatusCode::NOT_FOUND,

@@ -27,6 +27,7 @@ pub mod profile;
 pub mod qemu;
 pub mod redfish;
 pub mod ribcl;
+pub mod ris;
 pub mod server;
 pub mod state;
 pub mod tls;

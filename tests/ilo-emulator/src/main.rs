@@ -1,4 +1,5 @@
-//! `ilo-emulator`: emulated iLOs (RIBCL + Redfish over HTTPS) for tests and demos.
+//! `ilo-emulator`: emulated iLOs (RIBCL, Redfish and, with the `ris` quirk of the Gen9 profile,
+//! iLO 4's HP RESTful API under `/rest/v1`, over HTTPS) for tests and demos.
 //!
 //! ```text
 //! ilo-emulator --listen ADDR:PORT [--servers N] [--username U --password P]

@@ -69,11 +69,15 @@ pub enum Quirk {
     /// A Redfish request body without `Content-Type: application/json` answers 415 (iLO 4
     /// Gen9).
     ContentTypeRequired,
+    /// The HP RESTful API ("RIS") answers under `/rest/v1` beside RIBCL (iLO 4 on a Gen9,
+    /// firmware 2.x; [`crate::ris`]). Off, `/rest/v1` is 404 on iLO 4; iLO 5 and 6 redirect it
+    /// to Redfish either way.
+    Ris,
 }
 
 impl Quirk {
     /// Every quirk, in listing order.
-    pub const ALL: [Quirk; 15] = [
+    pub const ALL: [Quirk; 16] = [
         Quirk::NoRedfish,
         Quirk::RibclDisabled,
         Quirk::TrailingSlash308,
@@ -89,6 +93,7 @@ impl Quirk {
         Quirk::UefiCdEntryWhenConnected,
         Quirk::ManagerNoPowerState,
         Quirk::ContentTypeRequired,
+        Quirk::Ris,
     ];
 
     /// The switch's name on the command line and in the admin API.
@@ -109,6 +114,7 @@ impl Quirk {
             Quirk::UefiCdEntryWhenConnected => "uefi-cd-entry-when-connected",
             Quirk::ManagerNoPowerState => "manager-no-power-state",
             Quirk::ContentTypeRequired => "content-type-required",
+            Quirk::Ris => "ris",
         }
     }
 
@@ -142,6 +148,7 @@ impl Quirk {
             Quirk::ContentTypeRequired => {
                 "a Redfish body without Content-Type: application/json is 415 (iLO 4 Gen9)"
             }
+            Quirk::Ris => "HP RESTful API /rest/v1 (iLO 4 Gen9, firmware 2.x)",
         }
     }
 }
@@ -381,7 +388,7 @@ impl Profile {
             ),
             "ilo4-gen9-2.7x" => (
                 "ilo4-gen9-2.7x",
-                "iLO 4 2.70 on a Gen9: RIBCL and a partial Redfish",
+                "iLO 4 2.70 on a Gen9: RIBCL, RIS (/rest/v1) and a partial Redfish",
                 Identity {
                     product: "ProLiant DL360 Gen9",
                     generation: Generation::Ilo4,
@@ -396,6 +403,7 @@ impl Profile {
                     ResetWindow,
                     UefiCdEntryWhenConnected,
                     ContentTypeRequired,
+                    Ris,
                 ]),
             ),
             "ilo5-1.1x" => (
@@ -613,5 +621,10 @@ mod tests {
             "iLO.2.15.InvalidOperationForSystemState"
         );
         assert!(Profile::listing().contains("trailing-slash-308"));
+        // RIS on the Gen9's iLO 4 only (§0).
+        for name in NAMES {
+            let p = Profile::named(name).expect("p");
+            assert_eq!(p.has(Quirk::Ris), name == "ilo4-gen9-2.7x", "{name}");
+        }
     }
 }

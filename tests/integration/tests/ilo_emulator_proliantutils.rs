@@ -3,7 +3,8 @@
 //! framing, chunked replies only). The Python scripts in tests/integration/py/ hold the asserts
 //! (power, one-time/persistent boot, boot mode, virtual media insert/status/eject and boot-once,
 //! licences, embedded health, login failure and injected faults); the test fails when a script
-//! exits non-zero.
+//! exits non-zero. The Gen9 profile is also driven over RIS (`/rest/v1`), proliantutils' path
+//! for every Gen9.
 
 #[path = "ilo_emulator_support.rs"]
 mod support;
@@ -33,6 +34,25 @@ fn proliantutils_drives_the_gen8_profile_over_ribcl() {
         0,
         &images,
         &["--firmware", "2.10", "--uefi-cd-entry-when-connected"],
+    );
+}
+
+/// The Gen9 profile (iLO 4 2.70 with RIS): proliantutils reads the model over RIBCL, then
+/// drives every operation through its RIS client under `/rest/v1` (power, one-time and
+/// persistent boot, boot mode, Secure Boot, virtual media, licence); the script fails if any of
+/// them goes over RIBCL or sends no `/rest/v1` request.
+#[test]
+fn proliantutils_drives_the_gen9_profile_over_ris() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_images(dir.path());
+    let images = ImageServer::start(dir.path());
+    let emulator = EmulatorProcess::start(dir.path(), 1, &["--profile", "ilo4-gen9-2.7x"]);
+    support::run_client_script_with(
+        "ilo_emulator_proliantutils_ris.py",
+        &emulator,
+        0,
+        &images,
+        &[],
     );
 }
 
