@@ -37,8 +37,9 @@
 # KEEP_DIR=1 (keep the logs; the run prints where), PROFILE (cargo profile, default release),
 # BUILD=0 (use binaries already built), CARGO_TARGET_DIR, VMDEPLOY_VENV (the venv with Ironic),
 # EMULATOR_ARGS (more ilo-emulator arguments: the slow media read of a real BMC is
-# "--boot-read-mib 32 --range-kib 64 --range-latency-ms 10", each boot then reading 512 ranges
-# from the conductor's object store; a firmware profile is "--profile ilo5-2.7x").
+# "--boot-read-mib 32 --range-kib 64 --range-latency-ms 10" with ISO_KIB=32768, each boot then
+# reading 512 ranges from the conductor's object store; a firmware profile is
+# "--profile ilo5-2.7x"), ISO_KIB (64: the deploy ISO stand-in's size, which bounds the read).
 # Needs PostgreSQL for pg/pg3 and the venv's Ironic for IRONIC=1 (scripts/setup installs both).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -73,11 +73,19 @@ pub enum Quirk {
     /// firmware 2.x; [`crate::ris`]). Off, `/rest/v1` is 404 on iLO 4; iLO 5 and 6 redirect it
     /// to Redfish either way.
     Ris,
+    /// Redfish error bodies carry message ids and arguments only: no `Message` text in
+    /// `@Message.ExtendedInfo`, and `error.message` says to see it (iLO 5/6; the text is in
+    /// registries a client would download).
+    ErrorIdsOnly,
+    /// In UEFI mode RIBCL `GET_ONE_TIME_BOOT` answers a device as its entry's
+    /// `(VALUE="Boot####", DESCRIPTION)` pair rather than a device word (iLO 6 with RIBCL
+    /// enabled; the XML shape is inferred from python-hpilo's tuple handling).
+    RibclBootPair,
 }
 
 impl Quirk {
     /// Every quirk, in listing order.
-    pub const ALL: [Quirk; 16] = [
+    pub const ALL: [Quirk; 18] = [
         Quirk::NoRedfish,
         Quirk::RibclDisabled,
         Quirk::TrailingSlash308,
@@ -94,6 +102,8 @@ impl Quirk {
         Quirk::ManagerNoPowerState,
         Quirk::ContentTypeRequired,
         Quirk::Ris,
+        Quirk::ErrorIdsOnly,
+        Quirk::RibclBootPair,
     ];
 
     /// The switch's name on the command line and in the admin API.
@@ -115,6 +125,8 @@ impl Quirk {
             Quirk::ManagerNoPowerState => "manager-no-power-state",
             Quirk::ContentTypeRequired => "content-type-required",
             Quirk::Ris => "ris",
+            Quirk::ErrorIdsOnly => "error-ids-only",
+            Quirk::RibclBootPair => "ribcl-boot-pair",
         }
     }
 
@@ -149,6 +161,10 @@ impl Quirk {
                 "a Redfish body without Content-Type: application/json is 415 (iLO 4 Gen9)"
             }
             Quirk::Ris => "HP RESTful API /rest/v1 (iLO 4 Gen9, firmware 2.x)",
+            Quirk::ErrorIdsOnly => "Redfish errors: message ids and arguments, no text (iLO 5/6)",
+            Quirk::RibclBootPair => {
+                "RIBCL UEFI one-time boot as a (Boot####, description) pair (iLO 6)"
+            }
         }
     }
 }
@@ -426,6 +442,7 @@ impl Profile {
                     BootOnceCdOnly,
                     Chunked,
                     SessionLimit,
+                    ErrorIdsOnly,
                 ]),
             ),
             "ilo5-2.7x" => (
@@ -447,6 +464,7 @@ impl Profile {
                     BootOnceCdOnly,
                     Chunked,
                     SessionLimit,
+                    ErrorIdsOnly,
                 ]),
             ),
             "ilo5-3.x" => (
@@ -468,6 +486,7 @@ impl Profile {
                     BootOnceCdOnly,
                     Chunked,
                     SessionLimit,
+                    ErrorIdsOnly,
                 ]),
             ),
             "ilo6-1.6x" => (
@@ -491,6 +510,8 @@ impl Profile {
                     BootOnceCdOnly,
                     Chunked,
                     SessionLimit,
+                    ErrorIdsOnly,
+                    RibclBootPair,
                     ManagerNoPowerState,
                 ]),
             ),

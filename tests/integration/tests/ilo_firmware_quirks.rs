@@ -751,3 +751,78 @@ async fn a_body_without_its_content_type_is_415_and_the_driver_names_it() {
     client.set_power(PowerAction::On).await.expect("power on");
     client.logout().await;
 }
+
+#[tokio::test]
+async fn errors_without_text_are_read_from_their_ids_and_arguments() {
+    let profile = Profile::lab()
+        .with(Quirk::ErrorIdsOnly, true)
+        .with(Quirk::StrictBootPatch, true);
+    let lab = Lab::start(profile).await;
+    let bad = json!({"Boot": {"BootSourceOverrideTarget": "Cd", "BootSourceOverrideEnabled": "Once",
+                              "HttpBootUri": ""}});
+    let (status, _, body) = lab
+        .call(
+            reqwest::Method::PATCH,
+            "/redfish/v1/Systems/1/",
+            Some(bad.clone()),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    let info = &body["error"]["@Message.ExtendedInfo"][0];
+    assert!(info.get("Message").is_none(), "{body}");
+    assert_eq!(info["MessageArgs"], json!(["HttpBootUri"]), "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        "See @Message.ExtendedInfo for more information.",
+        "{body}"
+    );
+
+    // The driver's error says what the id means and names the property.
+    let err = lab
+        .redfish()
+        .patch("/redfish/v1/Systems/1/", &bad)
+        .await
+        .expect_err("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("does not take this property") && text.contains("HttpBootUri"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_uefi_one_time_boot_read_as_a_pair_is_still_the_cd() {
+    let lab = Lab::with_config(EmulatorConfig {
+        server: ServerConfig {
+            boot_mode: vmdeploy_ilo_emulator::BootMode::Uefi,
+            ..ServerConfig::with_profile(Profile::lab().with(Quirk::RibclBootPair, true))
+        },
+        ..EmulatorConfig::loopback()
+    })
+    .await;
+    let ribcl = IloClient::connect(&lab.config(Protocol::Ribcl))
+        .await
+        .expect("connects");
+    ribcl
+        .set_one_time_boot(&BootDevice::Cdrom)
+        .await
+        .expect("one-time boot set");
+    let reply = lab
+        .raw()
+        .post(format!("{}/ribcl", lab.base()))
+        .body(format!("<RIBCL VERSION=\"2.0\"><LOGIN USER_LOGIN=\"{USER}\" PASSWORD=\"{PASSWORD}\"><SERVER_INFO MODE=\"read\"><GET_ONE_TIME_BOOT/></SERVER_INFO></LOGIN></RIBCL>"))
+        .send()
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("a body");
+    assert!(
+        reply.contains("VALUE=\"Boot000B\"") && reply.contains("DESCRIPTION="),
+        "{reply}"
+    );
+    assert_eq!(
+        ribcl.one_time_boot().await.expect("read back"),
+        Some(BootDevice::Cdrom)
+    );
+}

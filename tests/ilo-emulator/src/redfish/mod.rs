@@ -66,31 +66,43 @@ pub(super) fn no_content() -> Reply {
     )
 }
 
-/// A Redfish error body (sushy reads `error.code`, `error.message`, `@Message.ExtendedInfo`).
-pub(super) fn error(status: StatusCode, message_id: &str, message: &str) -> Reply {
-    json_reply(
-        status,
-        &json!({"error": {
-            "code": "iLO.0.10.ExtendedInfo",
-            "message": message,
-            "@Message.ExtendedInfo": [{"MessageId": message_id, "Message": message}],
-        }}),
-    )
+tokio::task_local! {
+    /// Whether the request being answered gets errors as ids only ([`Quirk::ErrorIdsOnly`]):
+    /// set once per request in [`handle`], read where an error body is made, so that no handler
+    /// has to pass the profile down.
+    static ERROR_IDS_ONLY: bool;
 }
 
-/// A Redfish error whose message takes arguments (iLO sends them as `MessageArgs`).
+/// `error.message` when the text is left out, as iLO 5/6 word it.
+const SEE_EXTENDED_INFO: &str = "See @Message.ExtendedInfo for more information.";
+
+/// A Redfish error body (sushy reads `error.code`, `error.message`, `@Message.ExtendedInfo`).
+pub(super) fn error(status: StatusCode, message_id: &str, message: &str) -> Reply {
+    error_with_args(status, message_id, message, &[])
+}
+
+/// A Redfish error whose message takes arguments (iLO sends them as `MessageArgs`). With
+/// [`Quirk::ErrorIdsOnly`] the body carries the id and arguments but no text.
 pub(super) fn error_with_args(
     status: StatusCode,
     message_id: &str,
     message: &str,
     args: &[&str],
 ) -> Reply {
+    let ids_only = ERROR_IDS_ONLY.try_with(|on| *on).unwrap_or(false);
+    let mut info = json!({"MessageId": message_id});
+    if !args.is_empty() {
+        info["MessageArgs"] = json!(args);
+    }
+    if !ids_only {
+        info["Message"] = json!(message);
+    }
     json_reply(
         status,
         &json!({"error": {
             "code": "iLO.0.10.ExtendedInfo",
-            "message": message,
-            "@Message.ExtendedInfo": [{"MessageId": message_id, "Message": message, "MessageArgs": args}],
+            "message": if ids_only { SEE_EXTENDED_INFO } else { message },
+            "@Message.ExtendedInfo": [info],
         }}),
     )
 }
@@ -248,6 +260,19 @@ fn json_content_type(req: &Request<Incoming>) -> bool {
 /// Handles a `/redfish/...` request: the open service root, injected faults, session login,
 /// authentication, then the resource's handler.
 pub async fn handle(server: &Server, req: Request<Incoming>, fault: Option<&FaultSpec>) -> Reply {
+    ERROR_IDS_ONLY
+        .scope(
+            server.quirk(Quirk::ErrorIdsOnly),
+            handle_request(server, req, fault),
+        )
+        .await
+}
+
+async fn handle_request(
+    server: &Server,
+    req: Request<Incoming>,
+    fault: Option<&FaultSpec>,
+) -> Reply {
     let method = req.method().clone();
     let raw_path = req.uri().path().to_owned();
     let path = norm(&raw_path);

@@ -281,10 +281,29 @@ async fn run_command(server: &Server, cmd: &Element) -> CmdResult {
             }
         }
         "GET_ONE_TIME_BOOT" => {
-            let v = server
-                .read(|s| s.one_time_boot.map(|o| o.ribcl()).unwrap_or("Normal"))
+            let (v, pair) = server
+                .read(|s| {
+                    let pair = match s.one_time_boot {
+                        Some(OneTimeBoot::Device(d)) if s.boot_mode_current == BootMode::Uefi => {
+                            d.uefi_options().first().copied()
+                        }
+                        _ => None,
+                    };
+                    (s.one_time_boot.map(|o| o.ribcl()).unwrap_or("Normal"), pair)
+                })
                 .await;
-            Ok(Outcome::Data(value_in("ONE_TIME_BOOT", "BOOT_TYPE", v)))
+            match pair {
+                // iLO 6 names a UEFI device by its entry (docs/ilo-quirks.md §3) [guess: the
+                // attributes' names, from python-hpilo reading it as a tuple].
+                Some((id, description)) if server.quirk(Quirk::RibclBootPair) => {
+                    Ok(Outcome::Data(format!(
+                        "<ONE_TIME_BOOT>\n    <BOOT_TYPE VALUE=\"{}\" DESCRIPTION=\"{}\"/>\n</ONE_TIME_BOOT>\n",
+                        escape(id),
+                        escape(description)
+                    )))
+                }
+                _ => Ok(Outcome::Data(value_in("ONE_TIME_BOOT", "BOOT_TYPE", v))),
+            }
         }
         "SET_ONE_TIME_BOOT" => {
             let v = attr(cmd, "VALUE").ok_or_else(|| RibclStatus::syntax_error(name))?;
