@@ -73,7 +73,6 @@ impl Emulator {
             }
         };
         let acceptor = TlsAcceptor::from(material.config);
-        let fetcher = MediaFetcher::new().context("building the virtual media HTTP client")?;
         let server_config = Arc::new(config.server.clone());
         let mut listeners = Vec::with_capacity(config.servers);
         for i in 0..config.servers {
@@ -95,12 +94,15 @@ impl Emulator {
         let mut servers = Vec::with_capacity(config.servers);
         let mut tasks = Vec::with_capacity(config.servers);
         for (i, (listener, bound)) in listeners.into_iter().enumerate() {
+            let source = media_source(config.listen.ip(), i);
+            let fetcher =
+                MediaFetcher::from(source).context("building the virtual media HTTP client")?;
             let server = Arc::new(Server::new(
                 i,
                 bound,
                 server_config.clone(),
                 (config.backend)(i),
-                fetcher.clone(),
+                fetcher,
                 Arc::clone(&gauge),
             ));
             server
@@ -198,5 +200,41 @@ impl Emulator {
 impl Drop for Emulator {
     fn drop(&mut self) {
         let _ = self.shutdown.send(true);
+    }
+}
+
+/// The address server `index` reads its virtual media from: on a loopback emulator each server
+/// its own, `127.1.x.y` (Linux routes all of 127/8 to `lo`), as each real BMC has its own
+/// address; elsewhere the system's choice.
+fn media_source(listen: std::net::IpAddr, index: usize) -> Option<std::net::IpAddr> {
+    match listen {
+        std::net::IpAddr::V4(v4) if v4.is_loopback() => {
+            let n = u16::try_from(index + 1).ok()?;
+            let [hi, lo] = n.to_be_bytes();
+            Some(std::net::IpAddr::V4(std::net::Ipv4Addr::new(
+                127, 1, hi, lo,
+            )))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_loopback_server_reads_media_from_its_own_address() {
+        let lo = std::net::IpAddr::from([127, 0, 0, 1]);
+        assert_eq!(
+            media_source(lo, 0),
+            Some(std::net::IpAddr::from([127, 1, 0, 1]))
+        );
+        assert_eq!(
+            media_source(lo, 999),
+            Some(std::net::IpAddr::from([127, 1, 3, 232]))
+        );
+        assert_eq!(media_source(std::net::IpAddr::from([10, 0, 0, 5]), 0), None);
+        assert_eq!(media_source(lo, 70_000), None);
     }
 }

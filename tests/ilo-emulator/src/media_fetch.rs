@@ -89,12 +89,20 @@ impl MediaFetcher {
     /// A fetcher. TLS certificates of image servers are not verified: iLO 4 does not verify
     /// virtual media HTTPS servers unless a certificate is configured.
     pub fn new() -> Result<Self, MediaFetchError> {
+        MediaFetcher::from(None)
+    }
+
+    /// A fetcher whose connections leave from `source`: each emulated iLO reads its media from
+    /// its own address, as real BMCs do, so that an image server's per-client limits see many
+    /// clients, not one.
+    pub fn from(source: Option<std::net::IpAddr>) -> Result<Self, MediaFetchError> {
         // reqwest is built without a default rustls provider (workspace choice: ring); install it
         // process-wide unless someone already did.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
             .timeout(PROBE_TIMEOUT)
             .tls_danger_accept_invalid_certs(true)
+            .local_address(source)
             .build()
             .map_err(|e| MediaFetchError::Unreachable {
                 url: String::new(),
