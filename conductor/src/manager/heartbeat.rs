@@ -269,6 +269,8 @@ pub(crate) async fn heartbeat(
                         node.provision_updated_at = Some(OffsetDateTime::now_utc());
                     }
                     crate::deploy::DeployStep::Done => {
+                        // The flow rebooted the node into its instance.
+                        node.power_state = Some(crate::states::NodePower::On);
                         apply(&mut node, Event::Resume);
                         apply(&mut node, Event::Done);
                         node.last_error = None;

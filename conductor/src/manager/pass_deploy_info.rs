@@ -134,6 +134,8 @@ pub(crate) async fn pass_deploy_info(
         move |core| async move {
             match flow.pass_deploy_info(&mut node, &info).await {
                 Ok(DeployStep::Done) => {
+                    // The flow rebooted the node into its instance.
+                    node.power_state = Some(crate::states::NodePower::On);
                     apply(&mut node, Event::Resume);
                     apply(&mut node, Event::Done);
                     node.last_error = None;

@@ -214,6 +214,8 @@ async fn run_provide(core: &Core, mut node: Node) {
     node.last_error = None;
     match flow.prepare_cleaning(&mut node).await {
         Ok(()) => {
+            // The flow powered the node on to boot the ramdisk.
+            node.power_state = Some(NodePower::On);
             apply(&mut node, Event::Wait);
             tracing::info!(state = %node.provision_state, "agent ramdisk booting for cleaning");
             if let Err(err) = core.store().update_node(&node).await {
@@ -280,6 +282,9 @@ async fn run_deploy(core: &Core, mut node: Node, flow: Arc<dyn DeployInterface>)
     }
     match flow.deploy(&mut node).await {
         Ok(step) => {
+            // The flow powered the node on: the ramdisk boots (Wait) or the instance runs
+            // (Done). Recorded here, or the API shows the state from before the deploy.
+            node.power_state = Some(NodePower::On);
             let event = match step {
                 DeployStep::Wait => Event::Wait,
                 DeployStep::Done => Event::Done,

@@ -74,7 +74,13 @@ pub(crate) async fn sync_once(core: &Arc<Core>) -> usize {
     let view = core.cluster.view();
     let due: Vec<Node> = nodes
         .into_iter()
-        .filter(|n| n.reservation.is_none() && n.provision_state != ProvisionState::Enroll)
+        // A node waiting for its ramdisk is the flow's to power (it boots, reboots, and the
+        // call-back may arrive mid-read): Ironic leaves deploy wait and clean wait out too.
+        .filter(|n| {
+            n.reservation.is_none()
+                && n.provision_state != ProvisionState::Enroll
+                && !n.provision_state.is_waiting()
+        })
         .filter(|n| view.is_mine(&n.conductor_group, n.uuid))
         .collect();
     let count = due.len();

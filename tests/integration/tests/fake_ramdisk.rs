@@ -126,6 +126,8 @@ async fn ten_agent_ilo_nodes_deploy_and_undeploy_through_fake_ramdisks() {
         .await;
     for uuid in &nodes {
         let node = api.node(uuid).await;
+        // Recorded by the deploy that powered it on, not left for the power sync to find.
+        assert_eq!(node["power_state"], "power on", "{node}");
         assert_eq!(
             node["driver_internal_info"]["partition_uuids"]["root uuid"], "0x12345678",
             "the image's own MBR signature, read by the harness: {node}"
