@@ -563,6 +563,47 @@ impl ServerState {
         self.persistent_boot = order;
     }
 
+    /// A Boot override change (Redfish and RIS `Boot` PATCH): `Once` sets the one-time boot,
+    /// `Continuous` heads the persistent order, `Disabled` or the `None` target clears; what
+    /// the change leaves out stays as it was. RIBCL reads the result back.
+    pub fn apply_boot_override(
+        &mut self,
+        target: Option<crate::boot_target::BootTarget>,
+        enabled: Option<&str>,
+    ) {
+        use crate::boot_target::BootTarget;
+        // The target in effect: the new one, or the one already set.
+        let current = self
+            .one_time_boot
+            .map(OneTimeBoot::target)
+            .or(self.continuous_override);
+        let target = target.or(current).unwrap_or(BootTarget::None);
+        let enabled = enabled.unwrap_or(if self.continuous_override.is_some() {
+            "Continuous"
+        } else {
+            "Once"
+        });
+        match (enabled, target) {
+            ("Disabled", _) | (_, BootTarget::None) => {
+                self.one_time_boot = None;
+                self.continuous_override = None;
+            }
+            // A firmware application never enters the persistent order: Continuous acts as
+            // Once (see crate::boot_target).
+            ("Continuous", t) if !t.one_boot_only() => {
+                self.one_time_boot = None;
+                self.continuous_override = Some(t);
+                if let Some(d) = t.device() {
+                    self.set_persistent_boot(&[d]);
+                }
+            }
+            (_, t) => {
+                self.continuous_override = None;
+                self.one_time_boot = OneTimeBoot::from_target(t);
+            }
+        }
+    }
+
     /// Inserts an image (the fetch has already succeeded). The boot option is left as it was and
     /// the medium is not connected until CONNECT or a boot (docs/ilo-management.md §1.5).
     pub fn insert(&mut self, device: VmDevice, url: String, image_size: Option<u64>) {

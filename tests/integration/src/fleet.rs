@@ -35,6 +35,11 @@ pub fn from_env<T: std::str::FromStr>(name: &str, default: T) -> T {
 /// Starts `vmdeploy-conductor serve` with `config` (a `conductor.toml` whose API listens on
 /// `127.0.0.1:port`), its state and log in `dir`; returns once the API listens.
 pub fn start_conductor(dir: &Path, port: u16, config: &str) -> ChildGuard {
+    start_named_conductor(dir, "vmdeploy-conductor", port, config)
+}
+
+/// [`start_conductor`] whose log, printed when a test fails, is headed `name`.
+pub fn start_named_conductor(dir: &Path, name: &str, port: u16, config: &str) -> ChildGuard {
     let config_path = dir.join("conductor.toml");
     std::fs::write(&config_path, config).expect("writing conductor.toml");
     let state = dir.join("conductor");
@@ -52,15 +57,15 @@ pub fn start_conductor(dir: &Path, port: u16, config: &str) -> ChildGuard {
         .stderr(std::fs::File::create(&log).expect("conductor log"))
         .spawn()
         .expect("starting vmdeploy-conductor serve");
-    let mut child = ChildGuard::new(child).with_log("vmdeploy-conductor", &log);
+    let mut child = ChildGuard::new(child).with_log(name, &log);
     let deadline = Instant::now() + Duration::from_secs(60);
     while !crate::tcp_listening(port) {
         if let Ok(Some(status)) = child.try_wait() {
-            panic!("vmdeploy-conductor serve exited ({status}) before listening");
+            panic!("{name} (vmdeploy-conductor serve) exited ({status}) before listening");
         }
         assert!(
             Instant::now() < deadline,
-            "vmdeploy-conductor serve did not listen within 60 s"
+            "{name} (vmdeploy-conductor serve) did not listen within 60 s"
         );
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -12,7 +12,6 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -22,9 +21,9 @@ use vmdeploy_integration_tests::conductor_env::make_image;
 use vmdeploy_integration_tests::emulator::MediaServer;
 use vmdeploy_integration_tests::fake_ramdisk::{mac_plus, Config, Harness, TlsMode};
 use vmdeploy_integration_tests::fleet::{harness_config, start_emulator, Api};
+use vmdeploy_integration_tests::free_port;
 use vmdeploy_integration_tests::front_door::FrontDoor;
 use vmdeploy_integration_tests::swift::{SwiftPeer, KEY, USER};
-use vmdeploy_integration_tests::{bin, free_port, tcp_listening};
 
 const NODES: usize = 30;
 const MAC_BASE: &str = "52:54:00:fb:00:00";
@@ -52,34 +51,7 @@ fn config(name: &str, port: u16, door: &str, database: &str, swift: &str, cert: 
 fn start_conductor(dir: &Path, name: &str, port: u16, config: &str) -> ChildGuard {
     let dir = dir.join(name);
     std::fs::create_dir_all(&dir).expect("conductor dir");
-    let config_path = dir.join("conductor.toml");
-    std::fs::write(&config_path, config).expect("writing conductor.toml");
-    let log = dir.join("conductor.log");
-    let child = Command::new(bin("vmdeploy-conductor"))
-        .arg("serve")
-        .arg("--config")
-        .arg(&config_path)
-        .arg("--state-dir")
-        .arg(dir.join("state"))
-        .env_remove("RUST_LOG")
-        .env_remove("STATE_DIRECTORY")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("conductor log"))
-        .spawn()
-        .expect("starting vmdeploy-conductor serve");
-    let mut child = ChildGuard::new(child).with_log(name, &log);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !tcp_listening(port) {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("{name} exited ({status}) before listening");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name} did not listen within 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    child
+    vmdeploy_integration_tests::fleet::start_named_conductor(&dir, name, port, config)
 }
 
 /// Every node's provision state, target, last error and reservation.

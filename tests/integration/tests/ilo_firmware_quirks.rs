@@ -52,6 +52,31 @@ impl Lab {
         }
     }
 
+    /// An emulator with `profile` whose host boots in UEFI mode.
+    async fn uefi(profile: Profile) -> Lab {
+        Lab::with_config(EmulatorConfig {
+            server: ServerConfig {
+                boot_mode: vmdeploy_ilo_emulator::BootMode::Uefi,
+                ..ServerConfig::with_profile(profile)
+            },
+            ..EmulatorConfig::loopback()
+        })
+        .await
+    }
+
+    /// One raw RIBCL script of `SERVER_INFO` read `command`, as the iLO answers it.
+    async fn ribcl_read(&self, command: &str) -> String {
+        self.raw()
+            .post(format!("{}/ribcl", self.base()))
+            .body(format!("<RIBCL VERSION=\"2.0\"><LOGIN USER_LOGIN=\"{USER}\" PASSWORD=\"{PASSWORD}\"><SERVER_INFO MODE=\"read\"><{command}/></SERVER_INFO></LOGIN></RIBCL>"))
+            .send()
+            .await
+            .expect("answers")
+            .text()
+            .await
+            .expect("a body")
+    }
+
     /// The lab profile with only `quirk` on.
     async fn with_quirk(quirk: Quirk) -> Lab {
         Lab::start(Profile::lab().with(quirk, true)).await
@@ -147,16 +172,7 @@ async fn no_redfish_is_driven_over_ribcl() {
 #[tokio::test]
 async fn ribcl_disabled_is_driven_over_redfish_whatever_the_model() {
     let lab = Lab::with_quirk(Quirk::RibclDisabled).await;
-    let reply = lab
-        .raw()
-        .post(format!("{}/ribcl", lab.base()))
-        .body(format!("<RIBCL VERSION=\"2.0\"><LOGIN USER_LOGIN=\"{USER}\" PASSWORD=\"{PASSWORD}\"><SERVER_INFO MODE=\"read\"><GET_HOST_POWER_STATUS/></SERVER_INFO></LOGIN></RIBCL>"))
-        .send()
-        .await
-        .expect("answers")
-        .text()
-        .await
-        .expect("a body");
+    let reply = lab.ribcl_read("GET_HOST_POWER_STATUS").await;
     assert!(reply.contains("RIBCLI is disabled"), "{reply}");
     let (_, _, manager) = lab
         .call(reqwest::Method::GET, "/redfish/v1/Managers/1/", None)
@@ -618,14 +634,7 @@ async fn a_uefi_cd_entry_appears_only_once_the_medium_is_connected() {
     use vmdeploy_conductor::states::ProvisionState;
     use vmdeploy_conductor::store::Node;
 
-    let lab = Lab::with_config(EmulatorConfig {
-        server: ServerConfig {
-            boot_mode: vmdeploy_ilo_emulator::BootMode::Uefi,
-            ..ServerConfig::with_profile(Profile::lab().with(Quirk::UefiCdEntryWhenConnected, true))
-        },
-        ..EmulatorConfig::loopback()
-    })
-    .await;
+    let lab = Lab::uefi(Profile::lab().with(Quirk::UefiCdEntryWhenConnected, true)).await;
     let media = media();
     let ribcl = IloClient::connect(&lab.config(Protocol::Ribcl))
         .await
@@ -772,8 +781,7 @@ async fn errors_without_text_are_read_from_their_ids_and_arguments() {
     assert!(info.get("Message").is_none(), "{body}");
     assert_eq!(info["MessageArgs"], json!(["HttpBootUri"]), "{body}");
     assert_eq!(
-        body["error"]["message"],
-        "See @Message.ExtendedInfo for more information.",
+        body["error"]["message"], "See @Message.ExtendedInfo for more information.",
         "{body}"
     );
 
@@ -792,14 +800,7 @@ async fn errors_without_text_are_read_from_their_ids_and_arguments() {
 
 #[tokio::test]
 async fn a_uefi_one_time_boot_read_as_a_pair_is_still_the_cd() {
-    let lab = Lab::with_config(EmulatorConfig {
-        server: ServerConfig {
-            boot_mode: vmdeploy_ilo_emulator::BootMode::Uefi,
-            ..ServerConfig::with_profile(Profile::lab().with(Quirk::RibclBootPair, true))
-        },
-        ..EmulatorConfig::loopback()
-    })
-    .await;
+    let lab = Lab::uefi(Profile::lab().with(Quirk::RibclBootPair, true)).await;
     let ribcl = IloClient::connect(&lab.config(Protocol::Ribcl))
         .await
         .expect("connects");
@@ -807,16 +808,7 @@ async fn a_uefi_one_time_boot_read_as_a_pair_is_still_the_cd() {
         .set_one_time_boot(&BootDevice::Cdrom)
         .await
         .expect("one-time boot set");
-    let reply = lab
-        .raw()
-        .post(format!("{}/ribcl", lab.base()))
-        .body(format!("<RIBCL VERSION=\"2.0\"><LOGIN USER_LOGIN=\"{USER}\" PASSWORD=\"{PASSWORD}\"><SERVER_INFO MODE=\"read\"><GET_ONE_TIME_BOOT/></SERVER_INFO></LOGIN></RIBCL>"))
-        .send()
-        .await
-        .expect("answers")
-        .text()
-        .await
-        .expect("a body");
+    let reply = lab.ribcl_read("GET_ONE_TIME_BOOT").await;
     assert!(
         reply.contains("VALUE=\"Boot000B\"") && reply.contains("DESCRIPTION="),
         "{reply}"

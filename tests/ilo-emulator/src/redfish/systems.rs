@@ -14,7 +14,7 @@ use crate::boot_target::BootTarget;
 use crate::http::Reply;
 use crate::profile::Quirk;
 use crate::server::Server;
-use crate::state::{BootMode, OneTimeBoot, Power, ServerState};
+use crate::state::{BootMode, Power, ServerState};
 
 /// `Systems/...`; `rest` is the path after `systems` (the BIOS resources are [`super::bios`]).
 pub(super) async fn handle(
@@ -347,36 +347,7 @@ async fn patch_system(server: &Server, body: &Value) -> Reply {
     // machine has no UEFI device paths of its own, and its NIC boots what its DHCP names.
     server
         .update(|s| {
-            // The target in effect: the new one, or the one already set.
-            let current = s
-                .one_time_boot
-                .map(OneTimeBoot::target)
-                .or(s.continuous_override);
-            let target = target.or(current).unwrap_or(BootTarget::None);
-            let enabled = enabled.unwrap_or(if s.continuous_override.is_some() {
-                "Continuous"
-            } else {
-                "Once"
-            });
-            match (enabled, target) {
-                ("Disabled", _) | (_, BootTarget::None) => {
-                    s.one_time_boot = None;
-                    s.continuous_override = None;
-                }
-                // A firmware application never enters the persistent order: Continuous acts
-                // as Once (see crate::boot_target).
-                ("Continuous", t) if !t.one_boot_only() => {
-                    s.one_time_boot = None;
-                    s.continuous_override = Some(t);
-                    if let Some(d) = t.device() {
-                        s.set_persistent_boot(&[d]);
-                    }
-                }
-                (_, t) => {
-                    s.continuous_override = None;
-                    s.one_time_boot = OneTimeBoot::from_target(t);
-                }
-            }
+            s.apply_boot_override(target, enabled);
         })
         .await;
     no_content()

@@ -9,7 +9,7 @@ use super::{collection, json_reply, Call, Refusal};
 use crate::boot_target::BootTarget;
 use crate::http::Reply;
 use crate::server::{PowerChange, Server};
-use crate::state::{BootDevice, BootMode, OneTimeBoot, Power, ServerState, SupportedBootModes};
+use crate::state::{BootDevice, BootMode, Power, ServerState, SupportedBootModes};
 
 const SYSTEM: &str = "/rest/v1/Systems/1";
 const SECURE_BOOT: &str = "/rest/v1/Systems/1/SecureBoot";
@@ -420,34 +420,7 @@ pub(super) fn parse_boot(boot: &Value) -> Result<BootPatch, Refusal> {
 /// Applies a Boot PATCH the way the Redfish side does (`Once` is the one-time boot,
 /// `Continuous` heads the persistent order, `Disabled` clears), so RIBCL reads it back.
 pub(super) fn apply_boot(s: &mut ServerState, patch: &BootPatch) {
-    let current = s
-        .one_time_boot
-        .map(OneTimeBoot::target)
-        .or(s.continuous_override);
-    let target = patch.target.or(current).unwrap_or(BootTarget::None);
-    let enabled = patch.enabled.unwrap_or(if s.continuous_override.is_some() {
-        "Continuous"
-    } else {
-        "Once"
-    });
-    match (enabled, target) {
-        ("Disabled", _) | (_, BootTarget::None) => {
-            s.one_time_boot = None;
-            s.continuous_override = None;
-        }
-        // A firmware application lasts one boot even when asked for Continuous.
-        ("Continuous", t) if !t.one_boot_only() => {
-            s.one_time_boot = None;
-            s.continuous_override = Some(t);
-            if let Some(d) = t.device() {
-                s.set_persistent_boot(&[d]);
-            }
-        }
-        (_, t) => {
-            s.continuous_override = None;
-            s.one_time_boot = OneTimeBoot::from_target(t);
-        }
-    }
+    s.apply_boot_override(patch.target, patch.enabled);
 }
 
 async fn patch_system(call: &Call<'_>, body: &Map<String, Value>) -> Reply {
@@ -521,6 +494,7 @@ mod tests {
 
     use super::super::tests::{call, gen9, ids, request, runtime};
     use super::*;
+    use crate::state::OneTimeBoot;
     use crate::state::Power;
 
     #[test]
