@@ -148,6 +148,23 @@ fn message_id(body: &Value) -> String {
         .to_string()
 }
 
+/// What a deploy does before it powers the host on: the image in the virtual CD, boot-once,
+/// and the one-time boot to the CD.
+async fn attach_boot_once_cd(client: &RedfishClient, url: &str) {
+    client
+        .insert_vmedia(VmediaDevice::Cdrom, url)
+        .await
+        .expect("inserted");
+    client
+        .set_vmedia_status(VmediaDevice::Cdrom, VmediaBootOption::BootOnce, None)
+        .await
+        .expect("boot once");
+    client
+        .set_one_time_boot(&BootDevice::Cdrom)
+        .await
+        .expect("one-time boot to the CD");
+}
+
 /// A media server with a small ISO stand-in the emulator can read by range.
 fn media() -> MediaServer {
     MediaServer::start(vec![("/boot.iso", vec![0x5a; 256 * 1024])])
@@ -537,18 +554,7 @@ async fn a_boot_reads_its_medium_by_range_as_configured() {
     let lab = Lab::with_config(config).await;
     let media = MediaServer::start(vec![("/boot.iso", vec![0x5a; 2 << 20])]);
     let client = lab.redfish();
-    client
-        .insert_vmedia(VmediaDevice::Cdrom, &media.url("/boot.iso"))
-        .await
-        .expect("inserted");
-    client
-        .set_vmedia_status(VmediaDevice::Cdrom, VmediaBootOption::BootOnce, None)
-        .await
-        .expect("boot once");
-    client
-        .set_one_time_boot(&BootDevice::Cdrom)
-        .await
-        .expect("one-time CD");
+    attach_boot_once_cd(&client, &media.url("/boot.iso")).await;
     client.set_power(PowerAction::On).await.expect("on");
     let state = lab.emulator.state(0).await.expect("server 0");
     let boot = state.state.last_boot.expect("a boot");
@@ -741,18 +747,7 @@ async fn a_body_without_its_content_type_is_415_and_the_driver_names_it() {
     // Every body the driver sends says what it is: a deploy's boot, media and power calls.
     let media = media();
     let client = lab.redfish();
-    client
-        .insert_vmedia(VmediaDevice::Cdrom, &media.url("/boot.iso"))
-        .await
-        .expect("inserted");
-    client
-        .set_vmedia_status(VmediaDevice::Cdrom, VmediaBootOption::BootOnce, None)
-        .await
-        .expect("boot once");
-    client
-        .set_one_time_boot(&BootDevice::Cdrom)
-        .await
-        .expect("one-time boot");
+    attach_boot_once_cd(&client, &media.url("/boot.iso")).await;
     client
         .eject_vmedia(VmediaDevice::Cdrom)
         .await
