@@ -371,18 +371,18 @@ impl Server {
     /// Whether the host, on, is still in POST: within the profile's POST time of its last
     /// power-on or reset.
     pub async fn in_post(&self) -> bool {
-        let on = self.read(|s| s.power == Power::On).await;
-        on && self
-            .clock()
-            .post_started
-            .is_some_and(|t| t.elapsed() < self.config.profile.timings.post)
+        self.post_state().await == "InPost"
     }
 
-    /// `Oem.Hpe.PostState`: `PowerOff`, `InPost` or `FinishedPost`.
+    /// `Oem.Hpe.PostState`: `PowerOff`, `InPost` or `FinishedPost` (one read of the state).
     pub async fn post_state(&self) -> &'static str {
         if self.read(|s| s.power == Power::Off).await {
             "PowerOff"
-        } else if self.in_post().await {
+        } else if self
+            .clock()
+            .post_started
+            .is_some_and(|t| t.elapsed() < self.config.profile.timings.post)
+        {
             "InPost"
         } else {
             "FinishedPost"
