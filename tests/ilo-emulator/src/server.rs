@@ -445,6 +445,24 @@ impl Server {
         result
     }
 
+    /// Carries out a Redfish or RIS `ResetType` (GracefulRestart restarts by force, as HPE
+    /// documents); `None` for a type the emulator does not know.
+    pub async fn reset_by_type(&self, reset_type: &str) -> Option<Result<(), OpError>> {
+        Some(match reset_type {
+            "On" | "ForceOn" => self.power_on().await.map(|_| ()),
+            "ForceOff" | "GracefulShutdown" => self.power_off().await.map(|_| ()),
+            "ForceRestart" | "GracefulRestart" => self.reset().await,
+            "PowerCycle" => match self.power_off().await {
+                Ok(_) => self.power_on().await.map(|_| ()),
+                Err(e) => Err(e),
+            },
+            "PushPowerButton" => self.press_power_button().await,
+            // An NMI to a running host changes nothing the emulator models.
+            "Nmi" => Ok(()),
+            _ => return None,
+        })
+    }
+
     /// Momentary press of the power button: toggles power. A real OS would shut down
     /// gracefully; with no OS to ask, the emulator powers off at once.
     pub async fn press_power_button(&self) -> Result<(), OpError> {

@@ -77,6 +77,18 @@ impl Lab {
             .expect("a body")
     }
 
+    /// A Redfish session login as another client makes it (never closed): status and body.
+    async fn open_session(&self) -> (u16, Value) {
+        let (status, _, body) = self
+            .call(
+                reqwest::Method::POST,
+                "/redfish/v1/SessionService/Sessions/",
+                Some(json!({"UserName": USER, "Password": PASSWORD})),
+            )
+            .await;
+        (status, body)
+    }
+
     /// The lab profile with only `quirk` on.
     async fn with_quirk(quirk: Quirk) -> Lab {
         Lab::start(Profile::lab().with(quirk, true)).await
@@ -574,22 +586,10 @@ async fn a_full_session_table_is_met_with_basic_auth() {
     let cap = Profile::lab().timings.session_cap;
     // Another client logs in `cap` times and never logs out.
     for n in 0..cap {
-        let (status, _, body) = lab
-            .call(
-                reqwest::Method::POST,
-                "/redfish/v1/SessionService/Sessions/",
-                Some(json!({"UserName": USER, "Password": PASSWORD})),
-            )
-            .await;
+        let (status, body) = lab.open_session().await;
         assert_eq!(status, 201, "login {n}: {body}");
     }
-    let (status, _, body) = lab
-        .call(
-            reqwest::Method::POST,
-            "/redfish/v1/SessionService/Sessions/",
-            Some(json!({"UserName": USER, "Password": PASSWORD})),
-        )
-        .await;
+    let (status, body) = lab.open_session().await;
     assert_eq!(status, 403, "{body}");
     assert!(
         message_id(&body).ends_with(".SessionLimitExceeded"),

@@ -228,23 +228,12 @@ async fn reset(server: &Server, reset_type: &str) -> Reply {
     if let Some(refusal) = refused_reset(server, reset_type).await {
         return refusal;
     }
-    let result = match reset_type {
-        "On" | "ForceOn" => server.power_on().await.map(|_| ()),
-        "ForceOff" | "GracefulShutdown" => server.power_off().await.map(|_| ()),
-        "ForceRestart" | "GracefulRestart" => server.reset().await,
-        "PowerCycle" => match server.power_off().await {
-            Ok(_) => server.power_on().await.map(|_| ()),
-            Err(e) => Err(e),
-        },
-        "PushPowerButton" => server.press_power_button().await,
-        "Nmi" => Ok(()),
-        other => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "Base.1.4.ActionParameterValueNotInList",
-                &format!("ResetType {other:?} is not supported."),
-            )
-        }
+    let Some(result) = server.reset_by_type(reset_type).await else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "Base.1.4.ActionParameterValueNotInList",
+            &format!("ResetType {reset_type:?} is not supported."),
+        );
     };
     result.map(|()| no_content()).unwrap_or_else(op_error)
 }

@@ -285,16 +285,8 @@ async fn action(call: &Call<'_>, body: &Map<String, Value>) -> Reply {
                 {
                     return wrong_state(call)
                 }
-                "On" | "ForceOn" => server.power_on().await.map(|_| ()),
-                "ForceOff" | "GracefulShutdown" => server.power_off().await.map(|_| ()),
-                "ForceRestart" | "GracefulRestart" => server.reset().await,
-                "PowerCycle" => match server.power_off().await {
-                    Ok(_) => server.power_on().await.map(|_| ()),
-                    Err(e) => Err(e),
-                },
-                "PushPowerButton" => server.press_power_button().await,
-                // An NMI to a running host changes nothing the emulator models.
-                _ => Ok(()),
+                // The profile's allowable list was checked above.
+                _ => server.reset_by_type(reset_type).await.unwrap_or(Ok(())),
             };
             result.map_or_else(|e| call.op_error(e), |()| call.success())
         }
