@@ -34,10 +34,18 @@ fn write(path: &Path, text: &str) -> anyhow::Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
+/// Swift's servers refuse every write with 507 Insufficient Storage while less than
+/// `fallocate_reserve` of the disk is free, and its default is 1% of the whole disk: 2.5 GB on
+/// a 252 GB CI disk, far more than a test's few megabytes need. A CI run on a nearly full
+/// machine failed every Swift test within seconds, as this reserve would, so the test servers
+/// keep none; a disk with truly no room still fails the write, with ENOSPC in the server's log.
+const FALLOCATE_RESERVE: &str = "fallocate_reserve = 0\n";
+
 fn server_conf(etc: &Path, node: &Path, port: u16, kind: &str) -> String {
     format!(
         "[DEFAULT]\nbind_ip = 127.0.0.1\nbind_port = {port}\nworkers = 0\nuser = root\n\
-         swift_dir = {etc}\ndevices = {node}\nmount_check = false\nlog_level = INFO\n\n\
+         swift_dir = {etc}\ndevices = {node}\nmount_check = false\nlog_level = INFO\n\
+         {FALLOCATE_RESERVE}\n\
          [pipeline:main]\npipeline = {kind}-server\n\n[app:{kind}-server]\nuse = egg:swift#{kind}\n",
         etc = etc.display(),
         node = node.display(),
@@ -102,7 +110,7 @@ impl SwiftPeer {
         let _ = write!(
             proxy_conf,
             "[DEFAULT]\nbind_ip = 127.0.0.1\nbind_port = {proxy}\nworkers = 0\nuser = root\n\
-             swift_dir = {etc}\nlog_level = INFO\n\n\
+             swift_dir = {etc}\nlog_level = INFO\n{FALLOCATE_RESERVE}\n\
              [pipeline:main]\npipeline = catch_errors gatekeeper healthcheck proxy-logging cache \
              listing_formats tempurl tempauth proxy-logging proxy-server\n\n\
              [app:proxy-server]\nuse = egg:swift#proxy\naccount_autocreate = true\n\n\
