@@ -17,6 +17,7 @@ use vmdeploy_shared::exit::{self, UsageError};
 use vmdeploy_shared::{fat, params::Params};
 
 mod boot_iso;
+mod coverage;
 mod deploy_iso;
 mod initramfs;
 mod kernel_deb;
@@ -72,6 +73,9 @@ enum Command {
     /// Build the deploy ISO (BIOS + UEFI): a Debian kernel, the agent as /init and the modules
     /// it needs, volume id VMEDIA_BOOT_ISO.
     DeployIso(deploy_iso::DeployIsoArgs),
+    /// Print which HP/HPE network and storage adapters (the pci.ids subsystems of vendors 103c
+    /// and 1590 that a driver of the kernel drives) the deploy ISO's modules and firmware serve.
+    Coverage(coverage::CoverageArgs),
     /// Build an instance boot ISO (BIOS + UEFI) from a kernel, a ramdisk and a command line.
     BootIso(boot_iso::BootIsoArgs),
     /// Write the boot loaders the conductor builds instance boot ISOs with (isolinux.bin,
@@ -122,6 +126,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::DeployIso(args) => deploy_iso::run(args),
+        Command::Coverage(args) => coverage::run(args),
         Command::BootIso(args) => boot_iso::run(args),
         Command::TestImage(args) => test_image::run(args),
         Command::Esp { out } => {

@@ -9,6 +9,11 @@ use anyhow::{bail, Context as _};
 /// Runs `cmd`; a missing program fails with `fix` as the hint, a failure with its stderr and
 /// stdout.
 pub fn run(cmd: &mut Command, fix: &str) -> anyhow::Result<()> {
+    output(cmd, fix).map(drop)
+}
+
+/// Runs `cmd` as [`run`] does and returns what it printed on stdout.
+pub fn output(cmd: &mut Command, fix: &str) -> anyhow::Result<Vec<u8>> {
     let name = cmd.get_program().to_string_lossy().into_owned();
     let out = match cmd.output() {
         Ok(out) => out,
@@ -25,7 +30,7 @@ pub fn run(cmd: &mut Command, fix: &str) -> anyhow::Result<()> {
             String::from_utf8_lossy(&out.stdout).trim()
         );
     }
-    Ok(())
+    Ok(out.stdout)
 }
 
 #[cfg(test)]

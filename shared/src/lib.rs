@@ -15,6 +15,7 @@ pub mod iqn;
 pub mod iscsi;
 pub mod iso;
 pub mod json;
+pub mod modalias;
 pub mod params;
 pub mod partition;
 pub mod qcow2;
