@@ -44,7 +44,7 @@ done
 max_len() {
     case "$1" in
     iscsi_target | iscsi_initiator | iscsi_pdu) echo 65536 ;;
-    floppy | configdrive | partition_tables | qcow2) echo 131072 ;;
+    floppy | configdrive | partition_tables | qcow2 | deploy_cd) echo 131072 ;;
     scsi | http_range | tftp | dhcp) echo 1024 ;;
     *) echo 8192 ;;
     esac

@@ -74,5 +74,12 @@ printf 'InitiatorName=iqn.2004-10.org.vmdeploy:c\000SessionType=Normal\000MaxRec
 printf '\x9e\000\000\000\000\000\000\000\000\000\000\000\000\040\000\000' >"$S/scsi/read-capacity-16"
 printf '\x2a\000\000\000\000\000\000\000\010\000\000\000\000\000\000\000' >"$S/scsi/write-10"
 printf '\x5f\001\000\000\000\000\000\000\030\000\000\000\000\000\000\000' >"$S/scsi/pr-out"
+# The deploy CD: a small ISO from xorriso (no padding) with a modules.alias, and the alias text
+# alone (mode byte 1).
+mkdir -p "$S/deploy_cd" "$tmp/cd/boot"
+printf 'alias pci:v00008086d00001533sv*sd*bc*sc*i* igb\nalias pci:v*d*sv*sd*bc01sc08i02* nvme\n' >"$tmp/cd/boot/modules.alias"
+xorriso -as mkisofs -quiet -no-pad -V VMEDIA_BOOT_ISO -o "$tmp/cd.iso" "$tmp/cd"
+{ printf '\000'; cat "$tmp/cd.iso"; } >"$S/deploy_cd/xorriso-iso"
+{ printf '\001'; cat "$tmp/cd/boot/modules.alias"; } >"$S/deploy_cd/modules-alias"
 ls "$S"/* | head -100 >/dev/null
 echo "seeds written to $S" >&2

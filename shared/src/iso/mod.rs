@@ -35,6 +35,7 @@ mod date;
 mod efi_image;
 mod eltorito;
 pub mod loaders;
+pub mod read;
 mod volume;
 
 use std::borrow::Cow;

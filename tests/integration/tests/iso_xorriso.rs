@@ -313,3 +313,69 @@ fn bad_input_is_a_usage_error() {
     assert_eq!(code, Some(64), "{said}");
     assert!(!out.exists(), "a failed build left {}", out.display());
 }
+
+/// Our ISO 9660 reader (`vmdeploy_shared::iso::read`, what the agent reads the deploy CD with)
+/// on a volume xorriso wrote: a nested file, a file of many sectors and a directory of many
+/// sectors (records never cross a sector: the reader must skip each sector's padding).
+#[test]
+fn our_reader_reads_a_volume_xorriso_wrote() {
+    use vmdeploy_shared::iso::read::{IsoReadError, IsoVolume};
+    let dir = tempfile::tempdir().expect("scratch dir");
+    let tree = dir.path().join("tree");
+    let mut files: Vec<(String, Vec<u8>)> = vec![
+        ("boot/vmlinuz".into(), xorshift_bytes(300_001, 0x51ED_2701)),
+        ("a/b/c/deep.txt".into(), b"four levels down".to_vec()),
+    ];
+    for i in 0..150 {
+        files.push((
+            format!("many/f{i:03}.bin"),
+            xorshift_bytes(100 + i, i as u64 + 1),
+        ));
+    }
+    for (name, bytes) in &files {
+        let path = tree.join(name);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+        std::fs::write(&path, bytes).expect("writing a file");
+    }
+    let iso = dir.path().join("x.iso");
+    tool_ok(
+        "xorriso",
+        "xorriso",
+        &[
+            "-as",
+            "mkisofs",
+            "-quiet",
+            "-V",
+            "READTEST",
+            "-o",
+            path_str(&iso),
+            path_str(&tree),
+        ],
+    );
+
+    let device = std::fs::File::open(&iso).expect("opening the ISO");
+    let mut volume = IsoVolume::open(device).expect("our reader opens xorriso's volume");
+    assert_eq!(volume.volume_id(), "READTEST");
+    assert_eq!(
+        volume.volume_bytes(),
+        std::fs::metadata(&iso).expect("size").len(),
+        "the descriptor's volume size is the file's"
+    );
+    for (name, bytes) in &files {
+        let read = volume
+            .read_file(name, 1 << 20)
+            .unwrap_or_else(|e| panic!("reading {name}: {e}"));
+        assert!(
+            read == *bytes,
+            "{name}: {} bytes read back differ",
+            read.len()
+        );
+    }
+    let many = volume.lookup("/many").expect("the big directory");
+    assert!(many.len > 2048, "the directory fits one sector: {many:?}");
+    assert_eq!(volume.list(&many).expect("listing").len(), 150);
+    assert!(matches!(
+        volume.read_file("/many/f999.bin", 1 << 20),
+        Err(IsoReadError::NotFound(_))
+    ));
+}
