@@ -387,6 +387,45 @@ impl Bmc {
         ))
     }
 
+    /// Reads the Secure Boot setting: `validate`'s check that a node asking for Secure Boot
+    /// has a BMC that can set it (iLO 4 over RIBCL cannot).
+    pub async fn secure_boot_enabled(&self) -> Result<bool, BmcError> {
+        self.client
+            .secure_boot_enabled()
+            .await
+            .map_err(|e| self.failed("reading the Secure Boot setting", e))
+    }
+
+    /// Makes UEFI Secure Boot `wanted` for the next boot; returns whether it changed the
+    /// setting (so the caller can undo only its own change). A BMC without a Secure Boot
+    /// setting is fine when Secure Boot is not wanted, and an error naming why when it is.
+    pub async fn ensure_secure_boot(&self, wanted: bool) -> Result<bool, BmcError> {
+        let enabled =
+            match self.client.secure_boot_enabled().await {
+                Ok(enabled) => enabled,
+                Err(DriverError::NotSupported { .. }) if !wanted => return Ok(false),
+                Err(e @ DriverError::NotSupported { .. }) => return Err(self.failed(
+                    "the node asks for UEFI Secure Boot (capabilities secure_boot:true), which \
+                     this BMC cannot set",
+                    e,
+                )),
+                Err(e) => return Err(self.failed("reading the Secure Boot setting", e)),
+            };
+        if enabled == wanted {
+            return Ok(false);
+        }
+        let step = if wanted {
+            "turning Secure Boot on"
+        } else {
+            "turning Secure Boot off"
+        };
+        self.client
+            .set_secure_boot(wanted)
+            .await
+            .map_err(|e| self.failed(step, e))?;
+        Ok(true)
+    }
+
     /// Makes `wanted` (or, when `None`, whatever is pending) the boot mode of the next boot;
     /// returns the mode the host will boot in. A BMC that cannot tell or set boot modes is a
     /// legacy-BIOS-only machine, as Ironic assumes.

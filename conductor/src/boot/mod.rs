@@ -24,6 +24,7 @@ use crate::context::DeployContext;
 use crate::store::{JsonObject, Node};
 
 pub mod pxe;
+pub mod secure_boot;
 pub mod vmedia;
 
 /// `driver_internal_info` key of the pre-generated agent token.

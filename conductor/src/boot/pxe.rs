@@ -34,7 +34,7 @@ use crate::context::DeployContext;
 use crate::netboot::config::Mac;
 use crate::netboot::files::BootFiles;
 use crate::netboot::Netboot;
-use crate::node::capabilities::deploy_boot_mode;
+use crate::node::capabilities::{deploy_boot_mode, secure_boot_wanted};
 use crate::node::instance_info::InstanceInfo;
 use crate::store::Node;
 
@@ -263,6 +263,7 @@ fn deploy_cmdline(
 impl BootInterface for PxeBoot {
     async fn validate(&self, node: &Node) -> anyhow::Result<()> {
         deploy_refs(node, self.netboot()?)?;
+        refuse_secure_boot(node)?;
         self.macs(node).await?;
         Ok(())
     }
@@ -303,6 +304,7 @@ impl BootInterface for PxeBoot {
             );
         };
         let netboot = self.netboot()?;
+        refuse_secure_boot(node)?;
         let wanted_mode = deploy_boot_mode(node)?;
         let refs = deploy_refs(node, netboot)?;
         let [kernel, ramdisk] = self
@@ -354,6 +356,19 @@ impl BootInterface for PxeBoot {
     async fn clean_up_instance(&self, node: &mut Node) {
         self.remove_boot_files(node).await;
     }
+}
+
+/// The network boot serves PXELINUX and iPXE, which no Secure Boot firmware runs: a node that
+/// wants Secure Boot is refused before anything is changed, not left at a firmware refusal.
+fn refuse_secure_boot(node: &Node) -> anyhow::Result<()> {
+    if secure_boot_wanted(node)? {
+        bail!(
+            "node {}: capabilities ask for secure_boot:true, but the network boot interface \
+             serves unsigned loaders (PXELINUX, iPXE); use the vmedia boot interface",
+            node.uuid
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

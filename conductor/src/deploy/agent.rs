@@ -225,6 +225,7 @@ impl DeployInterface for AgentDeploy {
     async fn tear_down(&self, node: &mut Node) -> anyhow::Result<()> {
         let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
         bmc.power_off().await?;
+        crate::boot::secure_boot::restore(&bmc, node).await?;
         self.boot.clean_up_ramdisk(Some(&bmc), node).await;
         clear_agent_fields(&mut node.driver_internal_info);
         Ok(())

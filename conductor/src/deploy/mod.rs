@@ -161,10 +161,16 @@ async fn validate_boot(
     let image = image::any_instance_image(&node.instance_info)?;
     boot.validate(node).await?;
     crate::node::capabilities::deploy_boot_mode(node)?;
+    let secure_boot = crate::node::capabilities::secure_boot_wanted(node)?;
     let bmc = Bmc::connect_read_only(node, &ctx.config.ilo_defaults).await?;
     bmc.power_state()
         .await
         .context("checking the BMC credentials")?;
+    if secure_boot {
+        bmc.secure_boot_enabled()
+            .await
+            .context("the node asks for UEFI Secure Boot (capabilities secure_boot:true)")?;
+    }
     boot.validate_bmc(&bmc, node).await?;
     image::check(
         ctx.objects.as_ref(),

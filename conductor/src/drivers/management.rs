@@ -168,4 +168,30 @@ pub trait Management {
     fn supported_boot_modes(
         &self,
     ) -> impl Future<Output = Result<SupportedBootModes, DriverError>> + Send;
+
+    /// Whether UEFI Secure Boot is set to be on (`SecureBootEnable`). The setting takes
+    /// effect at the next boot. A BMC without a Secure Boot interface answers
+    /// [`DriverError::NotSupported`].
+    fn secure_boot_enabled(&self) -> impl Future<Output = Result<bool, DriverError>> + Send {
+        async {
+            Err(DriverError::NotSupported {
+                operation: "reading Secure Boot".into(),
+                message: "this BMC interface has no Secure Boot setting".into(),
+            })
+        }
+    }
+
+    /// Turns UEFI Secure Boot on or off for the next boot. Firmware accepts it only with UEFI
+    /// pending (iLO 5/6 answer `UnsupportedOperationInLegacyBootMode` otherwise).
+    fn set_secure_boot(
+        &self,
+        enable: bool,
+    ) -> impl Future<Output = Result<(), DriverError>> + Send {
+        async move {
+            Err(DriverError::NotSupported {
+                operation: format!("turning Secure Boot {}", if enable { "on" } else { "off" }),
+                message: "this BMC interface has no Secure Boot setting".into(),
+            })
+        }
+    }
 }

@@ -73,6 +73,12 @@ pub enum CapabilitiesError {
         /// From properties.
         pinned: BootMode,
     },
+    /// Secure Boot asked for a deploy that boots in legacy BIOS mode.
+    #[error(
+        "capabilities ask for secure_boot:true with boot mode bios: UEFI Secure Boot needs \
+         boot_mode:uefi (or no boot_mode)"
+    )]
+    SecureBootNeedsUefi,
 }
 
 /// Parsed capabilities: key to value, as strings (Ironic compares them as strings).
@@ -334,8 +340,30 @@ pub fn deploy_boot_mode(node: &Node) -> Result<Option<BootMode>, CapabilitiesErr
         (Some(requested), Some(pinned)) if requested != pinned => {
             Err(CapabilitiesError::BootModeConflict { requested, pinned })
         }
+        // The node's own secure_boot:true (Ironic's name) means UEFI when nothing else says.
+        (None, _) if secure_boot_wanted_by(&instance, node)? => Ok(Some(BootMode::Uefi)),
         _ => Ok(requested),
     }
+}
+
+/// Whether a deploy of `node` turns UEFI Secure Boot on before it boots: the instance's
+/// `secure_boot` capability when it has one (the scheduler's flavor), else the node's own
+/// (`properties.capabilities`). Refused with a boot mode of `bios`, which the operator must
+/// hear about at `validate` rather than as a BMC refusal mid-deploy.
+pub fn secure_boot_wanted(node: &Node) -> Result<bool, CapabilitiesError> {
+    let instance = Capabilities::of_instance_info(node)?;
+    let wanted = secure_boot_wanted_by(&instance, node)?;
+    if wanted && deploy_boot_mode(node)? == Some(BootMode::Bios) {
+        return Err(CapabilitiesError::SecureBootNeedsUefi);
+    }
+    Ok(wanted)
+}
+
+fn secure_boot_wanted_by(instance: &Capabilities, node: &Node) -> Result<bool, CapabilitiesError> {
+    Ok(match instance.get("secure_boot") {
+        Some(value) => value.eq_ignore_ascii_case("true"),
+        None => Capabilities::of_properties(node)?.secure_boot(),
+    })
 }
 
 #[cfg(test)]

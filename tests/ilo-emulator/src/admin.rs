@@ -72,6 +72,7 @@ pub fn state_json(s: &ServerSnapshot) -> serde_json::Value {
             "pending": st.boot_mode_pending.ribcl(),
             "supported": st.supported_boot_modes.ribcl(),
         },
+        "secure_boot": {"enable": st.secure_boot_enable, "current": st.secure_boot_current},
         "one_time_boot": st.one_time_boot.map(|o| o.ribcl()),
         "persistent_boot": st.persistent_boot.iter().map(|d| d.ribcl()).collect::<Vec<_>>(),
         "vmedia": {

@@ -345,10 +345,75 @@ async fn agent_ilo_deploys_through_every_firmware_profile() {
         )
         .await;
     }
+    // Secure Boot, asked the way a flavor asks (instance capabilities): the Redfish nodes turn
+    // it on through the iLO before the deploy boots and off again at undeploy. RIBCL has no
+    // Secure Boot command, so validate refuses it on an iLO 4 with that reason; the iLO 4
+    // nodes then deploy without it.
+    let secure_boot = |on: bool| {
+        json!([{"op": "add", "path": "/instance_info/capabilities",
+                "value": {"secure_boot": if on { "true" } else { "false" }}}])
+    };
+    for (uuid, (profile, protocol)) in nodes.iter().zip(PROFILES) {
+        let path = format!("/v1/nodes/{uuid}");
+        api.call(reqwest::Method::PATCH, &path, Some(secure_boot(true)))
+            .await;
+        let validation = api
+            .call(reqwest::Method::GET, &format!("{path}/validate"), None)
+            .await;
+        let deploy = &validation["deploy"];
+        if protocol == "ribcl" {
+            assert_eq!(deploy["result"], false, "{profile}: {validation}");
+            let reason = deploy["reason"].as_str().unwrap_or_default();
+            assert!(
+                reason.contains("RIBCL has no Secure Boot command") && reason.contains("RBSU"),
+                "{profile}: {reason}"
+            );
+            api.call(reqwest::Method::PATCH, &path, Some(secure_boot(false)))
+                .await;
+        } else {
+            assert_eq!(deploy["result"], true, "{profile}: {validation}");
+        }
+    }
+    let secure_boot_of = |ilo: &SocketAddr| emulator_state(ilo)["secure_boot"]["enable"].clone();
+    for (ilo, (profile, _)) in ilos.iter().zip(PROFILES) {
+        assert_eq!(
+            secure_boot_of(ilo),
+            false,
+            "{profile}: off before the deploy"
+        );
+    }
     api.provision_all(&nodes, "active", "active", &harness)
         .await;
+    for ((uuid, ilo), (profile, protocol)) in nodes.iter().zip(&ilos).zip(PROFILES) {
+        let on = protocol == "redfish";
+        assert_eq!(
+            secure_boot_of(ilo),
+            on,
+            "{profile}: Secure Boot once active"
+        );
+        let node = api.node(uuid).await;
+        assert_eq!(
+            node["driver_internal_info"]["secure_boot_enabled_by_vmdeploy"].as_bool(),
+            on.then_some(true),
+            "{profile}: {node}"
+        );
+    }
     api.provision_all(&nodes, "deleted", "available", &harness)
         .await;
+    for ((uuid, ilo), (profile, _)) in nodes.iter().zip(&ilos).zip(PROFILES) {
+        assert_eq!(
+            secure_boot_of(ilo),
+            false,
+            "{profile}: off again after undeploy"
+        );
+        let node = api.node(uuid).await;
+        assert!(
+            node["driver_internal_info"]
+                .get("secure_boot_enabled_by_vmdeploy")
+                .is_none(),
+            "{profile}: {node}"
+        );
+    }
 
     // 100 power actions on each node: the conductor keeps one Redfish session per iLO, and
     // closes every session it opened when it stops.

@@ -164,6 +164,7 @@ async fn prepare(
     let ports = ctx.node_ports(node.uuid).await?;
     // The iSCSI floppy names the boot mode, so it is settled before the floppy is built.
     let mode = bmc.ensure_boot_mode(wanted_mode).await?;
+    super::secure_boot::prepare(bmc, node).await?;
     let (params, secret_key, secret) = match ramdisk {
         Ramdisk::Agent => {
             let token = floppy::new_agent_token()?;
@@ -274,6 +275,7 @@ async fn cleanup(ctx: &DeployContext, bmc: Option<&Bmc>, node: &mut Node) {
 mod tests {
     use super::*;
     use crate::bmc::BootMode;
+    use crate::node::capabilities::{secure_boot_wanted, CapabilitiesError};
     use crate::states::ProvisionState;
     use serde_json::json;
     use uuid::Uuid;
@@ -298,8 +300,24 @@ mod tests {
         assert_eq!(deploy_boot_mode(&n).expect("ok"), Some(BootMode::Uefi));
         let n = node(json!({}), json!({"capabilities": {"boot_mode": "bios"}}));
         assert_eq!(deploy_boot_mode(&n).expect("ok"), Some(BootMode::Bios));
+        // The node's secure_boot:true means UEFI, and refuses a BIOS deploy.
         let n = node(json!({"capabilities": "secure_boot:true"}), json!({}));
-        assert_eq!(deploy_boot_mode(&n).expect("ok"), None);
+        assert_eq!(deploy_boot_mode(&n).expect("ok"), Some(BootMode::Uefi));
+        assert!(secure_boot_wanted(&n).expect("ok"));
+        let n = node(
+            json!({"capabilities": "secure_boot:true"}),
+            json!({"capabilities": {"boot_mode": "bios"}}),
+        );
+        assert!(matches!(
+            secure_boot_wanted(&n),
+            Err(CapabilitiesError::SecureBootNeedsUefi)
+        ));
+        // The flavor's explicit false wins over the node's true.
+        let n = node(
+            json!({"capabilities": "secure_boot:true"}),
+            json!({"capabilities": {"secure_boot": "false"}}),
+        );
+        assert!(!secure_boot_wanted(&n).expect("ok"));
         let n = node(json!({"capabilities": "boot_mode:efi"}), json!({}));
         let err = deploy_boot_mode(&n).expect_err("bad mode");
         assert!(

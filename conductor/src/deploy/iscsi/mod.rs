@@ -398,6 +398,7 @@ impl DeployInterface for IscsiDeploy {
     async fn tear_down(&self, node: &mut Node) -> anyhow::Result<()> {
         let bmc = Bmc::connect(node, &self.ctx.config.ilo_defaults).await?;
         bmc.power_off().await?;
+        crate::boot::secure_boot::restore(&bmc, node).await?;
         self.boot.clean_up_ramdisk(Some(&bmc), node).await;
         self.boot.clean_up_instance(node).await;
         node.driver_internal_info.remove(ROOT_UUID_KEY);

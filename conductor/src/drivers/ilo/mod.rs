@@ -242,6 +242,14 @@ impl Management for IloClient {
     async fn supported_boot_modes(&self) -> Result<SupportedBootModes, DriverError> {
         delegate!(self, supported_boot_modes())
     }
+
+    async fn secure_boot_enabled(&self) -> Result<bool, DriverError> {
+        delegate!(self, secure_boot_enabled())
+    }
+
+    async fn set_secure_boot(&self, enable: bool) -> Result<(), DriverError> {
+        delegate!(self, set_secure_boot(enable))
+    }
 }
 
 impl VirtualMedia for IloClient {

@@ -293,6 +293,35 @@ impl Management for RedfishClient {
             message: "the system advertises neither UefiClass nor override modes".into(),
         })
     }
+
+    async fn secure_boot_enabled(&self) -> Result<bool, DriverError> {
+        let uri = self.secure_boot_uri().await?;
+        let resource = self.get(&uri).await?;
+        resource
+            .get("SecureBootEnable")
+            .and_then(Value::as_bool)
+            .ok_or_else(|| malformed(&uri, "no boolean SecureBootEnable".into()))
+    }
+
+    async fn set_secure_boot(&self, enable: bool) -> Result<(), DriverError> {
+        let uri = self.secure_boot_uri().await?;
+        self.patch(&uri, &json!({ "SecureBootEnable": enable }))
+            .await
+    }
+}
+
+impl RedfishClient {
+    /// The system's `SecureBoot` resource (DSP0268 `SecureBoot`, iLO 5/6
+    /// `Systems/1/SecureBoot`); a system without the link has no Secure Boot.
+    async fn secure_boot_uri(&self) -> Result<String, DriverError> {
+        let (_, system) = self.system().await?;
+        link(&system, "SecureBoot")
+            .map(str::to_owned)
+            .ok_or_else(|| DriverError::NotSupported {
+                operation: "Secure Boot".into(),
+                message: "the system has no SecureBoot resource".into(),
+            })
+    }
 }
 
 impl VirtualMedia for RedfishClient {

@@ -448,6 +448,29 @@ impl Management for RibclClient {
             .await?;
         decode_supported_boot_modes(&reply).map_err(|e| self.malformed(e))
     }
+
+    async fn secure_boot_enabled(&self) -> Result<bool, DriverError> {
+        Err(no_ribcl_secure_boot("reading Secure Boot"))
+    }
+
+    async fn set_secure_boot(&self, enable: bool) -> Result<(), DriverError> {
+        Err(no_ribcl_secure_boot(if enable {
+            "turning Secure Boot on"
+        } else {
+            "turning Secure Boot off"
+        }))
+    }
+}
+
+/// RIBCL has no Secure Boot command: neither python-hpilo nor proliantutils knows one, and
+/// proliantutils reads and sets it on iLO 4 through RIS only (docs/ilo-firmware.md).
+fn no_ribcl_secure_boot(operation: &str) -> DriverError {
+    DriverError::NotSupported {
+        operation: operation.into(),
+        message: "iLO 4's RIBCL has no Secure Boot command (its RIS interface, which vmdeploy \
+                  does not drive, has one): set Secure Boot in the server's RBSU"
+            .into(),
+    }
 }
 
 impl VirtualMedia for RibclClient {
