@@ -83,6 +83,12 @@ pub trait Backend: Send + Sync + 'static {
     /// Selects the firmware boot mode for the next boot.
     fn set_firmware_boot_mode(&self, mode: BootMode) -> BackendFuture<'_>;
 
+    /// Whether the next boot enforces UEFI Secure Boot. Backends without firmware (in memory)
+    /// keep only the state's flag.
+    fn set_secure_boot(&self, _enforced: bool) -> BackendFuture<'_> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
     /// A `BOOT_ONCE` medium was used by the boot that just started: it must not be connected at
     /// the next boot. By default it is disconnected at once; a real machine keeps reading it
     /// until the next reset (the QEMU backend does that).

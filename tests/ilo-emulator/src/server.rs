@@ -294,6 +294,7 @@ impl Server {
             }
         }
         self.backend.set_firmware_boot_mode(plan.mode).await?;
+        self.backend.set_secure_boot(plan.secure_boot).await?;
         for (device, url) in &plan.media {
             self.backend.attach_media(*device, url).await?;
         }

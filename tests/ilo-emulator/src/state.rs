@@ -442,6 +442,8 @@ pub struct BootPlan {
     pub media: Vec<(VmDevice, String)>,
     /// BOOT_ONCE media to detach once this boot has used them.
     pub detach_after_boot: Vec<VmDevice>,
+    /// UEFI Secure Boot enforced in this boot (set, and the boot is UEFI).
+    pub secure_boot: bool,
 }
 
 /// The whole state of one emulated server.
@@ -755,6 +757,7 @@ impl ServerState {
             device,
             media,
             detach_after_boot,
+            secure_boot: self.secure_boot_current,
         }
     }
 }
@@ -827,6 +830,20 @@ mod tests {
             assert_eq!(plan.mode, BootMode::Uefi);
             assert_eq!(s.last_boot.as_ref().map(|b| b.reason), Some("persistent"));
         }
+    }
+
+    #[test]
+    fn secure_boot_is_enforced_from_the_next_uefi_boot_only() {
+        let mut s = fresh();
+        s.secure_boot_enable = true;
+        s.boot_mode_pending = BootMode::Legacy;
+        assert!(!s.power_on().expect("was off").secure_boot, "legacy boot");
+        s.boot_mode_pending = BootMode::Uefi;
+        let plan = s.reset().expect("on");
+        assert!(plan.secure_boot && s.secure_boot_current);
+        s.secure_boot_enable = false;
+        assert!(s.secure_boot_current, "the running boot keeps it");
+        assert!(!s.reset().expect("on").secure_boot);
     }
 
     #[test]

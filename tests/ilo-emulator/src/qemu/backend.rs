@@ -69,6 +69,11 @@ pub struct QemuSettings {
     pub ovmf_code: PathBuf,
     /// OVMF variable store template, copied once per server.
     pub ovmf_vars_template: PathBuf,
+    /// OVMF built with Secure Boot (it needs SMM), for the boots that enforce it.
+    pub ovmf_code_secure_boot: PathBuf,
+    /// Its variable store template, with Microsoft's keys enrolled (what a ProLiant ships
+    /// with): shim signed by Microsoft boots, anything unsigned is refused.
+    pub ovmf_vars_secure_boot_template: PathBuf,
     /// Virtual media layout.
     pub vmedia_bus: VmediaBus,
     /// NIC model.
@@ -99,6 +104,8 @@ impl QemuSettings {
             disk_size: 4 << 30,
             ovmf_code: "/usr/share/OVMF/OVMF_CODE_4M.fd".into(),
             ovmf_vars_template: "/usr/share/OVMF/OVMF_VARS_4M.fd".into(),
+            ovmf_code_secure_boot: "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd".into(),
+            ovmf_vars_secure_boot_template: "/usr/share/OVMF/OVMF_VARS_4M.ms.fd".into(),
             vmedia_bus: VmediaBus::Usb,
             nic: NicModel::Virtio,
             guest_forwards: Vec::new(),
@@ -177,6 +184,7 @@ struct Run {
 
 struct Inner {
     firmware: BootMode,
+    secure_boot: bool,
     boot_device: Option<BootDevice>,
     /// What the next start attaches (FLOPPY, CDROM).
     media: [Option<String>; 2],
@@ -304,6 +312,7 @@ impl QemuBackend {
             host_forwards,
             inner: tokio::sync::Mutex::new(Inner {
                 firmware: BootMode::Legacy,
+                secure_boot: false,
                 boot_device: None,
                 media: [None, None],
                 run: None,
@@ -333,6 +342,11 @@ impl QemuBackend {
     fn ovmf_vars(&self) -> PathBuf {
         self.dir.join("OVMF_VARS.fd")
     }
+    /// The Secure Boot firmware's own NVRAM: its enrolled keys must not meet the plain
+    /// firmware's variables, nor the other way round.
+    fn ovmf_vars_secure_boot(&self) -> PathBuf {
+        self.dir.join("OVMF_VARS.secboot.fd")
+    }
 
     fn with_status(&self, f: impl FnOnce(&mut Status)) {
         if let Ok(mut s) = self.status.lock() {
@@ -342,7 +356,7 @@ impl QemuBackend {
 
     /// Files a run needs: the disk (once), the SeaBIOS console switch, the OVMF variables (once,
     /// then kept: that is the server's NVRAM).
-    fn prepare(&self, mode: BootMode) -> Result<Firmware, BackendError> {
+    fn prepare(&self, mode: BootMode, secure_boot: bool) -> Result<Firmware, BackendError> {
         let disk = self.disk();
         if !disk.exists() {
             std::fs::File::create(&disk)
@@ -369,25 +383,38 @@ impl QemuBackend {
                 })
             }
             BootMode::Uefi => {
-                let vars = self.ovmf_vars();
+                let (code, template, vars) = if secure_boot {
+                    (
+                        &self.settings.ovmf_code_secure_boot,
+                        &self.settings.ovmf_vars_secure_boot_template,
+                        self.ovmf_vars_secure_boot(),
+                    )
+                } else {
+                    (
+                        &self.settings.ovmf_code,
+                        &self.settings.ovmf_vars_template,
+                        self.ovmf_vars(),
+                    )
+                };
                 if !vars.exists() {
-                    std::fs::copy(&self.settings.ovmf_vars_template, &vars).map_err(|e| {
+                    std::fs::copy(template, &vars).map_err(|e| {
                         err(
                             "copying the OVMF variable store",
-                            format!("{}: {e}", self.settings.ovmf_vars_template.display()),
+                            format!("{}: {e}", template.display()),
                         )
                     })?;
                 }
                 Ok(Firmware::Ovmf {
-                    code: self.settings.ovmf_code.clone(),
+                    code: code.clone(),
                     vars,
+                    secure_boot,
                 })
             }
         }
     }
 
     async fn start(&self, inner: &mut Inner) -> Result<(), BackendError> {
-        let firmware = self.prepare(inner.firmware)?;
+        let firmware = self.prepare(inner.firmware, inner.secure_boot)?;
         let generation = self.next_generation.fetch_add(1, Ordering::SeqCst) + 1;
         let boot = BootIndexes::for_device(inner.boot_device);
         let spec = MachineSpec {
@@ -874,6 +901,13 @@ impl Backend for QemuBackend {
     fn set_firmware_boot_mode(&self, mode: BootMode) -> BackendFuture<'_> {
         Box::pin(async move {
             self.inner.lock().await.firmware = mode;
+            Ok(())
+        })
+    }
+
+    fn set_secure_boot(&self, enforced: bool) -> BackendFuture<'_> {
+        Box::pin(async move {
+            self.inner.lock().await.secure_boot = enforced;
             Ok(())
         })
     }

@@ -211,10 +211,13 @@ pub enum Firmware {
     },
     /// OVMF: the read-only code and the server's variable store.
     Ovmf {
-        /// `OVMF_CODE_4M.fd`.
+        /// `OVMF_CODE_4M.fd`, or `OVMF_CODE_4M.secboot.fd` for Secure Boot.
         code: PathBuf,
-        /// The server's copy of `OVMF_VARS_4M.fd`.
+        /// The server's copy of `OVMF_VARS_4M.fd` (or `OVMF_VARS_4M.ms.fd`).
         vars: PathBuf,
+        /// Secure Boot firmware: it runs only with SMM on and its variable flash secure, so
+        /// the guest cannot write the key store around the firmware.
+        secure_boot: bool,
     },
 }
 
@@ -231,6 +234,9 @@ impl Firmware {
     pub fn name(&self) -> &'static str {
         match self {
             Firmware::SeaBios { .. } => "SeaBIOS",
+            Firmware::Ovmf {
+                secure_boot: true, ..
+            } => "OVMF (Secure Boot)",
             Firmware::Ovmf { .. } => "OVMF",
         }
     }
@@ -359,7 +365,19 @@ impl MachineSpec {
                 "-fw_cfg",
                 &format!("name=etc/sercon-port,file={}", sercon_file.display()),
             ]),
-            Firmware::Ovmf { code, vars } => {
+            Firmware::Ovmf {
+                code,
+                vars,
+                secure_boot,
+            } => {
+                if *secure_boot {
+                    push(&[
+                        "-machine",
+                        "smm=on",
+                        "-global",
+                        "driver=cfi.pflash01,property=secure,value=on",
+                    ]);
+                }
                 push(&[
                     "-blockdev",
                     &json!({"driver": "file", "filename": code, "node-name": "ovmf-code-file", "read-only": true}).to_string(),
@@ -606,11 +624,43 @@ mod tests {
     }
 
     #[test]
+    fn secure_boot_firmware_runs_with_smm_and_a_secure_variable_flash() {
+        let s = spec(
+            Firmware::Ovmf {
+                code: "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd".into(),
+                vars: "/s/OVMF_VARS.secboot.fd".into(),
+                secure_boot: true,
+            },
+            VmediaBus::Usb,
+        );
+        let args = s.args();
+        assert_eq!(
+            after(&args, "-machine"),
+            ["q35", "smm=on", "pflash0=ovmf-code,pflash1=ovmf-vars"]
+        );
+        assert_eq!(
+            after(&args, "-global"),
+            ["driver=cfi.pflash01,property=secure,value=on"]
+        );
+        assert_eq!(s.firmware.name(), "OVMF (Secure Boot)");
+        let plain = spec(
+            Firmware::Ovmf {
+                code: "/c.fd".into(),
+                vars: "/v.fd".into(),
+                secure_boot: false,
+            },
+            VmediaBus::Usb,
+        );
+        assert!(after(&plain.args(), "-global").is_empty());
+    }
+
+    #[test]
     fn ovmf_legacy_media_machine() {
         let mut s = spec(
             Firmware::Ovmf {
                 code: "/usr/share/OVMF/OVMF_CODE_4M.fd".into(),
                 vars: "/s/OVMF_VARS.fd".into(),
+                secure_boot: false,
             },
             VmediaBus::Legacy,
         );
@@ -716,6 +766,7 @@ mod tests {
         s.firmware = Firmware::Ovmf {
             code: "/c.fd".into(),
             vars: "/v.fd".into(),
+            secure_boot: false,
         };
         let uefi = s.args();
         assert_eq!(after(&uefi, "-netdev"), after(&args, "-netdev"));
