@@ -109,7 +109,8 @@ impl<R: Read + Seek> IsoVolume<R> {
         // Descriptors from sector 16 on; a real CD has a handful before the terminator.
         for index in 16..16 + 32 {
             device.seek(SeekFrom::Start(index * SECTOR))?;
-            read_full(&mut device, &mut sector)
+            device
+                .read_exact(&mut sector)
                 .map_err(|_| IsoReadError::NotIso9660("the volume ends before its descriptors"))?;
             if &sector[1..6] != b"CD001" {
                 return Err(IsoReadError::NotIso9660("no CD001 volume descriptor"));
@@ -192,7 +193,6 @@ impl<R: Read + Seek> IsoVolume<R> {
                 limit: u64::from(MAX_DIRECTORY_BYTES),
             });
         }
-        self.check_extent(dir)?;
         let bytes = self.read_extent(dir)?;
         let mut entries = Vec::new();
         for (index, sector) in bytes.chunks(SECTOR as usize).enumerate() {
@@ -283,7 +283,7 @@ impl<R: Read + Seek> IsoVolume<R> {
         self.device
             .seek(SeekFrom::Start(u64::from(entry.lba) * SECTOR + offset))?;
         let mut buf = vec![0; len];
-        read_full(&mut self.device, &mut buf)?;
+        self.device.read_exact(&mut buf)?;
         Ok(buf)
     }
 
@@ -295,11 +295,6 @@ impl<R: Read + Seek> IsoVolume<R> {
     pub fn root(&self) -> &IsoEntry {
         &self.root
     }
-}
-
-/// `read_exact` that reports a short volume as `UnexpectedEof`.
-fn read_full(device: &mut impl Read, buf: &mut [u8]) -> io::Result<()> {
-    device.read_exact(buf)
 }
 
 fn le32(bytes: &[u8], at: usize) -> u32 {
