@@ -13,7 +13,7 @@
 //! the UEFI deploy, a `redfish` node enrolled on the same server with Ironic's `redfish_*` keys
 //! is managed, provided, validated and its power read.
 //!
-//! One QEMU at a time (the `heavy` test group); a failing test leaves the node's console and the
+//! One QEMU at a time (the `vm` test group); a failing test leaves the node's console and the
 //! logs in `target/e2e-artifacts/<test>/`.
 
 use std::time::Duration;

@@ -15,7 +15,7 @@
 //!   file system and, on Ironic's `image.install_bootloader`, a boot loader on the EFI system
 //!   partition; the test OS boots from the disk with the partition image's root UUID.
 //!
-//! One QEMU at a time (the `heavy` test group); a failing test leaves the node's console and
+//! One QEMU at a time (the `vm` test group); a failing test leaves the node's console and
 //! the logs (Ironic's among them, as `conductor.log`) in `target/e2e-artifacts/<test>/`.
 
 use std::time::Duration;

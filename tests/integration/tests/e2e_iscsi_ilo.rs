@@ -12,7 +12,7 @@
 //! UUID, read from the disk the conductor wrote. `baremetal node reboot` then boots it again
 //! from the re-attached ISO (a fresh temp URL): the marker shows twice.
 //!
-//! One QEMU at a time (the `heavy` test group); a failing test leaves the node's console and the
+//! One QEMU at a time (the `vm` test group); a failing test leaves the node's console and the
 //! logs in `target/e2e-artifacts/<test>/`.
 
 use std::time::Duration;
