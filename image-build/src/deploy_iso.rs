@@ -10,80 +10,68 @@
 //!             modules.dep                                                 (crate::initramfs)
 //! cmdline     boot_method=vmedia [--append ...]; the ISO writer puts the consoles first
 //! loaders     isolinux (BIOS) and GRUB (UEFI) from the system            (crate::loaders)
+//! DRIVERS/    the driver pack: every other network and storage module, their firmware and
+//!             the index the agent matches devices against            (crate::driver_pack)
 //! ```
-//! The ISO itself comes from `vmdeploy_shared::iso::write_boot_iso` (docs/architecture.md §10–11), is at most
-//! [`MAX_ISO_BYTES`], and is written through `OUT.partial` and a rename, so a failed build never
-//! leaves half an ISO under the real name.
+//! The ISO itself comes from `vmdeploy_shared::iso::write_boot_iso_with` (docs/architecture.md
+//! §10–11), is at most [`MAX_ISO_BYTES`] with at most [`MAX_BOOT_BYTES`] in the files every boot
+//! reads, and is written through `OUT.partial` and a rename, so a failed build never leaves half
+//! an ISO under the real name.
 //!
-//! `--kernel-out` and `--initramfs-out` also write the kernel and the initramfs alone, byte for
-//! byte the ISO's: `pxe_ilo` network boots them (its `pxe_deploy_kernel` and
-//! `pxe_deploy_ramdisk`). They change nothing in the ISO.
+//! `--kernel-out` writes the kernel alone, byte for byte the ISO's; `--initramfs-out` the ISO's
+//! initramfs followed by a third, uncompressed archive holding the driver pack under
+//! `usr/lib/vmdeploy/drivers/` (its files are xz already): `pxe_ilo` network boots the two (its
+//! `pxe_deploy_kernel` and `pxe_deploy_ramdisk`), and a network boot has no CD to load drivers
+//! from. They change nothing in the ISO.
 //!
 //! # Limitations
-//! The agent loads every listed module in order, without checking for the hardware first: a
-//! driver for absent hardware costs its load time only, except `floppy`, which probes for a
-//! controller for about 3 s on machines that have none (docs/qemu-and-boot.md §9).
-//! The NIC list is bounded by the ISO budget (see [`DEFAULT_MODULES`]).
+//! The agent loads every listed initramfs module in order, without checking for the hardware
+//! first: a driver for absent hardware costs its load time only. `floppy`, which probes for a
+//! controller for about 3 s on machines that have none (docs/qemu-and-boot.md §9), is therefore
+//! in the pack, loaded only where ACPI lists a floppy controller.
 
+use std::collections::BTreeSet;
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use vmdeploy_shared::driver_pack;
 use vmdeploy_shared::exit::UsageError;
-use vmdeploy_shared::iso::{self, BootIsoSpec, BootLoaders};
+use vmdeploy_shared::iso::{self, BootIsoSpec, BootLoaders, ExtraFile};
 
 use crate::initramfs::{self, InitramfsSpec, ModuleRequest};
 use crate::kernel_deb::KernelPackage;
 
-/// Largest deploy ISO accepted (the issue's budget; IPA's published ramdisks are 97–533 MB).
-pub const MAX_ISO_BYTES: u64 = 12 << 20;
+/// Largest deploy ISO accepted: the boot files and the driver pack (issue 29's budget).
+pub const MAX_ISO_BYTES: u64 = 64 << 20;
+
+/// Largest sum of the files every boot reads whole (kernel, initramfs, loaders): iLO virtual
+/// media reads over the network, slowly, so these stay small and everything else sits in the
+/// driver pack, read only on a node that has the device.
+pub const MAX_BOOT_BYTES: u64 = 12 << 20;
 
 /// The kernel command line the agent needs: it reads its parameters from the virtual floppy
 /// only when told it booted from virtual media (agent/src/floppy).
 pub const BASE_CMDLINE: &str = "boot_method=vmedia";
 
-/// The modules every deploy ISO carries (their dependencies are added from modules.dep), in the
-/// order the agent loads them: USB first, so the virtual media enumerate while the rest loads.
-/// `--module` adds more or replaces one's parameters.
-///
-/// The 12 MiB budget decides what is left out (compressed sizes with dependencies, Debian 6.1,
-/// modules stripped by [`crate::module_strip`]): the kernel takes 8.2 MB, the agent 1.8 MB and
-/// the loaders ~0.8 MB, leaving ~1.6 MB for the modules; this set takes ~1.5 MB. Left out:
-/// bnx2x (+290 KB: over the budget with this kernel and agent; add it with `--module bnx2x`
-/// after dropping another driver, or once the agent shrinks), bnxt_en (+150 KB), be2net, qede,
-/// mlx4_en, mlx5_core (3.9 MB raw), ice, vmxnet3; uas (iLO's media are bulk-only), ohci/uhci (USB 1.1 companions); sr_mod, isofs,
-/// vfat and nls_* (the agent never mounts the CD and reads the floppy's FAT itself: no file the
-/// agent does not use).
+/// The modules of the initramfs (their dependencies are added from modules.dep), in the order
+/// the agent loads them: what it needs to find and read the virtual CD and the floppy, nothing
+/// else. Every other driver is in the driver pack on the CD ([`crate::driver_pack`]), loaded by
+/// the agent when a device present matches it. `--module` adds more or replaces one's
+/// parameters.
 pub const DEFAULT_MODULES: &[&str] = &[
     // USB: iLO presents its virtual CD and floppy as USB mass storage (xHCI on Gen9 and later,
     // EHCI before). delay_use=0: usb-storage would wait 1 s per device before the floppy shows.
     "xhci_pci",
     "ehci_pci",
     "usb-storage delay_use=0",
-    // SCSI disks: the USB floppy, SATA disks and Smart Array volumes appear as sdX.
+    // The USB floppy (and key) is a SCSI disk, the USB CD a SCSI CD-ROM (sr_mod, with cdrom).
     "sd_mod",
-    // virtio (QEMU): disk and NIC.
-    "virtio_pci",
-    "virtio_blk",
-    "virtio_net",
-    // Local disks: NVMe, SATA in AHCI mode (and PIIX on QEMU's pc machine), the ProLiant Smart
-    // Array controllers (hpsa up to Gen9, smartpqi from Gen10).
-    "nvme",
+    "sr_mod",
+    // The emulator's legacy layout puts the CD on the q35 machine's AHCI controller.
     "ahci",
-    "ata_piix",
-    "hpsa",
-    "smartpqi",
-    // NICs: QEMU's Intel models, then the ProLiant LOMs and FlexLOMs: Intel i350 (igb),
-    // Broadcom 5719/5720 (tg3), Intel 82599/X540 10 GbE (ixgbe: FlexLOM 560/561) and
-    // X710/XL710 (i40e: FlexLOM 562).
-    "e1000",
-    "e1000e",
-    "igb",
-    "tg3",
-    "ixgbe",
-    "i40e",
-    // The legacy floppy drive (an iLO option; the agent probes fdN by label).
-    "floppy",
+    // Not `floppy`: the legacy floppy drive's driver probes for about 3 s on a machine without
+    // one, so it is in the pack, loaded when ACPI shows a floppy controller (PNP0700).
     // The agent mounts configfs at /sys/kernel/config (agent/src/init/mounts.rs).
     "configfs",
 ];
@@ -103,7 +91,12 @@ pub struct DeployIsoArgs {
     /// Extra kernel command-line arguments (appended after `boot_method=vmedia`).
     #[arg(long)]
     pub append: Option<String>,
-    /// Also write the initramfs alone to this file (pxe_ilo's `pxe_deploy_ramdisk`).
+    /// A `lib/firmware` tree (Debian's firmware packages unpacked): the firmware files the
+    /// pack's modules name are taken from it. Without it the pack carries no firmware.
+    #[arg(long)]
+    pub firmware_dir: Option<PathBuf>,
+    /// Also write the ramdisk for a network boot to this file (pxe_ilo's `pxe_deploy_ramdisk`):
+    /// the ISO's initramfs with the driver pack inside, since no CD is attached then.
     #[arg(long)]
     pub initramfs_out: Option<PathBuf>,
     /// Also write the kernel alone to this file, byte for byte the ISO's (pxe_ilo's
@@ -178,18 +171,40 @@ pub fn run(args: DeployIsoArgs) -> anyhow::Result<()> {
     let module_bytes = plan.bytes()?;
     let (ramdisk, cpio_len) = initramfs::xz_ramdisk(&spec, &plan).context("writing the ramdisk")?;
 
+    let kernel_drivers =
+        crate::coverage::KernelDrivers::read(&kernel_pkg.modules_dir, &kernel_pkg.release)?;
+    let in_initramfs: BTreeSet<String> = plan
+        .files
+        .iter()
+        .filter_map(|(path, _)| crate::kmod::module_name(path))
+        .collect();
+    let pack =
+        crate::driver_pack::build(&kernel_drivers, &in_initramfs, args.firmware_dir.as_deref())
+            .context("building the driver pack")?;
+    let pack_paths: Vec<[&str; 2]> = std::iter::once(driver_pack::INDEX_NAME)
+        .chain(pack.files.iter().map(|(name, _)| name.as_str()))
+        .map(|name| [driver_pack::DIR, name])
+        .collect();
+    let extra: Vec<ExtraFile<'_>> = std::iter::once(pack.index.as_bytes())
+        .chain(pack.files.iter().map(|(_, data)| data.as_slice()))
+        .zip(&pack_paths)
+        .map(|(data, path)| ExtraFile { path, data })
+        .collect();
+
     let loaders = crate::loaders::system_loaders().context("getting the boot loaders")?;
-    let image = iso::write_boot_iso(
+    let (cursor, _) = iso::write_boot_iso_with(
         &BootIsoSpec {
             kernel: &kernel,
             initramfs: &ramdisk,
             cmdline: &cmdline,
             loaders: &loaders,
         },
+        &extra,
+        iso::DEFAULT_EPOCH,
         Cursor::new(Vec::new()),
     )
-    .context("writing the ISO")?
-    .into_inner();
+    .context("writing the ISO")?;
+    let image = cursor.into_inner();
 
     let report = Report {
         release: &kernel_pkg.release,
@@ -201,19 +216,31 @@ pub fn run(args: DeployIsoArgs) -> anyhow::Result<()> {
         cpio: cpio_len,
         ramdisk: ramdisk.len() as u64,
         loaders: &loaders,
+        pack: &pack,
         cmdline: &cmdline,
         iso: image.len() as u64,
     };
     eprint!("{}", report.render());
     anyhow::ensure!(
+        report.boot_bytes() <= MAX_BOOT_BYTES,
+        "the kernel, initramfs and loaders would be {} bytes, over the {MAX_BOOT_BYTES}-byte \
+         budget of what every boot reads (MAX_BOOT_BYTES): drop initramfs modules",
+        report.boot_bytes()
+    );
+    anyhow::ensure!(
         report.iso <= MAX_ISO_BYTES,
-        "the ISO would be {} bytes, over the {MAX_ISO_BYTES}-byte budget (MAX_ISO_BYTES): drop \
-         modules",
+        "the ISO would be {} bytes, over the {MAX_ISO_BYTES}-byte budget (MAX_ISO_BYTES)",
         report.iso
     );
     if let Some(path) = &args.initramfs_out {
-        write_file(path, &ramdisk)?;
-        eprintln!("wrote {} ({} bytes)", path.display(), ramdisk.len());
+        let mut netboot = ramdisk.clone();
+        netboot.extend(pack_archive(&pack).context("archiving the driver pack")?);
+        write_file(path, &netboot)?;
+        eprintln!(
+            "wrote {} ({} bytes, the driver pack inside)",
+            path.display(),
+            netboot.len()
+        );
     }
     if let Some(path) = &args.kernel_out {
         write_file(path, &kernel)?;
@@ -226,7 +253,40 @@ pub fn run(args: DeployIsoArgs) -> anyhow::Result<()> {
         image.len(),
         plan.list
     );
+    if !pack.missing_firmware.is_empty() {
+        eprintln!(
+            "firmware the pack's modules name that the firmware tree lacks: {}",
+            pack.missing_firmware.len()
+        );
+    }
     Ok(())
+}
+
+/// The driver pack as an uncompressed cpio archive under [`driver_pack::INITRAMFS_DIR`], to
+/// follow the xz archives of a network-boot ramdisk (the kernel unpacks each in turn).
+fn pack_archive(pack: &crate::driver_pack::BuiltPack) -> anyhow::Result<Vec<u8>> {
+    let mut cpio = vmdeploy_shared::cpio::CpioWriter::new(Vec::new());
+    let dir = driver_pack::INITRAMFS_DIR;
+    let mut at = String::new();
+    for part in dir.split('/') {
+        if !at.is_empty() {
+            at.push('/');
+        }
+        at.push_str(part);
+        cpio.dir(&at, 0o755)
+            .with_context(|| format!("adding {at}"))?;
+    }
+    cpio.file(
+        &format!("{dir}/{}", driver_pack::INDEX_NAME),
+        0o644,
+        pack.index.as_bytes(),
+    )
+    .context("adding the index")?;
+    for (name, data) in &pack.files {
+        cpio.file(&format!("{dir}/{name}"), 0o644, data)
+            .with_context(|| format!("adding {name}"))?;
+    }
+    cpio.finish().context("finishing the driver pack's archive")
 }
 
 fn write_file(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
@@ -250,14 +310,25 @@ struct Report<'a> {
     cpio: u64,
     ramdisk: u64,
     loaders: &'a BootLoaders,
+    pack: &'a crate::driver_pack::BuiltPack,
     cmdline: &'a str,
     iso: u64,
 }
 
 impl Report<'_> {
+    fn loader_bytes(&self) -> u64 {
+        let l = self.loaders;
+        (l.isolinux_bin.len() + l.ldlinux_c32.len() + l.grub_efi.len()) as u64
+    }
+
+    /// What a boot reads whole: the kernel, the initramfs and the larger of the loaders' sets.
+    fn boot_bytes(&self) -> u64 {
+        self.kernel + self.ramdisk + self.loader_bytes()
+    }
+
     fn render(&self) -> String {
         let l = self.loaders;
-        let loaders = (l.isolinux_bin.len() + l.ldlinux_c32.len() + l.grub_efi.len()) as u64;
+        let loaders = self.loader_bytes();
         format!(
             "deploy ISO parts:\n\
              \x20 kernel     {:>10} bytes  vmlinuz-{}\n\
@@ -265,6 +336,8 @@ impl Report<'_> {
              \x20 modules    {:>10} bytes  {} modules (uncompressed, stripped)\n\
              \x20 initramfs  {:>10} bytes  xz ({} bytes uncompressed, {:.0}%)\n\
              \x20 loaders    {:>10} bytes  isolinux.bin {}, ldlinux.c32 {}, GRUB EFI {}\n\
+             \x20 boot files {:>10} bytes  {:.2} MiB of {:.0} MiB (what every boot reads)\n\
+             \x20 drivers    {:>10} bytes  {} modules, {} firmware files ({} bytes uncompressed)\n\
              \x20 ISO        {:>10} bytes  {:.2} MiB of {:.0} MiB\n\
              \x20 cmdline    {}\n",
             self.kernel,
@@ -280,6 +353,13 @@ impl Report<'_> {
             l.isolinux_bin.len(),
             l.ldlinux_c32.len(),
             l.grub_efi.len(),
+            self.boot_bytes(),
+            self.boot_bytes() as f64 / f64::from(1 << 20),
+            MAX_BOOT_BYTES as f64 / f64::from(1 << 20),
+            self.pack.bytes(),
+            self.pack.modules,
+            self.pack.firmware,
+            self.pack.raw_bytes,
             self.iso,
             self.iso as f64 / f64::from(1 << 20),
             MAX_ISO_BYTES as f64 / f64::from(1 << 20),

@@ -309,6 +309,18 @@ const XZ_NICE_LEN_MAX: u32 = 273;
 /// The match-finder depth of xz's extreme presets.
 const XZ_EXTREME_DEPTH: i32 = 512;
 
+/// Compresses one file of the driver pack for the agent's xz decoder: CRC32 (as
+/// [`compress_xz`]), LZMA2 preset 6, whose 8 MiB dictionary covers the largest module. Preset 6
+/// is about three times as fast as `-9e` and a few percent larger; the pack is ~80 MB raw.
+pub fn compress_xz_fast(data: &[u8]) -> anyhow::Result<Vec<u8>> {
+    use lzma_rust2::{CheckType, XzOptions, XzWriter};
+    let mut options = XzOptions::with_preset(6);
+    options.set_check_sum_type(CheckType::Crc32);
+    let mut writer = XzWriter::new(Vec::new(), options).context("starting the xz stream")?;
+    writer.write_all(data).context("compressing")?;
+    writer.finish().context("finishing the xz stream")
+}
+
 /// Compresses for the kernel's xz decoder: CRC32 check (the decoder has no CRC64 support;
 /// Documentation/staging/xz.rst asks for `--check=crc32`), optionally the x86 BCJ filter (for
 /// executables; CONFIG_XZ_DEC_X86=y in Debian's kernel), LZMA2 preset 9 with the dictionary no

@@ -65,6 +65,11 @@ impl ModuleIndex {
         Ok(index)
     }
 
+    /// Every module's path, by name.
+    pub fn paths(&self) -> impl Iterator<Item = &str> {
+        self.by_name.values().map(String::as_str)
+    }
+
     /// The path of module `name` (`-`/`_` insensitive).
     pub fn path_of(&self, name: &str) -> Option<&str> {
         self.by_name

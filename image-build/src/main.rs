@@ -19,6 +19,7 @@ use vmdeploy_shared::{fat, params::Params};
 mod boot_iso;
 mod coverage;
 mod deploy_iso;
+mod driver_pack;
 mod initramfs;
 mod kernel_deb;
 mod kmod;

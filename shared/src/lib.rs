@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod cpio;
+pub mod driver_pack;
 pub mod error;
 pub mod exit;
 pub mod fat;

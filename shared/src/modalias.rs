@@ -127,6 +127,11 @@ impl AliasTable {
         }
     }
 
+    /// Adds an alias after the others.
+    pub fn push(&mut self, alias: Alias) {
+        self.aliases.push(alias);
+    }
+
     /// Every alias line, in file order.
     pub fn aliases(&self) -> &[Alias] {
         &self.aliases

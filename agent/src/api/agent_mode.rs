@@ -339,7 +339,8 @@ pub fn choose_disk(
         &disks,
         hints.as_ref(),
         (!list.is_empty()).then_some(list.as_str()),
-    )?;
+    )
+    .map_err(crate::drivers::with_undriven_note)?;
     Ok(chosen.path.clone())
 }
 

@@ -104,9 +104,12 @@ pub fn choose_disk(
             .filter(|d| refusal(d, floppy).is_none() && !d.name.starts_with("loop"))
             .cloned()
             .collect();
-        return select::select_disk(&candidates, None, None).cloned();
+        return select::select_disk(&candidates, None, None)
+            .cloned()
+            .map_err(crate::drivers::with_undriven_note);
     }
-    let chosen = select::select_disk(disks, hints, list)?;
+    let chosen =
+        select::select_disk(disks, hints, list).map_err(crate::drivers::with_undriven_note)?;
     if let Some(why) = refusal(chosen, floppy) {
         bail!(why);
     }

@@ -1,8 +1,9 @@
 //! `vmdeploy-agent run`: the agent's `/init` flow, top to bottom.
 //!
 //! # Design
-//! [`run`] reads as the boot does: PID-1 duties → parameters (kernel command line, then the
-//! virtual floppy on top when `boot_method=vmedia`) → network → the deploy mode → finish or fail.
+//! [`run`] reads as the boot does: PID-1 duties → drivers for the devices present, from the CD's driver pack ([`crate::drivers`]) → parameters
+//! (kernel command line, then the virtual floppy on top when `boot_method=vmedia`) → network →
+//! the deploy mode → finish or fail.
 //! Each step logs what it does. Once the conductor is known, every failure is reported to it
 //! (iSCSI mode: `pass_deploy_info` with `error`, [`iscsi`]; agent mode reports through its own
 //! protocol), then the agent waits for the conductor (PID 1) or exits 1. When the parameters
@@ -122,10 +123,7 @@ pub struct LoadedParams {
 /// `boot_method=vmedia`, the one found by its label ([`floppy::load_params`]: required when the
 /// command line names no deploy, looked for briefly when it does).
 pub fn load_params(args: &RunArgs) -> anyhow::Result<LoadedParams> {
-    let cmdline_path = args
-        .cmdline_file
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("/proc/cmdline"));
+    let cmdline_path = cmdline_path(args);
     let cmdline = read_cmdline(&cmdline_path)?;
     tracing::info!(source = %cmdline_path.display(), "kernel command line read");
     if let Some(device) = &args.floppy {
@@ -151,6 +149,13 @@ pub fn load_params(args: &RunArgs) -> anyhow::Result<LoadedParams> {
         params,
         floppy_device,
     })
+}
+
+/// `--cmdline-file`, else `/proc/cmdline`.
+fn cmdline_path(args: &RunArgs) -> PathBuf {
+    args.cmdline_file
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/proc/cmdline"))
 }
 
 /// The command line is small; anything over 64 KiB is not a command line.
@@ -192,9 +197,24 @@ pub fn run(args: RunArgs) -> ! {
     })
 }
 
-/// Steps 2–4 of [`run`]: parameters, network, the deploy.
+/// Steps 2–5 of [`run`]: drivers, parameters, network, the deploy.
 fn deploy(args: &RunArgs, pid1: bool) -> anyhow::Result<FinalAction> {
-    // 2. Parameters. Nobody to report to yet: the console is all there is.
+    // 2. Drivers for the devices present, from the CD's driver pack (or the network-boot
+    //    ramdisk's), before the parameters: the legacy floppy drive's driver is one of them.
+    //    Only the agent's own boot has a kernel to load them into. Whether the node booted
+    //    from virtual media is on the kernel command line.
+    if pid1 {
+        let vmedia = read_cmdline(&cmdline_path(args))
+            .map(|text| {
+                Params::parse_cmdline(&text)
+                    .get(vmdeploy_shared::params::keys::BOOT_METHOD)
+                    .is_some_and(|m| m == "vmedia")
+            })
+            .unwrap_or(false);
+        crate::drivers::load_at_boot(vmedia);
+    }
+
+    // 3. Parameters. Nobody to report to yet: the console is all there is.
     let loaded =
         load_params(args).context("cannot read the deploy parameters; nobody to report to")?;
     let debug = loaded.params.get(vmdeploy_shared::params::keys::IPA_DEBUG);
@@ -214,7 +234,7 @@ fn deploy(args: &RunArgs, pid1: bool) -> anyhow::Result<FinalAction> {
         }
     };
 
-    // 3. Network, 4. the deploy.
+    // 4. Network, 5. the deploy.
     match mode {
         Mode::Iscsi(params) => run_iscsi(*params, args, loaded.floppy_device, pid1),
         Mode::Agent(params) => {
@@ -259,7 +279,9 @@ fn bring_up(
         timeout: Duration::from_secs(args.net_timeout_secs),
     };
     tracing::info!(bootif = ?cfg.bootif, static_network = cfg.static_network.is_some(), "bringing up the network");
-    let info = crate::net::bring_up(&cfg).context("bringing up the network")?;
+    let info = crate::net::bring_up(&cfg)
+        .map_err(crate::drivers::with_undriven_note)
+        .context("bringing up the network")?;
     tracing::info!(interface = %info.interface, address = %info.address, "network up");
     Ok(info.address)
 }

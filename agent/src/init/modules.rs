@@ -160,16 +160,19 @@ pub fn load_all(modules_dir: &Path, entries: &[ModuleEntry]) -> Vec<ModuleOutcom
         .collect()
 }
 
-enum LoadResult {
+/// What the kernel did with a module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadResult {
+    /// It was loaded now.
     Loaded,
+    /// It was loaded already, or is built in (EEXIST).
     AlreadyLoaded,
 }
 
 fn load_one(path: &Path, params: &str) -> anyhow::Result<LoadResult> {
     use anyhow::Context as _;
-    let params = CString::new(params).context("module parameters contain a NUL byte")?;
     let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let rc = if path.to_string_lossy().ends_with(".xz") {
+    if path.to_string_lossy().ends_with(".xz") {
         let mut image = Vec::new();
         lzma_rust2::XzReader::new(file, true)
             .take(MAX_MODULE_SIZE + 1)
@@ -179,28 +182,41 @@ fn load_one(path: &Path, params: &str) -> anyhow::Result<LoadResult> {
             image.len() as u64 <= MAX_MODULE_SIZE,
             "decompressed module is larger than {MAX_MODULE_SIZE} bytes"
         );
-        // SAFETY: init_module(2) reads `image.len()` bytes from the buffer and the NUL-terminated
-        // parameter string; both outlive the call.
-        unsafe {
-            libc::syscall(
-                libc::SYS_init_module,
-                image.as_ptr(),
-                image.len() as libc::c_ulong,
-                params.as_ptr(),
-            )
-        }
-    } else {
-        // SAFETY: finit_module(2) takes an open fd, a NUL-terminated string and flags; the fd
-        // and string outlive the call.
-        unsafe {
-            libc::syscall(
-                libc::SYS_finit_module,
-                file.as_raw_fd(),
-                params.as_ptr(),
-                0 as libc::c_int,
-            )
-        }
+        return load_image(&image, params);
+    }
+    let params = CString::new(params).context("module parameters contain a NUL byte")?;
+    // SAFETY: finit_module(2) takes an open fd, a NUL-terminated string and flags; the fd
+    // and string outlive the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_finit_module,
+            file.as_raw_fd(),
+            params.as_ptr(),
+            0 as libc::c_int,
+        )
     };
+    outcome(rc)
+}
+
+/// Loads a module from memory with init_module(2) (the driver pack's modules are decompressed
+/// in memory; their signatures, if any, are checked by the kernel on these bytes).
+pub fn load_image(image: &[u8], params: &str) -> anyhow::Result<LoadResult> {
+    use anyhow::Context as _;
+    let params = CString::new(params).context("module parameters contain a NUL byte")?;
+    // SAFETY: init_module(2) reads `image.len()` bytes from the buffer and the NUL-terminated
+    // parameter string; both outlive the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_init_module,
+            image.as_ptr(),
+            image.len() as libc::c_ulong,
+            params.as_ptr(),
+        )
+    };
+    outcome(rc)
+}
+
+fn outcome(rc: libc::c_long) -> anyhow::Result<LoadResult> {
     if rc == 0 {
         return Ok(LoadResult::Loaded);
     }

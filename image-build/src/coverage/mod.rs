@@ -140,8 +140,18 @@ impl KernelDrivers {
         &self.index
     }
 
+    /// `modules.alias` with the built-in drivers' aliases, in file order.
+    pub fn aliases(&self) -> &AliasTable {
+        &self.aliases
+    }
+
+    /// The unpacked `lib/modules/<release>`.
+    pub fn modules_dir(&self) -> &Path {
+        &self.modules_dir
+    }
+
     /// `modinfo -F firmware` of a module file.
-    fn firmware_of(&self, path: &str) -> anyhow::Result<Vec<String>> {
+    pub fn firmware_of(&self, path: &str) -> anyhow::Result<Vec<String>> {
         let file = self.modules_dir.join(path);
         let out = crate::tool::output(
             Command::new("modinfo").arg("-F").arg("firmware").arg(&file),
@@ -377,7 +387,8 @@ pub struct CoverageArgs {
     /// The PCI ID repository's list (Debian's `pci.ids` package).
     #[arg(long, default_value = DEFAULT_PCI_IDS)]
     pub pci_ids: PathBuf,
-    /// An extra module on the medium, as `deploy-iso --module` takes it; repeat for more.
+    /// An extra initramfs module, as `deploy-iso --module` takes it; repeat for more (the
+    /// driver pack carries every network and storage module anyway).
     #[arg(long = "module")]
     pub modules: Vec<String>,
     /// A `lib/firmware` tree whose files the medium carries (none without it).
@@ -408,8 +419,21 @@ pub fn run(args: CoverageArgs) -> anyhow::Result<()> {
     let requests = crate::deploy_iso::module_requests(&args.modules)
         .map_err(vmdeploy_shared::exit::UsageError::wrap)?;
     let names: Vec<&str> = requests.iter().map(|r| r.name.as_str()).collect();
+    // The medium: the initramfs's modules and the driver pack's (crate::driver_pack), each
+    // with its dependencies.
+    let pack_roots: Vec<String> = kernel
+        .index()
+        .paths()
+        .filter(|p| crate::driver_pack::in_pack(p))
+        .filter_map(module_name)
+        .collect();
     let mut medium = MediumContents::default();
-    for path in kernel.index().load_order(&names)? {
+    let wanted = names
+        .iter()
+        .copied()
+        .chain(pack_roots.iter().map(String::as_str))
+        .collect::<Vec<_>>();
+    for path in kernel.index().load_order(&wanted)? {
         if let Some(name) = module_name(&path) {
             medium.modules.insert(name);
         }

@@ -31,13 +31,15 @@ pub const INIT_SCRIPT: &str = include_str!("init.sh");
 
 /// The modules the test OS loads (their dependencies are added from modules.dep): the disks the
 /// QEMU nodes have (virtio-blk on the emulator's machines, tests/ilo-emulator/src/qemu/
-/// machine.rs; AHCI and PIIX SATA/IDE disks as sdX), and ext4 with the crc32c it asks the crypto
-/// API for (there is no modprobe in the ramdisk to load it on demand).
+/// machine.rs; AHCI and PIIX SATA/IDE disks and the MegaRAID node's logical drive as sdX), and
+/// ext4 with the crc32c it asks the crypto API for (there is no modprobe in the ramdisk to load
+/// it on demand).
 pub const TEST_OS_MODULES: &[&str] = &[
     "virtio_pci",
     "virtio_blk",
     "ahci",
     "ata_piix",
+    "megaraid_sas",
     "sd_mod",
     "crc32c_generic",
     "ext4",

@@ -149,8 +149,37 @@ pub fn write_boot_iso<W: Write + Seek>(spec: &BootIsoSpec<'_>, out: W) -> Result
 pub fn write_boot_iso_at<W: Write + Seek>(
     spec: &BootIsoSpec<'_>,
     epoch: u64,
+    out: W,
+) -> Result<(W, IsoSummary), IsoError> {
+    write_boot_iso_with(spec, &[], epoch, out)
+}
+
+/// A file a boot ISO carries besides its boot files (the deploy ISO's driver pack).
+#[derive(Debug, Clone, Copy)]
+pub struct ExtraFile<'a> {
+    /// Its path: upper-case d-character names of at most 30 bytes, one dot in a file's name
+    /// (`["DRIVERS", "INDEX."]`). The boot files' directories (`ISOLINUX`, `BOOT`) are taken.
+    pub path: &'a [&'a str],
+    /// Its bytes.
+    pub data: &'a [u8],
+}
+
+/// [`write_boot_iso_at`] with `extra` files after the boot files, in the given order.
+pub fn write_boot_iso_with<W: Write + Seek>(
+    spec: &BootIsoSpec<'_>,
+    extra: &[ExtraFile<'_>],
+    epoch: u64,
     mut out: W,
 ) -> Result<(W, IsoSummary), IsoError> {
+    if let Some(taken) = extra
+        .iter()
+        .find(|f| matches!(f.path.first(), Some(&"ISOLINUX" | &"BOOT")))
+    {
+        return Err(IsoError::Invalid(format!(
+            "extra file {} would sit among the boot files",
+            taken.path.join("/")
+        )));
+    }
     let time = date::Civil::from_epoch(epoch)?;
     check_inputs(spec)?;
     let cmdline = config::full_cmdline(spec.cmdline)?;
@@ -160,7 +189,7 @@ pub fn write_boot_iso_at<W: Write + Seek>(
     let efi_image_len = efi_image.len();
 
     // Boot images and configs first, the large kernel and initramfs last.
-    let files = vec![
+    let mut files = vec![
         iso_file(&["ISOLINUX", "ISOLINUX.BIN"], &spec.loaders.isolinux_bin),
         iso_file(&["ISOLINUX", "LDLINUX.C32"], &spec.loaders.ldlinux_c32),
         iso_file(&["ISOLINUX", "ISOLINUX.CFG"], isolinux_cfg.into_bytes()),
@@ -169,6 +198,7 @@ pub fn write_boot_iso_at<W: Write + Seek>(
         iso_file(&["BOOT", "VMLINUZ."], spec.kernel),
         iso_file(&["BOOT", "INITRD."], spec.initramfs),
     ];
+    files.extend(extra.iter().map(|f| iso_file(f.path, f.data)));
     let boot = eltorito::ElTorito {
         bios_image: 0,
         efi_image: 4,

@@ -291,6 +291,11 @@ impl<R: Read + Seek> IsoVolume<R> {
         self.read_range(entry, 0, u64::from(entry.len))
     }
 
+    /// The device it reads (a counting wrapper's tally, say).
+    pub fn device(&self) -> &R {
+        &self.device
+    }
+
     /// The root directory.
     pub fn root(&self) -> &IsoEntry {
         &self.root

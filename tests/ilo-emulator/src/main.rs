@@ -26,7 +26,7 @@ use vmdeploy_ilo_emulator::config::{EmulatorConfig, ServerConfig, TlsSource};
 use vmdeploy_ilo_emulator::media_fetch::BootRead;
 use vmdeploy_ilo_emulator::profile::{Profile, QuirkSwitch};
 use vmdeploy_ilo_emulator::qemu::{
-    GuestForward, NicModel, PxeBootfile, QemuBackend, QemuSettings, VmediaBus,
+    DiskController, GuestForward, NicModel, PxeBootfile, QemuBackend, QemuSettings, VmediaBus,
 };
 use vmdeploy_ilo_emulator::state::{BootMode, License};
 use vmdeploy_ilo_emulator::Emulator;
@@ -63,6 +63,17 @@ enum VmediaArg {
 enum NicArg {
     Virtio,
     E1000,
+    /// Intel 82576, the chip of HPE's 361i/366i (driver `igb`).
+    Igb,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum DiskArg {
+    /// virtio-blk (fast under TCG).
+    Virtio,
+    /// An LSI MegaRAID SAS 1078 (driver `megaraid_sas`), the disk on it: ProLiants' MR
+    /// controllers use the same driver. SeaBIOS boots from it; OVMF has no driver for it.
+    Megasas,
 }
 
 /// Emulated HP iLOs: RIBCL and Redfish over HTTPS, one port per server.
@@ -151,6 +162,9 @@ struct Args {
     /// QEMU: the NIC model.
     #[arg(long, value_enum, default_value = "virtio")]
     qemu_nic: NicArg,
+    /// QEMU: the disk controller the disk is on.
+    #[arg(long, value_enum, default_value = "virtio")]
+    qemu_disk: DiskArg,
     /// QEMU: write every frame of the node's NIC to `server-<i>/net-<run>.pcap`, one file per
     /// QEMU run (QEMU's `filter-dump`): what the node sent, e.g. that it asked no DHCP.
     #[arg(long)]
@@ -242,6 +256,11 @@ fn backend_args(args: &Args) -> BackendArgs {
         s.nic = match args.qemu_nic {
             NicArg::Virtio => NicModel::Virtio,
             NicArg::E1000 => NicModel::E1000,
+            NicArg::Igb => NicModel::Igb,
+        };
+        s.disk_controller = match args.qemu_disk {
+            DiskArg::Virtio => DiskController::VirtioBlk,
+            DiskArg::Megasas => DiskController::Megasas,
         };
         s
     });

@@ -6,7 +6,8 @@
 //! `$CARGO_TARGET_DIR/deploy-iso/` holds `deploy.iso`, `initrd.xz` (the `--initramfs-out`
 //! copy), `vmlinuz` (the `--kernel-out` copy: with the initramfs, what `pxe_ilo` network boots),
 //! `report.txt` (what the command printed) and `inputs.key`: the path, size and mtime of the
-//! agent, the .deb and `vmdeploy-image-build`, plus the outputs asked for. A different key (a
+//! agent, the .deb, the firmware packages' stamp and `vmdeploy-image-build`, plus the outputs
+//! asked for. A different key (a
 //! cache from before `--kernel-out`, say) or a missing file means a rebuild. Builds run under a lock and land through a rename, so parallel tests neither build
 //! twice nor see half an ISO.
 
@@ -55,8 +56,16 @@ pub fn deploy_iso_build() -> DeployIso {
         .to_str()
         .expect("a UTF-8 target dir")
         .to_owned();
-    let extra = ["--kernel-out", kernel_out.as_str()];
-    let mut key = [&agent, &deb, &tool]
+    let firmware = firmware_dir();
+    let firmware_arg = firmware.to_str().expect("a UTF-8 checkout path").to_owned();
+    let extra = [
+        "--kernel-out",
+        kernel_out.as_str(),
+        "--firmware-dir",
+        firmware_arg.as_str(),
+    ];
+    let firmware_stamp = crate::workspace_root().join(".cache/firmware/.packages");
+    let mut key = [&agent, &deb, &tool, &firmware_stamp]
         .iter()
         .map(|p| identity(p))
         .collect::<Vec<_>>();
@@ -109,6 +118,18 @@ pub fn build(
         out.status
     );
     said
+}
+
+/// `.cache/firmware/root/lib/firmware`: Debian's firmware packages, unpacked by scripts/setup,
+/// which the driver pack takes its firmware from.
+pub fn firmware_dir() -> PathBuf {
+    let dir = crate::workspace_root().join(".cache/firmware/root/lib/firmware");
+    assert!(
+        dir.is_dir(),
+        "{} is missing: run scripts/setup (it downloads Debian's firmware packages)",
+        dir.display()
+    );
+    dir
 }
 
 /// `.cache/kernel/linux-image-*.deb` (scripts/setup downloads it); the newest name if several.

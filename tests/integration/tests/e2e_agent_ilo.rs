@@ -103,6 +103,48 @@ fn enroll_a_redfish_node_beside(lab: &Lab) {
     lab.bm(&["node", "delete", &node]);
 }
 
+/// The most a deploy boot may read from the virtual CD on a node with igb and megasas (issue
+/// 29): the boot files and the two drivers, not the driver pack.
+const MAX_CD_READ: u64 = 16 << 20;
+
+/// On the igb + megasas node: the agent loaded both drivers from the CD's pack (its console
+/// says so), the node read at most [`MAX_CD_READ`] of the CD, and the ISO is larger than that
+/// (so the figure means the pack was not read whole).
+fn assert_drivers_came_from_the_cd(lab: &Lab, machine: &Value) {
+    for module in ["igb", "megaraid_sas"] {
+        let line = format!("module={module} outcome=loaded");
+        assert!(
+            lab.console_count(&line) >= 1,
+            "the agent's console shows no `{line}` from the driver pack"
+        );
+    }
+    assert_eq!(
+        lab.console_count("no driver on the deploy media drives it"),
+        0,
+        "a NIC or disk controller was left undriven"
+    );
+    let read = machine["media"]["CDROM"]["read_bytes"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("the emulator counts no CD reads: {machine}"));
+    let iso = std::fs::metadata(vmdeploy_integration_tests::deploy_iso::deploy_iso())
+        .expect("the deploy ISO")
+        .len();
+    eprintln!(
+        "bytes read from the virtual CD in the deploy boot: {read} ({:.1} MiB) of a {:.1} MiB ISO",
+        read as f64 / f64::from(1 << 20),
+        iso as f64 / f64::from(1 << 20)
+    );
+    assert!(read > 0, "no CD read counted: {machine}");
+    assert!(
+        read <= MAX_CD_READ,
+        "the node read {read} bytes from the CD, over {MAX_CD_READ}"
+    );
+    assert!(
+        iso > MAX_CD_READ,
+        "the ISO ({iso} bytes) is no larger than the read budget"
+    );
+}
+
 /// Which checks follow the first deploy.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Then {
@@ -140,6 +182,10 @@ fn deploy_and_boot(
     } else {
         format!("/test-os.{format}")
     };
+    // The BIOS node is a ProLiant with an HPE 361i (igb) and an MR controller (megaraid_sas)
+    // and nothing else: neither driver is in the deploy ISO's initramfs, so the deploy works
+    // only if the agent loads them from the CD's driver pack.
+    let proliant_adapters = then == Then::CleanAndDeployAgain;
     let lab = Lab::start(
         name,
         LabOptions {
@@ -147,6 +193,12 @@ fn deploy_and_boot(
             automated_clean: then == Then::CleanAndDeployAgain,
             debug_logging: watched,
             profile: Some(profile.0),
+            nic: if proliant_adapters { "igb" } else { "virtio" },
+            disk_controller: if proliant_adapters {
+                "megasas"
+            } else {
+                "virtio"
+            },
             ..Default::default()
         },
     );
@@ -171,6 +223,9 @@ fn deploy_and_boot(
     lab.wait_console(&marker, 1, OS_BOOT_LIMIT);
     let machine = lab.emulator_state()["machine"].clone();
     assert_eq!(machine["firmware"], firmware.emulator_name(), "{machine}");
+    if proliant_adapters {
+        assert_drivers_came_from_the_cd(&lab, &machine);
+    }
     // The agent's progress reached the conductor on the way.
     let progress = &shown["driver_internal_info"]["deploy_progress"];
     assert!(

@@ -29,8 +29,8 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::machine::{
-    self, AttachKind, BootIndexes, Firmware, GuestForward, MachineSpec, NicModel, PxeBootfile,
-    VmediaBus,
+    self, AttachKind, BootIndexes, DiskController, Firmware, GuestForward, MachineSpec, NicModel,
+    PxeBootfile, VmediaBus,
 };
 use super::qmp::{Qmp, QmpError, QmpEvent};
 use super::spawn::spawn_tied;
@@ -78,6 +78,8 @@ pub struct QemuSettings {
     pub vmedia_bus: VmediaBus,
     /// NIC model.
     pub nic: NicModel,
+    /// The disk's controller.
+    pub disk_controller: DiskController,
     /// Host services the guest may reach.
     pub guest_forwards: Vec<GuestForward>,
     /// Guest ports forwarded from host loopback ports the backend picks.
@@ -108,6 +110,7 @@ impl QemuSettings {
             ovmf_vars_secure_boot_template: "/usr/share/OVMF/OVMF_VARS_4M.ms.fd".into(),
             vmedia_bus: VmediaBus::Usb,
             nic: NicModel::Virtio,
+            disk_controller: DiskController::VirtioBlk,
             guest_forwards: Vec::new(),
             agent_ports: DEFAULT_AGENT_PORTS.to_vec(),
             capture_net: false,
@@ -171,6 +174,9 @@ struct Attached {
     node: String,
     /// The hot-plugged USB key's device id.
     device: Option<String>,
+    /// The drive's read counter (`rd_bytes`) when this medium went in: a tray drive's counter
+    /// runs across the media of one QEMU run.
+    read_base: u64,
 }
 
 /// One QEMU process.
@@ -197,6 +203,21 @@ struct MediumStatus {
     url: Option<String>,
     attached: bool,
     error: Option<String>,
+    /// Bytes the machine read from the medium of `read_url` since it last went into a running
+    /// machine (each power-on attaches it again: one boot's reads), counted when the run ends
+    /// or the medium comes out: what an iLO would fetch over the management network for the
+    /// guest's reads. Kept after the medium is ejected, until it goes in again.
+    read_bytes: u64,
+    /// The URL `read_bytes` counts the reads of.
+    read_url: Option<String>,
+}
+
+impl MediumStatus {
+    /// A new tally for `url` going into a running machine.
+    fn count_for(&mut self, url: &str) {
+        self.read_url = Some(url.to_owned());
+        self.read_bytes = 0;
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -426,6 +447,7 @@ impl QemuBackend {
             qmp_socket: self.qmp_socket(),
             vmedia_bus: self.settings.vmedia_bus,
             nic: self.settings.nic,
+            disk_controller: self.settings.disk_controller,
             mac: machine::NIC_MAC.to_owned(),
             guest_forwards: self.settings.guest_forwards.clone(),
             host_forwards: self.host_forwards.clone(),
@@ -586,6 +608,9 @@ impl QemuBackend {
             return;
         };
         self.live.store(0, Ordering::SeqCst);
+        for device in [VmDevice::Floppy, VmDevice::Cdrom] {
+            self.count_reads(&run, device).await;
+        }
         let _ = run
             .qmp
             .execute_with_timeout("quit", Value::Null, Duration::from_secs(3))
@@ -633,10 +658,15 @@ impl QemuBackend {
         let result = self.try_attach(run, device, url, &node, counter).await;
         let error = match result {
             Ok(device_id) => {
+                let read_base = match &device_id {
+                    Some(_) => 0,
+                    None => self.drive_read_bytes(run, device, None).await.unwrap_or(0),
+                };
                 run.attached[slot(device)] = Some(Attached {
                     url: url.to_owned(),
                     node,
                     device: device_id,
+                    read_base,
                 });
                 tracing::info!(server = self.index, ?device, url = %Url(url), "medium attached");
                 None
@@ -648,10 +678,55 @@ impl QemuBackend {
         };
         self.with_status(|s| {
             let m = &mut s.media[slot(device)];
+            m.count_for(url);
             m.url = Some(url.to_owned());
             m.attached = error.is_none();
             m.error = error;
         });
+    }
+
+    /// The read counter of the drive holding `device`'s medium (`query-blockstats` of its
+    /// device: the hot-plugged key `key`, or the fixed drive).
+    async fn drive_read_bytes(
+        &self,
+        run: &Run,
+        device: VmDevice,
+        key: Option<&str>,
+    ) -> Option<u64> {
+        let id = match (key, machine::attach_kind(self.settings.vmedia_bus, device)) {
+            (Some(key), _) => key.to_owned(),
+            (None, AttachKind::Tray(id)) => id.to_owned(),
+            (None, AttachKind::UsbKey) => return None,
+        };
+        let stats = run
+            .qmp
+            .execute_with_timeout("query-blockstats", Value::Null, Duration::from_secs(5))
+            .await
+            .ok()?;
+        stats.as_array()?.iter().find_map(|entry| {
+            let qdev = entry["qdev"].as_str()?;
+            let matches = qdev == id
+                || qdev.ends_with(&format!("/{id}"))
+                || qdev.contains(&format!("/{id}/"));
+            matches
+                .then(|| entry["stats"]["rd_bytes"].as_u64())
+                .flatten()
+        })
+    }
+
+    /// Adds what the machine read from `device`'s medium since it went in to its tally.
+    async fn count_reads(&self, run: &Run, device: VmDevice) {
+        let Some(att) = run.attached[slot(device)].as_ref() else {
+            return;
+        };
+        let Some(now) = self
+            .drive_read_bytes(run, device, att.device.as_deref())
+            .await
+        else {
+            return;
+        };
+        let read = now.saturating_sub(att.read_base);
+        self.with_status(|s| s.media[slot(device)].read_bytes += read);
     }
 
     async fn try_attach(
@@ -718,6 +793,7 @@ impl QemuBackend {
     /// Removes `device`'s medium from the running machine (errors are logged: the run ends at
     /// the next power cycle anyway).
     async fn detach_live(&self, run: &mut Run, device: VmDevice) {
+        self.count_reads(run, device).await;
         let Some(att) = run.attached[slot(device)].take() else {
             return;
         };
@@ -781,7 +857,10 @@ impl QemuBackend {
         let running = self.live.load(Ordering::SeqCst) != 0;
         let medium = |d: VmDevice| {
             let m = &s.media[slot(d)];
-            json!({"url": m.url, "attached": running && m.attached, "error": m.error})
+            json!({
+                "url": m.url, "attached": running && m.attached, "error": m.error,
+                "read_bytes": m.read_bytes, "read_url": m.read_url,
+            })
         };
         let forwards: serde_json::Map<String, Value> = self
             .host_forwards
@@ -862,11 +941,10 @@ impl Backend for QemuBackend {
             match inner.run.as_mut() {
                 Some(run) => self.attach_live(run, device, url, counter).await,
                 None => self.with_status(|s| {
-                    s.media[slot(device)] = MediumStatus {
-                        url: Some(url.to_owned()),
-                        attached: false,
-                        error: None,
-                    }
+                    let m = &mut s.media[slot(device)];
+                    m.url = Some(url.to_owned());
+                    m.attached = false;
+                    m.error = None;
                 }),
             }
             Ok(())
@@ -880,7 +958,14 @@ impl Backend for QemuBackend {
             if let Some(run) = inner.run.as_mut() {
                 self.detach_live(run, device).await;
             }
-            self.with_status(|s| s.media[slot(device)] = MediumStatus::default());
+            self.with_status(|s| {
+                let m = &mut s.media[slot(device)];
+                *m = MediumStatus {
+                    read_bytes: m.read_bytes,
+                    read_url: m.read_url.take(),
+                    ..MediumStatus::default()
+                };
+            });
             Ok(())
         })
     }

@@ -60,6 +60,8 @@ pub enum NicModel {
     Virtio,
     /// Intel e1000 (a driver every ramdisk has).
     E1000,
+    /// Intel 82576 (`igb`, HPE's 361i/366i): a driver the deploy ISO loads from its pack.
+    Igb,
 }
 
 impl NicModel {
@@ -67,8 +69,19 @@ impl NicModel {
         match self {
             NicModel::Virtio => "virtio-net-pci",
             NicModel::E1000 => "e1000",
+            NicModel::Igb => "igb",
         }
     }
+}
+
+/// The controller the server's disk is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskController {
+    /// virtio-blk-pci: `/dev/vda` in the guest.
+    VirtioBlk,
+    /// An LSI MegaRAID SAS 1078 (`megasas`, driver `megaraid_sas`) with the disk as its first
+    /// logical drive: `/dev/sdX` in the guest. SeaBIOS boots from it, OVMF cannot.
+    Megasas,
 }
 
 /// A host service the guest may reach: guest `guest_addr:guest_port` → host `host`.
@@ -293,6 +306,8 @@ pub mod ids {
     pub const XHCI: &str = "xhci";
     /// The disk.
     pub const DISK: &str = "disk0";
+    /// The RAID controller the disk is on, when it is not virtio.
+    pub const RAID: &str = "raid0";
 }
 
 /// Everything one QEMU run needs; [`MachineSpec::args`] turns it into the command line.
@@ -314,6 +329,8 @@ pub struct MachineSpec {
     pub vmedia_bus: VmediaBus,
     /// NIC model.
     pub nic: NicModel,
+    /// The disk's controller.
+    pub disk_controller: DiskController,
     /// NIC MAC.
     pub mac: String,
     /// Host services the guest may reach.
@@ -392,7 +409,8 @@ impl MachineSpec {
                 ]);
             }
         }
-        // The disk: virtio-blk, so it is /dev/vda and never mistaken for a USB medium.
+        // The disk: virtio-blk by default, so it is /dev/vda and never mistaken for a USB medium;
+        // or behind a MegaRAID controller, as on a ProLiant with an MR controller.
         push(&[
             "-blockdev",
             &json!({"driver": "file", "filename": self.disk, "node-name": "disk0-file"})
@@ -400,10 +418,19 @@ impl MachineSpec {
             "-blockdev",
             &json!({"driver": "raw", "file": "disk0-file", "node-name": "disk0"}).to_string(),
         ]);
-        a.extend(device(json!({
-            "driver": "virtio-blk-pci", "id": ids::DISK, "drive": "disk0",
-            "serial": "VMDEPLOY-DISK0", "bootindex": self.boot.disk
-        })));
+        match self.disk_controller {
+            DiskController::VirtioBlk => a.extend(device(json!({
+                "driver": "virtio-blk-pci", "id": ids::DISK, "drive": "disk0",
+                "serial": "VMDEPLOY-DISK0", "bootindex": self.boot.disk
+            }))),
+            DiskController::Megasas => {
+                a.extend(device(json!({"driver": "megasas", "id": ids::RAID})));
+                a.extend(device(json!({
+                    "driver": "scsi-hd", "bus": format!("{}.0", ids::RAID), "id": ids::DISK,
+                    "drive": "disk0", "serial": "VMDEPLOY-DISK0", "bootindex": self.boot.disk
+                })));
+            }
+        }
         match self.vmedia_bus {
             VmediaBus::Usb => {
                 a.extend(device(json!({"driver": "qemu-xhci", "id": ids::XHCI})));
@@ -545,6 +572,7 @@ mod tests {
             qmp_socket: "/s/qmp.sock".into(),
             vmedia_bus: bus,
             nic: NicModel::Virtio,
+            disk_controller: DiskController::VirtioBlk,
             mac: NIC_MAC.into(),
             guest_forwards: vec![GuestForward::parse("127.0.0.1:6385").expect("parse")],
             host_forwards: vec![(40001, 3260), (40002, 9999)],

@@ -12,4 +12,6 @@ pub mod qmp;
 pub mod spawn;
 
 pub use backend::{QemuBackend, QemuSettings, DEFAULT_AGENT_PORTS};
-pub use machine::{GuestForward, NicModel, PxeBootfile, VmediaBus, GUEST_SERVICE_ADDR, NIC_MAC};
+pub use machine::{
+    DiskController, GuestForward, NicModel, PxeBootfile, VmediaBus, GUEST_SERVICE_ADDR, NIC_MAC,
+};

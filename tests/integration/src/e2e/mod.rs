@@ -135,6 +135,10 @@ pub struct LabOptions {
     /// (`[log] level`: trace for our crates, debug for the libraries) and the agent (`ipa-debug=1` on the floppy through the node's
     /// `kernel_append_params`), for [`checks::assert_no_secret_leaked`].
     pub debug_logging: bool,
+    /// `ilo-emulator --qemu-nic`: the node's NIC model (`virtio`, `e1000`, `igb`).
+    pub nic: &'static str,
+    /// `ilo-emulator --qemu-disk`: the controller of the node's disk (`virtio`, `megasas`).
+    pub disk_controller: &'static str,
 }
 
 /// The conductor a lab runs.
@@ -179,6 +183,8 @@ impl Default for LabOptions {
             peer: Peer::Vmdeploy,
             profile: None,
             debug_logging: false,
+            nic: "virtio",
+            disk_controller: "virtio",
         }
     }
 }
@@ -299,6 +305,12 @@ impl Lab {
             .arg(&qemu_state)
             .args(["--qemu-memory-mib", &options.memory_mib.to_string()])
             .args(["--qemu-disk-size-mib", &options.disk_size_mib.to_string()])
+            .args([
+                "--qemu-nic",
+                options.nic,
+                "--qemu-disk",
+                options.disk_controller,
+            ])
             .arg("--guest-forward")
             .arg(format!("{GUEST_API}=127.0.0.1:{api_port}"))
             .arg("--guest-forward")
