@@ -49,7 +49,7 @@ ISO="$BENCH_DIR/deploy.iso"
 log "building $ISO from $(basename "$DEB") and $AGENT"
 start=$(date +%s%N)
 "$TARGET_DIR/release/vmdeploy-image-build" deploy-iso --agent "$AGENT" --kernel-deb "$DEB" \
-  -o "$ISO" 2>&1 | sed '/^module list:/,$d'
+  --firmware-dir "$ROOT/.cache/firmware/root/lib/firmware" -o "$ISO" 2>&1 | sed '/^module list:/,$d'
 ms=$(( ($(date +%s%N) - start) / 1000000 ))
 printf 'deploy-iso took %d.%d s (release build)\n' $((ms / 1000)) $((ms % 1000 / 100))
 

@@ -39,7 +39,9 @@ use vmdeploy_integration_tests::test_image::{self, TestImage};
 use vmdeploy_integration_tests::{bin, deploy_iso};
 
 /// The deploy ISO's budget (docs/architecture.md §10).
-const ISO_BUDGET: u64 = 12 * 1024 * 1024;
+const ISO_BUDGET: u64 = 64 * 1024 * 1024;
+/// Issue 29's target for the bytes a deploy boot reads from the virtual CD.
+const CD_READ_TARGET: f64 = 16.0 * 1024.0 * 1024.0;
 /// QEMU start → `pass_deploy_info`, TCG, BIOS: the target (docs/architecture.md §10).
 const CALLBACK_TARGET_SECS: f64 = 15.0;
 /// A whole deploy under TCG on a busy 2-core machine (the e2e tests' limits, summed).
@@ -124,6 +126,8 @@ struct Deploy {
     callback: f64,
     idle_rss_kib: u64,
     peak_rss_kib: u64,
+    /// Bytes the deploy boot read from the virtual CD (the emulator's count, per boot).
+    cd_read_bytes: u64,
 }
 
 /// Waits for `marker` on the console (every 200 ms), failing at a failed provision state or at
@@ -227,11 +231,16 @@ fn measure(lab: &Lab, node: &str, marker: &str, image: &TestImage, callback: &st
     assert_eq!(shown["last_error"], serde_json::Value::Null, "{shown}");
     let qemu = qemu_started(&lab.emulator_log(), called);
     let arrived = request_arrival(&lab.conductor_log(), callback);
+    let machine = lab.emulator_state()["machine"].clone();
+    let cd_read_bytes = machine["media"]["CDROM"]["read_bytes"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("the emulator counts no CD reads: {machine}"));
     Deploy {
         whole,
         callback: seconds_between(qemu, arrived),
         idle_rss_kib,
         peak_rss_kib,
+        cd_read_bytes,
     }
 }
 
@@ -383,6 +392,11 @@ fn main() {
             col(&iscsis, |d| d.whole),
             "s",
         ),
+        (
+            "agent_ilo: bytes read from the virtual CD",
+            col(&agents, |d| d.cd_read_bytes as f64 / 1048576.0),
+            "MiB",
+        ),
         ("conductor VmRSS idle (before each deploy)", idle, "MiB"),
         (
             "conductor VmRSS peak, agent_ilo deploys",
@@ -399,7 +413,7 @@ fn main() {
     println!("BENCH");
     println!("BENCH {:<46} {:>10}  runs; ratios", "measure", "median");
     println!(
-        "BENCH {:<46} {:>10}  {:.2} x the 12 MiB budget",
+        "BENCH {:<46} {:>10}  {:.2} x the 64 MiB budget",
         "deploy ISO size",
         format!("{:.2} MiB", iso_size as f64 / 1048576.0),
         iso_size as f64 / ISO_BUDGET as f64
@@ -410,8 +424,15 @@ fn main() {
         callback_med / peer_med
     );
     for (what, values, unit) in &rows {
+        let cd_ratios = format!(
+            "; {:.2} x the 16 MiB target, {:.2} x the ISO",
+            median(values) * 1048576.0 / CD_READ_TARGET,
+            median(values) * 1048576.0 / iso_size as f64
+        );
         let note = if what.starts_with("iscsi_ilo: QEMU start") {
             callback_ratios.as_str()
+        } else if what.contains("virtual CD") {
+            cd_ratios.as_str()
         } else {
             ""
         };

@@ -151,12 +151,23 @@ pub struct Api {
     pub phase_limit: Duration,
 }
 
+/// An error with its causes, `: `-separated (reqwest's own text leaves them out).
+fn chain(e: &dyn std::error::Error) -> String {
+    std::iter::successors(Some(e), |e| e.source())
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
 impl Api {
     /// One call, its JSON answer; a 409 (the node locked by a task: a power sync pass reserves
     /// each node for its BMC read) is retried as python-ironicclient retries it, 5 times 2 s
-    /// apart.
+    /// apart. A GET whose connection fails before an answer is sent again, up to 3 times: a
+    /// kept-alive connection the server closed as the client reused it is not an API failure
+    /// (through the front door, which copies bytes, the client cannot tell it from a reset).
     pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
         let mut retries = 5;
+        let mut resends = if method == reqwest::Method::GET { 3 } else { 0 };
         loop {
             let mut request = self
                 .http
@@ -165,10 +176,16 @@ impl Api {
             if let Some(body) = &body {
                 request = request.json(body);
             }
-            let response = request
-                .send()
-                .await
-                .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+            let response = match request.send().await {
+                Ok(response) => response,
+                Err(e) if resends > 0 && !e.is_timeout() => {
+                    resends -= 1;
+                    eprintln!("{method} {path}: {}; sending it again", chain(&e));
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+                Err(e) => panic!("{method} {path}: {}", chain(&e)),
+            };
             let status = response.status();
             let text = response.text().await.unwrap_or_default();
             if status == reqwest::StatusCode::CONFLICT && retries > 0 {
