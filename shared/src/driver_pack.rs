@@ -340,25 +340,11 @@ impl DriverPack {
     }
 
     fn insert_module(&mut self, module: PackModule) -> Result<(), String> {
-        if self.modules.len() >= MAX_ENTRIES {
-            return Err(format!("more than {MAX_ENTRIES} modules"));
-        }
-        if self.modules.contains_key(&module.name) {
-            return Err(format!("module {} declared twice", module.name));
-        }
-        self.modules.insert(module.name.clone(), module);
-        Ok(())
+        insert_once(&mut self.modules, module.name.clone(), module, "module")
     }
 
     fn insert_firmware(&mut self, fw: PackFirmware) -> Result<(), String> {
-        if self.firmware.len() >= MAX_ENTRIES {
-            return Err(format!("more than {MAX_ENTRIES} firmware files"));
-        }
-        if self.firmware.contains_key(&fw.name) {
-            return Err(format!("firmware {} declared twice", fw.name));
-        }
-        self.firmware.insert(fw.name.clone(), fw);
-        Ok(())
+        insert_once(&mut self.firmware, fw.name.clone(), fw, "firmware")
     }
 
     fn check_references(&self) -> Result<(), String> {
@@ -389,6 +375,23 @@ impl DriverPack {
         }
         Ok(())
     }
+}
+
+/// Adds `value` under `name` unless the map is full or has the name already.
+fn insert_once<T>(
+    map: &mut BTreeMap<String, T>,
+    name: String,
+    value: T,
+    what: &str,
+) -> Result<(), String> {
+    if map.len() >= MAX_ENTRIES {
+        return Err(format!("more than {MAX_ENTRIES} {what} entries"));
+    }
+    if map.contains_key(&name) {
+        return Err(format!("{what} {name} declared twice"));
+    }
+    map.insert(name, value);
+    Ok(())
 }
 
 fn join(items: &[String]) -> String {

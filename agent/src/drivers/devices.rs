@@ -131,40 +131,17 @@ fn sorted_entries(dir: &Path) -> Vec<PathBuf> {
 mod tests {
     use super::*;
 
+    use crate::drivers::tests::{bind, pci};
+
     /// A fake /sys/bus with one function of each interesting kind.
     fn fake_sys(root: &Path) {
-        let pci = |addr: &str, vendor: &str, device: &str, class: &str, driver: Option<&str>| {
-            let dir = root.join("pci/devices").join(addr);
-            std::fs::create_dir_all(&dir).expect("mkdir");
-            std::fs::write(dir.join("vendor"), format!("{vendor}\n")).expect("vendor");
-            std::fs::write(dir.join("device"), format!("{device}\n")).expect("device");
-            std::fs::write(dir.join("class"), format!("{class}\n")).expect("class");
-            std::fs::write(
-                dir.join("modalias"),
-                format!(
-                    "pci:v0000{}d0000{}sv00001AF4sd00001100bc{}sc00i00\n",
-                    vendor.trim_start_matches("0x").to_uppercase(),
-                    device.trim_start_matches("0x").to_uppercase(),
-                    &class[2..4]
-                ),
-            )
-            .expect("modalias");
-            if let Some(d) = driver {
-                let target = root.join("pci/drivers").join(d);
-                std::fs::create_dir_all(&target).expect("driver dir");
-                std::os::unix::fs::symlink(&target, dir.join("driver")).expect("symlink");
-            }
-        };
-        pci("0000:00:02.0", "0x8086", "0x10c9", "0x020000", None);
-        pci(
-            "0000:00:03.0",
-            "0x1000",
-            "0x0060",
-            "0x010400",
-            Some("megaraid_sas"),
-        );
-        pci("0000:00:04.0", "0x1234", "0x1111", "0x030000", None);
-        pci("0000:00:05.0", "0xzz", "0x1111", "0x020000", None);
+        pci(root, "0000:00:02.0", 0x8086, 0x10c9, 0x020000);
+        pci(root, "0000:00:03.0", 0x1000, 0x0060, 0x010400);
+        bind(root, "0000:00:03.0", "megaraid_sas");
+        pci(root, "0000:00:04.0", 0x1234, 0x1111, 0x030000);
+        // A function whose vendor file does not parse: skipped with its device.
+        pci(root, "0000:00:05.0", 0x1234, 0x1111, 0x020000);
+        std::fs::write(root.join("pci/devices/0000:00:05.0/vendor"), "0xzz\n").expect("vendor");
         let virtio = root.join("virtio/devices/virtio0");
         std::fs::create_dir_all(&virtio).expect("mkdir");
         std::fs::write(virtio.join("modalias"), "virtio:d00000001v00001AF4\n").expect("modalias");

@@ -67,7 +67,8 @@ fn write_pack(dir: &Path) -> DriverPack {
     pack
 }
 
-fn pci(sys: &Path, addr: &str, vendor: u16, device: u16, class: u32) {
+/// A PCI function in a scratch `/sys/bus`: ids, class and its modalias.
+pub(crate) fn pci(sys: &Path, addr: &str, vendor: u16, device: u16, class: u32) {
     let dir = sys.join("pci/devices").join(addr);
     std::fs::create_dir_all(&dir).expect("mkdir");
     std::fs::write(dir.join("vendor"), format!("0x{vendor:04x}\n")).expect("vendor");
@@ -84,7 +85,8 @@ fn pci(sys: &Path, addr: &str, vendor: u16, device: u16, class: u32) {
     .expect("modalias");
 }
 
-fn bind(sys: &Path, addr: &str, driver: &str) {
+/// `driver` bound to the function at `addr` (its `driver` link).
+pub(crate) fn bind(sys: &Path, addr: &str, driver: &str) {
     let target = sys.join("pci/drivers").join(driver);
     std::fs::create_dir_all(&target).expect("driver dir");
     std::os::unix::fs::symlink(&target, sys.join("pci/devices").join(addr).join("driver"))
