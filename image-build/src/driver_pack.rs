@@ -78,7 +78,8 @@ pub fn build(
         Some(dir) => crate::coverage::firmware_in(dir)?,
         None => BTreeSet::new(),
     };
-    let mut pack = DriverPack::new(&kernel.release);
+    // Sizes come from the compression pass, which reads every file anyway.
+    let mut modules: Vec<PackModule> = Vec::new();
     let mut raw: Vec<(String, std::path::PathBuf)> = Vec::new();
     let mut firmware_files: BTreeMap<String, String> = BTreeMap::new();
     let mut missing_firmware = Vec::new();
@@ -98,35 +99,38 @@ pub fn build(
             }
             if !firmware_files.contains_key(&fw) {
                 let file = format!("F{:04}.XZ", firmware_files.len() + 1);
-                let host = firmware_host_path(firmware_dir, &fw)?;
-                raw.push((file.clone(), host));
+                raw.push((file.clone(), firmware_host_path(firmware_dir, &fw)?));
                 firmware_files.insert(fw.clone(), file);
             }
             firmware.push(fw);
         }
         let file = format!("M{:04}.XZ", i + 1);
-        let host = kernel.modules_dir().join(path);
-        let bytes = std::fs::metadata(&host)
-            .with_context(|| format!("reading the size of {}", host.display()))?
-            .len();
-        raw.push((file.clone(), host));
-        pack.add_module(PackModule {
+        raw.push((file.clone(), kernel.modules_dir().join(path)));
+        modules.push(PackModule {
             name,
             file,
-            bytes,
+            bytes: 0,
             deps,
             firmware,
-        })?;
+        });
+    }
+    let (files, sizes) = compress_all(&raw)?;
+    let size_of = |file: &str| {
+        sizes
+            .get(file)
+            .copied()
+            .with_context(|| format!("{file} was not compressed"))
+    };
+    let mut pack = DriverPack::new(&kernel.release);
+    for module in modules {
+        let bytes = size_of(&module.file)?;
+        pack.add_module(PackModule { bytes, ..module })?;
     }
     for (name, file) in &firmware_files {
-        let host = firmware_host_path(firmware_dir, name)?;
-        let bytes = std::fs::metadata(&host)
-            .with_context(|| format!("reading the size of {}", host.display()))?
-            .len();
         pack.add_firmware(PackFirmware {
             name: name.clone(),
             file: file.clone(),
-            bytes,
+            bytes: size_of(file)?,
         })?;
     }
     for alias in kernel.aliases().aliases() {
@@ -134,14 +138,12 @@ pub fn build(
             pack.add_alias(&alias.pattern, &alias.module)?;
         }
     }
-    let index_text = pack.render()?;
-    let (files, raw_bytes) = compress_all(&raw)?;
     Ok(BuiltPack {
-        index: index_text,
+        index: pack.render()?,
         files,
         modules: names.len(),
         firmware: firmware_files.len(),
-        raw_bytes,
+        raw_bytes: sizes.values().sum(),
         missing_firmware,
     })
 }
@@ -166,9 +168,11 @@ type PackFile = (String, Vec<u8>);
 /// A compressed pack file and its size before.
 type Compressed = (String, Vec<u8>, u64);
 
-/// Reads and xz-compresses each file, on every core: ~80 MB of modules at xz's preset 6 takes
-/// about a minute on one.
-fn compress_all(raw: &[(String, std::path::PathBuf)]) -> anyhow::Result<(Vec<PackFile>, u64)> {
+/// Reads and xz-compresses each file, on every core (~80 MB of modules at xz's preset 6 takes
+/// about a minute on one); returns the files and each one's size before compression.
+fn compress_all(
+    raw: &[(String, std::path::PathBuf)],
+) -> anyhow::Result<(Vec<PackFile>, BTreeMap<String, u64>)> {
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
@@ -200,14 +204,14 @@ fn compress_all(raw: &[(String, std::path::PathBuf)]) -> anyhow::Result<(Vec<Pac
             .collect()
     });
     let mut files = Vec::with_capacity(raw.len());
-    let mut raw_bytes = 0;
+    let mut sizes = BTreeMap::new();
     for part in results {
         for (file, xz, len) in part? {
-            raw_bytes += len;
+            sizes.insert(file.clone(), len);
             files.push((file, xz));
         }
     }
-    Ok((files, raw_bytes))
+    Ok((files, sizes))
 }
 
 #[cfg(test)]

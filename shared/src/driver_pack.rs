@@ -219,7 +219,7 @@ impl DriverPack {
         let checked = (|| {
             let name = module_name(&module.name)?;
             iso_file_name(&module.file)?;
-            size(&module.bytes.to_string())?;
+            check_size(module.bytes)?;
             let deps = module
                 .deps
                 .iter()
@@ -247,7 +247,7 @@ impl DriverPack {
     pub fn add_firmware(&mut self, fw: PackFirmware) -> Result<(), DriverPackError> {
         firmware_name(&fw.name)
             .and_then(|_| iso_file_name(&fw.file))
-            .and_then(|_| size(&fw.bytes.to_string()))
+            .and_then(|_| check_size(fw.bytes))
             .and_then(|_| self.insert_firmware(fw))
             .map_err(DriverPackError::Inconsistent)
     }
@@ -411,6 +411,10 @@ fn size(word: &str) -> Result<u64, String> {
     let bytes: u64 = word
         .parse()
         .map_err(|_| format!("{word:?} is not a byte count"))?;
+    check_size(bytes)
+}
+
+fn check_size(bytes: u64) -> Result<u64, String> {
     if bytes > MAX_FILE_BYTES {
         return Err(format!(
             "{bytes} bytes is more than the {MAX_FILE_BYTES} accepted"

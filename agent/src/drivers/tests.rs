@@ -93,13 +93,19 @@ pub(crate) fn bind(sys: &Path, addr: &str, driver: &str) {
         .expect("bind");
 }
 
-#[test]
-fn loads_what_the_devices_match_with_deps_firmware_and_the_buses_they_bring() {
+/// A scratch directory with the pack of [`write_pack`] in `pack/` and an empty `sys/`.
+fn scratch_with_pack() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
     let scratch = tempfile::tempdir().expect("tempdir");
     let pack_dir = scratch.path().join("pack");
-    let sys = scratch.path().join("sys");
     std::fs::create_dir_all(&pack_dir).expect("mkdir");
     write_pack(&pack_dir);
+    let sys = scratch.path().join("sys");
+    (scratch, pack_dir, sys)
+}
+
+#[test]
+fn loads_what_the_devices_match_with_deps_firmware_and_the_buses_they_bring() {
+    let (scratch, pack_dir, sys) = scratch_with_pack();
     pci(&sys, "0000:00:02.0", 0x8086, 0x10c9, 0x020000); // igb
     pci(&sys, "0000:00:03.0", 0x14e4, 0x168e, 0x020000); // bnx2x
     pci(&sys, "0000:00:04.0", 0x1af4, 0x1000, 0x020000); // virtio NIC
@@ -162,11 +168,7 @@ fn loads_what_the_devices_match_with_deps_firmware_and_the_buses_they_bring() {
 
 #[test]
 fn a_broken_pack_file_fails_its_module_and_the_others_still_load() {
-    let scratch = tempfile::tempdir().expect("tempdir");
-    let pack_dir = scratch.path().join("pack");
-    let sys = scratch.path().join("sys");
-    std::fs::create_dir_all(&pack_dir).expect("mkdir");
-    write_pack(&pack_dir);
+    let (scratch, pack_dir, sys) = scratch_with_pack();
     // dca's file is not xz any more: dca fails, igb is still tried (the kernel would refuse
     // it for the missing symbols, and say so), bnx2x loads.
     std::fs::write(pack_dir.join("M0001.XZ"), b"not xz").expect("corrupt");
