@@ -27,6 +27,8 @@ pub struct SwiftPeer {
     pub base_url: String,
     /// The proxy's port.
     pub proxy_port: u16,
+    /// The object, container and account servers' ports, which readiness probes one by one.
+    backends: Vec<(&'static str, u16)>,
     dir: tempfile::TempDir,
 }
 
@@ -130,6 +132,11 @@ impl SwiftPeer {
             children: Vec::new(),
             base_url: format!("http://127.0.0.1:{proxy}"),
             proxy_port: proxy,
+            backends: vec![
+                ("object", object),
+                ("container", container),
+                ("account", account),
+            ],
             dir,
         };
         let log = |name: &str| -> anyhow::Result<Stdio> {
@@ -179,9 +186,14 @@ impl SwiftPeer {
                 .status()
                 .map(|s| s.success())
                 .unwrap_or(false);
-            // The proxy answers before the backends do; an auth round trip proves the account
-            // server is up too.
-            if ok && self.auth().is_ok() {
+            // The proxy (and tempauth, which lives in it) answers before the backends have
+            // loaded their apps; a request then gets 503 from the proxy. On a loaded machine the
+            // account server came up seconds late and a container PUT failed, so each backend
+            // must answer HTTP itself (any status: a bare `/` is a 400 from a loaded app).
+            if ok
+                && self.auth().is_ok()
+                && self.backends.iter().all(|&(_, port)| answers_http(port))
+            {
                 return Ok(());
             }
             if start.elapsed() > limit {
@@ -258,4 +270,25 @@ impl SwiftPeer {
     pub fn dir(&self) -> PathBuf {
         self.dir.path().to_path_buf()
     }
+}
+
+/// Whether a server on loopback `port` gives any HTTP answer to `GET /`.
+fn answers_http(port: u16) -> bool {
+    Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "2",
+        ])
+        .arg(format!("http://127.0.0.1:{port}/"))
+        .output()
+        .map(|out| {
+            let code = String::from_utf8_lossy(&out.stdout);
+            !code.trim().is_empty() && code.trim() != "000"
+        })
+        .unwrap_or(false)
 }
