@@ -210,7 +210,10 @@ pub fn build(files: &[FatFile<'_>], time: &Civil) -> Result<Vec<u8>, IsoError> {
 
     // 3. Geometry: FAT12 entries are 1.5 bytes; the total is rounded up to whole ISO sectors,
     //    the extra sectors at the end belonging to no cluster.
-    let fat_sectors = ((clusters + 2) * 3).div_ceil(2).div_ceil(BYTES_PER_SECTOR);
+    //    Entries are packed in pairs, three bytes a pair: an odd count still takes a whole last
+    //    triple (counting 1.5 bytes an entry came up one byte short whenever that landed on a
+    //    sector boundary, and the writer below ran off the table).
+    let fat_sectors = ((clusters + 2).div_ceil(2) * 3).div_ceil(BYTES_PER_SECTOR);
     let root_sectors = (ROOT_ENTRIES * DIR_ENTRY).div_ceil(BYTES_PER_SECTOR);
     let data_start = RESERVED_SECTORS + NUM_FATS * fat_sectors + root_sectors;
     let used = (data_start + clusters * spc) * BYTES_PER_SECTOR;
@@ -369,6 +372,76 @@ mod tests {
         // The file is in there, in one piece.
         assert!(img.windows(4096).any(|w| w.iter().all(|&b| b == 0x5A)));
         assert!(img.len() < data.len() + 64 * 1024);
+    }
+
+    /// FAT12 entry `n` of the first FAT of `img`.
+    fn fat12_entry(img: &[u8], n: usize) -> u16 {
+        let fat = &img[RESERVED_SECTORS * BYTES_PER_SECTOR..];
+        let at = n * 3 / 2;
+        let pair = u16::from_le_bytes([fat[at], fat[at + 1]]);
+        if n.is_multiple_of(2) {
+            pair & 0xFFF
+        } else {
+            pair >> 4
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+        /// Any two file sizes up to 6 MB (shim and a signed GRUB are 1 and 3.8 MB): the image
+        /// builds, each file's chain is straight and ends where its size says, and its bytes sit
+        /// at its first cluster. The table's size once came up a byte short on some counts.
+        #[test]
+        fn any_sizes_give_straight_chains(a in 0usize..6_000_000, b in 0usize..6_000_000) {
+            let (da, db) = (vec![0xA5u8; a], vec![0x5Au8; b]);
+            let img = build(
+                &[
+                    FatFile { path: &["EFI", "BOOT", "BOOTX64.EFI"], data: &da },
+                    FatFile { path: &["EFI", "BOOT", "GRUBX64.EFI"], data: &db },
+                ],
+                &time(),
+            )
+            .expect("image");
+            let spc = usize::from(img[13]);
+            let fat_sectors = usize::from(u16::from_le_bytes([img[22], img[23]]));
+            let data_start = (RESERVED_SECTORS + NUM_FATS * fat_sectors) * BYTES_PER_SECTOR
+                + ROOT_ENTRIES * DIR_ENTRY;
+            let cluster = spc * BYTES_PER_SECTOR;
+            // Directories first (EFI, BOOT: one cluster each), then the files in order.
+            let mut first = 4;
+            for (len, byte) in [(a, 0xA5u8), (b, 0x5A)] {
+                let count = len.div_ceil(cluster);
+                for c in first..first + count {
+                    let want = if c + 1 == first + count { 0xFFF } else { (c + 1) as u16 };
+                    proptest::prop_assert_eq!(fat12_entry(&img, c), want);
+                }
+                if len > 0 {
+                    let at = data_start + (first - 2) * cluster;
+                    proptest::prop_assert!(img[at..at + len].iter().all(|&x| x == byte));
+                }
+                first += count;
+            }
+        }
+    }
+
+    /// The counts where the FAT's last entry is odd and ends exactly on a sector boundary
+    /// (n = 341, 1365, 2389, 3413 entries, two of them the reserved ones and two the
+    /// directories): the table needs one more byte than 1.5 bytes an entry.
+    #[test]
+    fn an_odd_fat_ending_on_a_sector_boundary_fits() {
+        for entries in [341usize, 1365, 2389, 3413] {
+            let data = vec![7u8; (entries - 4) * BYTES_PER_SECTOR];
+            let img = build(
+                &[FatFile {
+                    path: &["EFI", "BOOT", "BOOTX64.EFI"],
+                    data: &data,
+                }],
+                &time(),
+            )
+            .expect("image");
+            assert_eq!(img[13], 1, "one sector a cluster for {entries} entries");
+            assert_eq!(fat12_entry(&img, entries - 1), 0xFFF, "{entries} entries");
+        }
     }
 
     #[test]
