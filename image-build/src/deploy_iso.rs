@@ -50,6 +50,10 @@ pub const MAX_ISO_BYTES: u64 = 64 << 20;
 /// driver pack, read only on a node that has the device.
 pub const MAX_BOOT_BYTES: u64 = 12 << 20;
 
+/// [`MAX_BOOT_BYTES`] for Secure Boot media: Debian's signed shim and monolithic GRUB are about
+/// 4.3 MB more than our own 0.6 MB GRUB, and the modules keep their signatures and symbols.
+pub const MAX_SECURE_BOOT_BYTES: u64 = 17 << 20;
+
 /// The kernel command line the agent needs: it reads its parameters from the virtual floppy
 /// only when told it booted from virtual media (agent/src/floppy).
 pub const BASE_CMDLINE: &str = "boot_method=vmedia";
@@ -95,6 +99,13 @@ pub struct DeployIsoArgs {
     /// pack's modules name are taken from it. Without it the pack carries no firmware.
     #[arg(long)]
     pub firmware_dir: Option<PathBuf>,
+    /// Boot under UEFI Secure Boot: a root holding Debian's signed shim and GRUB at their
+    /// installed paths (`/` with `shim-signed` and `grub-efi-amd64-signed` installed;
+    /// scripts/setup unpacks them into `.cache/secure-boot/root`). The UEFI entry is then shim
+    /// and signed GRUB, the kernel must be signed and the modules keep their signatures
+    /// ([`crate::secure_boot`]); the boot files may take [`MAX_SECURE_BOOT_BYTES`].
+    #[arg(long)]
+    pub signed_loaders: Option<PathBuf>,
     /// Also write the ramdisk for a network boot to this file (pxe_ilo's `pxe_deploy_ramdisk`):
     /// the ISO's initramfs with the driver pack inside, since no CD is attached then.
     #[arg(long)]
@@ -167,7 +178,21 @@ pub fn run(args: DeployIsoArgs) -> anyhow::Result<()> {
         local_boot_grub: Some(local_boot_grub),
     };
     let plan = initramfs::plan_modules(&spec).context("choosing the modules")?;
-    crate::module_strip::strip_modules(&plan).context("stripping the modules")?;
+    let signed = args
+        .signed_loaders
+        .as_deref()
+        .map(crate::secure_boot::SignedLoaders::read)
+        .transpose()
+        .context("reading the signed loaders for Secure Boot")?;
+    if signed.is_some() {
+        crate::secure_boot::require_signed(
+            &format!("the kernel {}", kernel_pkg.vmlinuz.display()),
+            &kernel,
+        )?;
+        require_signed_modules(&plan)?;
+    } else {
+        crate::module_strip::strip_modules(&plan).context("stripping the modules")?;
+    }
     let module_bytes = plan.bytes()?;
     let (ramdisk, cpio_len) = initramfs::xz_ramdisk(&spec, &plan).context("writing the ramdisk")?;
 
@@ -191,7 +216,16 @@ pub fn run(args: DeployIsoArgs) -> anyhow::Result<()> {
         .map(|(data, path)| ExtraFile { path, data })
         .collect();
 
-    let loaders = crate::loaders::system_loaders().context("getting the boot loaders")?;
+    let mut loaders = crate::loaders::system_loaders().context("getting the boot loaders")?;
+    if let Some(signed) = &signed {
+        loaders.grub_efi.clone_from(&signed.grub_cd);
+        loaders.shim = Some(signed.shim.clone());
+    }
+    let max_boot_bytes = if signed.is_some() {
+        MAX_SECURE_BOOT_BYTES
+    } else {
+        MAX_BOOT_BYTES
+    };
     let (cursor, _) = iso::write_boot_iso_with(
         &BootIsoSpec {
             kernel: &kernel,
@@ -219,12 +253,14 @@ pub fn run(args: DeployIsoArgs) -> anyhow::Result<()> {
         pack: &pack,
         cmdline: &cmdline,
         iso: image.len() as u64,
+        max_boot_bytes,
     };
     eprint!("{}", report.render());
     anyhow::ensure!(
-        report.boot_bytes() <= MAX_BOOT_BYTES,
-        "the kernel, initramfs and loaders would be {} bytes, over the {MAX_BOOT_BYTES}-byte \
-         budget of what every boot reads (MAX_BOOT_BYTES): drop initramfs modules",
+        report.boot_bytes() <= max_boot_bytes,
+        "the kernel, initramfs and loaders would be {} bytes, over the {max_boot_bytes}-byte \
+         budget of what every boot reads (MAX_BOOT_BYTES, MAX_SECURE_BOOT_BYTES): drop \
+         initramfs modules",
         report.boot_bytes()
     );
     anyhow::ensure!(
@@ -257,6 +293,20 @@ pub fn run(args: DeployIsoArgs) -> anyhow::Result<()> {
         eprintln!(
             "firmware the pack's modules name that the firmware tree lacks: {}",
             pack.missing_firmware.len()
+        );
+    }
+    Ok(())
+}
+
+/// Refuses a Secure Boot build whose initramfs modules lack their signatures: under lockdown
+/// the kernel would refuse to load them, and the node would not find its CD.
+fn require_signed_modules(plan: &initramfs::ModulePlan) -> anyhow::Result<()> {
+    for (path, host) in &plan.files {
+        let module = std::fs::read(host).with_context(|| format!("reading {}", host.display()))?;
+        anyhow::ensure!(
+            crate::secure_boot::module_is_signed(&module),
+            "the module {path} carries no signature: a Secure Boot kernel would refuse it (the \
+             kernel package's modules are signed; was it rebuilt or stripped?)"
         );
     }
     Ok(())
@@ -313,12 +363,14 @@ struct Report<'a> {
     pack: &'a crate::driver_pack::BuiltPack,
     cmdline: &'a str,
     iso: u64,
+    max_boot_bytes: u64,
 }
 
 impl Report<'_> {
     fn loader_bytes(&self) -> u64 {
         let l = self.loaders;
         (l.isolinux_bin.len() + l.ldlinux_c32.len() + l.grub_efi.len()) as u64
+            + l.shim.as_ref().map_or(0, |shim| shim.len() as u64)
     }
 
     /// What a boot reads whole: the kernel, the initramfs and the larger of the loaders' sets.
@@ -333,9 +385,9 @@ impl Report<'_> {
             "deploy ISO parts:\n\
              \x20 kernel     {:>10} bytes  vmlinuz-{}\n\
              \x20 agent      {:>10} bytes  {} (as /init, uncompressed)\n\
-             \x20 modules    {:>10} bytes  {} modules (uncompressed, stripped)\n\
+             \x20 modules    {:>10} bytes  {} modules (uncompressed, {})\n\
              \x20 initramfs  {:>10} bytes  xz ({} bytes uncompressed, {:.0}%)\n\
-             \x20 loaders    {:>10} bytes  isolinux.bin {}, ldlinux.c32 {}, GRUB EFI {}\n\
+             \x20 loaders    {:>10} bytes  isolinux.bin {}, ldlinux.c32 {}, GRUB EFI {}{}\n\
              \x20 boot files {:>10} bytes  {:.2} MiB of {:.0} MiB (what every boot reads)\n\
              \x20 drivers    {:>10} bytes  {} modules, {} firmware files ({} bytes uncompressed)\n\
              \x20 ISO        {:>10} bytes  {:.2} MiB of {:.0} MiB\n\
@@ -346,6 +398,11 @@ impl Report<'_> {
             self.agent.display(),
             self.module_bytes,
             self.module_count,
+            if l.shim.is_some() {
+                "signed, as packaged"
+            } else {
+                "stripped"
+            },
             self.ramdisk,
             self.cpio,
             100.0 * self.ramdisk as f64 / self.cpio.max(1) as f64,
@@ -353,9 +410,13 @@ impl Report<'_> {
             l.isolinux_bin.len(),
             l.ldlinux_c32.len(),
             l.grub_efi.len(),
+            l.shim.as_ref().map_or(String::new(), |shim| format!(
+                " (Debian's signed gcdx64), shim {} (Secure Boot)",
+                shim.len()
+            )),
             self.boot_bytes(),
             self.boot_bytes() as f64 / f64::from(1 << 20),
-            MAX_BOOT_BYTES as f64 / f64::from(1 << 20),
+            self.max_boot_bytes as f64 / f64::from(1 << 20),
             self.pack.bytes(),
             self.pack.modules,
             self.pack.firmware,

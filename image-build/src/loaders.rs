@@ -61,6 +61,7 @@ pub fn system_loaders() -> anyhow::Result<BootLoaders> {
         isolinux_bin,
         ldlinux_c32,
         grub_efi,
+        shim: None,
     })
 }
 
@@ -195,6 +196,7 @@ mod tests {
             isolinux_bin: vec![1; 4096],
             ldlinux_c32: vec![2; 100],
             grub_efi: b"MZ grub".to_vec(),
+            shim: None,
         };
         let written = write_dir(&loaders, &out).expect("writes");
         assert_eq!(written.len(), 3);

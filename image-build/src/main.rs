@@ -25,6 +25,7 @@ mod kernel_deb;
 mod kmod;
 mod loaders;
 mod module_strip;
+mod secure_boot;
 mod test_image;
 mod tool;
 

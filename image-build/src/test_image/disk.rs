@@ -1,13 +1,14 @@
 //! The whole-disk image: GPT with a protective MBR carrying GRUB's BIOS boot code, assembled in
-//! memory (31 MiB) and written sparse; the EFI system partition; the qcow2 copy.
+//! memory (35 MiB) and written sparse; the EFI system partition; the qcow2 copy.
 //!
 //! # Layout (512-byte sectors)
 //! ```text
 //! LBA 0           protective MBR, GRUB boot.img code in bytes 0..440
 //! LBA 1..33       primary GPT header and entries
 //! 1 MiB   1 MiB   p1 BIOS boot (EF02)     GRUB core.img
-//! 2 MiB   4 MiB   p2 EFI system           FAT (mkfs.vfat), \EFI\BOOT\BOOTX64.EFI
-//! 6 MiB  24 MiB   p3 Linux file system    ext4, the root
+//! 2 MiB   8 MiB   p2 EFI system           FAT (mkfs.vfat), \EFI\BOOT\BOOTX64.EFI (and, for
+//!                                         Secure Boot, grubx64.efi and \EFI\debian\grub.cfg)
+//! 10 MiB 24 MiB   p3 Linux file system    ext4, the root
 //! last MiB        backup GPT
 //! ```
 
@@ -28,9 +29,10 @@ pub const BIOS_BOOT_START: u64 = MIB;
 const BIOS_BOOT_BYTES: u64 = MIB;
 /// p2, the EFI system partition.
 const ESP_START: u64 = 2 * MIB;
-const ESP_BYTES: u64 = 4 * MIB;
+/// Room for shim (1.0 MB) and Debian's signed GRUB (4.2 MB) of a Secure Boot chain.
+const ESP_BYTES: u64 = 8 * MIB;
 /// p3, the root file system.
-const ROOT_START: u64 = 6 * MIB;
+const ROOT_START: u64 = 10 * MIB;
 /// Size of the root file system and partition: the kernel (8 MB) and the ramdisk (~2 MB) with
 /// room for the journal.
 pub const ROOT_BYTES: u64 = 24 * MIB;
@@ -47,18 +49,13 @@ const PARTITION_GUIDS: [&str; 3] = [
 /// The ESP's FAT volume id (mkfs.vfat would take the clock).
 const ESP_VOLUME_ID: &str = "7E57EF15";
 
-/// Makes the ESP image (FAT, `ESP_BYTES`) holding `\EFI\BOOT\BOOTX64.EFI`.
-pub fn make_esp(bootx64: &[u8], scratch: &Path, epoch: u64) -> anyhow::Result<Vec<u8>> {
+/// One file for the ESP: its FAT path (`EFI/BOOT/BOOTX64.EFI`) and its bytes.
+pub type EspFile<'a> = (&'a str, &'a [u8]);
+
+/// Makes the ESP image (FAT, `ESP_BYTES`) holding `files`, their directories made first.
+pub fn make_esp(files: &[EspFile<'_>], scratch: &Path, epoch: u64) -> anyhow::Result<Vec<u8>> {
     let image = scratch.join("esp.img");
     let _ = std::fs::remove_file(&image);
-    let efi = scratch.join("BOOTX64.EFI");
-    std::fs::write(&efi, bootx64).with_context(|| format!("writing {}", efi.display()))?;
-    let time = std::time::UNIX_EPOCH + std::time::Duration::from_secs(epoch);
-    std::fs::File::options()
-        .write(true)
-        .open(&efi)
-        .and_then(|f| f.set_modified(time))
-        .with_context(|| format!("setting the time of {}", efi.display()))?;
     let epoch_s = epoch.to_string();
     // --invariant: mkfs.vfat stamps the volume label entry with the clock otherwise
     // (dosfstools 4.2); -i still sets our volume id.
@@ -76,28 +73,58 @@ pub fn make_esp(bootx64: &[u8], scratch: &Path, epoch: u64) -> anyhow::Result<Ve
             .arg((ESP_BYTES / 1024).to_string()),
         "apt-get install dosfstools",
     )?;
-    // mtools stamps new directories with SOURCE_DATE_EPOCH, and `mcopy -m` keeps the file's
-    // modification time (set above).
-    crate::tool::run(
-        Command::new("mmd")
-            .env("SOURCE_DATE_EPOCH", &epoch_s)
-            .env("MTOOLS_SKIP_CHECK", "1")
-            .arg("-i")
-            .arg(&image)
-            .args(["::/EFI", "::/EFI/BOOT"]),
-        "apt-get install mtools",
-    )?;
-    crate::tool::run(
-        Command::new("mcopy")
-            .env("SOURCE_DATE_EPOCH", &epoch_s)
-            .env("MTOOLS_SKIP_CHECK", "1")
-            .arg("-m")
-            .arg("-i")
-            .arg(&image)
-            .arg(&efi)
-            .arg("::/EFI/BOOT/BOOTX64.EFI"),
-        "apt-get install mtools",
-    )?;
+    // mtools stamps new directories with SOURCE_DATE_EPOCH, and `mcopy -m` keeps each file's
+    // modification time (set to the epoch here).
+    let mut dirs = std::collections::BTreeSet::new();
+    for (path, _) in files {
+        let mut at = String::new();
+        for part in path
+            .split('/')
+            .rev()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
+            if !at.is_empty() {
+                at.push('/');
+            }
+            at.push_str(part);
+            dirs.insert(format!("::/{at}"));
+        }
+    }
+    if !dirs.is_empty() {
+        crate::tool::run(
+            Command::new("mmd")
+                .env("SOURCE_DATE_EPOCH", &epoch_s)
+                .env("MTOOLS_SKIP_CHECK", "1")
+                .arg("-i")
+                .arg(&image)
+                .args(&dirs),
+            "apt-get install mtools",
+        )?;
+    }
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_secs(epoch);
+    for (i, (path, data)) in files.iter().enumerate() {
+        let staged = scratch.join(format!("esp-file-{i}"));
+        std::fs::write(&staged, data).with_context(|| format!("writing {}", staged.display()))?;
+        std::fs::File::options()
+            .write(true)
+            .open(&staged)
+            .and_then(|f| f.set_modified(time))
+            .with_context(|| format!("setting the time of {}", staged.display()))?;
+        crate::tool::run(
+            Command::new("mcopy")
+                .env("SOURCE_DATE_EPOCH", &epoch_s)
+                .env("MTOOLS_SKIP_CHECK", "1")
+                .arg("-m")
+                .arg("-i")
+                .arg(&image)
+                .arg(&staged)
+                .arg(format!("::/{path}")),
+            "apt-get install mtools",
+        )?;
+    }
     let bytes = std::fs::read(&image).with_context(|| format!("reading {}", image.display()))?;
     anyhow::ensure!(
         bytes.len() as u64 == ESP_BYTES,

@@ -3,6 +3,7 @@
 # Loads the disk and ext4 modules, finds the root file system by the UUID of `root=UUID=` on the
 # kernel command line, mounts it read-only, checks /etc/vmdeploy-test-os and prints one line on
 # the console:
+#   VMDEPLOY-TEST-OS lockdown: <the kernel's lockdown modes, the active one in brackets>
 #   VMDEPLOY-TEST-OS booted root=<UUID read from the mounted file system's superblock>
 #   VMDEPLOY-TEST-OS failed: <reason>
 # then idles (PID 1 must not exit), or powers off with vmdeploy_test_os.poweroff=1.
@@ -68,5 +69,10 @@ mounted="$(awk '$2 == "/root" { print $1 }' /proc/mounts)"
   fail "$mounted mounted on /root has no ext4 superblock"
 hex="$(od -An -tx1 -j1128 -N16 "$mounted" | tr -d ' \n')"
 root_uuid="$(echo "$hex" | sed 's/^\(.\{8\}\)\(.\{4\}\)\(.\{4\}\)\(.\{4\}\)/\1-\2-\3-\4-/')"
+# The kernel's lockdown mode: `[integrity]` when it booted under UEFI Secure Boot (Debian's
+# kernel locks itself down then), `[none]` otherwise; the Secure Boot deploy test reads it.
+mount -t securityfs securityfs /sys/kernel/security 2>/dev/null
+lockdown="$(cat /sys/kernel/security/lockdown 2>/dev/null || echo unknown)"
+printf '\n%s\n' "VMDEPLOY-TEST-OS lockdown: $lockdown" > /dev/console
 printf '\n%s\n' "VMDEPLOY-TEST-OS booted root=$root_uuid" > /dev/console
 finish

@@ -4,7 +4,8 @@
 //! ```text
 //! disk.raw       whole disk, GPT + protective MBR (sparse):
 //!                  p1 BIOS boot (EF02) 1 MiB   GRUB i386-pc core.img (boot.img in the MBR)
-//!                  p2 EFI system      4 MiB    FAT, \EFI\BOOT\BOOTX64.EFI (GRUB x86_64-efi)
+//!                  p2 EFI system      8 MiB    FAT, \EFI\BOOT\BOOTX64.EFI (GRUB x86_64-efi; or
+//!                                              shim, signed GRUB and \EFI\debian\grub.cfg)
 //!                  p3 Linux root     24 MiB    ext4: /boot/vmlinuz, /boot/initrd.img,
 //!                                              /etc/vmdeploy-test-os
 //! disk.qcow2     the same disk as qcow2 (qemu-img convert)
@@ -63,7 +64,7 @@ pub const PART_ROOT_UUID: &str = "7e57da7a-0000-4000-8000-000000000001";
 const PART_IMAGE_BYTES: u64 = disk::ROOT_BYTES;
 
 /// Bumped whenever what a build writes changes for the same inputs: part of the stamp.
-const RECIPE: &str = "test-image 2";
+const RECIPE: &str = "test-image 3";
 
 /// The manifest and the other files, relative to DIR.
 pub const MANIFEST: &str = "manifest.json";
@@ -95,6 +96,12 @@ pub struct TestImageArgs {
     /// otherwise (tests/integration's `test_image::ensure` asks before it builds elsewhere).
     #[arg(long)]
     pub check: bool,
+    /// Give the disk a Secure Boot chain: a root holding Debian's signed shim and GRUB at their
+    /// installed paths (as `deploy-iso --signed-loaders`). The ESP then holds shim as
+    /// `BOOTX64.EFI`, Debian's signed GRUB beside it and the configuration in
+    /// `\EFI\debian\grub.cfg`, and the ramdisk's modules keep their signatures.
+    #[arg(long)]
+    pub signed_loaders: Option<PathBuf>,
     /// Output directory (created when missing).
     #[arg(long, short)]
     pub out: PathBuf,
@@ -171,7 +178,21 @@ pub fn run(args: TestImageArgs) -> anyhow::Result<()> {
     let requests = ramdisk::module_requests(&args.modules).map_err(UsageError::wrap)?;
     let epoch = crate::boot_iso::source_date_epoch().map_err(UsageError::wrap)?;
 
-    let stamp = input_stamp(&deb, &args.busybox, &args.modules, epoch)?;
+    let signed = args
+        .signed_loaders
+        .as_deref()
+        .map(crate::secure_boot::SignedLoaders::read)
+        .transpose()
+        .context("reading the signed loaders for Secure Boot")?;
+    let mut stamp = input_stamp(&deb, &args.busybox, &args.modules, epoch)?;
+    if let Some(signed) = &signed {
+        // The loaders are inputs too: a newer shim is a new disk.
+        let mut hasher = Sha256::new();
+        for part in [&signed.shim, &signed.grub_disk] {
+            hasher.update(Sha256::digest(part));
+        }
+        stamp = format!("{stamp} secure-boot {}", hex(&hasher.finalize()));
+    }
     if !args.check {
         std::fs::create_dir_all(&args.out)
             .with_context(|| format!("creating {}", args.out.display()))?;
@@ -208,8 +229,22 @@ pub fn run(args: TestImageArgs) -> anyhow::Result<()> {
         .context("creating a scratch directory")?;
     let scratch = scratch.path();
 
-    let ramdisk = ramdisk::build(&kernel_pkg, &requests, &args.busybox, scratch)
-        .context("building the test OS ramdisk")?;
+    if signed.is_some() {
+        let kernel = std::fs::read(&kernel_pkg.vmlinuz)
+            .with_context(|| format!("reading {}", kernel_pkg.vmlinuz.display()))?;
+        crate::secure_boot::require_signed(
+            &format!("the kernel {}", kernel_pkg.vmlinuz.display()),
+            &kernel,
+        )?;
+    }
+    let ramdisk = ramdisk::build(
+        &kernel_pkg,
+        &requests,
+        &args.busybox,
+        scratch,
+        signed.is_some(),
+    )
+    .context("building the test OS ramdisk")?;
     let kernel_path = args.out.join(KERNEL);
     let ramdisk_path = args.out.join(RAMDISK);
     std::fs::copy(&kernel_pkg.vmlinuz, &kernel_path)
@@ -271,7 +306,18 @@ pub fn run(args: TestImageArgs) -> anyhow::Result<()> {
     let config = grub::config(DISK_ROOT_UUID);
     let bios = grub::bios(&config, scratch).context("building GRUB for BIOS")?;
     let efi = grub::efi(&config, scratch).context("building GRUB for UEFI")?;
-    let esp = disk::make_esp(&efi, scratch, epoch).context("making the EFI system partition")?;
+    // Signed: shim loads grubx64.efi beside itself; Debian's GRUB (prefix /EFI/debian on its
+    // own partition) reads grub.cfg from there, since its signature covers its embedded config.
+    let esp_files: Vec<disk::EspFile<'_>> = match &signed {
+        Some(signed) => vec![
+            ("EFI/BOOT/BOOTX64.EFI", &signed.shim),
+            ("EFI/BOOT/GRUBX64.EFI", &signed.grub_disk),
+            ("EFI/debian/grub.cfg", config.as_bytes()),
+        ],
+        None => vec![("EFI/BOOT/BOOTX64.EFI", &efi)],
+    };
+    let esp =
+        disk::make_esp(&esp_files, scratch, epoch).context("making the EFI system partition")?;
     let raw_path = args.out.join(DISK_RAW);
     disk::assemble(&bios, &esp, &root_fs, &raw_path).context("assembling the disk image")?;
     let qcow2_path = args.out.join(DISK_QCOW2);
@@ -497,6 +543,7 @@ mod tests {
             busybox: PathBuf::from(busybox),
             force: false,
             check: false,
+            signed_loaders: None,
             out: dir.path().join("out"),
         };
         for (deb, busybox, says) in [

@@ -77,6 +77,7 @@ pub fn build(
     modules: &[ModuleRequest],
     busybox: &Path,
     scratch: &Path,
+    keep_signatures: bool,
 ) -> anyhow::Result<Ramdisk> {
     let init = scratch.join("init");
     std::fs::write(&init, init_script()).with_context(|| format!("writing {}", init.display()))?;
@@ -87,7 +88,10 @@ pub fn build(
         local_boot_grub: None,
     };
     let plan = initramfs::plan_modules(&spec).context("choosing the modules")?;
-    crate::module_strip::strip_modules(&plan).context("stripping the modules")?;
+    // Under Secure Boot the kernel refuses a module without its signature, which objcopy drops.
+    if !keep_signatures {
+        crate::module_strip::strip_modules(&plan).context("stripping the modules")?;
+    }
 
     // Level 9 and mtime 0 (flate2's default header): the same bytes every time.
     let gz = GzEncoder::new(Vec::new(), flate2::Compression::best());

@@ -10,7 +10,8 @@
 //! /boot/vmlinuz  /boot/initrd        stored once, read by both loaders
 //! /isolinux/isolinux.bin             BIOS El Torito entry (no emulation, boot-info-table)
 //! /isolinux/ldlinux.c32, isolinux.cfg
-//! /boot/efi.img                      UEFI El Torito entry: FAT12 with EFI/BOOT/BOOTX64.EFI (GRUB)
+//! /boot/efi.img                      UEFI El Torito entry: FAT12 with EFI/BOOT/BOOTX64.EFI (GRUB;
+//!                                    or, for Secure Boot, shim there and GRUB as grubx64.efi)
 //! /boot/grub/grub.cfg                read by that GRUB once its embedded config found the volume
 //! the boot catalog                  a sector after the directories, not in the tree
 //! volume id VMEDIA_BOOT_ISO; the same inputs give the same bytes
@@ -23,6 +24,14 @@
 //! carries [`GRUB_EARLY_CONFIG`] instead (`grub-mkimage -c`), which finds the ISO by its volume
 //! label and reads `/boot/grub/grub.cfg` with the command line from there. The GRUB binary is
 //! therefore the same for every ISO and can be built once.
+//!
+//! # Secure Boot
+//! With [`BootLoaders::shim`] set, the EFI image holds Debian's Microsoft-signed shim as
+//! `BOOTX64.EFI` and Debian's signed CD GRUB (`gcdx64.efi.signed`) beside it as `grubx64.efi`,
+//! the name shim loads and verifies. That GRUB cannot carry our embedded config (its signature
+//! covers it); its own is built with the prefix `/boot/grub` on the device it was loaded from,
+//! which is the CD, so it reads the same `/boot/grub/grub.cfg`. The kernel must then be signed
+//! by a key shim trusts (Debian's), which GRUB checks through shim before it runs it.
 //!
 //! # Why our own writer
 //! hadris-iso 2.5.0 (`docs/crates.md` §3.1) stamps every volume descriptor and directory record with
@@ -80,8 +89,12 @@ pub struct BootLoaders {
     /// `ldlinux.c32`, which isolinux.bin loads.
     pub ldlinux_c32: Vec<u8>,
     /// GRUB's x86_64 EFI binary, stored as `EFI/BOOT/BOOTX64.EFI` in the EFI system image. It
-    /// must carry [`GRUB_EARLY_CONFIG`] as its embedded config.
+    /// must carry [`GRUB_EARLY_CONFIG`] as its embedded config; with [`Self::shim`], it is
+    /// Debian's signed CD GRUB instead, stored as `EFI/BOOT/GRUBX64.EFI`.
     pub grub_efi: Vec<u8>,
+    /// Debian's signed shim, for media that boot under UEFI Secure Boot (see the module
+    /// documentation); `None` for our own unsigned GRUB alone.
+    pub shim: Option<Vec<u8>>,
 }
 
 /// What goes on a boot ISO.
@@ -117,16 +130,31 @@ pub struct IsoSummary {
     pub efi_image_bytes: u64,
 }
 
-/// The FAT image of the ISO's EFI El Torito entry: `grub_efi` at the firmware's removable-media
-/// path `\EFI\BOOT\BOOTX64.EFI`, nothing else.
-fn efi_boot_image(grub_efi: &[u8], time: &date::Civil) -> Result<Vec<u8>, IsoError> {
-    efi_image::build(
-        &[efi_image::FatFile {
-            path: &["EFI", "BOOT", "BOOTX64.EFI"],
-            data: grub_efi,
-        }],
-        time,
-    )
+/// The FAT image of the ISO's EFI El Torito entry: the loader at the firmware's removable-media
+/// path `\EFI\BOOT\BOOTX64.EFI` (GRUB, or shim with GRUB beside it), nothing else.
+fn efi_boot_image(loaders: &BootLoaders, time: &date::Civil) -> Result<Vec<u8>, IsoError> {
+    match &loaders.shim {
+        None => efi_image::build(
+            &[efi_image::FatFile {
+                path: &["EFI", "BOOT", "BOOTX64.EFI"],
+                data: &loaders.grub_efi,
+            }],
+            time,
+        ),
+        Some(shim) => efi_image::build(
+            &[
+                efi_image::FatFile {
+                    path: &["EFI", "BOOT", "BOOTX64.EFI"],
+                    data: shim,
+                },
+                efi_image::FatFile {
+                    path: &["EFI", "BOOT", "GRUBX64.EFI"],
+                    data: &loaders.grub_efi,
+                },
+            ],
+            time,
+        ),
+    }
 }
 
 /// The EFI system partition image every one of our boot ISOs carries, on its own, with every
@@ -136,7 +164,13 @@ fn efi_boot_image(grub_efi: &[u8], time: &date::Civil) -> Result<Vec<u8>, IsoErr
 /// `/boot/grub/grub.cfg`.
 pub fn efi_system_image(grub_efi: &[u8], epoch: u64) -> Result<Vec<u8>, IsoError> {
     let time = date::Civil::from_epoch(epoch)?;
-    efi_boot_image(grub_efi, &time)
+    efi_image::build(
+        &[efi_image::FatFile {
+            path: &["EFI", "BOOT", "BOOTX64.EFI"],
+            data: grub_efi,
+        }],
+        &time,
+    )
 }
 
 /// Writes the boot ISO to `out` with every date at [`DEFAULT_EPOCH`] and returns `out`.
@@ -185,7 +219,7 @@ pub fn write_boot_iso_with<W: Write + Seek>(
     let cmdline = config::full_cmdline(spec.cmdline)?;
     let isolinux_cfg = config::isolinux_cfg(&cmdline);
     let grub_cfg = config::grub_cfg(&cmdline);
-    let efi_image = efi_boot_image(&spec.loaders.grub_efi, &time)?;
+    let efi_image = efi_boot_image(spec.loaders, &time)?;
     let efi_image_len = efi_image.len();
 
     // Boot images and configs first, the large kernel and initramfs last.
@@ -267,6 +301,11 @@ fn check_inputs(spec: &BootIsoSpec<'_>) -> Result<(), IsoError> {
             "the GRUB EFI binary is not a PE image (no \"MZ\" header)".into(),
         ));
     }
+    if l.shim.as_ref().is_some_and(|shim| !shim.starts_with(b"MZ")) {
+        return Err(IsoError::Invalid(
+            "the shim is not a PE image (no \"MZ\" header)".into(),
+        ));
+    }
     Ok(())
 }
 
@@ -283,6 +322,7 @@ mod tests {
             isolinux_bin: (0..4096u32).map(|i| (i * 7) as u8).collect(),
             ldlinux_c32: b"ldlinux".to_vec(),
             grub_efi: [b"MZ".as_slice(), &[0x42; 5000]].concat(),
+            shim: None,
         }
     }
 

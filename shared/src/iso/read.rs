@@ -358,6 +358,7 @@ mod tests {
             isolinux_bin: vec![0x90; 4096],
             ldlinux_c32: vec![1; 3000],
             grub_efi: [b"MZ".as_slice(), &[2; 70_000]].concat(),
+            shim: None,
         }
     }
 

@@ -220,6 +220,7 @@ pub fn read_loaders(dir: &Path) -> anyhow::Result<BootLoaders> {
         isolinux_bin: read(ISOLINUX_BIN_FILE)?,
         ldlinux_c32: read(LDLINUX_C32_FILE)?,
         grub_efi: read(GRUB_EFI_FILE)?,
+        shim: None,
     })
 }
 
