@@ -3,10 +3,13 @@
 //! directory and rebuilt when an input changes.
 //!
 //! # Cache
+//! The ISO is the Secure Boot one (`--signed-loaders`, [`signed_loaders`]): shim and Debian's
+//! signed GRUB for UEFI, signed modules.
+//!
 //! `$CARGO_TARGET_DIR/deploy-iso/` holds `deploy.iso`, `initrd.xz` (the `--initramfs-out`
 //! copy), `vmlinuz` (the `--kernel-out` copy: with the initramfs, what `pxe_ilo` network boots),
 //! `report.txt` (what the command printed) and `inputs.key`: the path, size and mtime of the
-//! agent, the .deb, the firmware packages' stamp and `vmdeploy-image-build`, plus the outputs
+//! agent, the .deb, the firmware and signed loader packages' stamps and `vmdeploy-image-build`, plus the outputs
 //! asked for. A different key (a
 //! cache from before `--kernel-out`, say) or a missing file means a rebuild. Builds run under a lock and land through a rename, so parallel tests neither build
 //! twice nor see half an ISO.
@@ -58,14 +61,19 @@ pub fn deploy_iso_build() -> DeployIso {
         .to_owned();
     let firmware = firmware_dir();
     let firmware_arg = firmware.to_str().expect("a UTF-8 checkout path").to_owned();
+    let signed = signed_loaders();
+    let signed_arg = signed.to_str().expect("a UTF-8 checkout path").to_owned();
     let extra = [
         "--kernel-out",
         kernel_out.as_str(),
         "--firmware-dir",
         firmware_arg.as_str(),
+        "--signed-loaders",
+        signed_arg.as_str(),
     ];
     let firmware_stamp = crate::workspace_root().join(".cache/firmware/.packages");
-    let mut key = [&agent, &deb, &tool, &firmware_stamp]
+    let signed_stamp = crate::workspace_root().join(".cache/secure-boot/.packages");
+    let mut key = [&agent, &deb, &tool, &firmware_stamp, &signed_stamp]
         .iter()
         .map(|p| identity(p))
         .collect::<Vec<_>>();
@@ -130,6 +138,20 @@ pub fn firmware_dir() -> PathBuf {
         dir.display()
     );
     dir
+}
+
+/// `.cache/secure-boot/root`: Debian's signed shim and GRUB, unpacked by scripts/setup. The
+/// tests' deploy ISO and test OS carry that chain, so every UEFI boot goes through shim (with
+/// Secure Boot off) and one deploy runs with it on.
+pub fn signed_loaders() -> PathBuf {
+    let root = crate::workspace_root().join(".cache/secure-boot/root");
+    assert!(
+        root.join("usr/lib/shim/shimx64.efi.signed").is_file(),
+        "{} has no shim: run scripts/setup (it downloads Debian's shim-signed and \
+         grub-efi-amd64-signed)",
+        root.display()
+    );
+    root
 }
 
 /// `.cache/kernel/linux-image-*.deb` (scripts/setup downloads it); the newest name if several.

@@ -76,6 +76,8 @@ pub fn ensure() -> TestImage {
         .arg("--check")
         .arg("--kernel-deb")
         .arg(&deb)
+        .arg("--signed-loaders")
+        .arg(crate::deploy_iso::signed_loaders())
         .arg("-o")
         .arg(&dir)
         .output()
@@ -101,13 +103,15 @@ pub fn ensure() -> TestImage {
     read(&dir)
 }
 
-/// Runs `vmdeploy-image-build test-image -o out`; returns what it printed. Panics with that
-/// output when it fails.
+/// Runs `vmdeploy-image-build test-image -o out` with Debian's signed boot chain (the disk boots
+/// under Secure Boot too); returns what it printed. Panics with that output when it fails.
 pub fn build(tool: &Path, deb: &Path, out: &Path) -> String {
     let res = Command::new(tool)
         .arg("test-image")
         .arg("--kernel-deb")
         .arg(deb)
+        .arg("--signed-loaders")
+        .arg(crate::deploy_iso::signed_loaders())
         .arg("-o")
         .arg(out)
         .output()

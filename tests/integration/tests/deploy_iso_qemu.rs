@@ -2,7 +2,8 @@
 //! as an iLO uses it (docs/qemu-and-boot.md §6, §8):
 //!
 //! - Contents, without QEMU: at most 64 MiB, of which the kernel and the initramfs every boot
-//!   reads at most 12 MiB; BIOS and UEFI El Torito entries; xorriso extracts the kernel of the
+//!   reads at most 12 MiB; BIOS and UEFI El Torito entries, the UEFI one holding Debian's shim
+//!   and signed GRUB (read back with mtools) and every initramfs module still signed; xorriso extracts the kernel of the
 //!   .deb, and the `--kernel-out` copy is that kernel; the `--initramfs-out` copy is the ISO's
 //!   initramfs followed by the driver pack (pxe_ilo boots the two copies); the initramfs holds
 //!   the agent as /init, the module list with the default modules, those modules and nothing
@@ -274,6 +275,18 @@ fn deploy_iso_fits_the_budget_holds_the_modules_and_the_initramfs_it_reports() {
         "the initramfs holds exactly the agent, the list and the listed modules"
     );
 
+    // Secure Boot: every initramfs module as the kernel package signed it (lockdown refuses
+    // one without), and the EFI image holding Debian's shim and signed GRUB byte for byte.
+    for (path, _) in &listed {
+        let inside = format!("lib/modules/{release}/{path}");
+        let module = cpio(&raw, dir.path(), &["-i", "--to-stdout", inside.as_str()]);
+        assert!(
+            module.ends_with(b"~Module signature appended~\n"),
+            "{inside} in the initramfs lost its signature"
+        );
+    }
+    check_efi_image(&built.iso, dir.path());
+
     check_driver_pack(&built, &written[initrd.len()..], dir.path());
 
     // Same inputs, same bytes: the cached build wrote `--kernel-out`, this one does not, and
@@ -288,6 +301,10 @@ fn deploy_iso_fits_the_budget_holds_the_modules_and_the_initramfs_it_reports() {
         &[
             "--firmware-dir",
             deploy_iso::firmware_dir()
+                .to_str()
+                .expect("a UTF-8 checkout path"),
+            "--signed-loaders",
+            deploy_iso::signed_loaders()
                 .to_str()
                 .expect("a UTF-8 checkout path"),
         ],
@@ -316,6 +333,39 @@ fn deploy_iso_fits_the_budget_holds_the_modules_and_the_initramfs_it_reports() {
         "the report names the kernel copy:\n{}",
         built.report
     );
+}
+
+/// The ISO's UEFI El Torito image, read with xorriso and mtools (not our FAT code): shim as
+/// `\EFI\BOOT\BOOTX64.EFI` and Debian's signed CD GRUB as `grubx64.efi` beside it, each
+/// byte for byte the package's file.
+fn check_efi_image(iso: &Path, scratch: &Path) {
+    let image = scratch.join("efi.img");
+    xorriso_extract(iso, "/BOOT/EFI.IMG", &image);
+    let signed = deploy_iso::signed_loaders();
+    for (inside, package_file) in [
+        ("::/EFI/BOOT/BOOTX64.EFI", "usr/lib/shim/shimx64.efi.signed"),
+        (
+            "::/EFI/BOOT/grubx64.efi",
+            "usr/lib/grub/x86_64-efi-signed/gcdx64.efi.signed",
+        ),
+    ] {
+        let got = run(
+            Command::new("mcopy")
+                .env("MTOOLS_SKIP_CHECK", "1")
+                .arg("-i")
+                .arg(&image)
+                .args([inside, "-"]),
+            "mtools",
+        );
+        let want = std::fs::read(signed.join(package_file))
+            .unwrap_or_else(|e| panic!("reading {package_file}: {e}"));
+        assert!(
+            got == want,
+            "{inside} in the EFI image ({} bytes) is not Debian's {package_file} ({} bytes)",
+            got.len(),
+            want.len()
+        );
+    }
 }
 
 /// The ISO's driver pack, read with xorriso and parsed by our reader: the drivers of

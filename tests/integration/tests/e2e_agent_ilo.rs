@@ -145,6 +145,29 @@ fn assert_drivers_came_from_the_cd(lab: &Lab, machine: &Value) {
     );
 }
 
+/// After a `secure_boot:true` deploy: the conductor turned Secure Boot on (and remembers it
+/// did, to turn it off at undeploy), the emulator ran OVMF's Secure Boot firmware, the deploy
+/// ramdisk's kernel saw Secure Boot on, and the test OS's kernel booted locked down, which
+/// Debian's kernel does only under Secure Boot.
+fn assert_booted_under_secure_boot(lab: &Lab, shown: &Value, machine: &Value) {
+    assert_eq!(
+        shown["driver_internal_info"]["secure_boot_enabled_by_vmdeploy"], true,
+        "{shown}"
+    );
+    let state = lab.emulator_state();
+    assert_eq!(state["secure_boot"]["enable"], true, "{state}");
+    assert_eq!(state["secure_boot"]["current"], true, "{state}");
+    assert_eq!(machine["firmware"], "OVMF (Secure Boot)", "{machine}");
+    assert!(
+        lab.console_count("secureboot: Secure boot enabled") >= 1,
+        "the deploy ramdisk's kernel did not report Secure Boot on"
+    );
+    assert!(
+        lab.console_count("VMDEPLOY-TEST-OS lockdown: none [integrity]") >= 1,
+        "the test OS's kernel is not locked down: it did not boot under Secure Boot"
+    );
+}
+
 /// Which checks follow the first deploy.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Then {
@@ -203,6 +226,18 @@ fn deploy_and_boot(
         },
     );
     let node = lab.enroll("e2e-node", "agent_ilo", firmware);
+    // The UEFI node asks for Secure Boot (Ironic's capability): the conductor turns it on
+    // through the iLO before the deploy boot, the emulator then runs OVMF's Secure Boot
+    // firmware with Microsoft's keys, and only a signed chain boots: shim, Debian's GRUB and
+    // kernel, signed modules, in the deploy ISO and in the test OS alike.
+    let secure_boot = firmware == Firmware::Uefi;
+    if secure_boot {
+        let capabilities = format!(
+            "capabilities=boot_mode:{},secure_boot:true",
+            firmware.capability()
+        );
+        lab.bm(&["node", "set", &node, "--property", &capabilities]);
+    }
     set_image(&lab, &node, &media_path, format, &sha);
     let watch = watched.then(|| lab.watch_secrets(&node));
     let marker = image.marker(&image.disk_root_uuid);
@@ -222,7 +257,11 @@ fn deploy_and_boot(
     );
     lab.wait_console(&marker, 1, OS_BOOT_LIMIT);
     let machine = lab.emulator_state()["machine"].clone();
-    assert_eq!(machine["firmware"], firmware.emulator_name(), "{machine}");
+    if secure_boot {
+        assert_booted_under_secure_boot(&lab, &shown, &machine);
+    } else {
+        assert_eq!(machine["firmware"], firmware.emulator_name(), "{machine}");
+    }
     if proliant_adapters {
         assert_drivers_came_from_the_cd(&lab, &machine);
     }
@@ -304,10 +343,11 @@ fn agent_ilo_deploys_the_raw_test_os_in_bios_cleans_it_away_and_deploys_it_again
     );
 }
 
-/// The qcow2 image in UEFI, watched for leaked secrets with debug logging on everywhere (the
-/// "no secret is logged" test, agent side); then a `redfish` node enrolled with Ironic's keys on
-/// the same server goes to `available`. The BMC answers as an iLO 6 1.70 (RIBCL disabled,
-/// strict Boot PATCH).
+/// The qcow2 image in UEFI with Secure Boot on (`secure_boot:true`: OVMF with Microsoft's keys
+/// runs the signed chain of the deploy ISO and of the test OS), watched for leaked secrets with
+/// debug logging on everywhere (the "no secret is logged" test, agent side); then a `redfish`
+/// node enrolled with Ironic's keys on the same server goes to `available`. The BMC answers as
+/// an iLO 6 1.70 (RIBCL disabled, strict Boot PATCH).
 #[test]
 fn agent_ilo_deploys_the_qcow2_test_os_and_it_boots_in_uefi() {
     deploy_and_boot(

@@ -47,7 +47,12 @@ fn swift_honours_our_temp_urls_and_we_honour_swiftclients() {
     std::fs::write(&floppy_path, &floppy).expect("write floppy");
     let container = format!("{storage_url}/vmdeploy");
     let status = curl(&["-X", "PUT", "-H", &auth, &container], None);
-    assert_eq!(status, 201, "container PUT; Swift's logs:\n{}", swift.logs());
+    assert_eq!(
+        status,
+        201,
+        "container PUT; Swift's logs:\n{}",
+        swift.logs()
+    );
     let object_url = format!("{container}/image-node1");
     let floppy_arg = floppy_path.to_str().expect("UTF-8 path");
     assert_eq!(
