@@ -31,8 +31,8 @@ use tokio::time::Instant;
 use crate::drivers::ilo::redfish::RedfishSessions;
 use crate::drivers::ilo::{IloClient, Protocol};
 use crate::drivers::{
-    virtual_media_licensed, DriverError, Inventory, Management, Power, VirtualMedia,
-    VmediaBootOption,
+    virtual_media_licensed, DriverError, FirmwareLogEntry, Inventory, Management, Power,
+    VirtualMedia, VmediaBootOption,
 };
 use crate::node::driver_info::{BmcDriverInfo, BmcKeys, DriverInfoError, IloDefaults};
 use crate::states::NodePower;
@@ -394,6 +394,16 @@ impl Bmc {
             .secure_boot_enabled()
             .await
             .map_err(|e| self.failed("reading the Secure Boot setting", e))
+    }
+
+    /// The newest `limit` entries of the server's Integrated Management Log, oldest first: what
+    /// the firmware recorded about its boots (a refused boot loader, say), for an error message
+    /// to quote.
+    pub async fn firmware_log(&self, limit: usize) -> Result<Vec<FirmwareLogEntry>, BmcError> {
+        self.client
+            .firmware_log(limit)
+            .await
+            .map_err(|e| self.failed("reading the Integrated Management Log", e))
     }
 
     /// Makes UEFI Secure Boot `wanted` for the next boot; returns whether it changed the

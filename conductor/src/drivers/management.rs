@@ -112,6 +112,25 @@ pub enum SupportedBootModes {
     BiosAndUefi,
 }
 
+/// One entry of the server's Integrated Management Log: the firmware's own record of a POST or
+/// boot event, such as a Secure Boot refusal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FirmwareLogEntry {
+    /// When the BMC recorded it, as it wrote it (RFC 3339 on iLO 5/6).
+    pub created: String,
+    /// `OK`, `Warning` or `Critical`.
+    pub severity: String,
+    /// What happened, in the firmware's words.
+    pub message: String,
+}
+
+impl FirmwareLogEntry {
+    /// Whether it is worth an operator's attention (not an informational `OK`).
+    pub fn is_problem(&self) -> bool {
+        !self.severity.eq_ignore_ascii_case("ok")
+    }
+}
+
 /// Boot device and boot mode (Ironic's management interface).
 pub trait Management {
     /// The one-time boot device, `None` when none is set.
@@ -177,6 +196,21 @@ pub trait Management {
             Err(DriverError::NotSupported {
                 operation: "reading Secure Boot".into(),
                 message: "this BMC interface has no Secure Boot setting".into(),
+            })
+        }
+    }
+
+    /// The newest `limit` entries of the Integrated Management Log, oldest first. A BMC
+    /// interface that cannot read it answers [`DriverError::NotSupported`].
+    fn firmware_log(
+        &self,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<FirmwareLogEntry>, DriverError>> + Send {
+        let _ = limit;
+        async {
+            Err(DriverError::NotSupported {
+                operation: "reading the Integrated Management Log".into(),
+                message: "this BMC interface does not read it".into(),
             })
         }
     }

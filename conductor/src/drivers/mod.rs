@@ -33,7 +33,7 @@ pub use inventory::{
     virtual_media_licensed, BmcInfo, Fan, Health, Inventory, Licence, LicenceTier, PowerReading,
     PowerSupply, Temperature,
 };
-pub use management::{BootDevice, BootMode, Management, SupportedBootModes};
+pub use management::{BootDevice, BootMode, FirmwareLogEntry, Management, SupportedBootModes};
 pub use power::{Power, PowerAction, PowerState};
 pub use virtual_media::{VirtualMedia, VmediaBootOption, VmediaDevice, VmediaStatus};
 /// A password or other secret: shown as `******` by `Debug`, `Display` and `Serialize`, so it

@@ -188,6 +188,41 @@ pub async fn handle(server: &Server, req: Request<Incoming>) -> Reply {
             server.update(|s| s.bios_reject = id.clone()).await;
             json_reply(StatusCode::OK, &json!({ "bios_reject": id }))
         }
+        (Method::POST, "/_emulator/iml") => {
+            // An IML entry recorded now, as the firmware would: `{"severity": "Critical",
+            // "message": "..."}` (tests of IML readers without a machine to refuse a loader).
+            let body = match read_body(req.into_body()).await {
+                Ok(b) => b,
+                Err(reply) => return reply,
+            };
+            let parsed = serde_json::from_slice::<serde_json::Value>(&body).ok();
+            let field = |key: &str| {
+                parsed
+                    .as_ref()
+                    .and_then(|v| v.get(key))
+                    .and_then(|v| v.as_str())
+                    .map(str::to_owned)
+            };
+            let severity = match field("severity").as_deref() {
+                Some("OK") => "OK",
+                Some("Warning") => "Warning",
+                Some("Critical") => "Critical",
+                _ => {
+                    return json_reply(
+                        StatusCode::BAD_REQUEST,
+                        &json!({ "error": "expected {\"severity\": \"OK\"|\"Warning\"|\"Critical\", \"message\": \"...\"}" }),
+                    )
+                }
+            };
+            let Some(message) = field("message") else {
+                return json_reply(
+                    StatusCode::BAD_REQUEST,
+                    &json!({ "error": "expected a \"message\"" }),
+                );
+            };
+            let id = server.record_iml(severity, message);
+            json_reply(StatusCode::OK, &json!({ "id": id }))
+        }
         (Method::GET, "/_emulator/faults") => json_reply(
             StatusCode::OK,
             &json!({ "faults_pending": server.snapshot().await.faults_pending }),

@@ -120,6 +120,18 @@ impl Emulator {
                     }
                 });
             }
+            if server.console_log().is_some() {
+                // The IML's time stamps are when the firmware printed a refusal, to the second.
+                let weak = Arc::downgrade(&server);
+                tokio::spawn(async move {
+                    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+                    loop {
+                        tick.tick().await;
+                        let Some(server) = weak.upgrade() else { break };
+                        server.scan_console();
+                    }
+                });
+            }
             tracing::info!(server = i, address = %bound, product = %server_config.product, "emulated iLO listening");
             tasks.push(tokio::spawn(crate::http::serve(
                 server.clone(),

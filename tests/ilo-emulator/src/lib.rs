@@ -22,6 +22,7 @@ pub mod config;
 pub mod emulator;
 pub mod fault;
 pub mod http;
+pub mod iml;
 pub mod media_fetch;
 pub mod profile;
 pub mod qemu;

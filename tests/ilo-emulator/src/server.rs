@@ -139,6 +139,7 @@ pub struct Server {
     sessions: Mutex<Vec<String>>,
     sessions_opened: AtomicU64,
     host_clock: Mutex<HostClock>,
+    iml: Mutex<crate::iml::Iml>,
     /// Shared by every server of the emulator.
     pub gauge: Arc<RequestGauge>,
 }
@@ -172,6 +173,7 @@ impl Server {
             sessions: Mutex::new(Vec::new()),
             sessions_opened: AtomicU64::new(0),
             host_clock: Mutex::new(HostClock::default()),
+            iml: Mutex::new(crate::iml::Iml::default()),
             gauge,
         }
     }
@@ -320,6 +322,61 @@ impl Server {
     /// The machine's serial console log, if the backend has one.
     pub fn console_log(&self) -> Option<std::path::PathBuf> {
         self.backend.console_log()
+    }
+
+    /// Reads the console written since the last call and records the firmware's refusals in
+    /// the IML ([`crate::iml`]); the emulator calls it every second, and an IML read calls it
+    /// first. A machine without a console log has nothing to scan.
+    pub fn scan_console(&self) {
+        use std::io::{Read as _, Seek as _};
+        let Some(path) = self.console_log() else {
+            return;
+        };
+        let mut iml = self.iml.lock().unwrap_or_else(|e| e.into_inner());
+        let Ok(mut file) = std::fs::File::open(&path) else {
+            return;
+        };
+        // A console log that shrank was replaced: read it from its start.
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        if len < iml.scanned {
+            iml.scanned = 0;
+        }
+        let mut text = Vec::new();
+        if file.seek(std::io::SeekFrom::Start(iml.scanned)).is_err()
+            || file.read_to_end(&mut text).is_err()
+        {
+            return;
+        }
+        let now = crate::iml::rfc3339(std::time::SystemTime::now());
+        let recorded = iml.scan(&text, &now);
+        if recorded > 0 {
+            tracing::info!(
+                server = self.index,
+                recorded,
+                "IML: the firmware refused a boot image"
+            );
+        }
+    }
+
+    /// Records an IML entry now; returns its id.
+    pub fn record_iml(&self, severity: &'static str, message: String) -> u64 {
+        let mut iml = self.iml.lock().unwrap_or_else(|e| e.into_inner());
+        iml.record(
+            severity,
+            message,
+            crate::iml::rfc3339(std::time::SystemTime::now()),
+        );
+        iml.entries().last().map_or(0, |e| e.id)
+    }
+
+    /// The IML's entries, oldest first, after a scan of the console.
+    pub fn iml_entries(&self) -> Vec<crate::iml::ImlEntry> {
+        self.scan_console();
+        self.iml
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entries()
+            .to_vec()
     }
 
     /// The machine changed by itself: a guest power-off makes the server Off, as a real server's

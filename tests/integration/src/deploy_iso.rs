@@ -40,13 +40,34 @@ pub fn deploy_iso() -> PathBuf {
 
 /// The default deploy ISO with its kernel, initramfs and report.
 pub fn deploy_iso_build() -> DeployIso {
+    let signed = signed_loaders();
+    let signed_arg = signed.to_str().expect("a UTF-8 checkout path").to_owned();
+    let signed_stamp = crate::workspace_root().join(".cache/secure-boot/.packages");
+    cached_build(
+        "deploy-iso",
+        &["--signed-loaders", signed_arg.as_str()],
+        &[signed_stamp.as_path()],
+    )
+}
+
+/// A deploy ISO built without `--signed-loaders`: our own unsigned GRUB on the UEFI entry and
+/// stripped modules, as an operator who skipped the signed chain would have. OVMF's Secure Boot
+/// firmware must refuse it (`e2e_agent_ilo`).
+pub fn unsigned_deploy_iso() -> PathBuf {
+    cached_build("deploy-iso-unsigned", &[], &[]).iso
+}
+
+/// Builds a deploy ISO with the firmware pack, the kernel copy and `extra` arguments into
+/// `$CARGO_TARGET_DIR/<name>/`, unless the cache there was built from the same inputs
+/// (`inputs`: more files whose identity is part of the key).
+fn cached_build(name: &str, extra: &[&str], inputs: &[&Path]) -> DeployIso {
     let agent = crate::qemu::musl_agent();
     let deb = kernel_deb();
     let tool = crate::bin("vmdeploy-image-build");
     let dir = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| crate::workspace_root().join("target"))
-        .join("deploy-iso");
+        .join(name);
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
     let built = DeployIso {
         iso: dir.join("deploy.iso"),
@@ -61,34 +82,31 @@ pub fn deploy_iso_build() -> DeployIso {
         .to_owned();
     let firmware = firmware_dir();
     let firmware_arg = firmware.to_str().expect("a UTF-8 checkout path").to_owned();
-    let signed = signed_loaders();
-    let signed_arg = signed.to_str().expect("a UTF-8 checkout path").to_owned();
-    let extra = [
+    let mut args = vec![
         "--kernel-out",
         kernel_out.as_str(),
         "--firmware-dir",
         firmware_arg.as_str(),
-        "--signed-loaders",
-        signed_arg.as_str(),
     ];
+    args.extend_from_slice(extra);
     let firmware_stamp = crate::workspace_root().join(".cache/firmware/.packages");
-    let signed_stamp = crate::workspace_root().join(".cache/secure-boot/.packages");
-    let mut key = [&agent, &deb, &tool, &firmware_stamp, &signed_stamp]
+    let mut key = [&agent, &deb, &tool, &firmware_stamp]
         .iter()
         .map(|p| identity(p))
+        .chain(inputs.iter().map(|p| identity(p)))
         .collect::<Vec<_>>();
-    key.push(format!("outputs: initramfs {}", extra.join(" ")));
+    key.push(format!("outputs: initramfs {}", args.join(" ")));
     let key = key.join("\n");
     let key_path = dir.join("inputs.key");
     let report_path = dir.join("report.txt");
-    let _lock = ResourceLock::acquire("deploy-iso-build");
+    let _lock = ResourceLock::acquire(&format!("{name}-build"));
     let fresh = std::fs::read_to_string(&key_path).is_ok_and(|k| k == key)
         && built.iso.is_file()
         && built.initramfs.is_file()
         && built.kernel.is_file();
     if !fresh {
         let _ = std::fs::remove_file(&key_path);
-        let report = build(&tool, &agent, &deb, &built.iso, &built.initramfs, &extra);
+        let report = build(&tool, &agent, &deb, &built.iso, &built.initramfs, &args);
         std::fs::write(&report_path, &report).expect("writing the build report");
         std::fs::write(&key_path, &key).expect("writing the input key");
     }

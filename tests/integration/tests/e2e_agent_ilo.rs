@@ -9,7 +9,10 @@
 //! The UUID must be the one the image was built with: the right disk booted, not a stale one.
 //! The BIOS node is then undeployed with automated cleaning on: the agent boots again and
 //! erases the disk's partition metadata (`erase_devices_metadata`), the node is `available`
-//! with nothing left for `blkid` to find on the disk, and it deploys and boots again. After
+//! with nothing left for `blkid` to find on the disk, and it deploys and boots again. The UEFI
+//! node asks for Secure Boot: a deploy ISO with our unsigned GRUB is refused by OVMF's Secure
+//! Boot firmware and fails at the callback timeout with the refusal from the iLO's IML in
+//! `last_error`; then the signed deploy ISO deploys the test OS, which boots locked down. After
 //! the UEFI deploy, a `redfish` node enrolled on the same server with Ironic's `redfish_*` keys
 //! is managed, provided, validated and its power read.
 //!
@@ -145,6 +148,60 @@ fn assert_drivers_came_from_the_cd(lab: &Lab, machine: &Value) {
     );
 }
 
+/// Where the lab's media server serves the deploy ISO built without the signed chain.
+const UNSIGNED_ISO: &str = "/unsigned-deploy.iso";
+/// `deploy_callback_timeout` of the Secure Boot lab.
+const SECURE_BOOT_CALLBACK_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Before the Secure Boot deploy, the same node with a deploy ISO whose UEFI loader is our own
+/// unsigned GRUB: OVMF's Secure Boot firmware refuses it, no ramdisk ever calls back, and at the
+/// callback timeout the deploy fails. `last_error` quotes the refusal from the iLO's Integrated
+/// Management Log (where the emulator, like an iLO, recorded what the firmware said), and the
+/// node is left off with both media ejected. The node's deploy ISO is the signed one again
+/// afterwards.
+fn an_unsigned_deploy_iso_is_refused(lab: &Lab, node: &str) {
+    let unsigned = format!("ilo_deploy_iso={}", lab.media.url(UNSIGNED_ISO));
+    lab.bm(&["node", "set", node, "--driver-info", &unsigned]);
+    let started = std::time::Instant::now();
+    lab.bm(&["node", "deploy", node]);
+    let failed = lab.wait_state(
+        node,
+        "deploy failed",
+        SECURE_BOOT_CALLBACK_TIMEOUT + Duration::from_secs(240),
+    );
+    let error = failed["last_error"].as_str().unwrap_or_default().to_owned();
+    eprintln!(
+        "unsigned deploy ISO: deploy failed after {:?}: {error}",
+        started.elapsed()
+    );
+    assert!(
+        started.elapsed() >= SECURE_BOOT_CALLBACK_TIMEOUT - Duration::from_secs(5),
+        "the unsigned ISO's deploy failed before the callback timeout: {error}"
+    );
+    for said in [
+        "Timeout reached while waiting for callback",
+        "Integrated Management Log",
+        "Secure Boot violation",
+        "Access Denied",
+    ] {
+        assert!(error.contains(said), "last_error lacks {said:?}: {error}");
+    }
+    assert!(
+        lab.console_count("VMDEPLOY") == 0 && lab.console_count("vmdeploy_agent") == 0,
+        "something of the unsigned ISO ran under Secure Boot"
+    );
+    let state = lab.emulator_state();
+    assert_eq!(state["power"], "OFF", "the node is left on: {state}");
+    for device in ["CDROM", "FLOPPY"] {
+        assert_eq!(
+            state["vmedia"][device]["inserted"], false,
+            "{device} is still inserted: {state}"
+        );
+    }
+    let signed = format!("ilo_deploy_iso={}", lab.media.url("/deploy.iso"));
+    lab.bm(&["node", "set", node, "--driver-info", &signed]);
+}
+
 /// After a `secure_boot:true` deploy: the conductor turned Secure Boot on (and remembers it
 /// did, to turn it off at undeploy), the emulator ran OVMF's Secure Boot firmware, the deploy
 /// ramdisk's kernel saw Secure Boot on, and the test OS's kernel booted locked down, which
@@ -209,10 +266,23 @@ fn deploy_and_boot(
     // and nothing else: neither driver is in the deploy ISO's initramfs, so the deploy works
     // only if the agent loads them from the CD's driver pack.
     let proliant_adapters = then == Then::CleanAndDeployAgain;
+    let secure_boot = firmware == Firmware::Uefi;
+    let mut media = vec![(media_path.clone(), read(file))];
+    if secure_boot {
+        let unsigned = vmdeploy_integration_tests::deploy_iso::unsigned_deploy_iso();
+        media.push((UNSIGNED_ISO.to_owned(), read(&unsigned)));
+    }
     let lab = Lab::start(
         name,
         LabOptions {
-            media: vec![(media_path.clone(), read(file))],
+            media,
+            // Short enough that the refused unsigned ISO fails within the run; the signed deploy
+            // ramdisk heartbeats well within it.
+            callback_timeout_secs: if secure_boot {
+                SECURE_BOOT_CALLBACK_TIMEOUT.as_secs()
+            } else {
+                LabOptions::default().callback_timeout_secs
+            },
             automated_clean: then == Then::CleanAndDeployAgain,
             debug_logging: watched,
             profile: Some(profile.0),
@@ -230,7 +300,6 @@ fn deploy_and_boot(
     // through the iLO before the deploy boot, the emulator then runs OVMF's Secure Boot
     // firmware with Microsoft's keys, and only a signed chain boots: shim, Debian's GRUB and
     // kernel, signed modules, in the deploy ISO and in the test OS alike.
-    let secure_boot = firmware == Firmware::Uefi;
     if secure_boot {
         let capabilities = format!(
             "capabilities=boot_mode:{},secure_boot:true",
@@ -239,6 +308,10 @@ fn deploy_and_boot(
         lab.bm(&["node", "set", &node, "--property", &capabilities]);
     }
     set_image(&lab, &node, &media_path, format, &sha);
+    if secure_boot {
+        an_unsigned_deploy_iso_is_refused(&lab, &node);
+        set_image(&lab, &node, &media_path, format, &sha);
+    }
     let watch = watched.then(|| lab.watch_secrets(&node));
     let marker = image.marker(&image.disk_root_uuid);
     assert_eq!(
@@ -344,7 +417,8 @@ fn agent_ilo_deploys_the_raw_test_os_in_bios_cleans_it_away_and_deploys_it_again
 }
 
 /// The qcow2 image in UEFI with Secure Boot on (`secure_boot:true`: OVMF with Microsoft's keys
-/// runs the signed chain of the deploy ISO and of the test OS), watched for leaked secrets with
+/// runs the signed chain of the deploy ISO and of the test OS), after a deploy ISO with an
+/// unsigned loader was refused on the same node and failed at the callback timeout, watched for leaked secrets with
 /// debug logging on everywhere (the "no secret is logged" test, agent side); then a `redfish`
 /// node enrolled with Ironic's keys on the same server goes to `available`. The BMC answers as
 /// an iLO 6 1.70 (RIBCL disabled, strict Boot PATCH).

@@ -256,6 +256,48 @@ fn every_command_works(protocol: &str) {
     ok(&emu, p, &pw, &["boot-persistent", "cdrom"]);
     assert_eq!(emu.state()["persistent_boot"][0], "CDROM");
 
+    // The Integrated Management Log: Redfish reads what the firmware recorded, oldest first
+    // and at most `--last`; RIBCL has no reader here and says so.
+    emu.admin(
+        "POST",
+        "/_emulator/iml",
+        Some(&serde_json::json!({"severity": "OK", "message": "Server power restored"})),
+    );
+    emu.admin(
+        "POST",
+        "/_emulator/iml",
+        Some(&serde_json::json!({"severity": "Critical", "message": "Secure Boot violation (injected)"})),
+    );
+    if p == "redfish" {
+        let log = ok(&emu, p, &pw, &["iml"]);
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(lines.len(), 2, "{log}");
+        assert!(lines[0].ends_with(" OK: Server power restored"), "{log}");
+        assert!(
+            lines[1].ends_with(" Critical: Secure Boot violation (injected)"),
+            "{log}"
+        );
+        let newest: Value =
+            serde_json::from_str(&ok(&emu, p, &pw, &["--json", "iml", "--last", "1"]))
+                .expect("json");
+        let entries = newest["entries"].as_array().expect("entries");
+        assert_eq!(entries.len(), 1, "{newest}");
+        assert_eq!(entries[0]["severity"], "Critical");
+        assert!(
+            entries[0]["created"]
+                .as_str()
+                .is_some_and(|c| c.ends_with('Z')),
+            "an RFC 3339 UTC time: {newest}"
+        );
+    } else {
+        let o = cli(&emu, p, &pw, 20, &["iml"]);
+        assert!(
+            !o.ok && o.stderr.contains("Integrated Management Log"),
+            "RIBCL iml: {}",
+            o.stderr
+        );
+    }
+
     // Boot mode.
     assert_eq!(ok(&emu, p, &pw, &["boot-mode", "get"]), "bios");
     ok(&emu, p, &pw, &["boot-mode", "set", "uefi"]);

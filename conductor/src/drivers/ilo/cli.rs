@@ -110,6 +110,14 @@ pub enum IloCommand {
     Licence,
     /// Temperatures, fans, power supplies and power draw.
     Health,
+    /// The newest entries of the server's Integrated Management Log (what the firmware
+    /// recorded about POST and boots, such as a Secure Boot refusal), oldest first. Redfish
+    /// (iLO 5/6) only.
+    Iml {
+        /// How many entries, at most.
+        #[arg(long, default_value_t = 20)]
+        last: usize,
+    },
     /// Model, firmware and protocol.
     Info,
     /// Read-only readiness checks of the iLO before a fleet is enrolled: one line per check,
@@ -666,6 +674,24 @@ async fn execute(client: &IloClient, command: &IloCommand) -> anyhow::Result<Out
                     text.join("\n")
                 },
                 json!({"licences": licences, "tiers": tiers}),
+            )
+        }
+        IloCommand::Iml { last } => {
+            let entries = client
+                .firmware_log(*last)
+                .await
+                .context("reading the Integrated Management Log")?;
+            let text: Vec<String> = entries
+                .iter()
+                .map(|e| format!("{} {}: {}", e.created, e.severity, e.message))
+                .collect();
+            Output::new(
+                if text.is_empty() {
+                    "the Integrated Management Log is empty".to_string()
+                } else {
+                    text.join("\n")
+                },
+                json!({ "entries": entries }),
             )
         }
         IloCommand::Health => {

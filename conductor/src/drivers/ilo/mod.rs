@@ -15,9 +15,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use super::{
-    BmcInfo, BootDevice, BootEntry, BootMode, DriverError, Health, Inventory, Licence, Management,
-    Power, PowerAction, PowerState, Secret, SupportedBootModes, VirtualMedia, VmediaBootOption,
-    VmediaDevice, VmediaStatus,
+    BmcInfo, BootDevice, BootEntry, BootMode, DriverError, FirmwareLogEntry, Health, Inventory,
+    Licence, Management, Power, PowerAction, PowerState, Secret, SupportedBootModes, VirtualMedia,
+    VmediaBootOption, VmediaDevice, VmediaStatus,
 };
 
 pub mod cli;
@@ -249,6 +249,10 @@ impl Management for IloClient {
 
     async fn set_secure_boot(&self, enable: bool) -> Result<(), DriverError> {
         delegate!(self, set_secure_boot(enable))
+    }
+
+    async fn firmware_log(&self, limit: usize) -> Result<Vec<FirmwareLogEntry>, DriverError> {
+        delegate!(self, firmware_log(limit))
     }
 }
 

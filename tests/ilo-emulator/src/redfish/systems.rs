@@ -80,6 +80,48 @@ pub(super) async fn handle(
             server.update(|s| s.secure_boot_enable = enable).await;
             no_content()
         }
+        // The Integrated Management Log ([`crate::iml`]).
+        (&Method::GET, ["1", "logservices"]) => json_reply(
+            StatusCode::OK,
+            &collection(
+                "/redfish/v1/Systems/1/LogServices/",
+                "LogService",
+                &["/redfish/v1/Systems/1/LogServices/IML/"],
+            ),
+        ),
+        (&Method::GET, ["1", "logservices", "iml"]) => json_reply(
+            StatusCode::OK,
+            &json!({"@odata.id": "/redfish/v1/Systems/1/LogServices/IML/",
+                "@odata.type": "#LogService.v1_0_0.LogService",
+                "Id": "IML", "Name": "Integrated Management Log",
+                "Entries": {"@odata.id": "/redfish/v1/Systems/1/LogServices/IML/Entries/"}}),
+        ),
+        (&Method::GET, ["1", "logservices", "iml", "entries"]) => {
+            let ids: Vec<String> = server
+                .iml_entries()
+                .iter()
+                .map(|e| format!("/redfish/v1/Systems/1/LogServices/IML/Entries/{}/", e.id))
+                .collect();
+            let members: Vec<&str> = ids.iter().map(String::as_str).collect();
+            json_reply(
+                StatusCode::OK,
+                &collection(
+                    "/redfish/v1/Systems/1/LogServices/IML/Entries/",
+                    "LogEntry",
+                    &members,
+                ),
+            )
+        }
+        (&Method::GET, ["1", "logservices", "iml", "entries", id]) => {
+            match server
+                .iml_entries()
+                .iter()
+                .find(|e| e.id.to_string() == *id)
+            {
+                Some(entry) => json_reply(StatusCode::OK, &entry.to_redfish()),
+                None => unrouted(method, raw_path),
+            }
+        }
         (&Method::POST, ["1", "actions", "computersystem.reset"]) => {
             let body = match parse_json(req).await {
                 Ok(b) => b,
@@ -158,6 +200,7 @@ fn system_json(server: &Server, s: &ServerState, post_state: &str) -> Value {
         },
         "Bios": {"@odata.id": "/redfish/v1/Systems/1/Bios/"},
         "SecureBoot": {"@odata.id": "/redfish/v1/Systems/1/SecureBoot/"},
+        "LogServices": {"@odata.id": "/redfish/v1/Systems/1/LogServices/"},
         "Links": {"ManagedBy": [{"@odata.id": MANAGER}], "Chassis": [{"@odata.id": "/redfish/v1/Chassis/1/"}]},
         "Actions": {
             "#ComputerSystem.Reset": {

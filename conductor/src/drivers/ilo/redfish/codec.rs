@@ -36,7 +36,17 @@ pub enum PathStep<'a> {
     Index(usize),
 }
 
-/// The member URIs of a collection.
+/// A `LogEntry` of the IML: its time, severity and message; `None` without a message.
+pub fn firmware_log_entry(entry: &Value) -> Option<crate::drivers::FirmwareLogEntry> {
+    let text = |key: &str| entry.get(key).and_then(Value::as_str).map(str::to_owned);
+    Some(crate::drivers::FirmwareLogEntry {
+        created: text("Created").unwrap_or_default(),
+        severity: text("Severity").unwrap_or_else(|| "unknown".to_owned()),
+        message: text("Message").filter(|m| !m.trim().is_empty())?,
+    })
+}
+
+/// The members' `@odata.id`s of a collection, in its order.
 pub fn members(collection: &Value) -> Vec<String> {
     collection
         .get("Members")

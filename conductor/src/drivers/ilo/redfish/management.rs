@@ -8,14 +8,15 @@ use serde_json::{json, Value};
 use super::client::RedfishClient;
 use super::codec::{
     action_target, bios_boot_mode, bios_boot_mode_body, boot_option_name, boot_order,
-    boot_override, boot_override_body, boot_target, has_hpe_oem, join, licence, link, link_at,
-    members, override_entry, override_mode, power, supported_boot_modes, thermal, vmedia_status,
-    PathStep,
+    boot_override, boot_override_body, boot_target, firmware_log_entry, has_hpe_oem, join, licence,
+    link, link_at, members, override_entry, override_mode, power, supported_boot_modes, thermal,
+    vmedia_status, PathStep,
 };
 use crate::drivers::ilo::ribcl::management::parse_boot_device;
 use crate::drivers::{
-    BmcInfo, BootDevice, BootEntry, BootMode, DriverError, Health, Inventory, Licence, Management,
-    SupportedBootModes, VirtualMedia, VmediaBootOption, VmediaDevice, VmediaStatus,
+    BmcInfo, BootDevice, BootEntry, BootMode, DriverError, FirmwareLogEntry, Health, Inventory,
+    Licence, Management, SupportedBootModes, VirtualMedia, VmediaBootOption, VmediaDevice,
+    VmediaStatus,
 };
 use vmdeploy_shared::error::Chain;
 
@@ -308,9 +309,82 @@ impl Management for RedfishClient {
         self.patch(&uri, &json!({ "SecureBootEnable": enable }))
             .await
     }
+
+    /// The collection lists its entries as links, a page at a time on a long log
+    /// (`Members@odata.nextLink`). The newest `limit` by entry id are read, whatever order the
+    /// pages come in.
+    async fn firmware_log(&self, limit: usize) -> Result<Vec<FirmwareLogEntry>, DriverError> {
+        let entries_uri = self.iml_entries_uri().await?;
+        let mut uris = Vec::new();
+        let mut page = Some(entries_uri.clone());
+        let mut pages = 0;
+        while let Some(uri) = page.take() {
+            let collection = self.get(&uri).await?;
+            uris.extend(members(&collection));
+            pages += 1;
+            // A log that pages on and on is read no further: the timeout's message must come.
+            if pages < MAX_LOG_PAGES {
+                page = collection
+                    .get("Members@odata.nextLink")
+                    .and_then(Value::as_str)
+                    .filter(|next| *next != uri)
+                    .map(str::to_owned);
+            }
+        }
+        let newest = newest_entries(uris, limit);
+        let mut entries = Vec::new();
+        for uri in &newest {
+            let entry = self.get(uri).await?;
+            entries.extend(firmware_log_entry(&entry));
+        }
+        Ok(entries)
+    }
+}
+
+/// Pages of the IML's entry collection read at most.
+const MAX_LOG_PAGES: usize = 20;
+
+/// The `limit` newest of an entry collection's member URIs, oldest first: ordered by the
+/// numeric id that ends each URI (iLO numbers entries from 1), or kept in the listed order
+/// when an id is not a number.
+fn newest_entries(mut uris: Vec<String>, limit: usize) -> Vec<String> {
+    let id =
+        |uri: &str| -> Option<u64> { uri.trim_end_matches('/').rsplit('/').next()?.parse().ok() };
+    if uris.iter().all(|u| id(u).is_some()) {
+        uris.sort_by_key(|u| id(u));
+    }
+    uris.dedup();
+    let skip = uris.len().saturating_sub(limit);
+    uris.split_off(skip)
 }
 
 impl RedfishClient {
+    /// The IML's entries collection: the system's `LogServices` link (or the iLO path when
+    /// the system has none), the member whose path ends in `IML`, its `Entries` link.
+    async fn iml_entries_uri(&self) -> Result<String, DriverError> {
+        let (system_uri, system) = self.system().await?;
+        let services_uri = link(&system, "LogServices")
+            .map(str::to_owned)
+            .unwrap_or_else(|| join(&system_uri, "LogServices"));
+        let services = self.get(&services_uri).await?;
+        let iml_uri = members(&services)
+            .into_iter()
+            .find(|m| {
+                m.trim_end_matches('/')
+                    .rsplit('/')
+                    .next()
+                    .is_some_and(|last| last.eq_ignore_ascii_case("IML"))
+            })
+            .ok_or_else(|| DriverError::NotSupported {
+                operation: "reading the Integrated Management Log".into(),
+                message: format!("{services_uri} lists no IML log service"),
+            })?;
+        let iml = self.get(&iml_uri).await?;
+        Ok(link(&iml, "Entries")
+            .map(str::to_owned)
+            .unwrap_or_else(|| join(&iml_uri, "Entries")))
+    }
+
     /// The system's `SecureBoot` resource (DSP0268 `SecureBoot`, iLO 5/6
     /// `Systems/1/SecureBoot`); a system without the link has no Secure Boot.
     async fn secure_boot_uri(&self) -> Result<String, DriverError> {
@@ -516,6 +590,29 @@ impl Inventory for RedfishClient {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_newest_entries_by_id_whatever_the_order() {
+        let uris = |ids: &[&str]| -> Vec<String> {
+            ids.iter()
+                .map(|i| format!("/redfish/v1/Systems/1/LogServices/IML/Entries/{i}/"))
+                .collect()
+        };
+        assert_eq!(
+            super::newest_entries(uris(&["12", "3", "11", "10"]), 2),
+            uris(&["11", "12"])
+        );
+        assert_eq!(
+            super::newest_entries(uris(&["2", "1"]), 5),
+            uris(&["1", "2"])
+        );
+        // Ids that are not numbers keep the listed order.
+        assert_eq!(
+            super::newest_entries(uris(&["b", "a", "c"]), 2),
+            uris(&["a", "c"])
+        );
+        assert!(super::newest_entries(Vec::new(), 3).is_empty());
+    }
     use std::time::Duration;
 
     use super::*;
