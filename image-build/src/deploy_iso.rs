@@ -178,17 +178,9 @@ pub fn run(args: DeployIsoArgs) -> anyhow::Result<()> {
         local_boot_grub: Some(local_boot_grub),
     };
     let plan = initramfs::plan_modules(&spec).context("choosing the modules")?;
-    let signed = args
-        .signed_loaders
-        .as_deref()
-        .map(crate::secure_boot::SignedLoaders::read)
-        .transpose()
-        .context("reading the signed loaders for Secure Boot")?;
+    let signed = crate::secure_boot::SignedLoaders::read_if_given(args.signed_loaders.as_deref())?;
     if signed.is_some() {
-        crate::secure_boot::require_signed(
-            &format!("the kernel {}", kernel_pkg.vmlinuz.display()),
-            &kernel,
-        )?;
+        crate::secure_boot::require_signed_kernel(&kernel_pkg.vmlinuz)?;
         require_signed_modules(&plan)?;
     } else {
         crate::module_strip::strip_modules(&plan).context("stripping the modules")?;

@@ -46,6 +46,13 @@ pub struct SignedLoaders {
 }
 
 impl SignedLoaders {
+    /// [`Self::read`] when a root was given (`--signed-loaders`), `None` otherwise.
+    pub fn read_if_given(root: Option<&Path>) -> anyhow::Result<Option<Self>> {
+        root.map(Self::read)
+            .transpose()
+            .context("reading the signed loaders for Secure Boot")
+    }
+
     /// Reads the three loaders under `root`; each must be a PE image with a signature.
     pub fn read(root: &Path) -> anyhow::Result<Self> {
         let read = |rel: &str| -> anyhow::Result<Vec<u8>> {
@@ -122,6 +129,12 @@ pub fn require_signed(what: &str, bytes: &[u8]) -> anyhow::Result<()> {
         ),
         Some(_) => Ok(()),
     }
+}
+
+/// Refuses the kernel at `path` unless it carries a signature.
+pub fn require_signed_kernel(path: &Path) -> anyhow::Result<()> {
+    let kernel = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    require_signed(&format!("the kernel {}", path.display()), &kernel)
 }
 
 /// Whether a module file ends with the kernel's appended-signature marker.

@@ -178,12 +178,7 @@ pub fn run(args: TestImageArgs) -> anyhow::Result<()> {
     let requests = ramdisk::module_requests(&args.modules).map_err(UsageError::wrap)?;
     let epoch = crate::boot_iso::source_date_epoch().map_err(UsageError::wrap)?;
 
-    let signed = args
-        .signed_loaders
-        .as_deref()
-        .map(crate::secure_boot::SignedLoaders::read)
-        .transpose()
-        .context("reading the signed loaders for Secure Boot")?;
+    let signed = crate::secure_boot::SignedLoaders::read_if_given(args.signed_loaders.as_deref())?;
     let mut stamp = input_stamp(&deb, &args.busybox, &args.modules, epoch)?;
     if let Some(signed) = &signed {
         // The loaders are inputs too: a newer shim is a new disk.
@@ -230,12 +225,7 @@ pub fn run(args: TestImageArgs) -> anyhow::Result<()> {
     let scratch = scratch.path();
 
     if signed.is_some() {
-        let kernel = std::fs::read(&kernel_pkg.vmlinuz)
-            .with_context(|| format!("reading {}", kernel_pkg.vmlinuz.display()))?;
-        crate::secure_boot::require_signed(
-            &format!("the kernel {}", kernel_pkg.vmlinuz.display()),
-            &kernel,
-        )?;
+        crate::secure_boot::require_signed_kernel(&kernel_pkg.vmlinuz)?;
     }
     let ramdisk = ramdisk::build(
         &kernel_pkg,

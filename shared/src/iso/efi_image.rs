@@ -339,6 +339,18 @@ mod tests {
         Civil::from_epoch(DEFAULT_EPOCH).expect("in range")
     }
 
+    /// The image holding `data` as `EFI/BOOT/BOOTX64.EFI` and nothing else.
+    fn bootx64_only(data: &[u8]) -> Vec<u8> {
+        build(
+            &[FatFile {
+                path: &["EFI", "BOOT", "BOOTX64.EFI"],
+                data,
+            }],
+            &time(),
+        )
+        .expect("image")
+    }
+
     #[test]
     fn short_names() {
         assert_eq!(&short_name("BOOTX64.EFI").expect("ok"), b"BOOTX64 EFI");
@@ -358,14 +370,7 @@ mod tests {
     #[test]
     fn layout_is_fat12_and_aligned() {
         let data = vec![0x5Au8; 600_000];
-        let img = build(
-            &[FatFile {
-                path: &["EFI", "BOOT", "BOOTX64.EFI"],
-                data: &data,
-            }],
-            &time(),
-        )
-        .expect("image");
+        let img = bootx64_only(&data);
         assert_eq!(img.len() % ALIGN, 0);
         assert_eq!(&img[510..512], &[0x55, 0xAA]);
         assert_eq!(&img[54..62], b"FAT12   ");
@@ -431,14 +436,7 @@ mod tests {
     fn an_odd_fat_ending_on_a_sector_boundary_fits() {
         for entries in [341usize, 1365, 2389, 3413] {
             let data = vec![7u8; (entries - 4) * BYTES_PER_SECTOR];
-            let img = build(
-                &[FatFile {
-                    path: &["EFI", "BOOT", "BOOTX64.EFI"],
-                    data: &data,
-                }],
-                &time(),
-            )
-            .expect("image");
+            let img = bootx64_only(&data);
             assert_eq!(img[13], 1, "one sector a cluster for {entries} entries");
             assert_eq!(fat12_entry(&img, entries - 1), 0xFFF, "{entries} entries");
         }
