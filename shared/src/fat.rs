@@ -367,6 +367,13 @@ fn read_root_file_unchecked<R: Read + Seek>(
             max: max_len,
         });
     }
+    // A chain shorter than the size its entry gives (a first cluster of 0, a chain cut short)
+    // is a corrupt image, not a shorter file: half a parameters file must not be read as one.
+    if data.len() as u64 != entry.len() {
+        return Err(FatError::NotFat(
+            "a file's cluster chain is shorter than its directory entry says",
+        ));
+    }
     Ok(data)
 }
 
@@ -488,6 +495,33 @@ mod tests {
             read_root_file(Cursor::new(&image), "parameters.txt", 10),
             Err(FatError::FileTooLarge { .. })
         ));
+    }
+
+    /// fatfs 0.3.6 computes `cluster - 2` unchecked: a file whose first cluster is 0 or 1
+    /// panics in it (the fuzzer found one). read_root_file turns that into an error.
+    #[test]
+    fn a_file_starting_below_cluster_2_is_an_error_not_a_panic() {
+        let mut image = build_floppy(FLOPPY_LABEL, &[("parameters.txt", PARAMS)]).expect("builds");
+        let field = |at: usize| usize::from(u16::from_le_bytes([image[at], image[at + 1]]));
+        // The BPB: bytes per sector, reserved sectors, FAT count, root entries, FAT sectors.
+        let (sector, reserved, fats, entries, per_fat) = (
+            field(11),
+            field(14),
+            usize::from(image[16]),
+            field(17),
+            field(22),
+        );
+        let root = sector * (reserved + fats * per_fat);
+        // The file's short entry: not a long-name part (0x0F), not the volume label (0x08).
+        let at = (0..entries)
+            .map(|i| root + i * 32)
+            .find(|&e| image[e] != 0 && image[e] != 0xE5 && image[e + 11] & 0x18 == 0)
+            .expect("the file's directory entry");
+        for cluster in [0u16, 1] {
+            image[at + 26..at + 28].copy_from_slice(&cluster.to_le_bytes());
+            let read = read_root_file(Cursor::new(&image), "parameters.txt", 4096);
+            assert!(read.is_err(), "first cluster {cluster}: {read:?}");
+        }
     }
 
     #[test]
