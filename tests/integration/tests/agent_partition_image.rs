@@ -175,7 +175,10 @@ fn an_agent_written_partition_image_boots_locally_under_ovmf() {
     ]);
     let log = dir.path().join("ovmf-partition.serial.log");
     let mut qemu = Qemu::start(&args, &log);
-    let line = qemu.wait_for(BOOT_LIMIT, |l| l.contains("VMDEPLOY-TEST-OS "));
+    // The verdict line: booted or failed (the test OS prints its lockdown mode first).
+    let line = qemu.wait_for(BOOT_LIMIT, |l| {
+        l.contains("VMDEPLOY-TEST-OS booted root=") || l.contains("VMDEPLOY-TEST-OS failed: ")
+    });
     let Some(line) = line else {
         panic!(
             "no VMDEPLOY-TEST-OS line within {BOOT_LIMIT:?}; serial log:\n{}",
