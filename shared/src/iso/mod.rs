@@ -134,13 +134,7 @@ pub struct IsoSummary {
 /// path `\EFI\BOOT\BOOTX64.EFI` (GRUB, or shim with GRUB beside it), nothing else.
 fn efi_boot_image(loaders: &BootLoaders, time: &date::Civil) -> Result<Vec<u8>, IsoError> {
     match &loaders.shim {
-        None => efi_image::build(
-            &[efi_image::FatFile {
-                path: &["EFI", "BOOT", "BOOTX64.EFI"],
-                data: &loaders.grub_efi,
-            }],
-            time,
-        ),
+        None => grub_only_image(&loaders.grub_efi, time),
         Some(shim) => efi_image::build(
             &[
                 efi_image::FatFile {
@@ -163,13 +157,17 @@ fn efi_boot_image(loaders: &BootLoaders, time: &date::Civil) -> Result<Vec<u8>, 
 /// so the ISO's volume id must be [`BOOT_VOLUME_ID`] and its GRUB configuration
 /// `/boot/grub/grub.cfg`.
 pub fn efi_system_image(grub_efi: &[u8], epoch: u64) -> Result<Vec<u8>, IsoError> {
-    let time = date::Civil::from_epoch(epoch)?;
+    grub_only_image(grub_efi, &date::Civil::from_epoch(epoch)?)
+}
+
+/// The FAT image holding `grub_efi` as `\EFI\BOOT\BOOTX64.EFI` and nothing else.
+fn grub_only_image(grub_efi: &[u8], time: &date::Civil) -> Result<Vec<u8>, IsoError> {
     efi_image::build(
         &[efi_image::FatFile {
             path: &["EFI", "BOOT", "BOOTX64.EFI"],
             data: grub_efi,
         }],
-        &time,
+        time,
     )
 }
 
