@@ -150,8 +150,10 @@ fn assert_drivers_came_from_the_cd(lab: &Lab, machine: &Value) {
 
 /// Where the lab's media server serves the deploy ISO built without the signed chain.
 const UNSIGNED_ISO: &str = "/unsigned-deploy.iso";
-/// `deploy_callback_timeout` of the Secure Boot lab.
-const SECURE_BOOT_CALLBACK_TIMEOUT: Duration = Duration::from_secs(120);
+/// `deploy_callback_timeout` of the Secure Boot lab: the unsigned ISO's deploy waits it out,
+/// and the signed one's first heartbeat (OVMF's Secure Boot firmware, shim, GRUB and the agent
+/// under TCG) must come within it, so it is short with some room.
+const SECURE_BOOT_CALLBACK_TIMEOUT: Duration = Duration::from_secs(135);
 
 /// Before the Secure Boot deploy, the same node with a deploy ISO whose UEFI loader is our own
 /// unsigned GRUB: OVMF's Secure Boot firmware refuses it, no ramdisk ever calls back, and at the

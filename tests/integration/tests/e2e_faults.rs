@@ -21,7 +21,7 @@ use vmdeploy_integration_tests::e2e::{Firmware, Lab, LabOptions, ILO_PASSWORD, I
 
 /// `deploy.deploy_callback_timeout` of the lab: short, yet longer than the agent's boot to its
 /// first heartbeat under TCG on a loaded machine.
-const CALLBACK_TIMEOUT_SECS: u64 = 60;
+const CALLBACK_TIMEOUT_SECS: u64 = 75;
 
 /// The node's disk (root device hints choose it: the agent skips disks under 4 GiB otherwise).
 const DISK_MIB: u32 = 64;
