@@ -7,6 +7,7 @@
 #   bash bench/fuzz.sh --runs 200000 dhcp   one target, 200,000 runs
 #   bash bench/fuzz.sh --seconds 5          every target for 5 s (the CI smoke run)
 #   JOBS=2 bash bench/fuzz.sh               two targets at a time
+#   bash bench/fuzz.sh --build-only         build every target and stop (a later run reuses it)
 #
 # Installs cargo-fuzz when it is missing. On a stable toolchain it sets RUSTC_BOOTSTRAP=1: the
 # fuzz build passes -Z flags (coverage instrumentation), which stable rustc takes with it.
@@ -27,12 +28,14 @@ JOBS="${JOBS:-1}"
 RSS_MB="${FUZZ_RSS_MB:-2048}"
 # Seconds one input may take before libFuzzer calls it a hang.
 TIMEOUT="${FUZZ_TIMEOUT:-10}"
+BUILD_ONLY=0
 TARGETS=()
 while [ $# -gt 0 ]; do
     case "$1" in
     --runs) RUNS="$2"; shift 2 ;;
     --seconds) BUDGET="$2"; shift 2 ;;
     --jobs) JOBS="$2"; shift 2 ;;
+    --build-only) BUILD_ONLY=1; shift ;;
     -h | --help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "unknown option $1" >&2; exit 2 ;;
     *) TARGETS+=("$1"); shift ;;
@@ -77,6 +80,10 @@ if ! cargo fuzz build "${FLAGS[@]}" >"$LOGS/build.log" 2>&1; then
     tail -n 30 "$LOGS/build.log" >&2
     echo "the fuzz targets do not build (log: fuzz/logs/build.log)" >&2
     exit 1
+fi
+if [ "$BUILD_ONLY" = 1 ]; then
+    echo "built ${#TARGETS[@]} fuzz targets" >&2
+    exit 0
 fi
 
 run_one() {
