@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
 use vmdeploy_integration_tests::lock::ResourceLock;
-use vmdeploy_integration_tests::qemu::{self, Qemu};
+use vmdeploy_integration_tests::qemu::Qemu;
 use vmdeploy_integration_tests::test_image::{self, TestImage};
 
 /// TCG on two busy cores: generous (docs/architecture.md §11 says 120–180 s).
