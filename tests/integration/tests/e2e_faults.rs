@@ -226,7 +226,7 @@ fn e2e_faults_on_one_node() {
     lab.bm(&["node", "deploy", &node]);
     let deadline = Instant::now() + Duration::from_secs(300);
     while slow.sent.load(Ordering::Relaxed) < 6 << 20 {
-        let state = lab.show(&node)["provision_state"].clone();
+        let state = lab.api_node(&node)["provision_state"].clone();
         assert!(
             state != "deploy failed" && Instant::now() < deadline,
             "the agent did not stream 6 MiB of the slow image (state {state}, sent {} bytes)",
