@@ -62,6 +62,12 @@ fi
 if ! rustc --version | grep -q nightly; then
     export RUSTC_BOOTSTRAP=1
 fi
+# FUZZ_OPT_LEVEL (say 1) builds the targets at a lower optimisation level: a smoke run's few
+# seconds need no speed, and the build is shorter. The same level must be given to a build and
+# to the runs that reuse it, or the runs build again.
+if [ -n "${FUZZ_OPT_LEVEL:-}" ]; then
+    export CARGO_PROFILE_RELEASE_OPT_LEVEL="$FUZZ_OPT_LEVEL"
+fi
 FLAGS=(-O -a --sanitizer none --target-dir "$ROOT/fuzz/target")
 
 ALL=()
