@@ -727,9 +727,10 @@ impl Lab {
                 .as_str()
                 .unwrap_or_default()
                 .to_owned();
+            let failed = state.ends_with("failed") || state == "error";
             // The CLI's view of the node, once the state is the one waited for or a failure;
             // the API's if a state waited for passed before the CLI read it.
-            let shown = if state == want || state.ends_with("failed") || state == "error" {
+            let shown = if state == want || failed {
                 let shown = self.show(node);
                 if shown["provision_state"] == polled["provision_state"] {
                     shown
@@ -750,7 +751,7 @@ impl Lab {
                 return shown;
             }
             assert!(
-                !(state.ends_with("failed") || state == "error") || want.ends_with("failed"),
+                !failed || want.ends_with("failed"),
                 "node {node} is {state}, not {want}: {}",
                 shown["last_error"]
             );
@@ -819,35 +820,18 @@ impl Lab {
     /// `GET /v1/nodes/{node}` on the conductor's API (the newest microversion).
     pub fn api_node(&self, node: &str) -> Value {
         let url = format!("http://127.0.0.1:{}/v1/nodes/{node}", self.api_port);
-        let out = Command::new("curl")
-            .args(["-sS", "--fail", "--max-time", "30", "-H"])
-            .arg("X-OpenStack-Ironic-API-Version: latest")
-            .arg(&url)
-            .output()
-            .expect("running curl (apt install curl)");
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "GET {url}: {}{text}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let text = curl_get(&url, &["-H", "X-OpenStack-Ironic-API-Version: latest"]);
         serde_json::from_str(&text)
             .unwrap_or_else(|e| panic!("GET {url} is not JSON ({e}): {text}"))
     }
 
+    /// `GET path` on the emulator's admin API.
     fn curl(&self, path: &str) -> String {
-        let out = Command::new("curl")
-            .args(["-sS", "--fail", "--max-time", "30", "--cacert"])
-            .arg(&self.ilo_cert)
-            .arg(format!("https://{}{path}", self.ilo))
-            .output()
-            .expect("running curl (apt install curl)");
-        assert!(
-            out.status.success(),
-            "GET {path} on the emulator: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let cacert = self.ilo_cert.display().to_string();
+        curl_get(
+            &format!("https://{}{path}", self.ilo),
+            &["--cacert", &cacert],
+        )
     }
 
     /// The pid of `vmdeploy-conductor serve` (benchmarks sample its memory).
@@ -904,6 +888,24 @@ impl Drop for Lab {
         self.emulator.take();
         self.ironic.take();
     }
+}
+
+/// The body of `GET url` by curl with `extra` arguments; panics with curl's message on a
+/// failure or an HTTP error.
+fn curl_get(url: &str, extra: &[&str]) -> String {
+    let out = Command::new("curl")
+        .args(["-sS", "--fail", "--max-time", "30"])
+        .args(extra)
+        .arg(url)
+        .output()
+        .expect("running curl (apt install curl)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "GET {url}: {}{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
 }
 
 /// `proc` (`what`) once it listens on `port`, within `limit_secs`; panics with its `log` when it
