@@ -10,6 +10,7 @@
 //!              [--qemu-disk-size-mib N] [--guest-forward HOST:PORT]... [--qemu-vmedia usb|legacy]
 //!              [--qemu-nic virtio|e1000] [--qemu-capture-net] [--qemu-guest-ip IP] [--qemu-binary PATH]
 //!              [--qemu-pxe-bootfile URL|NAME [--qemu-tftp-root DIR]]
+//!              [--qemu-tap IFNAME [--qemu-netns NAME]]
 //! ```
 //! Server i of N answers on PORT+i. Without a certificate a self-signed one is made (SAN = the
 //! listen IP), written to a file, and its path printed. See README.md.
@@ -26,7 +27,8 @@ use vmdeploy_ilo_emulator::config::{EmulatorConfig, ServerConfig, TlsSource};
 use vmdeploy_ilo_emulator::media_fetch::BootRead;
 use vmdeploy_ilo_emulator::profile::{Profile, QuirkSwitch};
 use vmdeploy_ilo_emulator::qemu::{
-    DiskController, GuestForward, NicModel, PxeBootfile, QemuBackend, QemuSettings, VmediaBus,
+    DiskController, GuestForward, NicModel, PxeBootfile, QemuBackend, QemuSettings, TapName,
+    VmediaBus,
 };
 use vmdeploy_ilo_emulator::state::{BootMode, License};
 use vmdeploy_ilo_emulator::Emulator;
@@ -183,6 +185,16 @@ struct Args {
     /// next-server), for a --qemu-pxe-bootfile given as a plain file name (`pxelinux.0`).
     #[arg(long)]
     qemu_tftp_root: Option<PathBuf>,
+    /// QEMU: plug the NIC into this tap interface (`-netdev tap`) instead of slirp, so the node
+    /// is on a real layer-2 network whose own DHCP and boot servers answer it; the NIC keeps
+    /// QEMU's iPXE ROM. Nothing is forwarded: the node has its own address there.
+    #[arg(long, value_parser = TapName::parse,
+          conflicts_with_all = ["qemu_pxe_bootfile", "qemu_tftp_root", "guest_forwards", "qemu_guest_ip"])]
+    qemu_tap: Option<TapName>,
+    /// QEMU: run QEMU in this network namespace (made by `ip netns add`), where --qemu-tap's
+    /// interface is; the emulator itself stays in its own.
+    #[arg(long, requires = "qemu_tap")]
+    qemu_netns: Option<String>,
     /// QEMU: the emulator binary.
     #[arg(long, default_value = "qemu-system-x86_64")]
     qemu_binary: PathBuf,
@@ -249,6 +261,8 @@ fn backend_args(args: &Args) -> BackendArgs {
         s.guest_ip = args.qemu_guest_ip;
         s.pxe_bootfile = args.qemu_pxe_bootfile.clone();
         s.tftp_root = args.qemu_tftp_root.clone();
+        s.tap = args.qemu_tap.clone();
+        s.netns = args.qemu_netns.clone();
         s.vmedia_bus = match args.qemu_vmedia {
             VmediaArg::Usb => VmediaBus::Usb,
             VmediaArg::Legacy => VmediaBus::Legacy,

@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 
 use super::machine::{
     self, AttachKind, BootIndexes, DiskController, Firmware, GuestForward, MachineSpec, NicModel,
-    PxeBootfile, VmediaBus,
+    PxeBootfile, TapName, VmediaBus,
 };
 use super::qmp::{Qmp, QmpError, QmpEvent};
 use super::spawn::spawn_tied;
@@ -94,6 +94,12 @@ pub struct QemuSettings {
     pub pxe_bootfile: Option<PxeBootfile>,
     /// `--qemu-tftp-root`: the directory slirp's TFTP server serves.
     pub tftp_root: Option<PathBuf>,
+    /// `--qemu-tap`: the NIC is on this tap interface instead of slirp; no forwards.
+    pub tap: Option<TapName>,
+    /// `--qemu-netns`: the network namespace (`/run/netns/<name>`, as `ip netns add` makes it)
+    /// QEMU runs in, where the tap interface is. Only QEMU's network moves there: the emulator
+    /// and its media server stay where they are.
+    pub netns: Option<String>,
 }
 
 impl QemuSettings {
@@ -117,6 +123,8 @@ impl QemuSettings {
             guest_ip: None,
             pxe_bootfile: None,
             tftp_root: None,
+            tap: None,
+            netns: None,
         }
     }
 
@@ -153,6 +161,15 @@ impl QemuSettings {
                 return Err(
                     "socat does not run: install socat (QEMU's guest forwards run it)".into(),
                 );
+            }
+        }
+        if let Some(netns) = &self.netns {
+            let path = netns_path(netns);
+            if !path.exists() {
+                return Err(format!(
+                    "{} is missing: --qemu-netns names a namespace made by `ip netns add {netns}`",
+                    path.display()
+                ));
             }
         }
         // sun_path holds 108 bytes.
@@ -308,6 +325,11 @@ fn free_loopback_port() -> std::io::Result<u16> {
         .port())
 }
 
+/// Where `ip netns add NAME` keeps a network namespace.
+fn netns_path(name: &str) -> PathBuf {
+    Path::new("/run/netns").join(name)
+}
+
 /// The last `max` bytes of a text file, lossily.
 fn tail(path: &Path, max: usize) -> String {
     let bytes = std::fs::read(path).unwrap_or_default();
@@ -322,8 +344,11 @@ impl QemuBackend {
         let dir = settings.state_dir.join(format!("server-{index}"));
         std::fs::create_dir_all(&dir)?;
         let mut host_forwards = Vec::new();
-        for guest in &settings.agent_ports {
-            host_forwards.push((free_loopback_port()?, *guest));
+        // On a tap the node has its own address on a real network: nothing is forwarded.
+        if settings.tap.is_none() {
+            for guest in &settings.agent_ports {
+                host_forwards.push((free_loopback_port()?, *guest));
+            }
         }
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         Ok(QemuBackend {
@@ -458,6 +483,7 @@ impl QemuBackend {
                 .then(|| self.dir.join(format!("net-{generation}.pcap"))),
             pxe_bootfile: self.settings.pxe_bootfile.clone(),
             tftp_root: self.settings.tftp_root.clone(),
+            tap: self.settings.tap.clone(),
             boot,
         };
         let _ = std::fs::remove_file(self.qmp_socket());
@@ -472,7 +498,34 @@ impl QemuBackend {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
-        let mut child = spawn_tied(cmd).map_err(|e| {
+        // Opened here and moved into the child by setns(2) between fork and exec; the file
+        // stays open until the spawn has returned.
+        let netns = match &self.settings.netns {
+            Some(name) => Some(std::fs::File::open(netns_path(name)).map_err(|e| {
+                err(
+                    "starting QEMU",
+                    format!("opening network namespace {name}: {e}"),
+                )
+            })?),
+            None => None,
+        };
+        if let Some(netns) = &netns {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(netns);
+            // SAFETY: the closure runs in the forked child before exec and only calls
+            // setns(2), which is async-signal-safe; it allocates nothing.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                    // SAFETY: `fd` is the namespace file opened above, open until the spawn
+                    // returns (after exec).
+                    let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
+                    nix::sched::setns(fd, nix::sched::CloneFlags::CLONE_NEWNET)
+                        .map_err(std::io::Error::from)
+                });
+            }
+        }
+        let spawned = spawn_tied(cmd);
+        drop(netns);
+        let mut child = spawned.map_err(|e| {
             err(
                 "starting QEMU",
                 format!("{}: {e}", self.settings.qemu_binary.display()),
@@ -889,6 +942,8 @@ impl QemuBackend {
             "forwards": forwards,
             "net_capture": self.settings.capture_net,
             "pxe_bootfile": self.settings.pxe_bootfile.as_ref().map(PxeBootfile::url),
+            "tap": self.settings.tap.as_ref().map(TapName::as_str),
+            "netns": self.settings.netns,
             "guest_forwards": self.settings.guest_forwards.iter().map(|f| json!({
                 "guest": format!("{}:{}", f.guest_addr, f.guest_port),
                 "host": f.host,

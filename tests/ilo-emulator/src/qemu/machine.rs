@@ -214,6 +214,41 @@ impl PxeBootfile {
     }
 }
 
+/// A host tap interface the node's NIC is plugged into (`-netdev tap`), instead of slirp: the
+/// node is then on a real layer-2 network (a bridge with a DHCP server on it), as a ProLiant's
+/// NIC is on the provisioning network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TapName(String);
+
+/// Linux interface names hold at most 15 bytes (`IFNAMSIZ` less the NUL).
+pub const TAP_NAME_MAX: usize = 15;
+
+impl TapName {
+    /// Checks `s` as a Linux interface name: 1 to [`TAP_NAME_MAX`] bytes of ASCII letters,
+    /// digits, `-`, `_` and `.`, and not `.` or `..` (the kernel refuses `/`, `:` and white
+    /// space; a comma would end QEMU's option value).
+    pub fn parse(s: &str) -> Result<TapName, String> {
+        let valid_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+        if s.is_empty() || s.len() > TAP_NAME_MAX || s == "." || s == ".." {
+            return Err(format!(
+                "{s:?}: a tap interface name is 1 to {TAP_NAME_MAX} bytes"
+            ));
+        }
+        if let Some(c) = s.chars().find(|c| !valid_char(*c)) {
+            return Err(format!(
+                "{s:?}: a tap interface name holds only ASCII letters, digits, '-', '_' and '.' \
+                 (found {c:?})"
+            ));
+        }
+        Ok(TapName(s.to_owned()))
+    }
+
+    /// The name as given.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// Firmware of one run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Firmware {
@@ -346,6 +381,10 @@ pub struct MachineSpec {
     pub pxe_bootfile: Option<PxeBootfile>,
     /// The directory slirp's built-in TFTP server serves at 10.0.2.2 (`-netdev user,tftp=`).
     pub tftp_root: Option<PathBuf>,
+    /// The host tap interface the NIC is on instead of slirp (no forwards, no slirp DHCP or
+    /// TFTP: the network's own servers answer); the NIC keeps its iPXE ROM, so it can network
+    /// boot from that network.
+    pub tap: Option<TapName>,
     /// Boot priorities.
     pub boot: BootIndexes,
 }
@@ -455,6 +494,39 @@ impl MachineSpec {
                 ));
             }
         }
+        let netdev = match &self.tap {
+            // `script=no`: the interface is made and bridged before QEMU starts.
+            Some(tap) => format!(
+                "tap,id=net0,ifname={},script=no,downscript=no",
+                tap.as_str()
+            ),
+            None => self.slirp_netdev(),
+        };
+        a.extend(["-netdev".to_owned(), netdev]);
+        if let Some(pcap) = &self.net_capture {
+            a.extend([
+                "-object".to_owned(),
+                format!(
+                    "filter-dump,id=netdump0,netdev=net0,file={}",
+                    pcap.display()
+                ),
+            ]);
+        }
+        let mut nic = json!({
+            "driver": self.nic.driver(), "netdev": "net0", "mac": self.mac,
+            "bootindex": self.boot.nic
+        });
+        if self.pxe_bootfile.is_none() && self.tap.is_none() {
+            // `romfile=""`: no iPXE option ROM, so firmware does not spend time on PXE. With a
+            // boot file, or on a real network, the NIC keeps QEMU's default ROM (ipxe-qemu),
+            // which network boots.
+            nic["romfile"] = json!("");
+        }
+        a.extend(device(nic));
+        a
+    }
+    /// `-netdev user`: slirp with its forwards, boot file and TFTP root.
+    fn slirp_netdev(&self) -> String {
         let mut netdev = String::from("user,id=net0,restrict=on");
         for f in &self.guest_forwards {
             netdev.push(',');
@@ -474,27 +546,7 @@ impl MachineSpec {
                 root.display().to_string().replace(',', ",,")
             ));
         }
-        a.extend(["-netdev".to_owned(), netdev]);
-        if let Some(pcap) = &self.net_capture {
-            a.extend([
-                "-object".to_owned(),
-                format!(
-                    "filter-dump,id=netdump0,netdev=net0,file={}",
-                    pcap.display()
-                ),
-            ]);
-        }
-        let mut nic = json!({
-            "driver": self.nic.driver(), "netdev": "net0", "mac": self.mac,
-            "bootindex": self.boot.nic
-        });
-        if self.pxe_bootfile.is_none() {
-            // `romfile=""`: no iPXE option ROM, so firmware does not spend time on PXE. With a
-            // boot file the NIC keeps QEMU's default ROM (ipxe-qemu), which network boots.
-            nic["romfile"] = json!("");
-        }
-        a.extend(device(nic));
-        a
+        netdev
     }
 }
 
@@ -580,6 +632,7 @@ mod tests {
             net_capture: None,
             pxe_bootfile: None,
             tftp_root: None,
+            tap: None,
             boot: BootIndexes::for_device(Some(BootDevice::Cdrom)),
         }
     }
@@ -803,6 +856,52 @@ mod tests {
             .find(|d| d["driver"] == "virtio-net-pci")
             .expect("a NIC");
         assert!(nic.get("romfile").is_none(), "{nic}");
+    }
+
+    #[test]
+    fn a_tap_puts_the_nic_on_the_real_network_with_its_ipxe_rom_and_no_slirp() {
+        let mut s = spec(
+            Firmware::SeaBios {
+                sercon_file: "/s/sercon.bin".into(),
+            },
+            VmediaBus::Usb,
+        );
+        s.boot = BootIndexes::for_device(Some(BootDevice::Network));
+        s.tap = Some(TapName::parse("tap0").expect("name"));
+        let args = s.args();
+        // Only the tap: slirp's forwards, DHCP and TFTP are not there.
+        assert_eq!(
+            after(&args, "-netdev"),
+            ["tap,id=net0,ifname=tap0,script=no,downscript=no"]
+        );
+        let nic = devices(&args)
+            .into_iter()
+            .find(|d| d["driver"] == "virtio-net-pci")
+            .expect("a NIC");
+        assert!(nic.get("romfile").is_none(), "{nic}");
+        assert_eq!(nic["netdev"], "net0");
+        assert_eq!(nic["bootindex"], 0);
+    }
+
+    #[test]
+    fn tap_names_parse() {
+        for good in ["tap0", "vpxe-123.4_x", "a", "abcdefghijklmno"] {
+            assert_eq!(TapName::parse(good).expect(good).as_str(), good);
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "abcdefghijklmnop",
+            "tap 0",
+            "tap,0",
+            "tap/0",
+            "tap:0",
+            "tap\u{e9}",
+        ] {
+            let err = TapName::parse(bad).expect_err(bad);
+            assert!(err.contains("tap interface name"), "{bad:?}: {err}");
+        }
     }
 
     #[test]

@@ -13,5 +13,6 @@ pub mod spawn;
 
 pub use backend::{QemuBackend, QemuSettings, DEFAULT_AGENT_PORTS};
 pub use machine::{
-    DiskController, GuestForward, NicModel, PxeBootfile, VmediaBus, GUEST_SERVICE_ADDR, NIC_MAC,
+    DiskController, GuestForward, NicModel, PxeBootfile, TapName, VmediaBus, GUEST_SERVICE_ADDR,
+    NIC_MAC,
 };
