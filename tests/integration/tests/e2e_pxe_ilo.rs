@@ -2,21 +2,27 @@
 //! partition image onto a QEMU node whose emulated iLO has only a Standard licence (no virtual
 //! media), through `vmdeploy-conductor serve` with its network boot service on.
 //!
-//! The node's NIC keeps QEMU's iPXE option ROM, and slirp's built-in DHCP hands it a boot file:
-//! - UEFI (OVMF), through iPXE: the URL of the conductor's master iPXE script, reached through a
-//!   guest forward; it chains the node's script by MAC, which fetches the deploy kernel and
-//!   initramfs over the conductor's HTTP;
-//! - BIOS (SeaBIOS), through PXELINUX: `pxelinux.0`, which iPXE fetches from slirp's own TFTP
-//!   server serving the conductor's boot root (slirp cannot forward UDP to the conductor's TFTP
-//!   server; the test fetches the node's file from that one itself); PXELINUX reads the node's
-//!   `pxelinux.cfg/01-<mac>` and loads the kernel and initramfs it names.
+//! The node is on a real layer-2 provisioning network (`e2e::provisioning_net`: a bridge in a
+//! network namespace made by the test, a tap for QEMU, Debian's dnsmasq for DHCP with the
+//! README's per-architecture boot files), and every file it boots from comes from the
+//! conductor's own TFTP (port 69) and HTTP servers there:
+//! - BIOS (SeaBIOS): the NIC's ROM is answered as a plain PXE ROM, so dnsmasq names
+//!   `pxelinux.0`; PXELINUX reads the node's `pxelinux.cfg/01-<mac>` and loads the kernel and
+//!   initramfs it names, all over our TFTP.
+//! - UEFI (OVMF): the ROM's iPXE gets the master `boot.ipxe` URL and chains the node's script
+//!   by MAC over our HTTP, for the deploy and the instance's first boot; then the test answers
+//!   the node as a plain PXE ROM and the reboot goes through GRUB's network image, which reads
+//!   `grub.cfg-01-<mac>` and the instance's kernel and initramfs over our TFTP.
+//!
+//! The test reads our TFTP server's own log of what it sent, and dnsmasq's of the boot files it
+//! named.
 //!
 //! The deploy kernel and initramfs are the deploy ISO's (`netboot.deploy_kernel`/
 //! `deploy_ramdisk`), with the iSCSI deploy's parameters on the kernel command line. The ramdisk
-//! serves its disk over iSCSI and calls `pass_deploy_info`; the conductor writes the image,
-//! sends `done`, puts the test OS's kernel and ramdisk in the boot root with
-//! `root=UUID=<written root>`, makes the network the persistent boot device and power-cycles
-//! the node, which boots the test OS from the network the same way:
+//! takes a DHCP lease, serves its disk over iSCSI and calls `pass_deploy_info`; the conductor
+//! logs in to the node's own address, writes the image, sends `done`, puts the test OS's kernel
+//! and ramdisk in the boot root with `root=UUID=<written root>`, makes the network the
+//! persistent boot device and power-cycles the node, which boots the test OS from the network:
 //! `VMDEPLOY-TEST-OS booted root=<uuid of the file system it mounted>`.
 //!
 //! Also here, because they need the Standard-licence lab and no boot of their own: an
@@ -49,6 +55,30 @@ fn mac_names(lab: &Lab) -> [String; 3] {
         format!("pxelinux.cfg/01-{mac}"),
         format!("pxelinux.cfg/{mac}"),
     ]
+}
+
+/// The files our TFTP server says it sent in full (`tftp: transfer done ... file=NAME`), in
+/// order.
+fn tftp_sent(lab: &Lab) -> Vec<String> {
+    lab.conductor_log()
+        .lines()
+        .filter(|l| l.contains("tftp: transfer done"))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("file="))
+                .map(|f| f.trim_start_matches('/').to_owned())
+        })
+        .collect()
+}
+
+/// The files of `wanted` that our TFTP server has not sent (yet).
+fn not_sent(lab: &Lab, wanted: &[&str]) -> Vec<String> {
+    let sent = tftp_sent(lab);
+    wanted
+        .iter()
+        .filter(|w| !sent.iter().any(|s| s == *w))
+        .map(|w| (*w).to_owned())
+        .collect()
 }
 
 fn read_root(lab: &Lab, rel: &str) -> String {
@@ -118,7 +148,7 @@ fn pxe_deploy(firmware: Firmware, loader: NetbootLoader, name: &str) {
         "{pxelinux_cfg}"
     );
     // The conductor's TFTP serves the same files, by the names the loaders ask for.
-    let tftp = lab.netboot_tftp_port.expect("a TFTP port");
+    let net = lab.net.as_ref().expect("a provisioning network");
     let fetched = tool_ok(
         "curl",
         "curl",
@@ -126,7 +156,7 @@ fn pxe_deploy(firmware: Firmware, loader: NetbootLoader, name: &str) {
             "-sS",
             "--max-time",
             "20",
-            &format!("tftp://127.0.0.1:{tftp}/{pxelinux}"),
+            &format!("tftp://{}/{pxelinux}", net.server_ip),
         ],
     );
     assert_eq!(fetched, pxelinux_cfg, "TFTP {pxelinux}");
@@ -171,9 +201,100 @@ fn pxe_deploy(firmware: Firmware, loader: NetbootLoader, name: &str) {
     );
     assert!(!script.contains("deployment_key"), "{script}");
 
-    // A reboot through the API boots the instance from the network again.
-    lab.bm(&["node", "reboot", &node]);
-    lab.wait_console(&marker, 2, OS_BOOT_LIMIT);
+    let mac = lab.node_mac();
+    let node_kernel = format!("{node}/kernel");
+    let node_ramdisk = format!("{node}/ramdisk");
+    let boot_files = net.boot_files_sent(&mac);
+    match loader {
+        NetbootLoader::PxeRom => {
+            // BIOS: every file of both boots came from our TFTP server, found by PXELINUX.
+            assert!(
+                boot_files.iter().all(|f| f == "pxelinux.0"),
+                "dnsmasq named {boot_files:?}"
+            );
+            let missing = not_sent(
+                &lab,
+                &[
+                    "pxelinux.0",
+                    "ldlinux.c32",
+                    &pxelinux,
+                    &format!("{node}/deploy_kernel"),
+                    &format!("{node}/deploy_ramdisk"),
+                    &node_kernel,
+                    &node_ramdisk,
+                ],
+            );
+            assert!(missing.is_empty(), "not sent over TFTP: {missing:?}");
+        }
+        NetbootLoader::Ipxe => {
+            // UEFI through iPXE: the master script's URL, then everything over our HTTP.
+            let url = format!(
+                "http://{}:{}/boot.ipxe",
+                net.server_ip,
+                lab.netboot_http_port.expect("an HTTP port")
+            );
+            assert!(
+                !boot_files.is_empty() && boot_files.iter().all(|f| *f == url),
+                "dnsmasq named {boot_files:?}, not only {url}"
+            );
+            // Over TFTP only the test's own fetch so far; the node's files went over HTTP.
+            let sent = tftp_sent(&lab);
+            assert!(sent.iter().all(|f| *f == pxelinux), "TFTP sent {sent:?}");
+            let log = lab.conductor_log();
+            let served = |path: &str| {
+                log.lines().any(|l| {
+                    l.contains("netboot HTTP: serving") && l.contains(&format!("path=/{path} "))
+                })
+            };
+            for path in [
+                "boot.ipxe".to_owned(),
+                ipxe.clone(),
+                format!("{node}/deploy_kernel"),
+                format!("{node}/deploy_ramdisk"),
+                node_kernel.clone(),
+                node_ramdisk.clone(),
+            ] {
+                assert!(served(&path), "HTTP did not serve /{path}");
+            }
+        }
+    }
+
+    // UEFI: a reboot through the API boots the instance from the network again, now as from a
+    // plain PXE ROM: GRUB's network image over our TFTP. (The BIOS node would only repeat its
+    // PXELINUX boot: it skips the reboot, one TCG boot less in the test command.)
+    if loader == NetbootLoader::Ipxe {
+        lab.boot_through(NetbootLoader::PxeRom);
+        lab.bm(&["node", "reboot", &node]);
+        lab.wait_console(&marker, 2, OS_BOOT_LIMIT);
+        assert_eq!(
+            net.boot_files_sent(&mac).last().map(String::as_str),
+            Some("grubnetx64.efi"),
+            "{}",
+            net.dnsmasq_log()
+        );
+        let missing = not_sent(
+            &lab,
+            &["grubnetx64.efi", &grub, &node_kernel, &node_ramdisk],
+        );
+        assert!(missing.is_empty(), "not sent over TFTP: {missing:?}");
+    }
+
+    // What our TFTP server sent, for the log (a slow loader shows here first).
+    for line in lab
+        .conductor_log()
+        .lines()
+        .filter(|l| l.contains("tftp: transfer done"))
+    {
+        let fields: Vec<&str> = line
+            .split_whitespace()
+            .filter(|w| {
+                ["file=", "bytes=", "blksize=", "elapsed_ms="]
+                    .iter()
+                    .any(|k| w.starts_with(k))
+            })
+            .collect();
+        eprintln!("tftp sent: {}", fields.join(" "));
+    }
 
     // Tear-down: powered off, every boot file gone.
     lab.bm(&["node", "undeploy", &node]);
@@ -188,10 +309,10 @@ fn pxe_deploy(firmware: Firmware, loader: NetbootLoader, name: &str) {
 
 #[test]
 fn pxe_ilo_deploys_the_partition_test_os_and_it_netboots_in_bios_through_pxelinux() {
-    pxe_deploy(Firmware::Bios, NetbootLoader::Pxelinux, "pxe_ilo_bios");
+    pxe_deploy(Firmware::Bios, NetbootLoader::PxeRom, "pxe_ilo_bios");
 }
 
 #[test]
-fn pxe_ilo_deploys_the_partition_test_os_and_it_netboots_in_uefi_through_ipxe() {
+fn pxe_ilo_deploys_the_partition_test_os_and_it_netboots_in_uefi_through_ipxe_then_grub() {
     pxe_deploy(Firmware::Uefi, NetbootLoader::Ipxe, "pxe_ilo_uefi");
 }

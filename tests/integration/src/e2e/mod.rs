@@ -19,6 +19,11 @@
 //! (`ipa-advertise-host/port`), and `deploy.iscsi_portal_port`/`iscsi_done_port` point the
 //! conductor's login and `done` at the forwarded ports.
 //!
+//! A `pxe_ilo` lab ([`LabOptions::netboot`]) puts the node on a real layer-2 network instead
+//! ([`provisioning_net`]): dnsmasq answers its DHCP, and it reaches the conductor's TFTP, HTTP
+//! and API at the host's address there, as the conductor reaches its agent; nothing is
+//! forwarded.
+//!
 //! # Failures
 //! When a test panics with a lab alive, the lab copies the node's serial console, the QEMU log,
 //! the conductor's and the emulator's logs to `target/e2e-artifacts/<test>/` and says so.
@@ -36,6 +41,7 @@ use crate::{bin, free_port, workspace_root};
 
 pub mod checks;
 pub mod ironic;
+pub mod provisioning_net;
 pub mod secrets;
 
 /// The iLO's credentials in the lab.
@@ -46,8 +52,6 @@ pub const ILO_PASSWORD: &str = "e2e-ilo-Passw0rd";
 pub const GUEST_API: &str = "10.0.2.100:6385";
 /// Where the node finds the media server (a guest forward).
 pub const GUEST_MEDIA: &str = "10.0.2.101:8080";
-/// Where the node reaches the conductor's netboot HTTP server (a guest forward; `pxe_ilo`).
-pub const GUEST_NETBOOT: &str = "10.0.2.102:8080";
 
 /// Where [`partition_media`] puts the test OS's root image, kernel and ramdisk.
 pub const TEST_OS_PARTITION_MEDIA: [&str; 3] = ["/root.img", "/vmlinuz", "/initrd"];
@@ -121,10 +125,12 @@ pub struct LabOptions {
     pub capture_net: bool,
     /// `--qemu-guest-ip`: the node's static address, where the agent's ports are forwarded.
     pub guest_ip: Option<String>,
-    /// A `pxe_ilo` lab: the iLO has a Standard licence (no virtual media), the node's NIC
-    /// keeps its iPXE ROM and slirp's DHCP hands it a boot file, and the conductor serves the
-    /// boot root over HTTP (and TFTP on loopback), with the deploy ISO's kernel and initramfs
-    /// as its default deploy kernel and ramdisk. `None`: virtual media as usual.
+    /// A `pxe_ilo` lab: the iLO has a Standard licence (no virtual media), the node's NIC is on
+    /// a real provisioning network ([`provisioning_net`]: a bridge in a network namespace,
+    /// dnsmasq for DHCP) with its iPXE ROM, and the conductor serves the boot root there over
+    /// TFTP (port 69) and HTTP, with the deploy ISO's kernel and initramfs as its default deploy
+    /// kernel and ramdisk. The loader is the one the node boots with first
+    /// ([`Lab::boot_through`] changes it). `None`: virtual media on QEMU's user network.
     pub netboot: Option<NetbootLoader>,
     /// Which conductor serves the API: ours, or upstream Ironic 39 ([`ironic`]).
     pub peer: Peer,
@@ -156,14 +162,13 @@ pub enum Peer {
 /// What a `pxe_ilo` lab's node boots from the network with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NetbootLoader {
-    /// The ROM's iPXE runs the conductor's master `boot.ipxe` over HTTP (a guest forward),
-    /// which chains the node's script by MAC.
+    /// The ROM's iPXE gets the URL of the conductor's master `boot.ipxe` from dnsmasq and runs
+    /// it over HTTP; it chains the node's script by MAC.
     Ipxe,
-    /// PXELINUX, the loader most BIOS sites run: slirp's DHCP names `pxelinux.0`, and slirp's
-    /// own TFTP server serves the conductor's boot root (slirp cannot forward UDP to the
-    /// conductor's TFTP); PXELINUX reads the node's `pxelinux.cfg/01-<mac>` and loads the
-    /// kernel and initramfs it names.
-    Pxelinux,
+    /// The ROM is answered as a plain PXE ROM: dnsmasq names the loader for its architecture
+    /// and the conductor's TFTP server sends it. PXELINUX under BIOS (it reads
+    /// `pxelinux.cfg/01-<mac>`), GRUB's network image under UEFI (`grub.cfg-01-<mac>`).
+    PxeRom,
 }
 
 impl Default for LabOptions {
@@ -189,47 +194,55 @@ impl Default for LabOptions {
     }
 }
 
-/// The emulator's arguments of a `pxe_ilo` lab: a Standard licence, and the boot file slirp's
-/// DHCP hands out (with, for PXELINUX, the boot root as slirp's TFTP root, holding the
-/// Debian packages' `pxelinux.0` and `ldlinux.c32`).
-fn netboot_args(loader: Option<NetbootLoader>, boot_root: &Path, http_port: u16) -> Vec<String> {
-    let Some(loader) = loader else {
-        return Vec::new();
-    };
-    let mut args: Vec<String> = ["--license", "standard", "--guest-forward"]
-        .map(String::from)
-        .into();
-    args.push(format!("{GUEST_NETBOOT}=127.0.0.1:{http_port}"));
-    match loader {
-        NetbootLoader::Ipxe => {
-            args.push("--qemu-pxe-bootfile".into());
-            args.push(format!("http://{GUEST_NETBOOT}/boot.ipxe"));
-        }
-        NetbootLoader::Pxelinux => {
-            std::fs::create_dir_all(boot_root).expect("the boot root");
-            for (from, name) in [
-                ("/usr/lib/PXELINUX/pxelinux.0", "pxelinux.0"),
-                ("/usr/lib/syslinux/modules/bios/ldlinux.c32", "ldlinux.c32"),
-            ] {
-                std::fs::copy(from, boot_root.join(name)).unwrap_or_else(|e| {
-                    panic!("copying {from}: {e} (apt-get install pxelinux syslinux-common; scripts/setup does)")
-                });
-            }
-            args.push("--qemu-pxe-bootfile".into());
-            args.push("pxelinux.0".into());
-            args.push("--qemu-tftp-root".into());
-            args.push(boot_root.display().to_string());
-        }
-    }
-    args
+/// The emulator's arguments of a `pxe_ilo` lab: a Standard licence, and the node's NIC on the
+/// provisioning network's tap, QEMU in its namespace.
+fn netboot_args(net: &provisioning_net::ProvisioningNet) -> Vec<String> {
+    [
+        "--license",
+        "standard",
+        "--qemu-tap",
+        provisioning_net::TAP,
+        "--qemu-netns",
+        &net.netns,
+    ]
+    .map(String::from)
+    .into()
 }
 
-/// A UDP port free on loopback now.
-fn free_udp_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .map(|a| a.port())
-        .expect("a free UDP port")
+/// The site's boot loaders in the boot root, as the README tells an operator to put them
+/// there: PXELINUX from Debian's packages, and GRUB's network image made by `grub-mkimage`
+/// with its prefix on the TFTP server it was loaded from (so it looks up `grub.cfg-01-<mac>`
+/// there).
+fn install_boot_loaders(boot_root: &Path) {
+    std::fs::create_dir_all(boot_root).expect("the boot root");
+    for (from, name) in [
+        ("/usr/lib/PXELINUX/pxelinux.0", "pxelinux.0"),
+        ("/usr/lib/syslinux/modules/bios/ldlinux.c32", "ldlinux.c32"),
+    ] {
+        std::fs::copy(from, boot_root.join(name)).unwrap_or_else(|e| {
+            panic!("copying {from}: {e} (apt-get install pxelinux syslinux-common; scripts/setup does)")
+        });
+    }
+    let out = boot_root.join("grubnetx64.efi");
+    crate::tools::tool_ok(
+        "grub-mkimage",
+        "grub-common grub-efi-amd64-bin",
+        &[
+            "-O",
+            "x86_64-efi",
+            "-p",
+            "(tftp)",
+            "-o",
+            &out.display().to_string(),
+            "tftp",
+            "efinet",
+            "linux",
+            "normal",
+            "configfile",
+            "echo",
+            "boot",
+        ],
+    );
 }
 
 /// A running lab: one emulated iLO with its QEMU node, a conductor, a media server.
@@ -250,11 +263,11 @@ pub struct Lab {
     pub ilo_cert: PathBuf,
     /// The API's port on loopback.
     pub api_port: u16,
-    /// The conductor's netboot HTTP port on loopback (`pxe_ilo` labs).
+    /// The conductor's netboot HTTP port (`pxe_ilo` labs), on the provisioning network.
     pub netboot_http_port: Option<u16>,
-    /// The conductor's TFTP port on loopback (`pxe_ilo` labs; slirp cannot forward UDP to
-    /// the node, so only the test's own TFTP client uses it).
-    pub netboot_tftp_port: Option<u16>,
+    /// The provisioning network (`pxe_ilo` labs): the conductor's TFTP (port 69), HTTP and
+    /// API listen on its `server_ip`. Dropped after the emulator, so QEMU is gone first.
+    pub net: Option<provisioning_net::ProvisioningNet>,
     /// Guest port → forwarded host port (3260, 9999, 10000).
     pub forwards: HashMap<u16, u16>,
     /// [`LabOptions::debug_logging`].
@@ -291,7 +304,10 @@ impl Lab {
 
         let api_port = free_port();
         let netboot_http_port = free_port();
-        let netboot_tftp_port = free_udp_port();
+        let net = options.netboot.map(|_| {
+            install_boot_loaders(&dir.path().join("conductor").join("netboot"));
+            provisioning_net::ProvisioningNet::start(&dir.path().join("dhcp"), netboot_http_port)
+        });
         let ilo_cert = dir.path().join("ilo-cert.pem");
         let qemu_state = dir.path().join("qemu");
         let emulator_log = dir.path().join("emulator.log");
@@ -311,22 +327,23 @@ impl Lab {
                 "--qemu-disk",
                 options.disk_controller,
             ])
-            .arg("--guest-forward")
-            .arg(format!("{GUEST_API}=127.0.0.1:{api_port}"))
-            .arg("--guest-forward")
-            .arg(format!("{GUEST_MEDIA}=127.0.0.1:{media_port}"))
-            .args(
-                options
-                    .guest_forwards
-                    .iter()
-                    .flat_map(|f| ["--guest-forward", f.as_str()]),
-            )
-            .args(options.capture_net.then_some("--qemu-capture-net"))
-            .args(netboot_args(
-                options.netboot,
-                &dir.path().join("conductor").join("netboot"),
-                netboot_http_port,
-            ))
+            .args(options.capture_net.then_some("--qemu-capture-net"));
+        match &net {
+            Some(net) => emulator.args(netboot_args(net)),
+            // On QEMU's user network the node reaches the host's services through forwards.
+            None => emulator
+                .arg("--guest-forward")
+                .arg(format!("{GUEST_API}=127.0.0.1:{api_port}"))
+                .arg("--guest-forward")
+                .arg(format!("{GUEST_MEDIA}=127.0.0.1:{media_port}"))
+                .args(
+                    options
+                        .guest_forwards
+                        .iter()
+                        .flat_map(|f| ["--guest-forward", f.as_str()]),
+                ),
+        };
+        emulator
             .args(
                 options
                     .guest_ip
@@ -364,13 +381,23 @@ impl Lab {
             ilo_cert,
             api_port,
             netboot_http_port: options.netboot.map(|_| netboot_http_port),
-            netboot_tftp_port: options.netboot.map(|_| netboot_tftp_port),
+            net,
             forwards: HashMap::new(),
             debug_logging: options.debug_logging,
             started: Instant::now(),
         };
         let state = lab.emulator_state();
-        for guest in [3260u16, 9999, 10000] {
+        if let Some(net) = &lab.net {
+            if options.netboot == Some(NetbootLoader::PxeRom) {
+                net.boot_as_pxe_rom(&lab.node_mac());
+            }
+        }
+        // On the provisioning network nothing is forwarded: the conductor reaches the node at
+        // its own address.
+        for guest in [3260u16, 9999, 10000]
+            .into_iter()
+            .filter(|_| lab.net.is_none())
+        {
             let host = state["machine"]["forwards"][guest.to_string()]
                 .as_u64()
                 .and_then(|p| u16::try_from(p).ok())
@@ -394,8 +421,26 @@ impl Lab {
     fn start_conductor(&mut self, options: &LabOptions) {
         let state_dir = self.dir.path().join("conductor");
         std::fs::create_dir_all(&state_dir).expect("conductor state dir");
+        // The address the node reaches the API at: a guest forward on the user network, the
+        // host's end of the provisioning network otherwise.
+        let (api_url, api_listen) = match &self.net {
+            Some(net) => (
+                format!("http://{}:{}", net.server_ip, self.api_port),
+                // The deploy ramdisk speaks plain HTTP to the API, as IPA does without a CA
+                // on its command line: the operator opts in to serving it beyond loopback.
+                format!(
+                    "[\"127.0.0.1:{port}\", \"{}:{port}\"]\ninsecure_listen_without_tls = true",
+                    net.server_ip,
+                    port = self.api_port
+                ),
+            ),
+            None => (
+                format!("http://{GUEST_API}"),
+                format!("[\"127.0.0.1:{}\"]", self.api_port),
+            ),
+        };
         let mut deploy = vec![
-            format!("api_url = \"http://{GUEST_API}\""),
+            format!("api_url = \"{api_url}\""),
             format!(
                 "deploy_callback_timeout = {}",
                 options.callback_timeout_secs
@@ -404,18 +449,20 @@ impl Lab {
             // turns the emulated server OFF, so the conductor rarely waits this long.
             "agent_power_off_wait = 30".into(),
             format!("automated_clean = {}", options.automated_clean),
-            format!("iscsi_portal_port = {}", self.forwards[&3260]),
-            format!("iscsi_done_port = {}", self.forwards[&10000]),
             format!(
                 "boot_loaders_dir = \"{}\"",
                 crate::conductor_env::boot_loaders_dir(self.dir.path()).display()
             ),
             "boot_iso_append = \"console=ttyS0\"".into(),
         ];
+        if self.net.is_none() {
+            deploy.push(format!("iscsi_portal_port = {}", self.forwards[&3260]));
+            deploy.push(format!("iscsi_done_port = {}", self.forwards[&10000]));
+        }
         deploy.extend(options.deploy_config.iter().cloned());
         let mut config = format!(
-            "[api]\nlisten = [\"127.0.0.1:{}\"]\n\n[deploy]\n{}\n\n[ilo]\nverify_ca = \"{}\"\n\n[log]\nlevel = \"{}\"\n",
-            self.api_port,
+            "[api]\nlisten = {}\n\n[deploy]\n{}\n\n[ilo]\nverify_ca = \"{}\"\n\n[log]\nlevel = \"{}\"\n",
+            api_listen,
             deploy.join("\n"),
             self.ilo_cert.display(),
             // Every level of our own crates (trace included), debug for the libraries.
@@ -425,15 +472,15 @@ impl Lab {
                 "info"
             },
         );
-        if let Some(http_port) = self.netboot_http_port {
+        if let (Some(http_port), Some(net)) = (self.netboot_http_port, &self.net) {
             let iso = crate::deploy_iso::deploy_iso_build();
             config.push_str(&format!(
-                "\n[netboot]\ntftp_listen = \"127.0.0.1:{}\"\nhttp_listen = \"127.0.0.1:{http_port}\"\nhttp_url = \"http://{GUEST_NETBOOT}\"\n\
+                "\n[netboot]\ntftp_listen = \"{server}:69\"\nhttp_listen = \"{server}:{http_port}\"\nhttp_url = \"http://{server}:{http_port}\"\n\
                  deploy_kernel = \"file://{}\"\ndeploy_ramdisk = \"file://{}\"\n\
                  append_params = \"console=ttyS0\"\ninstance_append_params = \"console=ttyS0\"\n",
-                self.netboot_tftp_port.expect("a netboot lab has a TFTP port"),
                 iso.kernel.display(),
                 iso.initramfs.display(),
+                server = net.server_ip,
             ));
         }
         for section in &options.extra_config {
@@ -552,6 +599,26 @@ impl Lab {
             }
         }
         pids
+    }
+
+    /// The node's MAC as the emulator reports it (`aa:bb:..`, lower case).
+    pub fn node_mac(&self) -> String {
+        self.emulator_state()["machine"]["mac"]
+            .as_str()
+            .expect("the emulator names the node's MAC")
+            .to_lowercase()
+    }
+
+    /// From the next DHCP request on, the node boots through `loader` (`pxe_ilo` labs).
+    pub fn boot_through(&self, loader: NetbootLoader) {
+        let net = self
+            .net
+            .as_ref()
+            .expect("a pxe_ilo lab has a provisioning network");
+        match loader {
+            NetbootLoader::PxeRom => net.boot_as_pxe_rom(&self.node_mac()),
+            NetbootLoader::Ipxe => panic!("a node answered as a PXE ROM stays one in this lab"),
+        }
     }
 
     /// The media server's URL of `path` as the node reaches it (through the guest forward).
@@ -677,10 +744,14 @@ impl Lab {
         } else {
             ""
         };
-        let append = format!(
-            "{append}{debug}ipa-advertise-host=127.0.0.1 ipa-advertise-port={}",
-            self.forwards[&9999]
-        );
+        // Through QEMU's NAT the agent advertises the forwarded port on loopback; on the
+        // provisioning network its own address.
+        let append = match self.forwards.get(&9999) {
+            Some(port) => {
+                format!("{append}{debug}ipa-advertise-host=127.0.0.1 ipa-advertise-port={port}")
+            }
+            None => format!("{append}{debug}").trim_end().to_owned(),
+        };
         let mut args: Vec<String> = ["node", "create", "--driver", driver, "--name", name]
             .map(str::to_owned)
             .to_vec();
@@ -887,6 +958,7 @@ impl Drop for Lab {
         self.conductor.take();
         self.emulator.take();
         self.ironic.take();
+        self.net.take();
     }
 }
 
