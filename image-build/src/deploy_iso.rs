@@ -188,6 +188,42 @@ pub fn run(args: DeployIsoArgs) -> anyhow::Result<()> {
     let module_bytes = plan.bytes()?;
     let (ramdisk, cpio_len) = initramfs::xz_ramdisk(&spec, &plan).context("writing the ramdisk")?;
 
+    let mut loaders = crate::loaders::system_loaders().context("getting the boot loaders")?;
+    if let Some(signed) = &signed {
+        loaders.grub_efi.clone_from(&signed.grub_cd);
+        loaders.shim = Some(signed.shim.clone());
+    }
+    let max_boot_bytes = if signed.is_some() {
+        MAX_SECURE_BOOT_BYTES
+    } else {
+        MAX_BOOT_BYTES
+    };
+    let mut report = Report {
+        release: &kernel_pkg.release,
+        kernel: kernel.len() as u64,
+        agent: &args.agent,
+        agent_bytes,
+        module_count: plan.files.len(),
+        module_bytes,
+        cpio: cpio_len,
+        ramdisk: ramdisk.len() as u64,
+        loaders: &loaders,
+        pack: None,
+        cmdline: &cmdline,
+        iso: None,
+        max_boot_bytes,
+    };
+    // What every boot reads is known now: refuse before the driver pack's minute of xz.
+    if report.boot_bytes() > max_boot_bytes {
+        eprint!("{}", report.render());
+        anyhow::bail!(
+            "the kernel, initramfs and loaders would be {} bytes, over the {max_boot_bytes}-byte \
+             budget of what every boot reads (MAX_BOOT_BYTES, MAX_SECURE_BOOT_BYTES): drop \
+             initramfs modules",
+            report.boot_bytes()
+        );
+    }
+
     let kernel_drivers =
         crate::coverage::KernelDrivers::read(&kernel_pkg.modules_dir, &kernel_pkg.release)?;
     let in_initramfs: BTreeSet<String> = plan
@@ -208,16 +244,6 @@ pub fn run(args: DeployIsoArgs) -> anyhow::Result<()> {
         .map(|(data, path)| ExtraFile { path, data })
         .collect();
 
-    let mut loaders = crate::loaders::system_loaders().context("getting the boot loaders")?;
-    if let Some(signed) = &signed {
-        loaders.grub_efi.clone_from(&signed.grub_cd);
-        loaders.shim = Some(signed.shim.clone());
-    }
-    let max_boot_bytes = if signed.is_some() {
-        MAX_SECURE_BOOT_BYTES
-    } else {
-        MAX_BOOT_BYTES
-    };
     let (cursor, _) = iso::write_boot_iso_with(
         &BootIsoSpec {
             kernel: &kernel,
@@ -232,33 +258,13 @@ pub fn run(args: DeployIsoArgs) -> anyhow::Result<()> {
     .context("writing the ISO")?;
     let image = cursor.into_inner();
 
-    let report = Report {
-        release: &kernel_pkg.release,
-        kernel: kernel.len() as u64,
-        agent: &args.agent,
-        agent_bytes,
-        module_count: plan.files.len(),
-        module_bytes,
-        cpio: cpio_len,
-        ramdisk: ramdisk.len() as u64,
-        loaders: &loaders,
-        pack: &pack,
-        cmdline: &cmdline,
-        iso: image.len() as u64,
-        max_boot_bytes,
-    };
+    report.pack = Some(&pack);
+    report.iso = Some(image.len() as u64);
     eprint!("{}", report.render());
     anyhow::ensure!(
-        report.boot_bytes() <= max_boot_bytes,
-        "the kernel, initramfs and loaders would be {} bytes, over the {max_boot_bytes}-byte \
-         budget of what every boot reads (MAX_BOOT_BYTES, MAX_SECURE_BOOT_BYTES): drop \
-         initramfs modules",
-        report.boot_bytes()
-    );
-    anyhow::ensure!(
-        report.iso <= MAX_ISO_BYTES,
+        image.len() as u64 <= MAX_ISO_BYTES,
         "the ISO would be {} bytes, over the {MAX_ISO_BYTES}-byte budget (MAX_ISO_BYTES)",
-        report.iso
+        image.len()
     );
     if let Some(path) = &args.initramfs_out {
         let mut netboot = ramdisk.clone();
@@ -352,9 +358,11 @@ struct Report<'a> {
     cpio: u64,
     ramdisk: u64,
     loaders: &'a BootLoaders,
-    pack: &'a crate::driver_pack::BuiltPack,
+    /// `None` until the driver pack is built (a refusal on the boot budget comes first).
+    pack: Option<&'a crate::driver_pack::BuiltPack>,
     cmdline: &'a str,
-    iso: u64,
+    /// `None` until the ISO is written.
+    iso: Option<u64>,
     max_boot_bytes: u64,
 }
 
@@ -370,20 +378,18 @@ impl Report<'_> {
         self.kernel + self.ramdisk + self.loader_bytes()
     }
 
+    /// The parts, one per line; the driver pack's and the ISO's once they exist.
     fn render(&self) -> String {
         let l = self.loaders;
         let loaders = self.loader_bytes();
-        format!(
+        let mut out = format!(
             "deploy ISO parts:\n\
              \x20 kernel     {:>10} bytes  vmlinuz-{}\n\
              \x20 agent      {:>10} bytes  {} (as /init, uncompressed)\n\
              \x20 modules    {:>10} bytes  {} modules (uncompressed, {})\n\
              \x20 initramfs  {:>10} bytes  xz ({} bytes uncompressed, {:.0}%)\n\
              \x20 loaders    {:>10} bytes  isolinux.bin {}, ldlinux.c32 {}, GRUB EFI {}{}\n\
-             \x20 boot files {:>10} bytes  {:.2} MiB of {:.0} MiB (what every boot reads)\n\
-             \x20 drivers    {:>10} bytes  {} modules, {} firmware files ({} bytes uncompressed)\n\
-             \x20 ISO        {:>10} bytes  {:.2} MiB of {:.0} MiB\n\
-             \x20 cmdline    {}\n",
+             \x20 boot files {:>10} bytes  {:.2} MiB of {:.0} MiB (what every boot reads)\n",
             self.kernel,
             self.release,
             self.agent_bytes,
@@ -409,15 +415,26 @@ impl Report<'_> {
             self.boot_bytes(),
             self.boot_bytes() as f64 / f64::from(1 << 20),
             self.max_boot_bytes as f64 / f64::from(1 << 20),
-            self.pack.bytes(),
-            self.pack.modules,
-            self.pack.firmware,
-            self.pack.raw_bytes,
-            self.iso,
-            self.iso as f64 / f64::from(1 << 20),
-            MAX_ISO_BYTES as f64 / f64::from(1 << 20),
-            self.cmdline,
-        )
+        );
+        if let Some(pack) = self.pack {
+            out.push_str(&format!(
+                "  drivers    {:>10} bytes  {} modules, {} firmware files ({} bytes uncompressed)\n",
+                pack.bytes(),
+                pack.modules,
+                pack.firmware,
+                pack.raw_bytes,
+            ));
+        }
+        if let Some(iso) = self.iso {
+            out.push_str(&format!(
+                "  ISO        {:>10} bytes  {:.2} MiB of {:.0} MiB\n",
+                iso,
+                iso as f64 / f64::from(1 << 20),
+                MAX_ISO_BYTES as f64 / f64::from(1 << 20),
+            ));
+        }
+        out.push_str(&format!("  cmdline    {}\n", self.cmdline));
+        out
     }
 }
 
