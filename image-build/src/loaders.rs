@@ -29,12 +29,34 @@ pub use vmdeploy_shared::iso::loaders::{
 /// and renamed into place, so a conductor reading the directory meanwhile sees old or new
 /// files, never a half-written one. Returns the paths written.
 pub fn write_dir(loaders: &BootLoaders, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    write_files(
+        dir,
+        &[
+            (ISOLINUX_BIN_FILE, &loaders.isolinux_bin),
+            (LDLINUX_C32_FILE, &loaders.ldlinux_c32),
+            (GRUB_EFI_FILE, &loaders.grub_efi),
+        ],
+    )
+}
+
+/// Writes Debian's signed shim and CD GRUB into the loaders directory `dir` too, under
+/// [`loaders::SHIM_FILE`] and [`loaders::SIGNED_GRUB_EFI_FILE`], for the conductor's Secure
+/// Boot ISOs. Returns the paths written.
+pub fn write_signed(
+    signed: &crate::secure_boot::SignedLoaders,
+    dir: &Path,
+) -> anyhow::Result<Vec<PathBuf>> {
+    write_files(
+        dir,
+        &[
+            (loaders::SHIM_FILE, &signed.shim),
+            (loaders::SIGNED_GRUB_EFI_FILE, &signed.grub_cd),
+        ],
+    )
+}
+
+fn write_files(dir: &Path, files: &[(&str, &Vec<u8>)]) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let files = [
-        (ISOLINUX_BIN_FILE, &loaders.isolinux_bin),
-        (LDLINUX_C32_FILE, &loaders.ldlinux_c32),
-        (GRUB_EFI_FILE, &loaders.grub_efi),
-    ];
     let mut written = Vec::new();
     for (name, bytes) in files {
         let path = dir.join(name);

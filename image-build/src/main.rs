@@ -87,6 +87,12 @@ enum Command {
         /// Output directory (created when missing).
         #[arg(long, short)]
         out: PathBuf,
+        /// Also write Debian's signed shim and CD GRUB, for nodes that boot under UEFI Secure
+        /// Boot: a root holding them at their installed paths (`/` with `shim-signed` and
+        /// `grub-efi-amd64-signed` installed; scripts/setup unpacks them into
+        /// `.cache/secure-boot/root`).
+        #[arg(long)]
+        signed_loaders: Option<PathBuf>,
     },
     /// Build the test OS (whole-disk raw + qcow2 with GRUB for BIOS and UEFI, a partition
     /// image, its kernel and ramdisk, manifest.json) into a directory; skipped when the
@@ -141,10 +147,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             eprintln!("wrote {} ({} bytes)", out.display(), image.len());
             Ok(())
         }
-        Command::Loaders { out } => {
+        Command::Loaders {
+            out,
+            signed_loaders,
+        } => {
             let loaders = loaders::system_loaders().context("finding the boot loaders")?;
-            let written = loaders::write_dir(&loaders, &out)
+            let signed = secure_boot::SignedLoaders::read_if_given(signed_loaders.as_deref())?;
+            let mut written = loaders::write_dir(&loaders, &out)
                 .with_context(|| format!("writing the boot loaders to {}", out.display()))?;
+            if let Some(signed) = &signed {
+                written.extend(loaders::write_signed(signed, &out).with_context(|| {
+                    format!("writing the signed boot loaders to {}", out.display())
+                })?);
+            }
             for path in &written {
                 let len = std::fs::metadata(path).map_or(0, |m| m.len());
                 eprintln!("wrote {} ({len} bytes)", path.display());

@@ -13,6 +13,13 @@
 //!
 //! A loaders directory holds them under [`ISOLINUX_BIN_FILE`], [`LDLINUX_C32_FILE`] and
 //! [`GRUB_EFI_FILE`].
+//!
+//! # Secure Boot
+//! For nodes that boot under UEFI Secure Boot, a loaders directory may also hold Debian's
+//! Microsoft-signed shim ([`SHIM_FILE`], package `shim-signed`) and Debian's signed GRUB for CDs
+//! ([`SIGNED_GRUB_EFI_FILE`], `gcdx64.efi.signed` of `grub-efi-amd64-signed`), as
+//! `vmdeploy-image-build loaders --signed-loaders ROOT` writes them. They are copied, never
+//! built: a rebuilt GRUB would lose Debian's signature.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -25,6 +32,14 @@ pub const LDLINUX_C32_FILE: &str = "ldlinux.c32";
 pub const GRUB_EFI_FILE: &str = "grubx64.efi";
 /// Every file of a loaders directory.
 pub const LOADER_FILES: [&str; 3] = [ISOLINUX_BIN_FILE, LDLINUX_C32_FILE, GRUB_EFI_FILE];
+/// Debian's signed shim's name in a loaders directory (Secure Boot ISOs).
+pub const SHIM_FILE: &str = "shimx64.efi";
+/// Debian's signed CD GRUB's name in a loaders directory (Secure Boot ISOs).
+pub const SIGNED_GRUB_EFI_FILE: &str = "gcdx64.efi";
+/// The files a loaders directory holds for Secure Boot ISOs, besides [`LOADER_FILES`].
+pub const SECURE_BOOT_FILES: [&str; 2] = [SHIM_FILE, SIGNED_GRUB_EFI_FILE];
+/// The Debian packages the Secure Boot loaders come from.
+pub const SECURE_BOOT_PACKAGES: &str = "shim-signed grub-efi-amd64-signed";
 
 /// Debian's `isolinux.bin` (package `isolinux`).
 pub const DEBIAN_ISOLINUX_BIN: &str = "/usr/lib/ISOLINUX/isolinux.bin";

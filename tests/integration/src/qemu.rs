@@ -305,6 +305,37 @@ pub fn ovmf_q35_args(scratch: &Path) -> Vec<String> {
     ]
 }
 
+/// OVMF built with Secure Boot (it needs SMM), Debian's `ovmf` package.
+pub const OVMF_CODE_SECURE_BOOT: &str = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd";
+/// Its variable store with Microsoft's keys enrolled, as a ProLiant ships: shim signed by
+/// Microsoft boots, anything unsigned is refused.
+pub const OVMF_VARS_MS: &str = "/usr/share/OVMF/OVMF_VARS_4M.ms.fd";
+
+/// [`ovmf_q35_args`] with Secure Boot on: the Secure Boot firmware, Microsoft's keys in a copy
+/// of the variable store in `scratch`, SMM on and the variable flash secure (the firmware runs
+/// only so, and the guest cannot write the key store around it).
+pub fn ovmf_secure_boot_q35_args(scratch: &Path) -> Vec<String> {
+    for f in [OVMF_CODE_SECURE_BOOT, OVMF_VARS_MS] {
+        assert!(
+            Path::new(f).exists(),
+            "{f} is missing: apt-get install ovmf (scripts/setup does)"
+        );
+    }
+    let vars = scratch.join("OVMF_VARS_4M.ms.fd");
+    std::fs::copy(OVMF_VARS_MS, &vars)
+        .unwrap_or_else(|e| panic!("copying {OVMF_VARS_MS} to {}: {e}", vars.display()));
+    vec![
+        "-machine".into(),
+        "q35,smm=on".into(),
+        "-global".into(),
+        "driver=cfi.pflash01,property=secure,value=on".into(),
+        "-drive".into(),
+        format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE_SECURE_BOOT}"),
+        "-drive".into(),
+        format!("if=pflash,format=raw,unit=1,file={}", vars.display()),
+    ]
+}
+
 /// Whether process `pid` still runs; a zombie (exited, not yet reaped by its parent) counts as
 /// gone. Tests use it to check that no QEMU an emulator started is left behind.
 pub fn alive(pid: u32) -> bool {

@@ -9,14 +9,21 @@
 //! with our command line, that the initramfs from the ISO was the one unpacked, and that the
 //! whole command line reached init. Each firmware gets its own marker.
 //!
+//! Also, under OVMF with Secure Boot on and Microsoft's keys: the ISO the conductor builds for a
+//! `secure_boot:true` netboot node (`boot_iso::build_iso` with the loaders directory
+//! `vmdeploy-image-build loaders --signed-loaders` writes): shim, Debian's signed GRUB and the
+//! Debian kernel boot it, and the kernel says Secure Boot is on.
+//!
 //! Needs QEMU and OVMF (scripts/setup), the static agent, the debug `vmdeploy-image-build` and
 //! the loaders' Debian packages (see iso_xorriso.rs).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use vmdeploy_conductor::boot::vmedia::boot_iso::{build_iso, LoadersDir};
 use vmdeploy_integration_tests::bin;
 use vmdeploy_integration_tests::qemu::{self, Qemu};
+use vmdeploy_shared::iso::loaders::LoaderSources;
 
 /// TCG on two busy cores: generous (docs/architecture.md §11 says 120–180 s).
 const BOOT_LIMIT: Duration = Duration::from_secs(180);
@@ -155,4 +162,53 @@ fn ovmf_boots_the_iso_through_grub() {
         assert!(!console.contains(bad), "GRUB said {bad:?}:\n{console}");
     }
     assert!(console.contains("efifb: probing for efifb"), "{console}");
+}
+
+/// The conductor's boot ISO for a Secure Boot node boots under OVMF's Secure Boot firmware
+/// with Microsoft's keys: only a signed chain gets to the kernel (shim by Microsoft's key,
+/// GRUB and the kernel by Debian's), and the kernel reports Secure Boot on.
+#[test]
+fn ovmf_secure_boot_boots_the_conductors_signed_boot_iso() {
+    let marker = "ISOSECBOOT";
+    let kernel = qemu::kernel();
+    let dir = tempfile::tempdir_in("/var/tmp").expect("scratch dir");
+    let initrd = dir.path().join("initrd.cpio.gz");
+    qemu::build_initramfs(&qemu::musl_agent(), &kernel, &[], &initrd);
+    let loaders = dir.path().join("boot-loaders");
+    let out = std::process::Command::new(bin("vmdeploy-image-build"))
+        .arg("loaders")
+        .arg("--signed-loaders")
+        .arg(vmdeploy_integration_tests::deploy_iso::signed_loaders())
+        .arg("-o")
+        .arg(&loaders)
+        .output()
+        .expect("running vmdeploy-image-build loaders");
+    assert!(
+        out.status.success(),
+        "loaders --signed-loaders failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let iso = dir.path().join("secure-boot.iso");
+    let loaders = LoadersDir::new(loaders, LoaderSources::default());
+    let summary = build_iso(
+        &loaders,
+        &kernel.vmlinuz,
+        &initrd,
+        &cmdline(marker),
+        true,
+        &iso,
+    )
+    .unwrap_or_else(|e| panic!("the conductor's Secure Boot ISO: {e:#}"));
+    eprintln!("Secure Boot boot ISO: {} bytes", summary.iso_bytes);
+    let mut args = qemu::ovmf_secure_boot_q35_args(dir.path());
+    args.extend(
+        ["-nic", "none", "-cdrom", iso.to_str().expect("UTF-8 path")]
+            .iter()
+            .map(|s| s.to_string()),
+    );
+    let console = boot_and_check(&args, &dir.path().join("serial.log"), marker);
+    assert!(
+        console.contains("secureboot: Secure boot enabled"),
+        "the kernel did not boot under Secure Boot:\n{console}"
+    );
 }

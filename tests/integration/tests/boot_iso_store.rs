@@ -50,6 +50,7 @@ fn key(root_uuid: &str) -> BootIsoKey {
         kernel_ref: "http://images.example/debian.vmlinuz".into(),
         ramdisk_ref: "http://images.example/debian.initrd".into(),
         cmdline: format!("root=UUID={root_uuid} ro"),
+        secure_boot: false,
     }
 }
 

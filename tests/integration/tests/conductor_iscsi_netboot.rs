@@ -634,6 +634,7 @@ async fn with_swift_the_count_is_the_objects_usage_count_metadata() {
         kernel_ref: file_url(&env.kernel),
         ramdisk_ref: file_url(&env.ramdisk),
         cmdline: format!("root=UUID={ROOT_A} {APPEND}"),
+        secure_boot: false,
     };
     let object = env.isos.object_path(&key);
     assert_eq!(object.object, names[0], "the key the flow built");

@@ -76,6 +76,9 @@ pub struct BootIsoKey {
     pub ramdisk_ref: String,
     /// The kernel command line (`root=UUID=<root uuid>` and the extra arguments).
     pub cmdline: String,
+    /// Booted under UEFI Secure Boot: Debian's signed shim and GRUB
+    /// ([`LoadersDir::load_secure_boot`]) instead of our GRUB.
+    pub secure_boot: bool,
 }
 
 impl BootIsoKey {
@@ -93,6 +96,11 @@ impl BootIsoKey {
         ] {
             hash.update((field.len() as u64).to_be_bytes());
             hash.update(field.as_bytes());
+        }
+        // After the framed fields, so no key without it hashes the same bytes; absent for the
+        // ISOs without Secure Boot, whose names stay what they were.
+        if self.secure_boot {
+            hash.update(b"secure boot");
         }
         format!("{OBJECT_PREFIX}{}", hex::encode(hash.finalize()))
     }
@@ -233,15 +241,21 @@ fn usage_count(object: &ObjectPath, metadata: &BTreeMap<String, String>) -> anyh
     })
 }
 
-/// Builds the ISO of `cmdline` from the files into `out` (blocking).
-fn build_iso(
+/// Builds the ISO of `cmdline` from the files into `out`, with the signed loaders when
+/// `secure_boot` (blocking). [`BootIsos`] builds with it; tests boot what it writes.
+pub fn build_iso(
     loaders: &LoadersDir,
     kernel: &Path,
     ramdisk: &Path,
     cmdline: &str,
+    secure_boot: bool,
     out: &Path,
 ) -> anyhow::Result<iso::IsoSummary> {
-    let loaders = loaders.load()?;
+    let loaders = if secure_boot {
+        loaders.load_secure_boot()?
+    } else {
+        loaders.load()?
+    };
     let kernel_bytes = std::fs::read(kernel)
         .with_context(|| format!("reading the kernel {}", kernel.display()))?;
     let ramdisk_bytes = std::fs::read(ramdisk)
@@ -295,9 +309,15 @@ impl BootIsos {
     }
 
     /// Ok when an ISO can be built as far as configuration decides: the loaders directory is
-    /// there, or this system has what to make it from ([`LoadersDir::check`]).
-    pub fn check_loaders(&self) -> anyhow::Result<()> {
-        self.loaders.check()
+    /// there, or this system has what to make it from ([`LoadersDir::check`]); for a node that
+    /// boots under Secure Boot, the signed loaders are there too
+    /// ([`LoadersDir::check_secure_boot`]).
+    pub fn check_loaders(&self, secure_boot: bool) -> anyhow::Result<()> {
+        if secure_boot {
+            self.loaders.check_secure_boot()
+        } else {
+            self.loaders.check()
+        }
     }
 
     /// The kernel command line of a built ISO whose root file system is `root_uuid`.
@@ -383,17 +403,25 @@ impl BootIsos {
             object.object,
             uuid::Uuid::new_v4().simple()
         )));
-        let (loaders, kernel_path, ramdisk_path, cmdline, out) = (
+        let (loaders, kernel_path, ramdisk_path, cmdline, secure_boot, out) = (
             Arc::clone(&self.loaders),
             kernel.to_path_buf(),
             ramdisk.to_path_buf(),
             key.cmdline.clone(),
+            key.secure_boot,
             scratch.0.clone(),
         );
         let started = std::time::Instant::now();
         // Reading a kernel and ramdisk of tens of MB and writing the ISO is blocking work.
         let summary = tokio::task::spawn_blocking(move || {
-            build_iso(&loaders, &kernel_path, &ramdisk_path, &cmdline, &out)
+            build_iso(
+                &loaders,
+                &kernel_path,
+                &ramdisk_path,
+                &cmdline,
+                secure_boot,
+                &out,
+            )
         })
         .await
         .context("the boot ISO build task failed")?
@@ -416,6 +444,7 @@ impl BootIsos {
             bytes = summary.iso_bytes,
             image = %key.image_ref,
             cmdline = %key.cmdline,
+            secure_boot = key.secure_boot,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "built and stored a boot ISO"
         );

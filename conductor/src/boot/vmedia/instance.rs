@@ -47,6 +47,7 @@ use crate::bmc::{Bmc, VmediaDevice};
 use crate::context::image::{self, ImageRef};
 use crate::context::DeployContext;
 use crate::image_cache::FetchPolicy;
+use crate::node::capabilities::secure_boot_wanted;
 use crate::node::instance_info::InstanceInfo;
 use crate::objects::ObjectPath;
 use crate::store::Node;
@@ -164,7 +165,7 @@ pub async fn validate(ctx: &DeployContext, node: &Node) -> anyhow::Result<()> {
             check_given(ctx, field, &image::parse(field, reference)?).await
         }
         BootIsoSource::Build => {
-            boot_isos(ctx)?.check_loaders()?;
+            boot_isos(ctx)?.check_loaders(secure_boot_wanted(node)?)?;
             let info = InstanceInfo::of(node).context("instance_info")?;
             if info.kernel.is_none() || info.ramdisk.is_none() {
                 bail!(
@@ -212,6 +213,7 @@ async fn acquire_built(
         kernel_ref,
         ramdisk_ref,
         cmdline: isos.cmdline(root_uuid),
+        secure_boot: secure_boot_wanted(node)?,
     };
     let lease = isos
         .acquire(&key, &kernel_file.path, &ramdisk_file.path)

@@ -14,6 +14,10 @@
 //!   so a reader never sees half a file; then reads it.
 //! - A directory an operator filled is used as it is: the conductor never rewrites a complete
 //!   one, so upgrading the loaders stays the operator's `vmdeploy-image-build loaders`.
+//! - Secure Boot ISOs ([`LoadersDir::load_secure_boot`]) take Debian's signed shim and CD GRUB
+//!   from the same directory, where only `vmdeploy-image-build loaders --signed-loaders ROOT`
+//!   puts them: the conductor never makes those itself (a built GRUB would be unsigned), and
+//!   [`LoadersDir::check_secure_boot`] says so at `validate`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -22,7 +26,7 @@ use std::sync::Mutex;
 use anyhow::{bail, Context as _};
 use vmdeploy_shared::iso::loaders::{
     self, LoaderSources, GRUB_EFI_FILE, ISOLINUX_BIN_FILE, LDLINUX_C32_FILE, LOADER_FILES,
-    LOADER_PACKAGES,
+    LOADER_PACKAGES, SECURE_BOOT_FILES, SECURE_BOOT_PACKAGES, SHIM_FILE, SIGNED_GRUB_EFI_FILE,
 };
 use vmdeploy_shared::iso::{self, BootLoaders};
 
@@ -89,6 +93,53 @@ impl LoadersDir {
             missing.join(", "),
             dir = self.dir.display(),
         )
+    }
+
+    /// Ok when a Secure Boot ISO can get its loaders: [`LoadersDir::check`], and Debian's signed
+    /// shim and CD GRUB are in the directory. The error names the missing files and the
+    /// command that writes them.
+    pub fn check_secure_boot(&self) -> anyhow::Result<()> {
+        self.check()?;
+        let missing: Vec<&str> = SECURE_BOOT_FILES
+            .into_iter()
+            .filter(|name| !self.dir.join(name).is_file())
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        bail!(
+            "the node boots under UEFI Secure Boot (capabilities secure_boot:true), and the boot \
+             loaders directory {dir} (deploy.boot_loaders_dir) lacks Debian's signed loaders {}: \
+             write them with `vmdeploy-image-build loaders --signed-loaders ROOT -o {dir}`, ROOT \
+             holding the packages {SECURE_BOOT_PACKAGES} at their installed paths (/ where they \
+             are installed)",
+            missing.join(", "),
+            dir = self.dir.display(),
+        )
+    }
+
+    /// The loaders of a Secure Boot ISO (blocking): [`LoadersDir::load`]'s, with Debian's signed
+    /// CD GRUB in place of ours and the signed shim in front of it.
+    pub fn load_secure_boot(&self) -> anyhow::Result<BootLoaders> {
+        let mut loaders = self.load()?;
+        self.check_secure_boot()?;
+        let read = |name: &str| -> anyhow::Result<Vec<u8>> {
+            let path = self.dir.join(name);
+            let bytes =
+                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            if !bytes.starts_with(b"MZ") {
+                bail!(
+                    "{} is not an EFI (PE) image: write it again with `vmdeploy-image-build \
+                     loaders --signed-loaders ROOT -o {}`",
+                    path.display(),
+                    self.dir.display()
+                );
+            }
+            Ok(bytes)
+        };
+        loaders.grub_efi = read(SIGNED_GRUB_EFI_FILE)?;
+        loaders.shim = Some(read(SHIM_FILE)?);
+        Ok(loaders)
     }
 
     /// The loaders, the directory made first when it is missing or partial (blocking).

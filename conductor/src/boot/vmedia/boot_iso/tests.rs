@@ -7,6 +7,9 @@ use std::process::Command;
 
 use super::*;
 use crate::objects::builtin::{start_for_tests, BuiltinStore};
+use vmdeploy_shared::iso::loaders::{
+    SHIM_FILE as SHIM_FILE_NAME, SIGNED_GRUB_EFI_FILE as SIGNED_GRUB_NAME,
+};
 
 struct Fixture {
     dir: tempfile::TempDir,
@@ -59,6 +62,7 @@ fn key(cmdline: &str) -> BootIsoKey {
         kernel_ref: "http://images.example/ubuntu.vmlinuz".into(),
         ramdisk_ref: "http://images.example/ubuntu.initrd".into(),
         cmdline: cmdline.into(),
+        secure_boot: false,
     }
 }
 
@@ -107,6 +111,7 @@ fn object_names_frame_every_field() {
         kernel_ref: kr.into(),
         ramdisk_ref: r.into(),
         cmdline: c.into(),
+        secure_boot: false,
     };
     // Same concatenation, other boundaries; each field alone; the command line alone.
     for other in [
@@ -117,9 +122,26 @@ fn object_names_frame_every_field() {
         shifted("abc", "", "", ""),
         key("root=UUID=2 ro"),
         key("root=UUID=1 ro "),
+        BootIsoKey {
+            secure_boot: true,
+            ..key("root=UUID=1 ro")
+        },
     ] {
         assert!(names.insert(other.object_name()), "{other:?} collides");
     }
+    // The names of ISOs without Secure Boot are what they were before the field existed
+    // (ISOs already stored keep being shared): the tag and the four framed fields, no more.
+    let k = key("root=UUID=1 ro");
+    let mut before = Sha256::new();
+    before.update(b"vmdeploy boot ISO v1\0");
+    for field in [&k.image_ref, &k.kernel_ref, &k.ramdisk_ref, &k.cmdline] {
+        before.update((field.len() as u64).to_be_bytes());
+        before.update(field.as_bytes());
+    }
+    assert_eq!(
+        k.object_name(),
+        format!("boot-{}", hex::encode(before.finalize()))
+    );
 }
 
 #[test]
@@ -392,7 +414,7 @@ async fn without_loaders_nothing_is_stored() {
         grub_efi_modules: "/nonexistent/x86_64-efi".into(),
     })
     .with_scratch_dir(f.dir.path().join("scratch"));
-    assert!(isos.check_loaders().is_err());
+    assert!(isos.check_loaders(false).is_err());
     let err = format!(
         "{:#}",
         isos.acquire(&key("root=UUID=eeee ro"), &f.kernel, &f.ramdisk)
@@ -466,4 +488,86 @@ async fn the_stored_iso_boots_bios_and_uefi_with_the_command_line() {
         let text = std::fs::read_to_string(&cfg).expect("config");
         assert!(text.contains(&k.cmdline), "{}: {text}", cfg.display());
     }
+}
+
+/// A Secure Boot node needs Debian's signed shim and CD GRUB in the loaders directory:
+/// `validate`'s check names them and the command that writes them, and an ISO built for it
+/// has shim as `\EFI\BOOT\BOOTX64.EFI` with the signed GRUB beside it; the unsigned ISO of
+/// the same command line is another object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secure_boot_iso_takes_the_signed_loaders_or_says_what_is_missing() {
+    let f = fixture().await;
+    let sb = BootIsoKey {
+        secure_boot: true,
+        ..key("root=UUID=5ec0b007-0000-4000-8000-000000000001 ro")
+    };
+    let err = format!("{:#}", f.isos.check_loaders(true).expect_err("no shim"));
+    for needed in [
+        "shimx64.efi",
+        "gcdx64.efi",
+        "vmdeploy-image-build loaders --signed-loaders ROOT",
+        "shim-signed grub-efi-amd64-signed",
+    ] {
+        assert!(err.contains(needed), "{needed} not in: {err}");
+    }
+    let err = format!(
+        "{:#}",
+        f.isos
+            .acquire(&sb, &f.kernel, &f.ramdisk)
+            .await
+            .expect_err("no signed loaders")
+    );
+    assert!(err.contains("lacks Debian's signed loaders"), "{err}");
+    assert!(f.objects().is_empty());
+    f.isos
+        .check_loaders(false)
+        .expect("the unsigned ISO can still be built");
+
+    let loaders = f.dir.path().join("boot-loaders");
+    let shim = [b"MZ shim".as_slice(), &[5u8; 2000]].concat();
+    let signed_grub = [b"MZ signed grub".as_slice(), &[6u8; 2500]].concat();
+    std::fs::write(loaders.join(SHIM_FILE_NAME), &shim).expect("shim");
+    std::fs::write(loaders.join(SIGNED_GRUB_NAME), b"not a PE image").expect("grub");
+    let err = format!(
+        "{:#}",
+        f.isos
+            .acquire(&sb, &f.kernel, &f.ramdisk)
+            .await
+            .expect_err("not PE")
+    );
+    assert!(err.contains("is not an EFI (PE) image"), "{err}");
+    std::fs::write(loaders.join(SIGNED_GRUB_NAME), &signed_grub).expect("grub");
+    f.isos.check_loaders(true).expect("complete");
+    let lease = f.acquire(&sb).await;
+    let unsigned = f.acquire(&key(&sb.cmdline)).await;
+    assert_ne!(lease.object, unsigned.object);
+
+    // The EFI image of the stored ISO holds shim and the signed GRUB, byte for byte.
+    let iso = f
+        .store
+        .root()
+        .join("vmdeploy")
+        .join(format!("{}.data", lease.object.object));
+    let out = f.dir.path().join("efi.img");
+    let run = Command::new("xorriso")
+        .args(["-osirrox", "on", "-indev"])
+        .arg(&iso)
+        .args(["-extract", "/BOOT/EFI.IMG"])
+        .arg(&out)
+        .output()
+        .expect("xorriso runs (apt-get install xorriso)");
+    assert!(run.status.success(), "{run:?}");
+    let mcopy = |path: &str| {
+        let o = Command::new("mcopy")
+            .arg("-i")
+            .arg(&out)
+            .arg(format!("::{path}"))
+            .arg("-")
+            .output()
+            .expect("mcopy runs (apt-get install mtools)");
+        assert!(o.status.success(), "mcopy {path}: {o:?}");
+        o.stdout
+    };
+    assert_eq!(mcopy("/EFI/BOOT/BOOTX64.EFI"), shim);
+    assert_eq!(mcopy("/EFI/BOOT/grubx64.efi"), signed_grub);
 }
