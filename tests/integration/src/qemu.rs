@@ -286,23 +286,7 @@ pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
 /// The arguments of a q35 machine with OVMF: the code read-only and a fresh copy of the variable
 /// store in `scratch`. Fails with the fix when OVMF is not installed.
 pub fn ovmf_q35_args(scratch: &Path) -> Vec<String> {
-    for f in [OVMF_CODE, OVMF_VARS] {
-        assert!(
-            Path::new(f).exists(),
-            "{f} is missing: apt-get install ovmf (scripts/setup does)"
-        );
-    }
-    let vars = scratch.join("OVMF_VARS_4M.fd");
-    std::fs::copy(OVMF_VARS, &vars)
-        .unwrap_or_else(|e| panic!("copying {OVMF_VARS} to {}: {e}", vars.display()));
-    vec![
-        "-machine".into(),
-        "q35".into(),
-        "-drive".into(),
-        format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"),
-        "-drive".into(),
-        format!("if=pflash,format=raw,unit=1,file={}", vars.display()),
-    ]
+    ovmf_args(scratch, OVMF_CODE, OVMF_VARS, &["-machine", "q35"])
 }
 
 /// OVMF built with Secure Boot (it needs SMM), Debian's `ovmf` package.
@@ -315,25 +299,40 @@ pub const OVMF_VARS_MS: &str = "/usr/share/OVMF/OVMF_VARS_4M.ms.fd";
 /// of the variable store in `scratch`, SMM on and the variable flash secure (the firmware runs
 /// only so, and the guest cannot write the key store around it).
 pub fn ovmf_secure_boot_q35_args(scratch: &Path) -> Vec<String> {
-    for f in [OVMF_CODE_SECURE_BOOT, OVMF_VARS_MS] {
+    ovmf_args(
+        scratch,
+        OVMF_CODE_SECURE_BOOT,
+        OVMF_VARS_MS,
+        &[
+            "-machine",
+            "q35,smm=on",
+            "-global",
+            "driver=cfi.pflash01,property=secure,value=on",
+        ],
+    )
+}
+
+/// `machine` arguments, then `code` read-only and a copy of the `vars` template in `scratch`
+/// as the two flash chips.
+fn ovmf_args(scratch: &Path, code: &str, vars: &str, machine: &[&str]) -> Vec<String> {
+    for f in [code, vars] {
         assert!(
             Path::new(f).exists(),
             "{f} is missing: apt-get install ovmf (scripts/setup does)"
         );
     }
-    let vars = scratch.join("OVMF_VARS_4M.ms.fd");
-    std::fs::copy(OVMF_VARS_MS, &vars)
-        .unwrap_or_else(|e| panic!("copying {OVMF_VARS_MS} to {}: {e}", vars.display()));
-    vec![
-        "-machine".into(),
-        "q35,smm=on".into(),
-        "-global".into(),
-        "driver=cfi.pflash01,property=secure,value=on".into(),
+    let name = Path::new(vars).file_name().unwrap_or_default();
+    let copy = scratch.join(name);
+    std::fs::copy(vars, &copy)
+        .unwrap_or_else(|e| panic!("copying {vars} to {}: {e}", copy.display()));
+    let mut args: Vec<String> = machine.iter().map(|a| (*a).to_owned()).collect();
+    args.extend([
         "-drive".into(),
-        format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE_SECURE_BOOT}"),
+        format!("if=pflash,format=raw,unit=0,readonly=on,file={code}"),
         "-drive".into(),
-        format!("if=pflash,format=raw,unit=1,file={}", vars.display()),
-    ]
+        format!("if=pflash,format=raw,unit=1,file={}", copy.display()),
+    ]);
+    args
 }
 
 /// Whether process `pid` still runs; a zombie (exited, not yet reaped by its parent) counts as
