@@ -44,12 +44,9 @@ const OS_BOOT_LIMIT: Duration = Duration::from_secs(240);
 /// API-only steps.
 const STEP_LIMIT: Duration = Duration::from_secs(120);
 
-fn mac_names(lab: &Lab) -> [String; 3] {
-    let mac = lab.emulator_state()["machine"]["mac"]
-        .as_str()
-        .expect("the emulator names the node's MAC")
-        .to_lowercase()
-        .replace(':', "-");
+/// The names each loader looks the node's configuration up by, for `mac` (`aa:bb:..`).
+fn mac_names(mac: &str) -> [String; 3] {
+    let mac = mac.replace(':', "-");
     [
         format!("grub.cfg-01-{mac}"),
         format!("pxelinux.cfg/01-{mac}"),
@@ -57,12 +54,20 @@ fn mac_names(lab: &Lab) -> [String; 3] {
     ]
 }
 
-/// The files our TFTP server says it sent in full (`tftp: transfer done ... file=NAME`), in
-/// order.
-fn tftp_sent(lab: &Lab) -> Vec<String> {
+/// Our TFTP server's log lines of the transfers it finished, in order.
+fn tftp_done_lines(lab: &Lab) -> Vec<String> {
     lab.conductor_log()
         .lines()
         .filter(|l| l.contains("tftp: transfer done"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The files our TFTP server says it sent in full (`tftp: transfer done ... file=NAME`), in
+/// order.
+fn tftp_sent(lab: &Lab) -> Vec<String> {
+    tftp_done_lines(lab)
+        .iter()
         .filter_map(|l| {
             l.split_whitespace()
                 .find_map(|w| w.strip_prefix("file="))
@@ -98,7 +103,8 @@ fn pxe_deploy(firmware: Firmware, loader: NetbootLoader, name: &str) {
     );
     let node = lab.enroll("e2e-pxe", "pxe_ilo", firmware);
     lab.set_partition_image(&node, &image);
-    let [grub, pxelinux, ipxe] = mac_names(&lab);
+    let mac = lab.node_mac();
+    let [grub, pxelinux, ipxe] = mac_names(&mac);
 
     // An iscsi_ilo node on this Standard-licence iLO is refused at validate, naming pxe_ilo.
     let other = lab.create_node("e2e-iscsi-standard", "iscsi_ilo", firmware);
@@ -201,7 +207,6 @@ fn pxe_deploy(firmware: Firmware, loader: NetbootLoader, name: &str) {
     );
     assert!(!script.contains("deployment_key"), "{script}");
 
-    let mac = lab.node_mac();
     let node_kernel = format!("{node}/kernel");
     let node_ramdisk = format!("{node}/ramdisk");
     let boot_files = net.boot_files_sent(&mac);
@@ -263,7 +268,7 @@ fn pxe_deploy(firmware: Firmware, loader: NetbootLoader, name: &str) {
     // plain PXE ROM: GRUB's network image over our TFTP. (The BIOS node would only repeat its
     // PXELINUX boot: it skips the reboot, one TCG boot less in the test command.)
     if loader == NetbootLoader::Ipxe {
-        lab.boot_through(NetbootLoader::PxeRom);
+        lab.boot_as_pxe_rom();
         lab.bm(&["node", "reboot", &node]);
         lab.wait_console(&marker, 2, OS_BOOT_LIMIT);
         assert_eq!(
@@ -280,11 +285,7 @@ fn pxe_deploy(firmware: Firmware, loader: NetbootLoader, name: &str) {
     }
 
     // What our TFTP server sent, for the log (a slow loader shows here first).
-    for line in lab
-        .conductor_log()
-        .lines()
-        .filter(|l| l.contains("tftp: transfer done"))
-    {
+    for line in tftp_done_lines(&lab) {
         let fields: Vec<&str> = line
             .split_whitespace()
             .filter(|w| {

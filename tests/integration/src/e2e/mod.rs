@@ -130,7 +130,7 @@ pub struct LabOptions {
     /// dnsmasq for DHCP) with its iPXE ROM, and the conductor serves the boot root there over
     /// TFTP (port 69) and HTTP, with the deploy ISO's kernel and initramfs as its default deploy
     /// kernel and ramdisk. The loader is the one the node boots with first
-    /// ([`Lab::boot_through`] changes it). `None`: virtual media on QEMU's user network.
+    /// ([`Lab::boot_as_pxe_rom`] changes it). `None`: virtual media on QEMU's user network.
     pub netboot: Option<NetbootLoader>,
     /// Which conductor serves the API: ours, or upstream Ironic 39 ([`ironic`]).
     pub peer: Peer,
@@ -389,7 +389,7 @@ impl Lab {
         let state = lab.emulator_state();
         if let Some(net) = &lab.net {
             if options.netboot == Some(NetbootLoader::PxeRom) {
-                net.boot_as_pxe_rom(&lab.node_mac());
+                net.boot_as_pxe_rom(&mac_in(&state));
             }
         }
         // On the provisioning network nothing is forwarded: the conductor reaches the node at
@@ -603,22 +603,16 @@ impl Lab {
 
     /// The node's MAC as the emulator reports it (`aa:bb:..`, lower case).
     pub fn node_mac(&self) -> String {
-        self.emulator_state()["machine"]["mac"]
-            .as_str()
-            .expect("the emulator names the node's MAC")
-            .to_lowercase()
+        mac_in(&self.emulator_state())
     }
 
-    /// From the next DHCP request on, the node boots through `loader` (`pxe_ilo` labs).
-    pub fn boot_through(&self, loader: NetbootLoader) {
-        let net = self
-            .net
+    /// From the next DHCP request on, the node boots as from a plain PXE ROM
+    /// ([`NetbootLoader::PxeRom`]; `pxe_ilo` labs).
+    pub fn boot_as_pxe_rom(&self) {
+        self.net
             .as_ref()
-            .expect("a pxe_ilo lab has a provisioning network");
-        match loader {
-            NetbootLoader::PxeRom => net.boot_as_pxe_rom(&self.node_mac()),
-            NetbootLoader::Ipxe => panic!("a node answered as a PXE ROM stays one in this lab"),
-        }
+            .expect("a pxe_ilo lab has a provisioning network")
+            .boot_as_pxe_rom(&self.node_mac());
     }
 
     /// The media server's URL of `path` as the node reaches it (through the guest forward).
@@ -700,11 +694,7 @@ impl Lab {
     /// Gives the enrolled node `uuid` a port with the emulated server's MAC (the agent looks its
     /// node up by the MACs of its NICs) and brings it to `available` (manage, provide).
     pub fn add_port_and_provide(&self, uuid: &str) {
-        let mac = self.emulator_state()["machine"]["mac"]
-            .as_str()
-            .expect("the emulator names the node's MAC")
-            .to_owned();
-        self.bm(&["port", "create", &mac, "--node", uuid]);
+        self.bm(&["port", "create", &self.node_mac(), "--node", uuid]);
         self.bm(&["node", "manage", uuid, "--wait", "180"]);
         self.bm(&["node", "provide", uuid, "--wait", "180"]);
         let state = self.show(uuid)["provision_state"].clone();
@@ -960,6 +950,14 @@ impl Drop for Lab {
         self.ironic.take();
         self.net.take();
     }
+}
+
+/// The node's MAC in the emulator's state (`machine.mac`), lower case.
+fn mac_in(state: &Value) -> String {
+    state["machine"]["mac"]
+        .as_str()
+        .expect("the emulator names the node's MAC")
+        .to_lowercase()
 }
 
 /// The body of `GET url` by curl with `extra` arguments; panics with curl's message on a

@@ -59,11 +59,7 @@ pub struct ProvisioningNet {
 
 /// `ip ARGS`, which must succeed.
 fn ip(args: &[&str]) {
-    let out = Command::new("ip")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("running ip: {e} (apt-get install iproute2)"));
+    let out = crate::tools::tool("ip", "iproute2", args);
     assert!(
         out.status.success(),
         "ip {}: {}",
@@ -158,20 +154,8 @@ impl ProvisioningNet {
     /// dnsmasq's files; `http_port` is the conductor's netboot HTTP port on
     /// [`ProvisioningNet::server_ip`].
     pub fn start(dir: &Path, http_port: u16) -> ProvisioningNet {
-        for (tool, package) in [("ip", "iproute2"), ("dnsmasq", "dnsmasq-base")] {
-            let found = Command::new("sh")
-                .args([
-                    "-c",
-                    &format!("command -v {tool} || test -x /usr/sbin/{tool}"),
-                ])
-                .stdout(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(
-                found,
-                "{tool} is missing: apt-get install {package} (scripts/setup does)"
-            );
-        }
+        // Missing, it fails here with the package to install, before anything is made.
+        crate::tools::tool("dnsmasq", "dnsmasq-base", &["--version"]);
         sweep_stale();
         let pid = std::process::id();
         let n = LABS.fetch_add(1, Ordering::SeqCst);

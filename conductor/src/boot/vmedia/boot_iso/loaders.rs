@@ -100,6 +100,12 @@ impl LoadersDir {
     /// command that writes them.
     pub fn check_secure_boot(&self) -> anyhow::Result<()> {
         self.check()?;
+        self.require_signed_files()
+    }
+
+    /// Ok when Debian's signed shim and CD GRUB are in the directory; the error names the
+    /// missing ones and the command that writes them.
+    fn require_signed_files(&self) -> anyhow::Result<()> {
         let missing: Vec<&str> = SECURE_BOOT_FILES
             .into_iter()
             .filter(|name| !self.dir.join(name).is_file())
@@ -122,7 +128,7 @@ impl LoadersDir {
     /// CD GRUB in place of ours and the signed shim in front of it.
     pub fn load_secure_boot(&self) -> anyhow::Result<BootLoaders> {
         let mut loaders = self.load()?;
-        self.check_secure_boot()?;
+        self.require_signed_files()?;
         let read = |name: &str| -> anyhow::Result<Vec<u8>> {
             let path = self.dir.join(name);
             let bytes =

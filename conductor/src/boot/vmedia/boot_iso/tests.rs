@@ -87,6 +87,16 @@ impl Fixture {
             == 0
     }
 
+    /// The whole error chain of an `acquire` of `key` that must fail (`why`).
+    async fn acquire_err(&self, key: &BootIsoKey, why: &str) -> String {
+        let err = self
+            .isos
+            .acquire(key, &self.kernel, &self.ramdisk)
+            .await
+            .expect_err(why);
+        format!("{err:#}")
+    }
+
     async fn acquire(&self, key: &BootIsoKey) -> BootIsoLease {
         self.isos
             .acquire(key, &self.kernel, &self.ramdisk)
@@ -510,13 +520,7 @@ async fn a_secure_boot_iso_takes_the_signed_loaders_or_says_what_is_missing() {
     ] {
         assert!(err.contains(needed), "{needed} not in: {err}");
     }
-    let err = format!(
-        "{:#}",
-        f.isos
-            .acquire(&sb, &f.kernel, &f.ramdisk)
-            .await
-            .expect_err("no signed loaders")
-    );
+    let err = f.acquire_err(&sb, "no signed loaders").await;
     assert!(err.contains("lacks Debian's signed loaders"), "{err}");
     assert!(f.objects().is_empty());
     f.isos
@@ -528,13 +532,7 @@ async fn a_secure_boot_iso_takes_the_signed_loaders_or_says_what_is_missing() {
     let signed_grub = [b"MZ signed grub".as_slice(), &[6u8; 2500]].concat();
     std::fs::write(loaders.join(SHIM_FILE_NAME), &shim).expect("shim");
     std::fs::write(loaders.join(SIGNED_GRUB_NAME), b"not a PE image").expect("grub");
-    let err = format!(
-        "{:#}",
-        f.isos
-            .acquire(&sb, &f.kernel, &f.ramdisk)
-            .await
-            .expect_err("not PE")
-    );
+    let err = f.acquire_err(&sb, "not PE").await;
     assert!(err.contains("is not an EFI (PE) image"), "{err}");
     std::fs::write(loaders.join(SIGNED_GRUB_NAME), &signed_grub).expect("grub");
     f.isos.check_loaders(true).expect("complete");
