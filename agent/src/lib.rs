@@ -8,6 +8,7 @@ pub mod api;
 pub mod deploy;
 pub mod disk;
 pub mod drivers;
+pub mod firmware;
 pub mod floppy;
 pub mod http;
 pub mod init;

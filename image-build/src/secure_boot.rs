@@ -21,6 +21,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context as _};
+use vmdeploy_shared::pe::certificate_table_len;
 
 /// shim, signed by Microsoft, relative to the root.
 pub const SHIM: &str = "usr/lib/shim/shimx64.efi.signed";
@@ -75,49 +76,6 @@ impl SignedLoaders {
     }
 }
 
-/// The size of a PE image's attribute certificate table (its Authenticode signatures), `Some(0)`
-/// for an unsigned image, `None` when `pe` is not a PE32 or PE32+ image. Never panics.
-pub fn certificate_table_len(pe: &[u8]) -> Option<u32> {
-    let u16_at = |at: usize| -> Option<u16> {
-        Some(u16::from_le_bytes(
-            pe.get(at..at.checked_add(2)?)?.try_into().ok()?,
-        ))
-    };
-    let u32_at = |at: usize| -> Option<u32> {
-        Some(u32::from_le_bytes(
-            pe.get(at..at.checked_add(4)?)?.try_into().ok()?,
-        ))
-    };
-    if pe.get(..2) != Some(b"MZ".as_slice()) {
-        return None;
-    }
-    let header = usize::try_from(u32_at(0x3c)?).ok()?;
-    if pe.get(header..header.checked_add(4)?) != Some(b"PE\0\0".as_slice()) {
-        return None;
-    }
-    // The optional header follows the 4-byte signature and the 20-byte COFF header; its data
-    // directories start at 96 (PE32) or 112 (PE32+), the certificate table is entry 4.
-    let optional = header.checked_add(24)?;
-    let directories = match u16_at(optional)? {
-        0x10b => optional.checked_add(96)?,
-        0x20b => optional.checked_add(112)?,
-        _ => return None,
-    };
-    let count = u32_at(directories.checked_sub(4)?)?;
-    if count <= 4 {
-        return Some(0);
-    }
-    let entry = directories.checked_add(4 * 8)?;
-    let (offset, len) = (u32_at(entry)?, u32_at(entry.checked_add(4)?)?);
-    let end = usize::try_from(offset)
-        .ok()?
-        .checked_add(usize::try_from(len).ok()?)?;
-    if offset == 0 || len == 0 || end > pe.len() {
-        return Some(0);
-    }
-    Some(len)
-}
-
 /// Refuses `bytes` (named `what`) unless it is a PE image carrying a signature.
 pub fn require_signed(what: &str, bytes: &[u8]) -> anyhow::Result<()> {
     match certificate_table_len(bytes) {
@@ -145,34 +103,10 @@ pub fn module_is_signed(module: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
-
-    /// A minimal PE32+ image: MZ, the header at 0x80, 16 data directories, the certificate
-    /// table at `cert` (offset, len).
-    fn pe(cert: (u32, u32), len: usize) -> Vec<u8> {
-        let mut d = vec![0u8; len];
-        d[..2].copy_from_slice(b"MZ");
-        d[0x3c..0x40].copy_from_slice(&0x80u32.to_le_bytes());
-        d[0x80..0x84].copy_from_slice(b"PE\0\0");
-        let optional = 0x80 + 24;
-        d[optional..optional + 2].copy_from_slice(&0x20bu16.to_le_bytes());
-        let dirs = optional + 112;
-        d[dirs - 4..dirs].copy_from_slice(&16u32.to_le_bytes());
-        d[dirs + 32..dirs + 36].copy_from_slice(&cert.0.to_le_bytes());
-        d[dirs + 36..dirs + 40].copy_from_slice(&cert.1.to_le_bytes());
-        d
-    }
+    use vmdeploy_shared::pe::test_support::pe;
 
     #[test]
-    fn signed_unsigned_and_not_pe() {
-        assert_eq!(
-            certificate_table_len(&pe((0x400, 0x100), 0x500)),
-            Some(0x100)
-        );
-        assert_eq!(certificate_table_len(&pe((0, 0), 0x500)), Some(0));
-        // A table that runs past the end is no signature.
-        assert_eq!(certificate_table_len(&pe((0x400, 0x200), 0x500)), Some(0));
-        assert_eq!(certificate_table_len(b"ELF"), None);
+    fn only_a_signed_pe_image_passes() {
         assert!(require_signed("k", &pe((0x400, 0x100), 0x500)).is_ok());
         let err = require_signed("the kernel", &pe((0, 0), 0x500)).expect_err("unsigned");
         assert!(
@@ -190,21 +124,19 @@ mod tests {
     }
 
     #[test]
+    fn the_agent_looks_for_the_loaders_where_we_put_them() {
+        // The test image's partition root carries them at these paths, and the agent's
+        // install_bootloader takes the first chain of SIGNED_CHAINS it finds.
+        let first = vmdeploy_shared::partition::local_boot::SIGNED_CHAINS[0];
+        assert_eq!(first.shim, format!("/{SHIM}"));
+        assert_eq!(first.grub, format!("/{GRUB_DISK}"));
+    }
+
+    #[test]
     fn a_missing_loader_names_the_packages() {
         let err = SignedLoaders::read(Path::new("/nonexistent")).expect_err("missing");
         let text = format!("{err:#}");
         assert!(text.contains("shim-signed grub-efi-amd64-signed"), "{text}");
         assert!(text.contains("scripts/setup"), "{text}");
-    }
-
-    proptest! {
-        #[test]
-        fn never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600), at in 0usize..600) {
-            let _ = certificate_table_len(&bytes);
-            let mut b = pe((at as u32, 0x10), 0x300);
-            let n = bytes.len().min(b.len());
-            b[..n.min(at)].copy_from_slice(&bytes[..n.min(at)]);
-            let _ = certificate_table_len(&b);
-        }
     }
 }

@@ -226,6 +226,7 @@ async fn run_async(cfg: AgentModeConfig) -> anyhow::Result<FinalAction> {
             installed,
             grub_efi: std::env::var_os("VMDEPLOY_GRUB_EFI")
                 .map_or_else(|| GRUB_EFI_INITRAMFS_PATH.into(), Into::into),
+            secure_boot: crate::firmware::SecureBoot::of_this_boot,
         },
         deploy: Deploy {
             standby: Arc::clone(&standby),

@@ -20,6 +20,15 @@
 //! `prepare_image` made, or else an ESP of the disk's table whose volume id matches.
 //! Without an ESP named (a whole-disk image), the image's own boot loader is left as it is.
 //!
+//! # Under UEFI Secure Boot
+//! When the firmware booted the deploy ramdisk with Secure Boot on (the agent reads it from the
+//! kernel's boot parameters, [`SecureBoot`]), our unsigned GRUB would be refused at the next
+//! boot, so the image's own signed chain goes into the ESP instead: its shim as
+//! `\EFI\BOOT\BOOTX64.EFI`, its signed GRUB beside it, and `grub.cfg` where that GRUB reads
+//! it. They are read from the written root file system at the paths the distribution installs
+//! them; an image without them fails the command with those paths named
+//! (`vmdeploy_shared::partition::local_boot`, "Under UEFI Secure Boot").
+//!
 //! # Limitations
 //! - BIOS local boot of a partition image is not supported (`target_boot_mode=bios` is an
 //!   error saying so); nor are PReP partitions or software RAID.
@@ -35,7 +44,9 @@ use vmdeploy_shared::partition::Role;
 
 use super::server::{CommandFuture, StartError};
 use super::standby::{require_disk, DiskChoice};
-use crate::install::{esp, InstalledState};
+use crate::firmware::SecureBoot;
+use crate::install::esp::EspBoot;
+use crate::install::{esp, signed_chain, InstalledState};
 
 /// Why `target_boot_mode=bios` fails.
 pub const BIOS_UNSUPPORTED: &str = "install_bootloader: target_boot_mode is bios (or not given): \
@@ -50,6 +61,8 @@ pub struct Image {
     pub installed: InstalledState,
     /// The GRUB EFI binary to install (the initramfs's; tests point elsewhere).
     pub grub_efi: PathBuf,
+    /// Whether the firmware runs Secure Boot ([`SecureBoot::of_this_boot`]; tests say).
+    pub secure_boot: fn() -> SecureBoot,
 }
 
 /// `install_bootloader`'s parameters.
@@ -120,6 +133,7 @@ impl Image {
         let disk = Arc::clone(&self.disk);
         let installed = Arc::clone(&self.installed);
         let grub_efi = self.grub_efi.clone();
+        let secure_boot = (self.secure_boot)() == SecureBoot::Enabled;
         Ok(Box::pin(async move {
             let Some(esp_uuid) = p.efi_system_part_uuid else {
                 // Ironic sends this for whole-disk images under UEFI: their own boot loader
@@ -138,14 +152,21 @@ impl Image {
             let path = require_disk(&disk)?;
             let (shown_esp, shown_root) = (esp_uuid.clone(), root_uuid.clone());
             let outcome = tokio::task::spawn_blocking(move || {
-                install_uefi(&path, &installed, &grub_efi, &esp_uuid, &root_uuid)
+                install_uefi(
+                    &path,
+                    &installed,
+                    &grub_efi,
+                    &esp_uuid,
+                    &root_uuid,
+                    secure_boot,
+                )
             })
             .await;
             match outcome {
-                Ok(Ok(())) => Ok(json!({
+                Ok(Ok(installed)) => Ok(json!({
                     "result": format!(
-                        "install_bootloader: GRUB installed at \\EFI\\BOOT\\BOOTX64.EFI of the \
-                         EFI system partition {shown_esp}, booting the root file system \
+                        "install_bootloader: {installed} installed at \\EFI\\BOOT\\BOOTX64.EFI \
+                         of the EFI system partition {shown_esp}, booting the root file system \
                          {shown_root}"
                     )
                 })),
@@ -162,35 +183,30 @@ impl Image {
     }
 }
 
-/// Finds the ESP named `esp_uuid` on `disk` and installs GRUB there for `root_uuid`.
+/// Finds the ESP named `esp_uuid` on `disk` and installs a boot loader there for `root_uuid`:
+/// our GRUB, or under Secure Boot the image's signed chain. Says which it installed.
 fn install_uefi(
     disk: &std::path::Path,
     installed: &InstalledState,
     grub_efi: &std::path::Path,
     esp_uuid: &str,
     root_uuid: &str,
-) -> anyhow::Result<()> {
-    let loader = std::fs::read(grub_efi).with_context(|| {
-        format!(
-            "reading the GRUB EFI binary {} (the deploy initramfs must carry it: build it with \
-             vmdeploy-image-build)",
-            grub_efi.display()
-        )
-    })?;
+    secure_boot: bool,
+) -> anyhow::Result<String> {
     let file = esp::open_buffered(disk)?;
-    let recorded = installed
+    let record = installed
         .lock()
         .ok()
         .and_then(|r| r.clone())
-        .filter(|r| r.disk == disk)
-        .and_then(|r| {
-            let efi = r.layout.partition(Role::Efi).copied()?;
-            let same = r
-                .esp_uuid
-                .as_deref()
-                .is_some_and(|u| u.eq_ignore_ascii_case(esp_uuid));
-            same.then_some((efi.offset, efi.len))
-        });
+        .filter(|r| r.disk == disk);
+    let recorded = record.as_ref().and_then(|r| {
+        let efi = r.layout.partition(Role::Efi).copied()?;
+        let same = r
+            .esp_uuid
+            .as_deref()
+            .is_some_and(|u| u.eq_ignore_ascii_case(esp_uuid));
+        same.then_some((efi.offset, efi.len))
+    });
     let (offset, len) = match recorded {
         Some(extent) => extent,
         None => {
@@ -210,11 +226,64 @@ fn install_uefi(
             }
         }
     };
-    esp::install_loader(&file, offset, len, &loader, root_uuid)?;
+    let (ours, chain);
+    let (boot, installed) = if secure_boot {
+        let (root_offset, root_len) = root_extent(disk, &file, record.as_ref(), root_uuid)?;
+        chain = signed_chain::read_from_root(&file, root_offset, root_len)?;
+        tracing::info!(
+            shim = chain.shim_path,
+            grub_prefix = chain.prefix.as_deref().unwrap_or("(none)"),
+            "UEFI Secure Boot is on: installing the image's own signed shim and GRUB"
+        );
+        (
+            EspBoot::Signed(&chain),
+            format!("the image's signed shim ({}) and GRUB", chain.shim_path),
+        )
+    } else {
+        ours = std::fs::read(grub_efi).with_context(|| {
+            format!(
+                "reading the GRUB EFI binary {} (the deploy initramfs must carry it: build it \
+                 with vmdeploy-image-build)",
+                grub_efi.display()
+            )
+        })?;
+        (EspBoot::Ours { grub: &ours }, "GRUB".to_owned())
+    };
+    esp::install_loader(&file, offset, len, &boot, root_uuid)?;
     file.sync_all()
         .with_context(|| format!("syncing {}", disk.display()))?;
-    tracing::info!(%esp_uuid, %root_uuid, offset, "GRUB installed in the EFI system partition");
-    Ok(())
+    tracing::info!(%esp_uuid, %root_uuid, offset, "{installed} installed in the EFI system partition");
+    Ok(installed)
+}
+
+/// The byte range of the root file system `root_uuid` on `disk`: the partition the last write
+/// laid out, or else the partition of the disk's table whose ext2/3/4 file system has that
+/// UUID (after a restart).
+fn root_extent(
+    disk: &std::path::Path,
+    file: &std::fs::File,
+    record: Option<&crate::install::PartitionRecord>,
+    root_uuid: &str,
+) -> anyhow::Result<(u64, u64)> {
+    if let Some(root) = record
+        .filter(|r| r.root_uuid.eq_ignore_ascii_case(root_uuid))
+        .and_then(|r| r.layout.partition(Role::Root))
+    {
+        return Ok((root.offset, root.len));
+    }
+    for (offset, len) in super::partitions::partition_extents(disk, false)? {
+        let Ok(fs) = vmdeploy_shared::ext4::Ext4Volume::open(file, offset, len) else {
+            continue;
+        };
+        if fs.uuid().eq_ignore_ascii_case(root_uuid) {
+            return Ok((offset, len));
+        }
+    }
+    bail!(
+        "no partition of {} holds the root file system {root_uuid} (ext2/3/4), where the \
+         image's signed boot chain would be",
+        disk.display()
+    )
 }
 
 #[cfg(test)]

@@ -120,6 +120,12 @@ fn read_gpt(disk: &Path) -> anyhow::Result<(String, Vec<Value>, Option<String>)>
 /// of the ESP type, or MBR entries of type 0xEF. `image.install_bootloader` looks for the ESP
 /// Ironic names among these when the agent did not lay the disk out itself (a restart).
 pub fn esp_extents(disk: &Path) -> anyhow::Result<Vec<(u64, u64)>> {
+    partition_extents(disk, true)
+}
+
+/// The byte ranges (offset, length) of every partition in `disk`'s table, or of its EFI system
+/// partitions only (`esp_only`).
+pub fn partition_extents(disk: &Path, esp_only: bool) -> anyhow::Result<Vec<(u64, u64)>> {
     let mut file = File::open(disk).with_context(|| format!("opening {}", disk.display()))?;
     let mut sector = [0u8; 512];
     file.read_exact(&mut sector)
@@ -142,7 +148,9 @@ pub fn esp_extents(disk: &Path) -> anyhow::Result<Vec<(u64, u64)>> {
                 .partitions()
                 .values()
                 .filter(|p| {
-                    p.is_used() && p.part_type_guid.guid.to_string().to_uppercase() == ESP_TYPE
+                    p.is_used()
+                        && (!esp_only
+                            || p.part_type_guid.guid.to_string().to_uppercase() == ESP_TYPE)
                 })
                 .map(|p| {
                     let sectors = p.last_lba.saturating_sub(p.first_lba) + 1;
@@ -162,7 +170,7 @@ pub fn esp_extents(disk: &Path) -> anyhow::Result<Vec<(u64, u64)>> {
         .with_context(|| format!("reading the MBR of {}", disk.display()))?;
     Ok(mbr
         .iter()
-        .filter(|(_, p)| p.is_used() && p.sys == 0xEF)
+        .filter(|(_, p)| p.is_used() && (!esp_only || p.sys == 0xEF))
         .map(|(_, p)| (u64::from(p.starting_lba) * 512, u64::from(p.sectors) * 512))
         .collect())
 }

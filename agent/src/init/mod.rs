@@ -109,6 +109,13 @@ pub fn setup_pid1_with(opts: &Pid1Options) -> anyhow::Result<Pid1Report> {
             report.warnings.push(format!("console: {e:#}"));
         }
     }
+    // Said once at start: whether a partition image's local boot needs its signed chain.
+    let secure_boot = crate::firmware::SecureBoot::read(
+        &opts
+            .root
+            .join(crate::firmware::BOOT_PARAMS.trim_start_matches('/')),
+    );
+    tracing::info!("UEFI Secure Boot: {secure_boot}");
     if let Some(list) = &opts.module_list {
         match std::fs::read_to_string(list) {
             Ok(text) => match modules::parse_module_list(&text) {

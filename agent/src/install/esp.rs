@@ -8,10 +8,11 @@ use std::path::Path;
 use anyhow::Context;
 use vmdeploy_shared::fs_id::{self, FsKind};
 use vmdeploy_shared::partition::local_boot::{
-    self, ESP_BOOT_DIR, ESP_GRUBENV_FILE, ESP_GRUB_CFG_FILE, ESP_LOADER_FILE,
+    self, ESP_BOOT_DIR, ESP_GRUBENV_FILE, ESP_GRUB_CFG_FILE, ESP_LOADER_FILE, ESP_SIGNED_GRUB_FILE,
 };
 use vmdeploy_shared::partition::EFI_LABEL;
 
+use super::signed_chain::SignedChain;
 use super::window::ByteWindow;
 
 /// The FAT volume label: Ironic's `efi-part`, space padded to 11 bytes.
@@ -64,18 +65,76 @@ pub fn uuid_of<F: Read + Seek>(mut dev: F, offset: u64) -> anyhow::Result<Option
         .and_then(|id| id.uuid))
 }
 
-/// Puts `loader` at `\EFI\BOOT\BOOTX64.EFI` of the FAT file system at `offset` (`len` bytes) of
-/// `dev`, with the environment block and the readable `grub.cfg` for `root_uuid`
-/// ([`local_boot`]). Files already there are replaced.
+/// The boot loader [`install_loader`] puts in the ESP.
+#[derive(Debug, Clone, Copy)]
+pub enum EspBoot<'a> {
+    /// Our GRUB (unsigned) as `\EFI\BOOT\BOOTX64.EFI`, reading `\EFI\BOOT\grubenv`.
+    Ours {
+        /// The GRUB EFI binary.
+        grub: &'a [u8],
+    },
+    /// The image's signed chain, for UEFI Secure Boot: shim as `\EFI\BOOT\BOOTX64.EFI`, the
+    /// signed GRUB beside it, the configuration where that GRUB reads it.
+    Signed(&'a SignedChain),
+}
+
+/// One file for the ESP: its directory (FAT path components), name and bytes.
+type EspFile<'a> = (Vec<&'a str>, &'a str, std::borrow::Cow<'a, [u8]>);
+
+/// The files of `boot` for `root_uuid` ([`local_boot`]).
+fn files<'a>(boot: &EspBoot<'a>, root_uuid: &str) -> anyhow::Result<Vec<EspFile<'a>>> {
+    let boot_dir = ESP_BOOT_DIR.to_vec();
+    let grub_cfg = local_boot::grub_cfg(root_uuid)?.into_bytes();
+    Ok(match boot {
+        EspBoot::Ours { grub } => vec![
+            (boot_dir.clone(), ESP_LOADER_FILE, (*grub).into()),
+            (
+                boot_dir.clone(),
+                ESP_GRUBENV_FILE,
+                local_boot::grubenv(root_uuid)?.into(),
+            ),
+            (boot_dir, ESP_GRUB_CFG_FILE, grub_cfg.into()),
+        ],
+        EspBoot::Signed(chain) => {
+            let mut files = vec![
+                (
+                    boot_dir.clone(),
+                    ESP_LOADER_FILE,
+                    chain.shim.as_slice().into(),
+                ),
+                (
+                    boot_dir.clone(),
+                    ESP_SIGNED_GRUB_FILE,
+                    chain.grub.as_slice().into(),
+                ),
+                (boot_dir.clone(), ESP_GRUB_CFG_FILE, grub_cfg.clone().into()),
+            ];
+            if let Some(prefix) = &chain.prefix {
+                let dir: Vec<&str> = prefix.split('/').filter(|c| !c.is_empty()).collect();
+                let same = dir.len() == boot_dir.len()
+                    && dir
+                        .iter()
+                        .zip(&boot_dir)
+                        .all(|(a, b)| a.eq_ignore_ascii_case(b));
+                if !same {
+                    files.push((dir, ESP_GRUB_CFG_FILE, grub_cfg.into()));
+                }
+            }
+            files
+        }
+    })
+}
+
+/// Puts `boot`'s files in the FAT file system at `offset` (`len` bytes) of `dev`, configured to
+/// boot the root file system `root_uuid` ([`local_boot`]). Files already there are replaced.
 pub fn install_loader<F: Read + Write + Seek>(
     dev: F,
     offset: u64,
     len: u64,
-    loader: &[u8],
+    boot: &EspBoot<'_>,
     root_uuid: &str,
 ) -> anyhow::Result<()> {
-    let grubenv = local_boot::grubenv(root_uuid)?;
-    let grub_cfg = local_boot::grub_cfg(root_uuid)?;
+    let files = files(boot, root_uuid)?;
     let mut window = ByteWindow::new(dev, offset, len);
     {
         let fs = fatfs::FileSystem::new(
@@ -83,31 +142,22 @@ pub fn install_loader<F: Read + Write + Seek>(
             fatfs::FsOptions::new().update_accessed_date(false),
         )
         .context("opening the EFI system partition's FAT file system")?;
-        let mut dir = fs.root_dir();
-        for name in ESP_BOOT_DIR {
-            dir = dir
-                .create_dir(name)
-                .with_context(|| format!("creating the directory {name} in the ESP"))?;
-        }
-        for (name, bytes) in [
-            (ESP_LOADER_FILE, loader),
-            (ESP_GRUBENV_FILE, grubenv.as_slice()),
-            (ESP_GRUB_CFG_FILE, grub_cfg.as_bytes()),
-        ] {
+        for (dir_path, name, bytes) in &files {
+            let shown = format!("\\{}\\{name}", dir_path.join("\\"));
+            let mut dir = fs.root_dir();
+            for component in dir_path {
+                dir = dir
+                    .create_dir(component)
+                    .with_context(|| format!("creating the directory {component} of {shown}"))?;
+            }
             let mut file = dir
                 .create_file(name)
-                .with_context(|| format!("creating \\EFI\\BOOT\\{name}"))?;
+                .with_context(|| format!("creating {shown}"))?;
             file.truncate()
                 .and_then(|()| file.write_all(bytes))
                 .and_then(|()| file.flush())
-                .with_context(|| {
-                    format!(
-                        "writing \\EFI\\BOOT\\{name} ({} bytes) into the ESP",
-                        bytes.len()
-                    )
-                })?;
+                .with_context(|| format!("writing {shown} ({} bytes) into the ESP", bytes.len()))?;
         }
-        drop(dir);
         fs.unmount().context("closing the ESP's file system")?;
     }
     window.flush().context("flushing the ESP")?;
@@ -131,9 +181,10 @@ mod tests {
             .iter()
             .all(|&b| b == 0x5A));
 
-        install_loader(&mut disk, MIB, 32 * MIB, b"MZ loader", "ab-12").expect("install");
+        let ours = |grub: &'static [u8]| EspBoot::Ours { grub };
+        install_loader(&mut disk, MIB, 32 * MIB, &ours(b"MZ loader"), "ab-12").expect("install");
         // Twice: the files are replaced, not duplicated.
-        install_loader(&mut disk, MIB, 32 * MIB, b"MZ grub", "7e57-0001").expect("again");
+        install_loader(&mut disk, MIB, 32 * MIB, &ours(b"MZ grub"), "7e57-0001").expect("again");
         let mut window = ByteWindow::new(&mut disk, MIB, 32 * MIB);
         let fs = fatfs::FileSystem::new(&mut window, fatfs::FsOptions::new()).expect("FAT");
         let read = |path: &str| {
@@ -155,11 +206,54 @@ mod tests {
     }
 
     #[test]
+    fn a_signed_chain_puts_shim_first_and_the_config_where_its_grub_reads() {
+        let mut disk = Cursor::new(vec![0u8; 40 << 20]);
+        format(&mut disk, MIB, 32 * MIB, 9).expect("format");
+        let chain = SignedChain {
+            shim: b"MZ shim".to_vec(),
+            grub: b"MZ signed grub".to_vec(),
+            prefix: Some("/EFI/debian".into()),
+            shim_path: "/usr/lib/shim/shimx64.efi.signed",
+        };
+        install_loader(
+            &mut disk,
+            MIB,
+            32 * MIB,
+            &EspBoot::Signed(&chain),
+            "7e57-0002",
+        )
+        .expect("install");
+        let mut window = ByteWindow::new(&mut disk, MIB, 32 * MIB);
+        let fs = fatfs::FileSystem::new(&mut window, fatfs::FsOptions::new()).expect("FAT");
+        let read = |path: &str| {
+            let mut out = Vec::new();
+            fs.root_dir()
+                .open_file(path)
+                .expect(path)
+                .read_to_end(&mut out)
+                .expect(path);
+            out
+        };
+        assert_eq!(read("EFI/BOOT/BOOTX64.EFI"), b"MZ shim");
+        assert_eq!(read("EFI/BOOT/grubx64.efi"), b"MZ signed grub");
+        let cfg = read("EFI/debian/grub.cfg");
+        assert_eq!(cfg, read("EFI/BOOT/grub.cfg"));
+        assert!(String::from_utf8_lossy(&cfg).contains("root=UUID=7e57-0002 "));
+    }
+
+    #[test]
     fn a_bad_root_uuid_writes_nothing() {
         let mut disk = Cursor::new(vec![0u8; 40 << 20]);
         format(&mut disk, MIB, 32 * MIB, 7).expect("format");
         let before = disk.get_ref().clone();
-        let err = install_loader(&mut disk, MIB, 32 * MIB, b"MZ", "x\nboot").expect_err("bad");
+        let err = install_loader(
+            &mut disk,
+            MIB,
+            32 * MIB,
+            &EspBoot::Ours { grub: b"MZ" },
+            "x\nboot",
+        )
+        .expect_err("bad");
         assert!(err.to_string().contains("root_uuid"), "{err}");
         assert!(disk.get_ref() == &before);
         assert_eq!(

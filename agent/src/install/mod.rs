@@ -7,7 +7,9 @@
 //! - [`job`]: `image_info` → the shared [`PartitionJob`](vmdeploy_shared::partition::PartitionJob);
 //! - [`write`]: the write itself, in an order that never leaves a table over an unverified image;
 //! - [`esp`]: the EFI system partition, formatted and filled with `fatfs` (no mkfs in the
-//!   ramdisk), through [`window::ByteWindow`].
+//!   ramdisk), through [`window::ByteWindow`];
+//! - [`signed_chain`]: under UEFI Secure Boot, the image's own signed shim and GRUB, read from
+//!   the root file system written.
 //!
 //! # Limitations
 //! - No ephemeral partition (`ephemeral_mb > 0` is refused: making its file system needs an
@@ -19,6 +21,7 @@
 
 pub mod esp;
 pub mod job;
+pub mod signed_chain;
 pub mod window;
 pub mod write;
 

@@ -10,7 +10,9 @@
 //!                                              /etc/vmdeploy-test-os
 //! disk.qcow2     the same disk as qcow2 (qemu-img convert)
 //! root.img       a partition image: ext4 (its own UUID) with /boot/vmlinuz, /boot/initrd.img
-//!                (the same kernel and ramdisk as the disk's root) and /etc/vmdeploy-test-os:
+//!                (the same kernel and ramdisk as the disk's root) and /etc/vmdeploy-test-os
+//!                (with a Secure Boot chain, also Debian's signed shim and GRUB at the paths
+//!                the shim-signed and grub-efi-amd64-signed packages install them):
 //!                boots locally once the agent's image.install_bootloader put GRUB in an ESP
 //!                (vmdeploy_shared::partition::local_boot), or by the kernel and ramdisk below
 //! kernel         the Debian kernel of the deploy ISO (same .deb)
@@ -64,7 +66,7 @@ pub const PART_ROOT_UUID: &str = "7e57da7a-0000-4000-8000-000000000001";
 const PART_IMAGE_BYTES: u64 = disk::ROOT_BYTES;
 
 /// Bumped whenever what a build writes changes for the same inputs: part of the stamp.
-const RECIPE: &str = "test-image 3";
+const RECIPE: &str = "test-image 4";
 
 /// The manifest and the other files, relative to DIR.
 pub const MANIFEST: &str = "manifest.json";
@@ -218,6 +220,7 @@ pub fn run(args: TestImageArgs) -> anyhow::Result<()> {
     }
 
     let kernel_pkg = KernelPackage::unpack(&deb)?;
+    let marker_line = format!("{MARKER_TEXT}\n");
     let scratch = tempfile::Builder::new()
         .prefix("vmdeploy-test-image-")
         .tempdir()
@@ -267,20 +270,25 @@ pub fn run(args: TestImageArgs) -> anyhow::Result<()> {
     )
     .context("making the disk's root file system")?;
 
-    // The partition image.
+    // The partition image; with a Secure Boot chain, shim and the signed GRUB where Debian's
+    // packages install them, for the agent's install_bootloader to take under Secure Boot.
     let part_tree = scratch.join("part-root");
-    ext4::stage(
-        &part_tree,
-        &[
-            ("boot/vmlinuz", ext4::Source::File(&kernel_pkg.vmlinuz)),
-            ("boot/initrd.img", ext4::Source::Bytes(&ramdisk.bytes)),
-            (
-                "etc/vmdeploy-test-os",
-                ext4::Source::Bytes(format!("{MARKER_TEXT}\n").as_bytes()),
-            ),
-        ],
-        epoch,
-    )?;
+    let mut part_files = vec![
+        ("boot/vmlinuz", ext4::Source::File(&kernel_pkg.vmlinuz)),
+        ("boot/initrd.img", ext4::Source::Bytes(&ramdisk.bytes)),
+        (
+            "etc/vmdeploy-test-os",
+            ext4::Source::Bytes(marker_line.as_bytes()),
+        ),
+    ];
+    if let Some(signed) = &signed {
+        part_files.push((crate::secure_boot::SHIM, ext4::Source::Bytes(&signed.shim)));
+        part_files.push((
+            crate::secure_boot::GRUB_DISK,
+            ext4::Source::Bytes(&signed.grub_disk),
+        ));
+    }
+    ext4::stage(&part_tree, &part_files, epoch)?;
     let part_path = args.out.join(PART_IMAGE);
     ext4::make(
         &part_path,

@@ -17,6 +17,20 @@
 //! The instance boots `/boot/vmlinuz` with `/boot/initrd.img` from the root file system, with
 //! `root=UUID=<root uuid> console=ttyS0,115200`.
 //!
+//! # Under UEFI Secure Boot
+//! Our GRUB is unsigned, and the firmware would refuse it. When the firmware booted the deploy
+//! ramdisk with Secure Boot on, the agent installs the partition image's own signed chain
+//! instead, as IPA runs the image's own `grub-install`: the distribution's shim (signed by
+//! Microsoft, so the firmware runs it) and its signed GRUB (signed with the key shim carries,
+//! which also signed the image's kernel), read from the root file system just written at the
+//! paths the distribution's packages install them ([`SIGNED_CHAINS`]). Shim goes to
+//! `\EFI\BOOT\BOOTX64.EFI` and loads [`ESP_SIGNED_GRUB_FILE`] from its own directory. A
+//! signed GRUB cannot carry our configuration (its signature covers what is embedded), so
+//! [`grub_cfg`] goes where that GRUB looks: its built-in prefix ([`grub_prefix`], e.g.
+//! `/EFI/debian`), and `\EFI\BOOT\grub.cfg`, which Debian's and Ubuntu's GRUB read when the
+//! prefix directory is missing. An image without a signed chain is refused with the paths
+//! looked for.
+//!
 //! # Limitations
 //! - The root file system must be ext2/3/4 (the only file system module in the binary) and hold
 //!   `/boot/vmlinuz` and `/boot/initrd.img` (Debian and Ubuntu keep these links); the image's own
@@ -67,6 +81,110 @@ pub const ESP_LOADER_FILE: &str = "BOOTX64.EFI";
 pub const ESP_GRUBENV_FILE: &str = "grubenv";
 /// The readable configuration's file name in [`ESP_BOOT_DIR`].
 pub const ESP_GRUB_CFG_FILE: &str = "grub.cfg";
+
+/// Shim's and the signed GRUB's paths in a root file system, as each distribution's packages
+/// install them: Debian and Ubuntu (`shim-signed`, `grub-efi-amd64-signed`), then the Red Hat
+/// family (`shim-x64`, `grub2-efi-x64`, in `/boot/efi/EFI/<vendor>`). Tried in order; the
+/// first pair whose shim is present is taken.
+pub const SIGNED_CHAINS: &[SignedChainPaths] = &[
+    SignedChainPaths {
+        shim: "/usr/lib/shim/shimx64.efi.signed",
+        grub: "/usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed",
+    },
+    SignedChainPaths {
+        shim: "/usr/lib/shim/shimx64.efi.signed.latest",
+        grub: "/usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed",
+    },
+    SignedChainPaths {
+        shim: "/boot/efi/EFI/redhat/shimx64.efi",
+        grub: "/boot/efi/EFI/redhat/grubx64.efi",
+    },
+    SignedChainPaths {
+        shim: "/boot/efi/EFI/centos/shimx64.efi",
+        grub: "/boot/efi/EFI/centos/grubx64.efi",
+    },
+    SignedChainPaths {
+        shim: "/boot/efi/EFI/rocky/shimx64.efi",
+        grub: "/boot/efi/EFI/rocky/grubx64.efi",
+    },
+    SignedChainPaths {
+        shim: "/boot/efi/EFI/almalinux/shimx64.efi",
+        grub: "/boot/efi/EFI/almalinux/grubx64.efi",
+    },
+    SignedChainPaths {
+        shim: "/boot/efi/EFI/fedora/shimx64.efi",
+        grub: "/boot/efi/EFI/fedora/grubx64.efi",
+    },
+];
+
+/// Where one distribution installs its signed boot chain ([`SIGNED_CHAINS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignedChainPaths {
+    /// Shim, signed by Microsoft's UEFI CA.
+    pub shim: &'static str,
+    /// GRUB, signed with the distribution's key that shim carries.
+    pub grub: &'static str,
+}
+
+/// The signed GRUB's name beside shim in the ESP: shim loads `grubx64.efi` from its own
+/// directory.
+pub const ESP_SIGNED_GRUB_FILE: &str = "grubx64.efi";
+
+/// The largest shim or GRUB read from an image (each is a few MB).
+pub const MAX_SIGNED_LOADER_BYTES: u64 = 32 << 20;
+
+/// GRUB's module objects of type prefix (`OBJ_TYPE_PREFIX` in GRUB's kernel.h).
+const GRUB_OBJECT_PREFIX: u32 = 3;
+/// The magic of the module info at the start of GRUB's `mods` section (`mimg`).
+const GRUB_MODULE_MAGIC: u32 = 0x676d_696d;
+
+/// The directory a GRUB EFI image reads its configuration from when it starts (its prefix,
+/// `grub-mkimage -p`), as a path on the partition it was loaded from: `/EFI/debian` for
+/// Debian's signed GRUB. `None` when `grub` holds no prefix, or one that names another device
+/// or is not a plain path.
+///
+/// GRUB keeps it in its `mods` PE section: a module info header (magic `mimg`, 4 bytes of
+/// padding, the offset and the size of the objects, u64 each), then objects of a type (u32) and
+/// a size (u32, header included); the prefix object holds a NUL-terminated string.
+pub fn grub_prefix(grub: &[u8]) -> Option<String> {
+    let mods = crate::pe::section(grub, "mods")?;
+    let u32_at = |at: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(
+            mods.get(at..at.checked_add(4)?)?.try_into().ok()?,
+        ))
+    };
+    let u64_at = |at: usize| -> Option<usize> {
+        usize::try_from(u64::from_le_bytes(
+            mods.get(at..at.checked_add(8)?)?.try_into().ok()?,
+        ))
+        .ok()
+    };
+    if u32_at(0)? != GRUB_MODULE_MAGIC {
+        return None;
+    }
+    let end = u64_at(16)?.min(mods.len());
+    let mut at = u64_at(8)?;
+    while at.checked_add(8)? <= end {
+        let (kind, size) = (u32_at(at)?, usize::try_from(u32_at(at + 4)?).ok()?);
+        if size < 8 {
+            return None;
+        }
+        if kind == GRUB_OBJECT_PREFIX {
+            let body = mods.get(at + 8..at.checked_add(size)?.min(end))?;
+            let text = body.split(|&b| b == 0).next()?;
+            let path = std::str::from_utf8(text).ok()?;
+            let plain = path.starts_with('/')
+                && path.len() <= 128
+                && path
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"/_-.".contains(&b))
+                && !path.split('/').any(|c| c == "..");
+            return plain.then(|| path.trim_end_matches('/').to_owned());
+        }
+        at = at.checked_add(size)?;
+    }
+    None
+}
 
 /// A GRUB environment block is exactly this long (grub-editenv's `DEFAULT_ENVBLK_SIZE`).
 pub const GRUBENV_LEN: usize = 1024;
@@ -151,11 +269,67 @@ mod tests {
         assert!(cfg.ends_with("boot\n"));
     }
 
+    /// A GRUB image's `mods` section: the module info and `objects` (type, payload).
+    fn grub_with(objects: &[(u32, &[u8])]) -> Vec<u8> {
+        let mut body = Vec::new();
+        for (kind, payload) in objects {
+            let size = 8 + payload.len().next_multiple_of(8);
+            body.extend_from_slice(&kind.to_le_bytes());
+            body.extend_from_slice(&u32::try_from(size).expect("small").to_le_bytes());
+            body.extend_from_slice(payload);
+            body.resize(body.len() + size - 8 - payload.len(), 0);
+        }
+        let mut mods = b"mimg\0\0\0\0".to_vec();
+        mods.extend_from_slice(&24u64.to_le_bytes());
+        mods.extend_from_slice(&(24 + body.len() as u64).to_le_bytes());
+        mods.extend_from_slice(&body);
+        crate::pe::test_support::with_section("mods", &mods)
+    }
+
+    #[test]
+    fn the_prefix_is_read_from_grubs_module_objects() {
+        let grub = grub_with(&[
+            (0, b"\x7fELF module"),
+            (2, b"normal\n"),
+            (3, b"/EFI/debian\0"),
+        ]);
+        assert_eq!(grub_prefix(&grub).as_deref(), Some("/EFI/debian"));
+        assert_eq!(grub_prefix(&grub_with(&[(0, b"x")])), None);
+        // Another device, or something that is no plain path, is not a place in the ESP.
+        for odd in [
+            &b"(hd0,gpt2)/boot/grub\0"[..],
+            b"/EFI/../x\0",
+            b"/EFI/a b\0",
+            b"\xff\0",
+        ] {
+            assert_eq!(grub_prefix(&grub_with(&[(3, odd)])), None, "{odd:?}");
+        }
+        assert_eq!(grub_prefix(b"MZ"), None);
+    }
+
     #[test]
     fn a_uuid_that_could_inject_commands_is_refused() {
         for bad in ["", "x\nboot", "a b", "$(x)", "u;reboot", &"a".repeat(65)] {
             assert!(grubenv(bad).is_err(), "{bad:?}");
             assert!(grub_cfg(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_grub_prefix_is_never_a_panic(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400),
+            at in 0usize..400,
+        ) {
+            let mut grub = grub_with(&[(3, b"/EFI/debian\0")]);
+            let start = grub.len() - 48;
+            for (i, b) in bytes.iter().enumerate().skip(at % 48).take(48) {
+                if let Some(slot) = grub.get_mut(start + i % 48) {
+                    *slot = *b;
+                }
+            }
+            let _ = grub_prefix(&grub);
+            let _ = grub_prefix(&bytes);
         }
     }
 

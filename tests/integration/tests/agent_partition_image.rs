@@ -3,11 +3,14 @@
 //!
 //! - Without QEMU: the conductor (from `instance_info`) and the agent (from Ironic 39's
 //!   `image_info`) build the same job and plan the same layout from equivalent inputs.
-//! - With QEMU (TCG, OVMF, under the `test-image-qemu` lock): the agent writes the test OS's
-//!   `root.img` to a disk file with UEFI local boot (`standby.prepare_image`'s writer), then
-//!   `image.install_bootloader` puts the local-boot GRUB (built here with grub-mkimage from the
-//!   shared recipe, as image-build builds it for the initramfs) into the ESP; the disk boots to
-//!   the test OS's marker with the partition image's root UUID.
+//! - With QEMU (TCG, OVMF with Secure Boot on and Microsoft's keys enrolled, under the
+//!   `test-image-qemu` lock): the agent writes the test OS's `root.img` to a disk file with UEFI
+//!   local boot (`standby.prepare_image`'s writer), then `image.install_bootloader`, told that
+//!   the firmware runs Secure Boot, puts the image's own signed chain (Debian's shim and signed
+//!   GRUB, read from the written ext4 root) into the ESP; the disk boots to the test OS's
+//!   marker with the partition image's root UUID, its kernel locked down as Debian's is only
+//!   under Secure Boot. Our unsigned local-boot GRUB (Secure Boot off) boots in
+//!   `e2e_ironic`'s partition deploy; `install_bootloader`'s unit tests check both choices.
 
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
@@ -18,6 +21,7 @@ use std::time::Duration;
 use serde_json::json;
 use vmdeploy_agent::api::image::Image;
 use vmdeploy_agent::disk::Disk;
+use vmdeploy_agent::firmware::SecureBoot;
 use vmdeploy_agent::install::job::job_from_image_info;
 use vmdeploy_agent::install::write::write_partition_image;
 use vmdeploy_agent::stream::progress::Progress;
@@ -106,7 +110,7 @@ fn an_agent_written_partition_image_boots_locally_under_ovmf() {
         .tempdir_in("/var/tmp")
         .expect("scratch dir");
     // OVMF is checked (and its variables copied) before the long part.
-    let ovmf = qemu::ovmf_q35_args(dir.path());
+    let ovmf = qemu::ovmf_secure_boot_q35_args(dir.path());
     let disk_path = dir.path().join("disk.img");
     std::fs::File::create(&disk_path)
         .and_then(|f| f.set_len(512 * MIB))
@@ -138,11 +142,13 @@ fn an_agent_written_partition_image_boots_locally_under_ovmf() {
         .expect("an ESP")
         .to_owned();
 
-    // image.install_bootloader with Ironic's parameters.
+    // image.install_bootloader with Ironic's parameters, under Secure Boot. Our GRUB is there
+    // too, and must not be what goes in.
     let image = Image {
         disk: Arc::new(Ok(disk_path.clone())),
         installed: Arc::new(Mutex::new(Some(record))),
         grub_efi: local_boot_grub(dir.path()),
+        secure_boot: || SecureBoot::Enabled,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -159,10 +165,19 @@ fn an_agent_written_partition_image_boots_locally_under_ovmf() {
         .block_on(fut)
         .unwrap_or_else(|e| panic!("install_bootloader failed: {}", e.message));
     assert!(
-        out["result"]
-            .as_str()
-            .is_some_and(|r| r.contains("BOOTX64.EFI")),
+        out["result"].as_str().is_some_and(|r| r.contains(
+            "the image's signed shim (/usr/lib/shim/shimx64.efi.signed) and GRUB installed at \\EFI\\BOOT\\BOOTX64.EFI"
+        )),
         "{out}"
+    );
+    // Debian's signed GRUB reads its configuration from its built-in prefix, which the agent
+    // read from the binary: check it against the real file.
+    let signed = vmdeploy_integration_tests::deploy_iso::signed_loaders();
+    let grub = std::fs::read(signed.join("usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed"))
+        .expect("Debian's signed GRUB (bash scripts/setup)");
+    assert_eq!(
+        local_boot::grub_prefix(&grub).as_deref(),
+        Some("/EFI/debian")
     );
 
     let _one = ResourceLock::acquire("test-image-qemu");
@@ -190,6 +205,12 @@ fn an_agent_written_partition_image_boots_locally_under_ovmf() {
         img.marker(&img.part_root_uuid),
         "serial log:\n{}",
         qemu.console_text()
+    );
+    let console = qemu.console_text();
+    assert!(
+        console.contains("VMDEPLOY-TEST-OS lockdown: none [integrity]"),
+        "the test OS's kernel is not locked down: it did not boot under Secure Boot; serial \
+         log:\n{console}"
     );
     qemu.kill();
 }

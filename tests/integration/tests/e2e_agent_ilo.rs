@@ -221,6 +221,11 @@ fn assert_booted_under_secure_boot(lab: &Lab, shown: &Value, machine: &Value) {
         lab.console_count("secureboot: Secure boot enabled") >= 1,
         "the deploy ramdisk's kernel did not report Secure Boot on"
     );
+    // The agent reads the same state (image.install_bootloader acts on it).
+    assert!(
+        lab.console_count("UEFI Secure Boot: enabled") >= 1,
+        "the agent did not see Secure Boot on"
+    );
     assert!(
         lab.console_count("VMDEPLOY-TEST-OS lockdown: none [integrity]") >= 1,
         "the test OS's kernel is not locked down: it did not boot under Secure Boot"
