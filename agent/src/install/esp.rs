@@ -171,6 +171,19 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
 
+    /// The file at `path` of the FAT file system at 1 MiB (32 MiB long) of `disk`.
+    fn read_esp_file(disk: &mut Cursor<Vec<u8>>, path: &str) -> Vec<u8> {
+        let mut window = ByteWindow::new(disk, MIB, 32 * MIB);
+        let fs = fatfs::FileSystem::new(&mut window, fatfs::FsOptions::new()).expect("FAT");
+        let mut out = Vec::new();
+        fs.root_dir()
+            .open_file(path)
+            .expect(path)
+            .read_to_end(&mut out)
+            .expect(path);
+        out
+    }
+
     #[test]
     fn a_formatted_window_is_fat_with_the_volume_id_and_holds_the_loader() {
         let mut disk = Cursor::new(vec![0x5Au8; 40 << 20]);
@@ -185,17 +198,7 @@ mod tests {
         install_loader(&mut disk, MIB, 32 * MIB, &ours(b"MZ loader"), "ab-12").expect("install");
         // Twice: the files are replaced, not duplicated.
         install_loader(&mut disk, MIB, 32 * MIB, &ours(b"MZ grub"), "7e57-0001").expect("again");
-        let mut window = ByteWindow::new(&mut disk, MIB, 32 * MIB);
-        let fs = fatfs::FileSystem::new(&mut window, fatfs::FsOptions::new()).expect("FAT");
-        let read = |path: &str| {
-            let mut out = Vec::new();
-            fs.root_dir()
-                .open_file(path)
-                .expect(path)
-                .read_to_end(&mut out)
-                .expect(path);
-            out
-        };
+        let mut read = |path: &str| read_esp_file(&mut disk, path);
         assert_eq!(read("EFI/BOOT/BOOTX64.EFI"), b"MZ grub");
         let env = read("EFI/BOOT/grubenv");
         assert_eq!(env.len(), 1024);
@@ -223,17 +226,7 @@ mod tests {
             "7e57-0002",
         )
         .expect("install");
-        let mut window = ByteWindow::new(&mut disk, MIB, 32 * MIB);
-        let fs = fatfs::FileSystem::new(&mut window, fatfs::FsOptions::new()).expect("FAT");
-        let read = |path: &str| {
-            let mut out = Vec::new();
-            fs.root_dir()
-                .open_file(path)
-                .expect(path)
-                .read_to_end(&mut out)
-                .expect(path);
-            out
-        };
+        let mut read = |path: &str| read_esp_file(&mut disk, path);
         assert_eq!(read("EFI/BOOT/BOOTX64.EFI"), b"MZ shim");
         assert_eq!(read("EFI/BOOT/grubx64.efi"), b"MZ signed grub");
         let cfg = read("EFI/debian/grub.cfg");
