@@ -57,6 +57,8 @@ fn extensions() -> &'static Extensions {
                 disk: Arc::clone(&disk),
                 installed: Default::default(),
                 grub_efi: PathBuf::from("/nonexistent/grubx64.efi"),
+                // Not this machine's boot parameters: the same for every run.
+                secure_boot: || vmdeploy_agent::firmware::SecureBoot::Disabled,
             },
             standby,
         }
