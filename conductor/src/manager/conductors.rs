@@ -48,7 +48,8 @@ pub(crate) async fn run(core: Arc<Core>, mut shutdown: tokio::sync::watch::Recei
     loop {
         tokio::select! {
             _ = ticker.tick() => {
-                reach.record(heartbeat(&core).await);
+                let written = heartbeat(&core).await;
+                reach.record(written, std::time::Instant::now(), 2 * core.config.heartbeat_interval);
                 refresh(&core, &mut pending, reach.since).await;
             }
             changed = shutdown.changed() => {
@@ -69,21 +70,39 @@ pub(crate) async fn run(core: Arc<Core>, mut shutdown: tokio::sync::watch::Recei
 
 /// Whether this conductor's heartbeats reach the database, and since when they do again after
 /// they did not (`ClusterView::from_records` ages the others' heartbeats from then).
+///
+/// A heartbeat that failed is an outage; so is a gap between two written heartbeats longer
+/// than the caller's limit: a heartbeat can wait out a whole outage (on a pooled connection
+/// or a connect) and then succeed without ever failing, and the others' heartbeats were held
+/// up as long.
 #[derive(Debug, Default)]
 struct Reach {
     failing: bool,
     since: Option<time::OffsetDateTime>,
+    last_written: Option<std::time::Instant>,
 }
 
 impl Reach {
-    fn record(&mut self, written: bool) {
+    /// Records a heartbeat that ended at `now`; `gap` is the longest time between two written
+    /// heartbeats that is not an outage.
+    fn record(&mut self, written: bool, now: std::time::Instant, gap: std::time::Duration) {
         if !written {
             self.failing = true;
-        } else if self.failing {
-            self.failing = false;
-            self.since = Some(crate::store::now());
-            tracing::info!("the database is reachable again: the other conductors' heartbeats are aged from now");
+            return;
         }
+        let held_up = self
+            .last_written
+            .is_some_and(|last| now.saturating_duration_since(last) > gap);
+        if self.failing || held_up {
+            self.since = Some(crate::store::now());
+            tracing::info!(
+                after_a_failure = self.failing,
+                "the database is reachable again: the other conductors' heartbeats are aged \
+                 from now"
+            );
+        }
+        self.failing = false;
+        self.last_written = Some(now);
     }
 }
 
@@ -150,5 +169,33 @@ async fn heartbeat(core: &Core) -> bool {
             tracing::warn!(error = %Chain(&e), "the conductor's heartbeat");
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Reach;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn an_outage_is_a_failed_heartbeat_or_a_long_gap_between_written_ones() {
+        let gap = Duration::from_secs(2);
+        let t0 = Instant::now();
+        let mut reach = Reach::default();
+        reach.record(true, t0, gap);
+        reach.record(true, t0 + Duration::from_secs(1), gap);
+        assert_eq!(reach.since, None, "heartbeats on time");
+        // Failed, then written: aged from now.
+        reach.record(false, t0 + Duration::from_secs(2), gap);
+        reach.record(true, t0 + Duration::from_secs(3), gap);
+        let first = reach.since.expect("an outage");
+        // A heartbeat held up for 5 s that then went through, with no failure seen.
+        reach.record(true, t0 + Duration::from_secs(8), gap);
+        let second = reach.since.expect("an outage");
+        assert!(second >= first);
+        assert!(!reach.failing);
+        // On time again: nothing new.
+        reach.record(true, t0 + Duration::from_secs(9), gap);
+        assert_eq!(reach.since, Some(second));
     }
 }

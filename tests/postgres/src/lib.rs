@@ -275,8 +275,21 @@ impl Cluster {
 
     /// Starts the server again after [`Cluster::kill`], on the same port; returns once it
     /// accepts connections (after its crash recovery).
+    ///
+    /// The port lies below the ephemeral range ([`free_port`]), so no outgoing connection can
+    /// hold it; a start that still fails to bind (a socket of the killed server not yet gone)
+    /// is tried again for up to 10 s.
     pub fn restart(&self) -> Result<(), String> {
-        self.start_server()
+        let mut attempt = 1;
+        loop {
+            match self.start_server() {
+                Err(e) if e.contains("Address already in use") && attempt < 20 => {
+                    attempt += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(500));
+                }
+                other => return other,
+            }
+        }
     }
 
     fn start_server(&self) -> Result<(), String> {
@@ -518,7 +531,32 @@ chmod 644 ca.pem";
     )
 }
 
+/// A free port below the kernel's ephemeral range (`ip_local_port_range`). A port from that
+/// range can be taken at any moment as the local end of anyone's outgoing connection, and a
+/// server restarted on its old port ([`Cluster::restart`]) would then fail to bind; no outgoing
+/// connection is given a port below the range.
 fn free_port() -> Result<u16, String> {
+    const FLOOR: u64 = 10_000;
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(32_768);
+    if ephemeral_low > FLOOR + 1_000 {
+        let span = ephemeral_low - FLOOR;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::from(d.subsec_nanos()));
+        let seed = u64::from(std::process::id()).wrapping_mul(2_654_435_761) ^ nanos;
+        for i in 0..500u64 {
+            let port = FLOOR + seed.wrapping_add(i.wrapping_mul(7_919)) % span;
+            let Ok(port) = u16::try_from(port) else {
+                continue;
+            };
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     let listener = std::net::TcpListener::bind("127.0.0.1:0")
         .map_err(|e| format!("finding a free port: {e}"))?;
     listener
