@@ -229,6 +229,74 @@ pub struct Port {
     pub updated_at: Option<OffsetDateTime>,
 }
 
+/// How serious a node history event is (Ironic's `severity`: `INFO`, `WARNING`, `ERROR`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    /// Something that happened as asked.
+    Info,
+    /// Something the operator may want to look at.
+    Warning,
+    /// A failure.
+    Error,
+}
+
+impl Severity {
+    /// The name Ironic's API shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "INFO",
+            Severity::Warning => "WARNING",
+            Severity::Error => "ERROR",
+        }
+    }
+
+    /// The severity named `name` (as [`Self::as_str`] writes it).
+    pub fn parse(name: &str) -> Option<Severity> {
+        match name {
+            "INFO" => Some(Severity::Info),
+            "WARNING" => Some(Severity::Warning),
+            "ERROR" => Some(Severity::Error),
+            _ => None,
+        }
+    }
+}
+
+/// One event of a node's history (Ironic's `node_history` table, API 1.78): what happened to
+/// the node, when, how serious it was, and who and which conductor made it happen. Kept with
+/// the node, at most a configured number per node, and gone with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryEvent {
+    /// Identity (`/v1/nodes/{node}/history/{uuid}`).
+    pub uuid: Uuid,
+    /// The node.
+    pub node_uuid: Uuid,
+    /// When it happened.
+    pub created_at: OffsetDateTime,
+    /// How serious.
+    pub severity: Severity,
+    /// What kind of event (Ironic's `event_type`: `provisioning`, `deploy`, `clean`, `console`,
+    /// `inspection`, ...).
+    pub event_type: String,
+    /// What happened, in words.
+    pub event: String,
+    /// The user whose request it was, when known.
+    pub user: Option<String>,
+    /// The conductor that did it, when known.
+    pub conductor: Option<String>,
+}
+
+/// Which history events to list: oldest first unless `newest_first`, after the event `marker`
+/// in that order, at most `limit`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HistoryQuery {
+    /// List from the newest event back.
+    pub newest_first: bool,
+    /// Start after this event.
+    pub marker: Option<Uuid>,
+    /// At most this many.
+    pub limit: Option<usize>,
+}
+
 /// A conductor as the database knows it (Ironic's `conductors` table): one row per running
 /// conductor, kept fresh by its heartbeat; a row whose heartbeat is older than
 /// `conductor.heartbeat_timeout` is a conductor that died.
@@ -384,6 +452,14 @@ impl StoreError {
             ident: ident.to_string(),
         }
     }
+
+    /// No history event `ident` (of the node asked about).
+    pub fn history_event_not_found(ident: impl ToString) -> StoreError {
+        StoreError::NotFound {
+            kind: "history event",
+            ident: ident.to_string(),
+        }
+    }
 }
 
 /// Where nodes and ports live. Every method is one transaction.
@@ -432,6 +508,30 @@ pub trait Store: Send + Sync + 'static {
     /// (`crate::cluster::forward`): [`CLUSTER_KEY_LEN`] random bytes, made by the first caller and
     /// the same for every later one.
     async fn cluster_key(&self) -> Result<Vec<u8>, StoreError>;
+    /// Adds `event` to its node's history and drops the node's oldest events beyond the newest
+    /// `keep`, in one transaction; `NotFound` when the node is gone, [`StoreError::Invalid`]
+    /// when a text field holds a NUL character.
+    async fn add_history(&self, event: &HistoryEvent, keep: usize) -> Result<(), StoreError>;
+    /// The history of node `node` (by UUID) as `query` asks; a marker that names no event of
+    /// that node is `NotFound`. An unknown node has no history (an empty list).
+    async fn list_history(
+        &self,
+        node: Uuid,
+        query: &HistoryQuery,
+    ) -> Result<Vec<HistoryEvent>, StoreError>;
+    /// One event of node `node`'s history; `NotFound` when that node has no such event.
+    async fn history_event(&self, node: Uuid, event: Uuid) -> Result<HistoryEvent, StoreError>;
+}
+
+/// Refuses an event whose text holds a NUL character (neither store keeps one in text).
+pub(crate) fn check_history_text(event: &HistoryEvent) -> Result<(), StoreError> {
+    let fields = [
+        ("event_type", Some(event.event_type.as_str())),
+        ("event", Some(event.event.as_str())),
+        ("user", event.user.as_deref()),
+        ("conductor", event.conductor.as_deref()),
+    ];
+    check_text("history event", &fields)
 }
 
 /// Length of [`Store::cluster_key`]'s key: HMAC-SHA256's block-sized key.

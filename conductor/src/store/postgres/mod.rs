@@ -37,13 +37,16 @@ use uuid::Uuid;
 
 pub use self::connect::{describe, parse_url, PostgresConfig};
 use self::errors::{classify, node_write_error, pool_error, port_write_error};
-use self::rows::{node_from_row, node_values, port_from_row, port_values, refs, Param};
+use self::rows::{
+    history_from_row, node_from_row, node_values, port_from_row, port_values, refs, Param,
+    HISTORY_COLUMNS,
+};
 use super::columns::{NODE_COLUMNS, NODE_WRITABLE, PORT_COLUMNS};
 use super::filter::{node_clauses, port_clauses, Clause, FilterValue};
 use super::order::{after_marker, order_by, Dialect, Order};
 use super::{
-    normalise_mac, ConductorRecord, Node, NodeFilter, NodeIdent, Port, PortFilter, Store,
-    StoreError,
+    normalise_mac, ConductorRecord, HistoryEvent, HistoryQuery, Node, NodeFilter, NodeIdent, Port,
+    PortFilter, Store, StoreError,
 };
 
 /// The PostgreSQL store. Cheap to share: hold it as `Arc<dyn Store>`.
@@ -616,6 +619,109 @@ impl Store for PostgresStore {
             .first()
             .ok_or_else(|| StoreError::Database(format!("{what}: the key vanished")))?;
         row.try_get::<_, Vec<u8>>(0).map_err(|e| classify(what, e))
+    }
+
+    async fn add_history(&self, event: &HistoryEvent, keep: usize) -> Result<(), StoreError> {
+        super::check_history_text(event)?;
+        let what = format!(
+            "recording history event {} of node {}",
+            event.uuid, event.node_uuid
+        );
+        if keep == 0 {
+            // Kept and trimmed at once: nothing to write.
+            return Ok(());
+        }
+        // One statement, so one transaction. The DELETE does not see the row the INSERT adds
+        // (one snapshot), so it keeps the newest `keep - 1` older events beside it.
+        let older_kept = i64::try_from(keep - 1).unwrap_or(i64::MAX);
+        let node_uuid = event.node_uuid;
+        self.execute(
+            &what,
+            "WITH added AS (INSERT INTO node_history (uuid, node_uuid, created_at, severity, \
+             event_type, event, user_id, conductor) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+             RETURNING id) \
+             DELETE FROM node_history WHERE node_uuid = $2 AND id <= (SELECT id FROM \
+             node_history WHERE node_uuid = $2 ORDER BY id DESC LIMIT 1 OFFSET $9)",
+            &[
+                &event.uuid,
+                &node_uuid,
+                &event.created_at,
+                &event.severity.as_str(),
+                &event.event_type,
+                &event.event,
+                &event.user,
+                &event.conductor,
+                &older_kept,
+            ],
+            |e| match e.as_db_error().map(|db| db.code().clone()) {
+                Some(tokio_postgres::error::SqlState::FOREIGN_KEY_VIOLATION) => {
+                    StoreError::node_not_found(node_uuid)
+                }
+                _ => classify(&what, e),
+            },
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn list_history(
+        &self,
+        node: Uuid,
+        query: &HistoryQuery,
+    ) -> Result<Vec<HistoryEvent>, StoreError> {
+        let what = format!("listing the history of node {node}");
+        let (order, after) = if query.newest_first {
+            ("DESC", "<")
+        } else {
+            ("ASC", ">")
+        };
+        let mut sql = format!("SELECT {HISTORY_COLUMNS} FROM node_history WHERE node_uuid = $1");
+        let mut params: Vec<Param> = vec![Box::new(node)];
+        if let Some(marker) = query.marker {
+            let rows = self
+                .read(
+                    &what,
+                    "SELECT id FROM node_history WHERE uuid = $1 AND node_uuid = $2",
+                    &[&marker, &node],
+                )
+                .await?;
+            let id: i64 = rows
+                .first()
+                .ok_or_else(|| StoreError::history_event_not_found(marker))?
+                .try_get(0)
+                .map_err(|e| classify(&what, e))?;
+            sql.push_str(&format!(" AND id {after} $2"));
+            params.push(Box::new(id));
+        }
+        sql.push_str(&format!(" ORDER BY id {order}"));
+        if let Some(limit) = query.limit {
+            sql.push_str(&format!(
+                " LIMIT {}",
+                i64::try_from(limit).unwrap_or(i64::MAX)
+            ));
+        }
+        self.read(&what, &sql, &refs(&params))
+            .await?
+            .iter()
+            .map(history_from_row)
+            .collect()
+    }
+
+    async fn history_event(&self, node: Uuid, event: Uuid) -> Result<HistoryEvent, StoreError> {
+        let sql = format!(
+            "SELECT {HISTORY_COLUMNS} FROM node_history WHERE uuid = $1 AND node_uuid = $2"
+        );
+        let rows = self
+            .read(
+                &format!("reading history event {event} of node {node}"),
+                &sql,
+                &[&event, &node],
+            )
+            .await?;
+        match rows.first() {
+            Some(row) => history_from_row(row),
+            None => Err(StoreError::history_event_not_found(event)),
+        }
     }
 
     async fn unregister_conductor(&self, hostname: &str) -> Result<(), StoreError> {

@@ -8,7 +8,7 @@ use tokio_postgres::types::{FromSql, ToSql};
 use tokio_postgres::Row;
 use uuid::Uuid;
 
-use crate::store::{normalise_mac, JsonObject, Node, Port, StoreError};
+use crate::store::{normalise_mac, HistoryEvent, JsonObject, Node, Port, Severity, StoreError};
 
 /// One statement parameter.
 pub(super) type Param = Box<dyn ToSql + Sync + Send>;
@@ -104,6 +104,26 @@ pub(super) fn port_from_row(row: &Row) -> Result<Port, StoreError> {
         extra: json_from(row, 4)?,
         created_at: get(row, 5)?,
         updated_at: get(row, 6)?,
+    })
+}
+
+/// The columns of `node_history` that [`history_from_row`] reads, in its order.
+pub(super) const HISTORY_COLUMNS: &str =
+    "uuid, node_uuid, created_at, severity, event_type, event, user_id, conductor";
+
+/// Reads a row of [`HISTORY_COLUMNS`].
+pub(super) fn history_from_row(row: &Row) -> Result<HistoryEvent, StoreError> {
+    let severity: &str = get(row, 3)?;
+    Ok(HistoryEvent {
+        uuid: get(row, 0)?,
+        node_uuid: get(row, 1)?,
+        created_at: get(row, 2)?,
+        severity: Severity::parse(severity)
+            .ok_or_else(|| bad_column(row, 3, format!("unknown severity {severity:?}")))?,
+        event_type: get(row, 4)?,
+        event: get(row, 5)?,
+        user: get(row, 6)?,
+        conductor: get(row, 7)?,
     })
 }
 

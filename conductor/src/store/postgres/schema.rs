@@ -23,6 +23,7 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
     (1, V1_NODES_PORTS),
     (2, V2_CONDUCTORS),
     (3, V3_CONDUCTOR_GROUPS),
+    (4, V4_NODE_HISTORY),
 ];
 
 /// The key of the advisory lock migrations hold (any fixed number; this one spells "vmdeploy").
@@ -100,6 +101,24 @@ CREATE TABLE cluster_secrets (
     name text PRIMARY KEY,
     value bytea NOT NULL
 );
+";
+
+/// As SQLite's step 5: each node's history (API 1.78), gone with the node; `id` orders a node's
+/// events, `user_id` is the API's `user` (a reserved word here).
+const V4_NODE_HISTORY: &str = "
+CREATE TABLE node_history (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    uuid uuid NOT NULL CONSTRAINT node_history_uuid_unique UNIQUE,
+    node_uuid uuid NOT NULL CONSTRAINT node_history_node_uuid_fkey
+        REFERENCES nodes (uuid) ON DELETE CASCADE,
+    created_at timestamptz NOT NULL,
+    severity text NOT NULL,
+    event_type text NOT NULL,
+    event text NOT NULL,
+    user_id text,
+    conductor text
+);
+CREATE INDEX node_history_node ON node_history (node_uuid, id);
 ";
 
 /// The newest schema version this code knows.

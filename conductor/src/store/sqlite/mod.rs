@@ -52,12 +52,15 @@ use uuid::Uuid;
 use self::errors::{db, node_write_error, port_write_error, strip_db};
 use self::guard::{release, task_failed};
 use self::rows::{
-    json, node_from_row, node_values, normalise_mac, port_from_row, time, NODE_COLUMNS,
-    NODE_WRITABLE, PORT_COLUMNS,
+    history_from_row, json, node_from_row, node_values, normalise_mac, port_from_row, time,
+    HISTORY_COLUMNS, NODE_COLUMNS, NODE_WRITABLE, PORT_COLUMNS,
 };
 use self::select::ListQuery;
 use super::filter::{node_clauses, port_clauses};
-use super::{ConductorRecord, Node, NodeFilter, NodeIdent, Port, PortFilter, Store, StoreError};
+use super::{
+    ConductorRecord, HistoryEvent, HistoryQuery, Node, NodeFilter, NodeIdent, Port, PortFilter,
+    Store, StoreError,
+};
 
 /// How long a call waits for another process's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -584,6 +587,121 @@ impl Store for SqliteStore {
                 |row| row.get::<_, Vec<u8>>(0),
             )
             .map_err(|e| db("reading the cluster key", e))
+        })
+        .await
+    }
+
+    async fn add_history(&self, event: &HistoryEvent, keep: usize) -> Result<(), StoreError> {
+        super::check_history_text(event)?;
+        let event = event.clone();
+        if keep == 0 {
+            // Kept and trimmed at once: nothing to write.
+            return Ok(());
+        }
+        let keep = i64::try_from(keep).unwrap_or(i64::MAX);
+        self.run("recording a node history event", move |conn| {
+            let what = || {
+                format!(
+                    "recording history event {} of node {}",
+                    event.uuid, event.node_uuid
+                )
+            };
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(|e| db(&what(), e))?;
+            let node = event.node_uuid.to_string();
+            let exists = tx
+                .query_row("SELECT 1 FROM nodes WHERE uuid = ?1", [&node], |_| Ok(()))
+                .optional()
+                .map_err(|e| db(&what(), e))?;
+            if exists.is_none() {
+                return Err(StoreError::node_not_found(event.node_uuid));
+            }
+            tx.execute(
+                "INSERT INTO node_history (uuid, node_uuid, created_at, severity, event_type, \
+                 event, user_id, conductor) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params_from_iter([
+                    Value::Text(event.uuid.to_string()),
+                    Value::Text(node.clone()),
+                    time(event.created_at)?,
+                    Value::Text(event.severity.as_str().to_owned()),
+                    Value::Text(event.event_type.clone()),
+                    Value::Text(event.event.clone()),
+                    event.user.clone().map_or(Value::Null, Value::Text),
+                    event.conductor.clone().map_or(Value::Null, Value::Text),
+                ]),
+            )
+            .map_err(|e| db(&what(), e))?;
+            // The newest `keep` stay; OFFSET skips them, the rest go.
+            tx.execute(
+                "DELETE FROM node_history WHERE node_uuid = ?1 AND id <= (SELECT id FROM \
+                 node_history WHERE node_uuid = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)",
+                params![node, keep],
+            )
+            .map_err(|e| db(&what(), e))?;
+            tx.commit().map_err(|e| db(&what(), e))
+        })
+        .await
+    }
+
+    async fn list_history(
+        &self,
+        node: Uuid,
+        query: &HistoryQuery,
+    ) -> Result<Vec<HistoryEvent>, StoreError> {
+        let query = query.clone();
+        self.read("listing a node's history", move |conn| {
+            let what = || format!("listing the history of node {node}");
+            let (order, after) = if query.newest_first {
+                ("DESC", "<")
+            } else {
+                ("ASC", ">")
+            };
+            let mut sql =
+                format!("SELECT {HISTORY_COLUMNS} FROM node_history WHERE node_uuid = ?1");
+            let mut values = vec![Value::Text(node.to_string())];
+            if let Some(marker) = query.marker {
+                let id: i64 = conn
+                    .query_row(
+                        "SELECT id FROM node_history WHERE uuid = ?1 AND node_uuid = ?2",
+                        params![marker.to_string(), node.to_string()],
+                        |row| row.get(0),
+                    )
+                    .optional()
+                    .map_err(|e| db(&what(), e))?
+                    .ok_or_else(|| StoreError::history_event_not_found(marker))?;
+                sql.push_str(&format!(" AND id {after} ?2"));
+                values.push(Value::Integer(id));
+            }
+            sql.push_str(&format!(" ORDER BY id {order}"));
+            if let Some(limit) = query.limit {
+                sql.push_str(&format!(
+                    " LIMIT {}",
+                    i64::try_from(limit).unwrap_or(i64::MAX)
+                ));
+            }
+            let mut statement = conn.prepare(&sql).map_err(|e| db(&what(), e))?;
+            let rows = statement
+                .query_map(params_from_iter(values), history_from_row)
+                .map_err(|e| db(&what(), e))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(|e| db(&what(), e))
+        })
+        .await
+    }
+
+    async fn history_event(&self, node: Uuid, event: Uuid) -> Result<HistoryEvent, StoreError> {
+        self.read("reading a node history event", move |conn| {
+            conn.query_row(
+                &format!(
+                    "SELECT {HISTORY_COLUMNS} FROM node_history WHERE uuid = ?1 AND node_uuid = ?2"
+                ),
+                params![event.to_string(), node.to_string()],
+                history_from_row,
+            )
+            .optional()
+            .map_err(|e| db(&format!("reading history event {event} of node {node}"), e))?
+            .ok_or_else(|| StoreError::history_event_not_found(event))
         })
         .await
     }

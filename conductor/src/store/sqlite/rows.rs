@@ -9,7 +9,7 @@ use time::format_description::well_known::Rfc3339;
 use time::{OffsetDateTime, UtcOffset};
 use uuid::Uuid;
 
-use crate::store::{JsonObject, Node, Port, StoreError};
+use crate::store::{HistoryEvent, JsonObject, Node, Port, Severity, StoreError};
 
 pub(super) use crate::store::columns::{NODE_COLUMNS, NODE_WRITABLE, PORT_COLUMNS};
 
@@ -97,6 +97,31 @@ pub(super) fn port_from_row(row: &Row<'_>) -> rusqlite::Result<Port> {
         updated_at: opt_time_from(row, 6)?,
     })
 }
+
+/// The columns of `node_history` that [`history_from_row`] reads, in its order.
+pub(super) const HISTORY_COLUMNS: &str =
+    "uuid, node_uuid, created_at, severity, event_type, event, user_id, conductor";
+
+/// Reads a row of [`HISTORY_COLUMNS`].
+pub(super) fn history_from_row(row: &Row<'_>) -> rusqlite::Result<HistoryEvent> {
+    let severity: String = row.get(3)?;
+    Ok(HistoryEvent {
+        uuid: parsed(row, 0)?,
+        node_uuid: parsed(row, 1)?,
+        created_at: time_from(row, 2)?,
+        severity: Severity::parse(&severity)
+            .ok_or_else(|| bad_column(3, UnknownSeverity(severity)))?,
+        event_type: row.get(4)?,
+        event: row.get(5)?,
+        user: row.get(6)?,
+        conductor: row.get(7)?,
+    })
+}
+
+/// A `severity` column that names no [`Severity`].
+#[derive(Debug, thiserror::Error)]
+#[error("unknown severity {0:?}")]
+struct UnknownSeverity(String);
 
 pub(super) use crate::store::normalise_mac;
 

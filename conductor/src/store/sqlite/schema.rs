@@ -19,6 +19,7 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
     (2, V2_NODE_INTERFACES),
     (3, V3_CONDUCTORS),
     (4, V4_CONDUCTOR_GROUPS),
+    (5, V5_NODE_HISTORY),
 ];
 
 /// The newest schema version this code knows.
@@ -103,6 +104,25 @@ CREATE TABLE cluster_secrets (
     name TEXT PRIMARY KEY,
     value BLOB NOT NULL
 );
+";
+
+/// Each node's history (API 1.78), gone with the node. `id` orders a node's events (their
+/// times may tie); the index serves both the per-node lists and the trimming to the newest
+/// events. `user_id` is the API's `user` (PostgreSQL reserves `user`; the two stores keep one
+/// set of names).
+const V5_NODE_HISTORY: &str = "
+CREATE TABLE node_history (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    uuid TEXT NOT NULL UNIQUE,
+    node_uuid TEXT NOT NULL REFERENCES nodes (uuid) ON DELETE CASCADE,
+    created_at TEXT NOT NULL,
+    severity TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    event TEXT NOT NULL,
+    user_id TEXT,
+    conductor TEXT
+);
+CREATE INDEX node_history_node ON node_history (node_uuid, id);
 ";
 
 /// Brings the schema up to [`latest_version`]; refuses a database newer than that.

@@ -9,7 +9,10 @@ use std::sync::Arc;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::{JsonObject, Node, NodeFilter, NodeIdent, Port, PortFilter, Store, StoreError};
+use super::{
+    HistoryEvent, HistoryQuery, JsonObject, Node, NodeFilter, NodeIdent, Port, PortFilter,
+    Severity, Store, StoreError,
+};
 use crate::states::{NodePower, ProvisionState};
 
 /// A node with every optional field set, so a round trip checks them all.
@@ -74,6 +77,7 @@ pub async fn store_contract_suite(store: Arc<dyn Store>) {
     reservation_race(Arc::clone(&store)).await;
     release_rules(&*store).await;
     conductors(&*store).await;
+    history(&*store).await;
 }
 
 /// Two stores on one database (two conductors, or a conductor and the CLI) racing for the same
@@ -701,6 +705,157 @@ async fn delete_cascades_ports(store: &dyn Store) {
         .await
         .expect("MAC reused");
     store.delete_node(keep.uuid).await.expect("deleting");
+}
+
+/// An event of `node`'s history numbered `n` (its text says which).
+fn event(node: Uuid, n: usize, severity: Severity) -> HistoryEvent {
+    HistoryEvent {
+        uuid: Uuid::new_v4(),
+        node_uuid: node,
+        created_at: crate::store::now(),
+        severity,
+        event_type: "deploy".into(),
+        event: format!("event {n}: deploying \u{2192} wait call-back"),
+        user: n.is_multiple_of(2).then(|| "admin".to_string()),
+        conductor: Some("conductor-1".into()),
+    }
+}
+
+/// History: events read back equal, oldest first or newest first, after a marker, limited;
+/// the newest `keep` stay; another node's events are apart; the node's delete takes them.
+async fn history(store: &dyn Store) {
+    let node = full_node("history");
+    store.create_node(&node).await.expect("creating");
+    let other = full_node("history-other");
+    store.create_node(&other).await.expect("creating");
+    let mut written = Vec::new();
+    for n in 0..7 {
+        let e = event(
+            node.uuid,
+            n,
+            if n == 3 {
+                Severity::Error
+            } else {
+                Severity::Info
+            },
+        );
+        store.add_history(&e, 5).await.expect("recording");
+        written.push(e);
+    }
+    let foreign = event(other.uuid, 0, Severity::Warning);
+    store.add_history(&foreign, 5).await.expect("recording");
+    let kept = &written[2..];
+
+    let all = store
+        .list_history(node.uuid, &HistoryQuery::default())
+        .await
+        .expect("listing");
+    assert_eq!(all, kept, "the newest 5, oldest first, as written");
+    let newest = store
+        .list_history(
+            node.uuid,
+            &HistoryQuery {
+                newest_first: true,
+                limit: Some(2),
+                ..HistoryQuery::default()
+            },
+        )
+        .await
+        .expect("listing");
+    assert_eq!(newest, [written[6].clone(), written[5].clone()]);
+    let after = store
+        .list_history(
+            node.uuid,
+            &HistoryQuery {
+                marker: Some(written[3].uuid),
+                ..HistoryQuery::default()
+            },
+        )
+        .await
+        .expect("listing after a marker");
+    assert_eq!(after, &written[4..]);
+    let before = store
+        .list_history(
+            node.uuid,
+            &HistoryQuery {
+                marker: Some(written[3].uuid),
+                newest_first: true,
+                ..HistoryQuery::default()
+            },
+        )
+        .await
+        .expect("listing back from a marker");
+    assert_eq!(before, [written[2].clone()]);
+    // A marker of another node's history, or a trimmed event, names nothing here.
+    for marker in [foreign.uuid, written[0].uuid] {
+        let err = store
+            .list_history(
+                node.uuid,
+                &HistoryQuery {
+                    marker: Some(marker),
+                    ..HistoryQuery::default()
+                },
+            )
+            .await
+            .expect_err("not this node's event");
+        assert!(
+            matches!(
+                err,
+                StoreError::NotFound {
+                    kind: "history event",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    assert_eq!(
+        store
+            .history_event(node.uuid, written[3].uuid)
+            .await
+            .expect("one event"),
+        written[3]
+    );
+    assert!(matches!(
+        store.history_event(node.uuid, foreign.uuid).await,
+        Err(StoreError::NotFound {
+            kind: "history event",
+            ..
+        })
+    ));
+    assert_eq!(
+        store
+            .list_history(other.uuid, &HistoryQuery::default())
+            .await
+            .expect("listing"),
+        std::slice::from_ref(&foreign)
+    );
+
+    // No node, no history; a NUL cannot be stored.
+    let ghost = Uuid::new_v4();
+    assert!(matches!(
+        store.add_history(&event(ghost, 0, Severity::Info), 5).await,
+        Err(StoreError::NotFound { kind: "node", .. })
+    ));
+    let mut nul = event(node.uuid, 9, Severity::Info);
+    nul.event = "a\0b".into();
+    assert!(matches!(
+        store.add_history(&nul, 5).await,
+        Err(StoreError::Invalid(_))
+    ));
+
+    store.delete_node(node.uuid).await.expect("deleting");
+    assert!(store
+        .list_history(node.uuid, &HistoryQuery::default())
+        .await
+        .expect("listing a deleted node's history")
+        .is_empty());
+    assert!(matches!(
+        store.history_event(node.uuid, written[6].uuid).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    store.delete_node(other.uuid).await.expect("deleting");
 }
 
 async fn ports(store: &dyn Store) {
