@@ -645,13 +645,38 @@ fn components(path: &[u8]) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Builders for tests of other crates.
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support {
+    use std::path::Path;
+    use std::process::Command;
+
+    /// The file system `mke2fs -q -F <args> -U <uuid> -d <tree>` makes in a new `len`-byte file
+    /// at `image`, read whole. Panics (with the package to install) when mke2fs is missing or
+    /// fails: for tests only.
+    pub fn mke2fs(tree: &Path, image: &Path, args: &[&str], uuid: &str, len: u64) -> Vec<u8> {
+        std::fs::File::create(image)
+            .and_then(|f| f.set_len(len))
+            .expect("the image file");
+        let status = Command::new("mke2fs")
+            .args(["-q", "-F"])
+            .args(args)
+            .args(["-U", uuid, "-d"])
+            .arg(tree)
+            .arg(image)
+            .status()
+            .expect("mke2fs (apt-get install e2fsprogs)");
+        assert!(status.success(), "mke2fs failed: {status}");
+        std::fs::read(image).expect("read the image")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::io::Cursor;
     use std::path::Path;
-    use std::process::Command;
     use std::sync::OnceLock;
 
     const UUID: &str = "7e57e474-0000-4000-8000-0000000000ab";
@@ -692,33 +717,12 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().join("root");
         stage(&root);
-        let image = dir.path().join("fs.img");
-        std::fs::File::create(&image)
-            .and_then(|f| f.set_len(8 << 20))
-            .expect("the image file");
-        let status = Command::new("mke2fs")
-            .args([
-                "-q",
-                "-F",
-                "-t",
-                kind,
-                "-b",
-                &block_size.to_string(),
-                "-U",
-                UUID,
-            ])
-            .args(if options.is_empty() {
-                vec![]
-            } else {
-                vec!["-O", options]
-            })
-            .arg("-d")
-            .arg(&root)
-            .arg(&image)
-            .status()
-            .expect("mke2fs (apt-get install e2fsprogs)");
-        assert!(status.success(), "mke2fs failed: {status}");
-        std::fs::read(&image).expect("read the image")
+        let block_size = block_size.to_string();
+        let mut args = vec!["-t", kind, "-b", &block_size];
+        if !options.is_empty() {
+            args.extend(["-O", options]);
+        }
+        test_support::mke2fs(&root, &dir.path().join("fs.img"), &args, UUID, 8 << 20)
     }
 
     fn ext4_image() -> &'static [u8] {

@@ -45,18 +45,13 @@ fn ext4_root(files: &[(&str, &[u8])]) -> Vec<u8> {
         std::fs::write(path, bytes).expect("write");
     }
     std::fs::create_dir_all(&tree).expect("tree");
-    let image = dir.path().join("root.ext4");
-    std::fs::File::create(&image)
-        .and_then(|f| f.set_len(4 * MIB))
-        .expect("image file");
-    let status = std::process::Command::new("mke2fs")
-        .args(["-q", "-F", "-t", "ext4", "-U", ROOT_UUID, "-d"])
-        .arg(&tree)
-        .arg(&image)
-        .status()
-        .expect("mke2fs (apt-get install e2fsprogs)");
-    assert!(status.success(), "mke2fs: {status}");
-    std::fs::read(&image).expect("read")
+    vmdeploy_shared::ext4::test_support::mke2fs(
+        &tree,
+        &dir.path().join("root.ext4"),
+        &["-t", "ext4"],
+        ROOT_UUID,
+        4 * MIB,
+    )
 }
 
 fn fixture_with_root(remember: bool, root: Vec<u8>) -> Fixture {
